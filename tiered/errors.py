@@ -1,0 +1,150 @@
+"""The one error tree of rocketmq-tiered.
+
+Every error raised by this package derives from :class:`TieredStoreError`. Leaves also inherit the
+matching built-in exception (``FileNotFoundError``, ``ValueError``, ...) so callers that only know
+the standard library still catch them. ``retriable`` tells a caller whether trying the same
+operation again may succeed (throttling, 5xx, timeouts) or not (bad input, corrupt data).
+"""
+
+from __future__ import annotations
+
+
+class TieredStoreError(Exception):
+    """Raised when anything in rocketmq-tiered fails; the root of the tree."""
+
+    retriable: bool = False
+
+
+# --- configuration --------------------------------------------------------------------------------
+
+
+class ConfigError(TieredStoreError, ValueError):
+    """Raised when a configuration file, key or value is invalid."""
+
+
+# --- the broker's local store (read-only) -----------------------------------------------------------
+
+
+class BrokerStoreError(TieredStoreError):
+    """Raised when a file of the broker's local store cannot be used."""
+
+
+class CorruptStoreFileError(BrokerStoreError, ValueError):
+    """Raised when a broker store file has bytes that do not decode (bad magic, bad length, bad CRC).
+
+    ``path`` and ``offset`` name where the bad bytes are; ``offset`` is the absolute offset when the
+    file belongs to an offset-named queue (commitlog physical offset, consumequeue byte offset).
+    """
+
+    def __init__(self, message: str, *, path: str | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.path = path
+        self.offset = offset
+
+
+class StoreFileNotFoundError(BrokerStoreError, FileNotFoundError):
+    """Raised when a broker store file or directory that must exist does not."""
+
+
+class OffsetNotInStoreError(BrokerStoreError, LookupError):
+    """Raised when a physical or queue offset lies outside the files the broker still holds."""
+
+
+class UnsupportedStoreFeatureError(BrokerStoreError, NotImplementedError):
+    """Raised when a store uses a feature the sidecar cannot read (e.g. RocksDB consume queues)."""
+
+
+class ReadOnlyViolationError(BrokerStoreError, PermissionError):
+    """Raised when a write inside the broker's store directory is attempted."""
+
+
+# --- driver layer (providers) -----------------------------------------------------------------------
+
+
+class ProviderError(TieredStoreError):
+    """Raised when a storage backend operation fails."""
+
+
+class SegmentNotFoundError(ProviderError, FileNotFoundError):
+    """Raised when a segment object does not exist in the backend."""
+
+
+class SegmentExistsError(ProviderError, FileExistsError):
+    """Raised when a whole-object put would overwrite an existing object without ``overwrite=True``."""
+
+
+class PositionMismatchError(ProviderError, ValueError):
+    """Raised when an append's position is not the object's current size.
+
+    ``expected`` is the backend's real size, so a caller can resume exactly where the object ends.
+    """
+
+    def __init__(self, message: str, *, key: str, expected: int, given: int):
+        super().__init__(message)
+        self.key = key
+        self.expected = expected
+        self.given = given
+
+
+class ReadPastEndError(ProviderError, EOFError):
+    """Raised when a read starts at or beyond the end of an object."""
+
+
+class SegmentSealedError(ProviderError, PermissionError):
+    """Raised when an append targets a segment that was sealed."""
+
+
+class InvalidKeyError(ProviderError, ValueError):
+    """Raised when a key or key component would escape the backend root or is otherwise unusable."""
+
+
+class ProviderUnavailableError(ProviderError, ConnectionError):
+    """Raised when the backend cannot be reached or answers with a server error."""
+
+    retriable = True
+
+
+class ThrottledError(ProviderError, ConnectionError):
+    """Raised when the backend asks the client to slow down."""
+
+    retriable = True
+
+
+class ProviderTimeoutError(ProviderError, TimeoutError):
+    """Raised when a backend request times out."""
+
+    retriable = True
+
+
+class AccessDeniedError(ProviderError, PermissionError):
+    """Raised when the backend refuses the credentials or the operation."""
+
+
+class MissingDependencyError(TieredStoreError, ImportError):
+    """Raised when an optional dependency is not installed; the message carries the pip hint."""
+
+
+class InjectedFaultError(ProviderError, ConnectionError):
+    """Raised by the fault-injection wrapper in place of a real backend failure."""
+
+    retriable = True
+
+
+# --- container / access layers ------------------------------------------------------------------------
+
+
+class MetadataError(TieredStoreError, ValueError):
+    """Raised when the tiered metadata JSON cannot be parsed or is inconsistent."""
+
+
+class IntegrityError(TieredStoreError, ValueError):
+    """Raised when bytes read back from the tier fail a check (body CRC, size, queue offset)."""
+
+    def __init__(self, message: str, *, key: str | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.key = key
+        self.offset = offset
+
+
+class IndexFileError(TieredStoreError, ValueError):
+    """Raised when an index file (the broker's or a tiered one) is malformed."""
