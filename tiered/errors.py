@@ -15,14 +15,14 @@ class TieredStoreError(Exception):
     retriable: bool = False
 
 
-# --- configuration --------------------------------------------------------------------------------
+# --- configuration -------------------------------------------------------------------------------
 
 
 class ConfigError(TieredStoreError, ValueError):
     """Raised when a configuration file, key or value is invalid."""
 
 
-# --- the broker's local store (read-only) -----------------------------------------------------------
+# --- the broker's local store (read-only) --------------------------------------------------------
 
 
 class BrokerStoreError(TieredStoreError):
@@ -30,7 +30,7 @@ class BrokerStoreError(TieredStoreError):
 
 
 class CorruptStoreFileError(BrokerStoreError, ValueError):
-    """Raised when a broker store file has bytes that do not decode (bad magic, bad length, bad CRC).
+    """Raised when a broker store file has bytes that do not decode (bad magic, length or CRC).
 
     ``path`` and ``offset`` name where the bad bytes are; ``offset`` is the absolute offset when the
     file belongs to an offset-named queue (commitlog physical offset, consumequeue byte offset).
@@ -58,7 +58,7 @@ class ReadOnlyViolationError(BrokerStoreError, PermissionError):
     """Raised when a write inside the broker's store directory is attempted."""
 
 
-# --- driver layer (providers) -----------------------------------------------------------------------
+# --- driver layer (providers) --------------------------------------------------------------------
 
 
 class ProviderError(TieredStoreError):
@@ -70,7 +70,7 @@ class SegmentNotFoundError(ProviderError, FileNotFoundError):
 
 
 class SegmentExistsError(ProviderError, FileExistsError):
-    """Raised when a whole-object put would overwrite an existing object without ``overwrite=True``."""
+    """Raised when a whole-object put would replace an existing object without ``overwrite``."""
 
 
 class PositionMismatchError(ProviderError, ValueError):
@@ -130,7 +130,7 @@ class InjectedFaultError(ProviderError, ConnectionError):
     retriable = True
 
 
-# --- container / access layers ------------------------------------------------------------------------
+# --- container / access layers -------------------------------------------------------------------
 
 
 class MetadataError(TieredStoreError, ValueError):

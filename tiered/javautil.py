@@ -1,4 +1,4 @@
-"""Java semantics the on-disk formats depend on: ``String.hashCode``, ``String.split(" ")``, ``%``."""
+"""Java semantics the on-disk formats depend on: ``String.hashCode``, ``split(" ")``, ``%``."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def java_rem(a: int, b: int) -> int:
 
 
 def java_split_space(text: str) -> list[str]:
-    """Java ``String.split(" ")``: leading and interior empty strings kept, trailing ones dropped."""
+    """Java ``String.split(" ")``: leading and interior empty strings kept, trailing dropped."""
     parts = text.split(" ")
     while parts and parts[-1] == "":
         parts.pop()
@@ -35,7 +35,7 @@ def java_split_space(text: str) -> list[str]:
 
 
 def tags_code(tags: str | None) -> int:
-    """The consumequeue tag code of a ``TAGS`` value: its Java hash sign-extended to 64 bits, 0 if empty."""
+    """The consumequeue tag code of ``TAGS``: its Java hash, sign-extended to i64; 0 if empty."""
     if not tags:
         return 0
     return java_string_hash(tags)

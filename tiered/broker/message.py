@@ -2,19 +2,24 @@
 
 Layout (big-endian), ``B``/``S`` = 8 for an IPv4 host, 20 for IPv6::
 
-    0 TOTALSIZE i32 | 4 MAGIC i32 | 8 BODYCRC i32 | 12 QUEUEID i32 | 16 FLAG i32 | 20 QUEUEOFFSET i64
-    28 PHYSICALOFFSET i64 | 36 SYSFLAG i32 | 40 BORNTIMESTAMP i64 | 48 BORNHOST B | STORETIMESTAMP i64
-    STOREHOST S | RECONSUMETIMES i32 | PREPAREDTXOFFSET i64 | BODYLEN i32 + body
+    0 TOTALSIZE i32 | 4 MAGIC i32 | 8 BODYCRC i32 | 12 QUEUEID i32 | 16 FLAG i32
+    20 QUEUEOFFSET i64 | 28 PHYSICALOFFSET i64 | 36 SYSFLAG i32 | 40 BORNTIMESTAMP i64
+    48 BORNHOST B | STORETIMESTAMP i64 | STOREHOST S | RECONSUMETIMES i32
+    PREPAREDTXOFFSET i64 | BODYLEN i32 + body
     TOPICLEN (v1 i8, v2 i16) + topic | PROPLEN i16 + properties
 """
 
 from __future__ import annotations
 
+import base64
 import ipaddress
 import struct
 import zlib
 from dataclasses import dataclass, field
 from typing import Final
+
+import lz4.frame
+import zstandard
 
 from tiered.errors import CorruptStoreFileError, UnsupportedStoreFeatureError
 from tiered.javautil import java_split_space
@@ -51,7 +56,7 @@ QUEUE_OFFSET_POSITION: Final = 20
 PHYSICAL_OFFSET_POSITION: Final = 28
 SYSFLAG_POSITION: Final = 36
 BORN_HOST_POSITION: Final = 48
-# TOTALSIZE..BORNTIMESTAMP: size, magic, crc, queueId, flag, queueOffset, physOffset, sysFlag, bornTs
+# TOTALSIZE, MAGIC, BODYCRC, QUEUEID, FLAG, QUEUEOFFSET, PHYSICALOFFSET, SYSFLAG, BORNTIMESTAMP
 _HEAD: Final = struct.Struct(">iiiiiqqiq")
 _I8 = struct.Struct(">b")
 _I16 = struct.Struct(">h")
@@ -73,13 +78,23 @@ def host_size(sys_flag: int, flag_bit: int) -> int:
 
 
 def unit_size(
-    body_len: int, topic_len: int, props_len: int, *, v2: bool = False, born_v6: bool = False,
+    body_len: int,
+    topic_len: int,
+    props_len: int,
+    *,
+    v2: bool = False,
+    born_v6: bool = False,
     store_v6: bool = False,
 ) -> int:
     """TOTALSIZE of a unit with these field lengths (spec §2.1 total-length rule)."""
     return (
-        90 + body_len + (2 if v2 else 1) + topic_len + props_len
-        + (12 if born_v6 else 0) + (12 if store_v6 else 0)
+        90
+        + body_len
+        + (2 if v2 else 1)
+        + topic_len
+        + props_len
+        + (12 if born_v6 else 0)
+        + (12 if store_v6 else 0)
     )
 
 
@@ -107,7 +122,7 @@ def encode_properties(properties: dict[str, str]) -> bytes:
 
 
 def decode_properties(raw: bytes | memoryview) -> dict[str, str]:
-    """``MessageDecoder.string2messageProperties``: short segments and empty names/values dropped."""
+    """Java ``string2messageProperties``: short segments and empty names/values are dropped."""
     text = bytes(raw).decode("utf-8", "replace")
     out: dict[str, str] = {}
     for item in text.split(PROPERTY_SEPARATOR):
@@ -140,18 +155,14 @@ def compress_body(body: bytes, name: str) -> bytes:
     if name == "ZLIB":
         return zlib.compress(body)
     if name == "LZ4":
-        import lz4.frame
-
         return bytes(lz4.frame.compress(body))
     if name == "ZSTD":
-        import zstandard
-
         return zstandard.ZstdCompressor().compress(body)
     raise UnsupportedStoreFeatureError(f"compression {name!r} is not one of LZ4, ZSTD, ZLIB")
 
 
 def decompress_body(body: bytes, sys_flag: int) -> bytes:
-    """The producer's body: ``body`` decompressed as the sysflag says (unchanged when uncompressed)."""
+    """The producer's body: ``body`` decompressed as the sysflag says (as is if uncompressed)."""
     name = compression_type(sys_flag)
     if name is None:
         return body
@@ -159,12 +170,8 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
         if name == "ZLIB":
             return zlib.decompress(body)
         if name == "LZ4":
-            import lz4.frame
-
             return bytes(lz4.frame.decompress(body))
         if name == "ZSTD":
-            import zstandard
-
             return zstandard.ZstdDecompressor().decompressobj().decompress(body)
     except Exception as e:  # every codec raises its own type; all mean "not that format"
         raise CorruptStoreFileError(f"body is not valid {name} data: {e}") from e
@@ -246,7 +253,9 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = ""
         return CorruptStoreFileError(f"{prefix}{msg}", offset=pos)
 
     if end_of_buf - pos < MIN_UNIT_SIZE:
-        raise bad(f"truncated unit: {end_of_buf - pos} bytes left, a message needs >= {MIN_UNIT_SIZE}")
+        raise bad(
+            f"truncated unit: {end_of_buf - pos} bytes left, a message needs >= {MIN_UNIT_SIZE}"
+        )
     (total, magic, crc, queue_id, flag, queue_offset, phys, sys_flag, born_ts) = _HEAD.unpack_from(
         view, pos
     )
@@ -278,7 +287,7 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = ""
             topic_len = _I16.unpack_from(view, p)[0]
             p += 2
         else:
-            topic_len = _I8.unpack_from(view, p)[0] & 0xFF  # Java reads it signed; >127 only via UTF-8
+            topic_len = _I8.unpack_from(view, p)[0] & 0xFF  # Java reads it signed
             p += 1
         topic = bytes(view[p : p + topic_len]).decode("utf-8", "replace")
         p += topic_len
@@ -293,11 +302,24 @@ def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = ""
         )
     properties = decode_properties(view[p : p + props_len]) if props_len > 0 else {}
     return Message(
-        total_size=total, magic=magic, body_crc=crc, queue_id=queue_id, flag=flag,
-        queue_offset=queue_offset, physical_offset=phys, sys_flag=sys_flag,
-        born_timestamp=born_ts, born_host=born_host, store_timestamp=store_ts,
-        store_host=store_host, reconsume_times=reconsume, prepared_transaction_offset=prepared,
-        body=body, topic=topic, properties=properties, store_host_raw=store_raw,
+        total_size=total,
+        magic=magic,
+        body_crc=crc,
+        queue_id=queue_id,
+        flag=flag,
+        queue_offset=queue_offset,
+        physical_offset=phys,
+        sys_flag=sys_flag,
+        born_timestamp=born_ts,
+        born_host=born_host,
+        store_timestamp=store_ts,
+        store_host=store_host,
+        reconsume_times=reconsume,
+        prepared_transaction_offset=prepared,
+        body=body,
+        topic=topic,
+        properties=properties,
+        store_host_raw=store_raw,
     )
 
 
@@ -338,15 +360,31 @@ def encode(
     if len(props_raw) > 32767:
         raise ValueError(f"properties are {len(props_raw)} bytes; the broker limit is 32767")
     total = (
-        _HEAD.size + len(born_raw) + 8 + len(store_raw) + 12 + 4 + len(body)
-        + (2 if v2 else 1) + len(topic_raw) + 2 + len(props_raw)
+        _HEAD.size
+        + len(born_raw)
+        + 8
+        + len(store_raw)
+        + 12
+        + 4
+        + len(body)
+        + (2 if v2 else 1)
+        + len(topic_raw)
+        + 2
+        + len(props_raw)
     )
     topic_len = struct.pack(">h", len(topic_raw)) if v2 else bytes([len(topic_raw) & 0xFF])
     return b"".join(
         (
             _HEAD.pack(
-                total, MAGIC_V2 if v2 else MAGIC_V1, body_crc(body), queue_id, flag, queue_offset,
-                physical_offset, sys_flag, born_timestamp,
+                total,
+                MAGIC_V2 if v2 else MAGIC_V1,
+                body_crc(body),
+                queue_id,
+                flag,
+                queue_offset,
+                physical_offset,
+                sys_flag,
+                born_timestamp,
             ),
             born_raw,
             _I64.pack(store_timestamp),
@@ -370,4 +408,35 @@ def blank_unit(remaining: int) -> bytes:
 def store_timestamp_of(buf: bytes | memoryview, pos: int = 0) -> int:
     """The store timestamp of the unit at ``pos``, honouring an IPv6 born host."""
     sys_flag = _I32.unpack_from(buf, pos + SYSFLAG_POSITION)[0]
-    return int(_I64.unpack_from(buf, pos + BORN_HOST_POSITION + host_size(sys_flag, BORNHOST_V6_FLAG))[0])
+    return int(
+        _I64.unpack_from(buf, pos + BORN_HOST_POSITION + host_size(sys_flag, BORNHOST_V6_FLAG))[0]
+    )
+
+
+def to_json(m: Message) -> dict[str, object]:
+    """The JSON form of a message shared by ``inspect --json``, ``fetch`` and the HTTP API."""
+    body = m.decompressed_body()
+    return {
+        "topic": m.topic,
+        "queueId": m.queue_id,
+        "queueOffset": m.queue_offset,
+        "physicalOffset": m.physical_offset,
+        "storeTimestamp": m.store_timestamp,
+        "bornTimestamp": m.born_timestamp,
+        "bornHost": m.born_host,
+        "storeHost": m.store_host,
+        "sysFlag": m.sys_flag,
+        "flag": m.flag,
+        "totalSize": m.total_size,
+        "reconsumeTimes": m.reconsume_times,
+        "bodyCRC": m.body_crc,
+        "crcOk": m.crc_ok,
+        "magic": m.version,
+        "compression": m.compression,
+        "keys": m.keys,
+        "tags": m.tags,
+        "uniqKey": m.properties.get(PROPERTY_UNIQ_KEY),
+        "properties": dict(m.properties),
+        "offsetMsgId": m.offset_msg_id,
+        "bodyBase64": base64.b64encode(body).decode("ascii"),
+    }
