@@ -60,9 +60,16 @@ def test_ipv6_born_host_moves_store_timestamp() -> None:
     assert msg.born_host == "[fe80::1]:52014"
     assert msg.store_timestamp == 1700000000456 == m.store_timestamp_of(raw)
     again = m.encode(
-        topic="TopicTest", queue_id=3, queue_offset=43, physical_offset=1073742133,
-        body=b"Hello RocketMQ", properties={"TAGS": "TagB"}, born_timestamp=1700000000001,
-        store_timestamp=1700000000456, born_host="[fe80::1]:52014", store_host="10.0.0.5:10911",
+        topic="TopicTest",
+        queue_id=3,
+        queue_offset=43,
+        physical_offset=1073742133,
+        body=b"Hello RocketMQ",
+        properties={"TAGS": "TagB"},
+        born_timestamp=1700000000001,
+        store_timestamp=1700000000456,
+        born_host="[fe80::1]:52014",
+        store_host="10.0.0.5:10911",
     )
     assert again == raw
 
@@ -72,8 +79,15 @@ def test_compressed_bodies_round_trip(name: str) -> None:
     body = b"cold message " * 100
     stored = m.compress_body(body, name)
     unit = m.encode(
-        topic="T", queue_id=0, queue_offset=0, physical_offset=0, body=stored, properties={},
-        born_timestamp=1, store_timestamp=2, sys_flag=m.compression_bits(name),
+        topic="T",
+        queue_id=0,
+        queue_offset=0,
+        physical_offset=0,
+        body=stored,
+        properties={},
+        born_timestamp=1,
+        store_timestamp=2,
+        sys_flag=m.compression_bits(name),
     )
     msg = m.decode(unit)
     assert msg.compression == name and msg.crc_ok
@@ -91,7 +105,7 @@ def test_garbage_compressed_body_is_an_error_naming_the_codec() -> None:
 
 
 def test_properties_decoding_rules() -> None:
-    raw = "KEYS\x01a b\x02x\x02\x01v\x02n\x01\x02TAGS\x01T1\x02TAGS\x01T2\x02UNIQ_KEY\x01u".encode()
+    raw = b"KEYS\x01a b\x02x\x02\x01v\x02n\x01\x02TAGS\x01T1\x02TAGS\x01T2\x02UNIQ_KEY\x01u"
     assert m.decode_properties(raw) == {"KEYS": "a b", "TAGS": "T2", "UNIQ_KEY": "u"}
 
 
@@ -140,7 +154,8 @@ hosts = st.one_of(
     st.tuples(st.ip_addresses(v=6), st.integers(0, 65535)).map(lambda t: f"[{t[0]}]:{t[1]}"),
 )
 prop_text = st.text(
-    st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]), min_size=2,
+    st.characters(blacklist_characters="\x01\x02", blacklist_categories=["Cs"]),
+    min_size=2,
     max_size=20,
 )
 
@@ -157,12 +172,26 @@ prop_text = st.text(
     phys=st.integers(0, 2**62),
 )
 def test_encode_decode_round_trip(
-    topic: str, body: bytes, props: dict[str, str], born: str, store: str, v2: bool,
-    queue_offset: int, phys: int,
+    topic: str,
+    body: bytes,
+    props: dict[str, str],
+    born: str,
+    store: str,
+    v2: bool,
+    queue_offset: int,
+    phys: int,
 ) -> None:
     unit = m.encode(
-        topic=topic, queue_id=7, queue_offset=queue_offset, physical_offset=phys, body=body,
-        properties=props, born_timestamp=11, store_timestamp=12, born_host=born, store_host=store,
+        topic=topic,
+        queue_id=7,
+        queue_offset=queue_offset,
+        physical_offset=phys,
+        body=body,
+        properties=props,
+        born_timestamp=11,
+        store_timestamp=12,
+        born_host=born,
+        store_host=store,
         v2=v2 or len(topic.encode()) > 127,
     )
     msg = m.decode(unit)
