@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import ipaddress
+import mmap
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -238,7 +239,9 @@ class Message:
         return (self.store_host_raw + _I64.pack(self.physical_offset)).hex().upper()
 
 
-def decode(buf: bytes | bytearray | memoryview, pos: int = 0, *, where: str = "") -> Message:
+def decode(
+    buf: bytes | bytearray | memoryview | mmap.mmap, pos: int = 0, *, where: str = ""
+) -> Message:
     """Decode the unit at ``buf[pos:]``.
 
     Raises:

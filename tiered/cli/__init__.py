@@ -1,0 +1,25 @@
+"""The ``rmq-tiered`` command line.
+
+Every command prints one clear line and exits non-zero on a user mistake (bad option, bad file,
+corrupt input); a traceback only ever means a bug.
+"""
+
+from __future__ import annotations
+
+import click
+
+from tiered.cli.common import Group
+from tiered.cli.demo import demo
+from tiered.cli.gen_store import gen_store
+from tiered.cli.inspect import inspect_group
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="rocketmq-tiered", prog_name="rmq-tiered")
+def main() -> None:
+    """rocketmq-tiered: offload a RocketMQ broker's messages to tiered storage, read them back."""
+
+
+main.add_command(inspect_group)
+main.add_command(gen_store)
+main.add_command(demo)

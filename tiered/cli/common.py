@@ -1,0 +1,45 @@
+"""What every command shares: the error-to-one-line group, JSON lines, rich console."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, NoReturn
+
+import click
+from rich.console import Console
+
+from tiered.errors import TieredStoreError
+
+EXIT_DATA_ERROR = 1
+EXIT_USER_ERROR = 2
+
+console = Console(highlight=False)
+
+
+class Group(click.Group):
+    """A click group that turns our errors (and OS errors on named files) into one-line messages."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TieredStoreError as e:
+            fail(str(e))
+        except (FileNotFoundError, PermissionError, IsADirectoryError, NotADirectoryError) as e:
+            fail(f"{e.strerror}: {e.filename}")
+
+
+def fail(message: str, code: int = EXIT_USER_ERROR) -> NoReturn:
+    """Print ``error: message`` to stderr and exit with ``code``."""
+    click.secho(f"error: {message}", fg="red", err=True)
+    sys.exit(code)
+
+
+def warn(message: str) -> None:
+    """Print ``warning: message`` to stderr."""
+    click.secho(f"warning: {message}", fg="yellow", err=True)
+
+
+def emit_json(obj: dict[str, Any]) -> None:
+    """One JSON object per line on stdout."""
+    click.echo(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))

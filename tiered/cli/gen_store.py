@@ -1,0 +1,98 @@
+"""``rmq-tiered gen-store``: write a byte-exact broker store for tests, demos and benchmarks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.progress import Progress
+
+from tiered.broker.generator import GenSpec, generate_store
+from tiered.cli.common import console
+
+
+@click.command("gen-store")
+@click.argument("out_dir", type=click.Path(file_okay=False, path_type=Path))
+@click.option("--seed", type=int, default=0, show_default=True, help="Random seed.")
+@click.option("--topics", type=int, default=2, show_default=True, help="Number of topics.")
+@click.option("--queues", type=int, default=4, show_default=True, help="Queues per topic.")
+@click.option("--messages", type=int, default=1000, show_default=True, help="Total messages.")
+@click.option("--min-body", type=int, default=16, show_default=True, help="Smallest body, bytes.")
+@click.option("--max-body", type=int, default=1024, show_default=True, help="Largest body, bytes.")
+@click.option(
+    "--commitlog-file-size",
+    type=int,
+    default=1 << 30,
+    show_default=True,
+    help="mappedFileSizeCommitLog, bytes.",
+)
+@click.option(
+    "--cq-file-entries",
+    type=int,
+    default=300_000,
+    show_default=True,
+    help="Consumequeue units per file (mappedFileSizeConsumeQueue / 20).",
+)
+@click.option("--v2-fraction", type=float, default=0.0, help="Share of v2-magic messages.")
+@click.option("--ipv6-fraction", type=float, default=0.0, help="Share of IPv6 born/store hosts.")
+@click.option("--compress-fraction", type=float, default=0.0, help="Share of compressed bodies.")
+@click.option("--keys-per-message", type=int, default=1, show_default=True, help="KEYS tokens.")
+@click.option("--with-index", is_flag=True, help="Also write broker IndexFiles (store/index).")
+@click.option(
+    "--start-ms",
+    type=int,
+    default=1_700_000_000_000,
+    show_default=True,
+    help="Store time of the first message, epoch ms.",
+)
+@click.option("--append", is_flag=True, help="Continue an existing store like a running broker.")
+@click.option("--quiet", is_flag=True, help="No progress bar or summary.")
+def gen_store(
+    out_dir: Path,
+    seed: int,
+    topics: int,
+    queues: int,
+    messages: int,
+    min_body: int,
+    max_body: int,
+    commitlog_file_size: int,
+    cq_file_entries: int,
+    v2_fraction: float,
+    ipv6_fraction: float,
+    compress_fraction: float,
+    keys_per_message: int,
+    with_index: bool,
+    start_ms: int,
+    append: bool,
+    quiet: bool,
+) -> None:
+    """Write a broker store (commitlog, consumequeue, topics.json, checkpoint) to OUT_DIR."""
+    spec = GenSpec(
+        seed=seed,
+        topics=topics,
+        queues=queues,
+        messages=messages,
+        min_body=min_body,
+        max_body=max_body,
+        commitlog_file_size=commitlog_file_size,
+        cq_file_entries=cq_file_entries,
+        v2_fraction=v2_fraction,
+        ipv6_fraction=ipv6_fraction,
+        compress_fraction=compress_fraction,
+        keys_per_message=keys_per_message,
+        with_index=with_index,
+        start_ms=start_ms,
+        append=append,
+    )
+    if quiet:
+        report = generate_store(out_dir, spec)
+        return
+    with Progress(console=console, transient=True) as progress:
+        task = progress.add_task("writing messages", total=messages)
+        report = generate_store(out_dir, spec, lambda done: progress.update(task, completed=done))
+    console.print(
+        f"{'appended' if append else 'wrote'} {report.messages} messages "
+        f"({report.bytes / 1e6:.1f} MB) to {out_dir}: {report.commitlog_files} commitlog files, "
+        f"{len(report.queues)} queues, {report.index_files} index files "
+        f"in {report.seconds:.2f} s ({report.mb_per_s:.0f} MB/s)"
+    )
