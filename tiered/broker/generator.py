@@ -10,7 +10,9 @@ and ``append`` continues a store like a broker that kept writing.
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import os
+import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -28,6 +30,8 @@ from tiered.javautil import tags_code
 TAGS_POOL = ("TagA", "TagB", "TagC", "TagD", "")
 COMPRESSIONS = ("ZLIB", "LZ4", "ZSTD")
 _FLUSH_BYTES = 8 << 20
+STORE_HOST_V4 = msgcodec.encode_host("10.0.0.5:10911")
+STORE_HOST_V6 = msgcodec.encode_host("[fd00::a]:10911")
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +100,9 @@ class GenReport:
     commitlog_files: int = 0
     index_files: int = 0
     queues: dict[tuple[str, int], tuple[int, int]] = field(default_factory=dict)
+    # with ``manifest=True``: (topic, queueId, queueOffset) -> (sha256 of the unit, of the body
+    # the producer sent), so a reader can be checked against what was really written
+    manifest: dict[tuple[str, int, int], tuple[str, str]] = field(default_factory=dict)
 
     @property
     def mb_per_s(self) -> float:
@@ -158,7 +165,11 @@ def _existing_state(out: Path, spec: GenSpec) -> _StoreState:
 
 
 def generate_store(
-    out: Path, spec: GenSpec, progress: Callable[[int], None] | None = None
+    out: Path,
+    spec: GenSpec,
+    progress: Callable[[int], None] | None = None,
+    *,
+    manifest: bool = False,
 ) -> GenReport:
     """Write (or with ``spec.append`` extend) the store under ``out``; returns what was written.
 
@@ -206,77 +217,93 @@ def generate_store(
     qoff = np.empty(n, dtype=np.int64)
     qoff[order] = base_off[qsel[order]] + (np.arange(n) - group_start[qsel[order]])
 
-    phys = np.empty(n, dtype=np.int64)
-    sizes = np.empty(n, dtype=np.int32)
-    tcodes = np.empty(n, dtype=np.int64)
     index_keys: list[tuple[str, str, int]] = []  # (topic, key, message index)
     tag_codes = [tags_code(t) for t in TAGS_POOL]
 
     writer = _CommitLogWriter(out / "commitlog", spec.commitlog_file_size, state.write_offset)
     report = GenReport()
     step = max(1, n // 100)
-    for i in range(n):
-        q = int(qsel[i])
+    columns = zip(
+        qsel.tolist(),
+        qoff.tolist(),
+        body_at.tolist(),
+        body_len.tolist(),
+        compress.tolist(),
+        ctype.tolist(),
+        tag_idx.tolist(),
+        born6.tolist(),
+        store6.tolist(),
+        v2.tolist(),
+        port.tolist(),
+        born_ms.tolist(),
+        store_ms.tolist(),
+        strict=True,
+    )  # plain Python values: numpy scalar indexing would dominate this loop
+    phys_l: list[int] = []
+    sizes_l: list[int] = []
+    tags_l: list[int] = []
+    for i, (q, off, a, blen, comp, ct, ti, b6, s6, is_v2, prt, bms, sms) in enumerate(columns):
         topic = topics[q // spec.queues]
         qid = q % spec.queues
-        off = int(qoff[i])
         seq = state.seq + i
-        a = int(body_at[i])
-        body = pool[a : a + int(body_len[i])]
+        body = pool[a : a + blen]
+        sent = body
         sys_flag = 0
-        if compress[i]:
-            name = COMPRESSIONS[int(ctype[i])]
+        if comp:
+            name = COMPRESSIONS[ct]
             body = msgcodec.compress_body(body, name)
             sys_flag |= msgcodec.compression_bits(name)
-        props: dict[str, str] = {}
+        # properties in the producer's order (KEYS, TAGS, UNIQ_KEY), built straight as bytes
         keys = [f"{topic}-{qid}-{off}-{j}" for j in range(spec.keys_per_message)]
-        if keys:
-            props[msgcodec.PROPERTY_KEYS] = " ".join(keys)
-        tag = TAGS_POOL[int(tag_idx[i])]
-        if tag:
-            props[msgcodec.PROPERTY_TAGS] = tag
+        tag = TAGS_POOL[ti]
         uniq = f"7F000001{spec.seed & 0xFFFF:04X}{seq:020X}"
-        props[msgcodec.PROPERTY_UNIQ_KEY] = uniq
-        born_host = (
-            f"[fd00::{q + 1:x}]:{port[i]}"
-            if born6[i]
-            else f"10.0.{q % 256}.{1 + i % 250}:{port[i]}"
-        )
-        store_host = "[fd00::a]:10911" if store6[i] else "10.0.0.5:10911"
-        pos = writer.reserve(
-            msgcodec.unit_size(
-                len(body),
-                len(topic),
-                len(msgcodec.encode_properties(props)),
-                v2=bool(v2[i]),
-                born_v6=bool(born6[i]),
-                store_v6=bool(store6[i]),
+        props = "".join(
+            (
+                f"KEYS\x01{' '.join(keys)}\x02" if keys else "",
+                f"TAGS\x01{tag}\x02" if tag else "",
+                f"UNIQ_KEY\x01{uniq}\x02",
+            )
+        ).encode()
+        if b6:
+            born_host = b"\xfd" + bytes(13) + struct.pack(">Hi", q + 1, prt)
+        else:
+            born_host = bytes((10, 0, q % 256, 1 + i % 250)) + struct.pack(">i", prt)
+        unit = bytearray(
+            msgcodec.encode(
+                topic=topic,
+                queue_id=qid,
+                queue_offset=off,
+                physical_offset=0,
+                body=body,
+                properties=props,
+                born_timestamp=bms,
+                store_timestamp=sms,
+                born_host=born_host,
+                store_host=STORE_HOST_V6 if s6 else STORE_HOST_V4,
+                sys_flag=sys_flag,
+                v2=is_v2,
             )
         )
-        unit = msgcodec.encode(
-            topic=topic,
-            queue_id=qid,
-            queue_offset=off,
-            physical_offset=pos,
-            body=body,
-            properties=props,
-            born_timestamp=int(born_ms[i]),
-            store_timestamp=int(store_ms[i]),
-            born_host=born_host,
-            store_host=store_host,
-            sys_flag=sys_flag,
-            v2=bool(v2[i]),
-        )
+        pos = writer.reserve(len(unit))
+        struct.pack_into(">q", unit, msgcodec.PHYSICAL_OFFSET_POSITION, pos)
         writer.write(unit)
-        phys[i] = pos
-        sizes[i] = len(unit)
-        tcodes[i] = tag_codes[int(tag_idx[i])]
+        if manifest:
+            report.manifest[(topic, qid, off)] = (
+                hashlib.sha256(unit).hexdigest(),
+                hashlib.sha256(sent).hexdigest(),
+            )
+        phys_l.append(pos)
+        sizes_l.append(len(unit))
+        tags_l.append(tag_codes[ti])
         if spec.with_index:
             index_keys.append((topic, uniq, i))
             index_keys.extend((topic, k, i) for k in keys)
         if progress is not None and (i + 1) % step == 0:
             progress(i + 1)
     writer.close()
+    phys = np.array(phys_l, dtype=np.int64)
+    sizes = np.array(sizes_l, dtype=np.int32)
+    tcodes = np.array(tags_l, dtype=np.int64)
 
     _write_consume_queues(out, spec, topics, qsel, qoff, phys, sizes, tcodes, report)
     last_ms = int(store_ms[-1]) if n else state.last_store_ms
@@ -328,7 +355,7 @@ class _CommitLogWriter:
             self._open(self.offset)
         return self.offset
 
-    def write(self, unit: bytes) -> None:
+    def write(self, unit: bytes | bytearray) -> None:
         """Append a unit at the reserved offset."""
         self.buf += unit
         self.offset += len(unit)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import ipaddress
 import mmap
+import socket
 import struct
 import zlib
 from dataclasses import dataclass, field
@@ -102,8 +103,12 @@ def unit_size(
 def encode_host(host: str) -> bytes:
     """``"1.2.3.4:10911"`` or ``"[fe80::1]:10911"`` → address bytes + i32 port."""
     addr, _, port = host.rpartition(":")
-    ip = ipaddress.ip_address(addr.strip("[]"))
-    return ip.packed + _I32.pack(int(port))
+    addr = addr.strip("[]")
+    family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+    try:
+        return socket.inet_pton(family, addr) + _I32.pack(int(port))
+    except (OSError, ValueError) as e:
+        raise ValueError(f"host {host!r} is not 'ipv4:port' or '[ipv6]:port'") from e
 
 
 def decode_host(raw: bytes | memoryview) -> str:
@@ -336,8 +341,8 @@ def encode(
     properties: dict[str, str] | bytes,
     born_timestamp: int,
     store_timestamp: int,
-    born_host: str = "127.0.0.1:0",
-    store_host: str = "127.0.0.1:10911",
+    born_host: str | bytes = "127.0.0.1:0",
+    store_host: str | bytes = "127.0.0.1:10911",
     sys_flag: int = 0,
     flag: int = 0,
     reconsume_times: int = 0,
@@ -347,13 +352,14 @@ def encode(
     """Build the bytes of one unit exactly as ``CommitLog.DefaultAppendMessageCallback`` writes it.
 
     ``body`` is stored as given (compress it first and set the sysflag bits for a compressed
-    message). IPv6 hosts set the matching sysflag bits. ``v2=None`` picks v2 when the topic has
+    message). Hosts are ``"ip:port"`` strings or :func:`encode_host` bytes; IPv6 hosts set the
+    matching sysflag bits. ``v2=None`` picks v2 when the topic has
     more than 127 characters, as the broker does.
     """
     topic_raw = topic.encode("utf-8")
     props_raw = properties if isinstance(properties, bytes) else encode_properties(properties)
-    born_raw = encode_host(born_host)
-    store_raw = encode_host(store_host)
+    born_raw = born_host if isinstance(born_host, bytes) else encode_host(born_host)
+    store_raw = store_host if isinstance(store_host, bytes) else encode_host(store_host)
     if len(born_raw) == 20:
         sys_flag |= BORNHOST_V6_FLAG
     if len(store_raw) == 20:

@@ -1,0 +1,695 @@
+"""Configuration: RocketMQ-style properties files, ``RMQ_TIERED_<key>`` overrides, a frozen model.
+
+Keys and defaults are upstream's (``org.apache.rocketmq.tieredstore.MessageStoreConfig``, spec
+section 11) plus the broker keys the sidecar reads and a few of its own. Files use the upstream
+camelCase names; the model's Python names are snake_case with the unit spelled out. The broker's own
+``broker.conf`` may be one of the files: a key the sidecar does not use is ignored only when it is a
+known broker key (:mod:`tiered.broker_keys`); anything else is an error with a did-you-mean.
+
+Precedence, lowest first: model defaults, files in the order given (later wins), environment
+variables ``RMQ_TIERED_<key>``, explicit ``overrides``.
+"""
+
+from __future__ import annotations
+
+import difflib
+import enum
+import logging
+import os
+import re
+import socket
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Annotated, Any, NamedTuple
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from tiered.broker_keys import KNOWN_BROKER_KEYS
+from tiered.errors import ConfigError
+
+__all__ = [
+    "ENV_PREFIX",
+    "PROVIDER_NAMES",
+    "BrokerRole",
+    "StorageLevel",
+    "TieredConfig",
+    "load_config",
+    "parse_properties",
+]
+
+_LOG = logging.getLogger(__name__)
+
+ENV_PREFIX = "RMQ_TIERED_"
+INT_MAX = 2**31 - 1  # Java int
+LONG_MAX = 2**63 - 1  # Java long
+CQ_UNIT_SIZE = 20
+INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ITEM_SIZE = 28, 4, 32
+
+PROVIDER_NAMES = ("posix", "memory", "s3", "fsspec")
+_UPSTREAM = "org.apache.rocketmq.tieredstore."
+_PROVIDER_ALIASES = {
+    f"{_UPSTREAM}provider.PosixFileSegment": "posix",
+    f"{_UPSTREAM}provider.MemoryFileSegment": "memory",
+    f"{_UPSTREAM}provider.posix.PosixFileSegment": "posix",  # 5.1 package layout
+    f"{_UPSTREAM}provider.memory.MemoryFileSegment": "memory",
+}
+_METADATA_ALIASES = {
+    "default": "default",
+    f"{_UPSTREAM}metadata.DefaultMetadataStore": "default",
+    f"{_UPSTREAM}metadata.TieredMetadataManager": "default",  # 5.1 name of the same store
+}
+_THIRD_PARTY_NAME = re.compile(r"[a-z][a-z0-9_]*")
+# Spellings of older releases, read as today's key.
+_LEGACY_KEYS = {
+    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
+    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
+    "tieredStoreFilepath": "tieredStoreFilePath",
+}
+_SECRET_KEYS = frozenset({"objectStoreSecretKey"})
+
+
+class StorageLevel(enum.IntEnum):
+    """Which reads the tier serves (upstream ``TieredStorageLevel``); see spec section 9.1."""
+
+    DISABLE = 0
+    NOT_IN_DISK = 1
+    NOT_IN_MEM = 2
+    FORCE = 3
+
+    def check(self, target: StorageLevel) -> bool:
+        """Upstream ``check``: this level is at least ``target``."""
+        return self.value >= target.value
+
+
+class BrokerRole(enum.StrEnum):
+    """The broker's replication role (store ``brokerRole``)."""
+
+    ASYNC_MASTER = "ASYNC_MASTER"
+    SYNC_MASTER = "SYNC_MASTER"
+    SLAVE = "SLAVE"
+
+
+# --- properties files ----------------------------------------------------------------------------
+
+_WS = " \t\f"
+_ESCAPES = {"t": "\t", "n": "\n", "r": "\r", "f": "\f"}
+
+
+def parse_properties(text: str, source: str) -> dict[str, str]:
+    """Parse ``java.util.Properties`` text into a dict; a repeated key keeps its last value.
+
+    ``key=value``, ``key: value`` and ``key value``; ``#`` and ``!`` comment lines; backslash line
+    continuation; ``\\t \\n \\r \\f \\uXXXX`` escapes. Whitespace around the key and the value is
+    dropped (trailing whitespace unless escaped; Java keeps it, which is almost always an accident).
+    ``source`` names the text in error messages.
+
+    Raises:
+        ConfigError: a line has no key or a malformed ``\\uXXXX`` escape.
+    """
+    return {key: value for key, value, _ in _entries(text, source)}
+
+
+def _entries(text: str, source: str) -> Iterator[tuple[str, str, int]]:
+    """``(key, value, line number)`` for each logical line of ``text``."""
+    for lineno, line in _logical_lines(text):
+        end = 0
+        while end < len(line) and line[end] not in "=:" + _WS:
+            end += 2 if line[end] == "\\" else 1
+        end = min(end, len(line))
+        rest = line[end:]
+        if rest[:1] in ("=", ":"):
+            rest = rest[1:]
+        else:
+            rest = rest.lstrip(_WS)
+            if rest[:1] in ("=", ":"):
+                rest = rest[1:]
+        key = _unescape(line[:end], source, lineno)
+        if not key:
+            raise ConfigError(f"{source}:{lineno}: line {line!r} has no key before its value")
+        yield key, _unescape(_rstrip_unescaped(rest.lstrip(_WS)), source, lineno), lineno
+
+
+def _logical_lines(text: str) -> Iterator[tuple[int, str]]:
+    """Non-comment, non-blank lines with continuations joined, each with its first line number."""
+    lines = re.split(r"\r\n|\r|\n", text.removeprefix("\ufeff"))
+    i = 0
+    while i < len(lines):
+        lineno, line = i + 1, lines[i].lstrip(_WS)
+        i += 1
+        if not line or line[0] in "#!":
+            continue
+        while _odd_backslashes(line):
+            line = line[:-1]
+            if i < len(lines):
+                line += lines[i].lstrip(_WS)
+                i += 1
+        yield lineno, line
+
+
+def _odd_backslashes(s: str) -> bool:
+    return (len(s) - len(s.rstrip("\\"))) % 2 == 1
+
+
+def _rstrip_unescaped(s: str) -> str:
+    end = len(s)
+    while end > 0 and s[end - 1] in _WS and not _odd_backslashes(s[: end - 1]):
+        end -= 1
+    return s[:end]
+
+
+def _unescape(s: str, source: str, lineno: int) -> str:
+    if "\\" not in s:
+        return s
+    out: list[str] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        i += 1
+        if c != "\\" or i == len(s):
+            out.append(c)
+            continue
+        c = s[i]
+        i += 1
+        if c == "u":
+            digits = s[i : i + 4]
+            if not re.fullmatch(r"[0-9a-fA-F]{4}", digits):
+                raise ConfigError(f"{source}:{lineno}: malformed \\uXXXX escape '\\u{digits}'")
+            out.append(chr(int(digits, 16)))
+            i += 4
+        else:
+            out.append(_ESCAPES.get(c, c))
+    return "".join(out)
+
+
+# --- value parsers (Java semantics, strict: a bad value is an error, never silently ignored) -----
+
+
+def _int(lo: int, hi: int) -> Callable[[object], int]:
+    allowed = f"{lo}..{hi}"
+
+    def parse(value: object) -> int:
+        if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+            value = int(value.strip())
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError(f"is not a whole number (allowed: {allowed})")
+        if not lo <= value <= hi:
+            raise ValueError(f"is out of range (allowed: {allowed})")
+        return value
+
+    return parse
+
+
+def _rate(value: object) -> float:
+    try:
+        rate = float(value) if isinstance(value, str | int | float) else float("nan")
+    except ValueError:
+        rate = float("nan")
+    if isinstance(value, bool) or not 0.0 < rate <= 1.0:
+        raise ValueError("is not a fraction (allowed: a number > 0 and <= 1, e.g. 0.3)")
+    return rate
+
+
+def _bool(value: object) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+        return value.strip().lower() == "true"
+    raise ValueError("is not a boolean (allowed: true, false)")
+
+
+def _choice(names: Sequence[str], extra: str = "") -> Callable[[object], str]:
+    def parse(value: object) -> str:
+        if isinstance(value, str) and value.strip() in names:
+            return value.strip()
+        upper = str(value).strip().upper()
+        hint = f"; names are case-sensitive: did you mean {upper!r}?" if upper in names else ""
+        raise ValueError(f"is not one of {', '.join(names)}{extra}{hint}")
+
+    return parse
+
+
+def _storage_level(value: object) -> StorageLevel:
+    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
+        value = int(value)
+    if isinstance(value, int) and not isinstance(value, bool):
+        if 0 <= value <= 3:
+            return StorageLevel(value)
+        raise ValueError(
+            "is out of range (allowed: 0..3 or DISABLE, NOT_IN_DISK, NOT_IN_MEM, FORCE)"
+        )
+    names = [level.name for level in StorageLevel]
+    return StorageLevel[_choice(names, " (or their numbers 0..3)")(value)]
+
+
+def _provider(value: object) -> str:
+    name = str(value).strip()
+    if name.lower() in PROVIDER_NAMES:
+        return name.lower()
+    if name in _PROVIDER_ALIASES:
+        return _PROVIDER_ALIASES[name]
+    if _THIRD_PARTY_NAME.fullmatch(name):
+        return name  # a third-party provider; the registry resolves it when the store starts
+    classes = ", ".join(list(_PROVIDER_ALIASES)[:2])
+    raise ValueError(
+        f"is not a provider (allowed: {', '.join(PROVIDER_NAMES)}, a registered third-party "
+        f"provider name in lower case, or the upstream classes {classes})"
+    )
+
+
+def _metadata_provider(value: object) -> str:
+    if str(value).strip() in _METADATA_ALIASES:
+        return _METADATA_ALIASES[str(value).strip()]
+    raise ValueError(f"is not supported (allowed: {', '.join(_METADATA_ALIASES)})")
+
+
+def _text(value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError("must not be empty")
+    return value.strip()
+
+
+def _path(value: object) -> Path:
+    if isinstance(value, Path):
+        return value.expanduser()
+    return Path(_text(value)).expanduser()
+
+
+def _paths(value: object) -> tuple[Path, ...]:
+    if isinstance(value, str):
+        return tuple(Path(p.strip()).expanduser() for p in value.split(",") if p.strip())
+    if isinstance(value, Sequence):
+        return tuple(_path(p) for p in value)
+    raise ValueError("is not a comma-separated list of directories")
+
+
+def _endpoint(value: object) -> str:
+    if isinstance(value, str) and (not value.strip() or re.match(r"https?://", value.strip())):
+        return value.strip()
+    raise ValueError("is not an endpoint URL (allowed: empty for AWS, or http://host[:port])")
+
+
+def _bucket(value: object) -> str:
+    if isinstance(value, str) and not re.search(r"[/\s]", value.strip()):
+        return value.strip()
+    raise ValueError(
+        "is not a bucket name (no '/' or spaces; put a key prefix in objectStorePrefix)"
+    )
+
+
+def _host_name() -> str:
+    try:
+        return socket.gethostname() or "DEFAULT_BROKER"
+    except OSError:
+        return "DEFAULT_BROKER"
+
+
+def _key(key: str, doc: str, default: Any = None, **kw: Any) -> Any:
+    """A model field read from upstream key ``key``; ``doc`` gives meaning and unit."""
+    if "default_factory" not in kw:
+        kw["default"] = default
+    return Field(validation_alias=key, serialization_alias=key, description=doc, **kw)
+
+
+Int = Annotated[int, BeforeValidator(_int(1, INT_MAX))]  # Java int > 0
+IntOrZero = Annotated[int, BeforeValidator(_int(0, INT_MAX))]
+Long = Annotated[int, BeforeValidator(_int(1, LONG_MAX))]  # Java long > 0
+Bool = Annotated[bool, BeforeValidator(_bool)]
+Text = Annotated[str, BeforeValidator(_text)]
+DirPath = Annotated[Path, BeforeValidator(_path)]
+DirList = Annotated[tuple[Path, ...], BeforeValidator(_paths)]
+BrokerId = Annotated[int, BeforeValidator(_int(0, LONG_MAX))]
+Role = Annotated[BrokerRole, BeforeValidator(_choice(list(BrokerRole)))]
+CqFileSize = Annotated[
+    int, BeforeValidator(_int(CQ_UNIT_SIZE, INT_MAX // CQ_UNIT_SIZE * CQ_UNIT_SIZE))
+]
+Level = Annotated[StorageLevel, BeforeValidator(_storage_level)]
+Provider = Annotated[str, BeforeValidator(_provider)]
+MetadataStore = Annotated[str, BeforeValidator(_metadata_provider)]
+Endpoint = Annotated[str, BeforeValidator(_endpoint)]
+Bucket = Annotated[str, BeforeValidator(_bucket)]
+PendingLimit = Annotated[int, BeforeValidator(_int(4, INT_MAX))]  # upstream semaphores get 1/4
+IndexItems = Annotated[int, BeforeValidator(_int(2, INT_MAX))]  # item 0 is never used
+Rate = Annotated[float, BeforeValidator(_rate)]
+
+
+# --- the model -----------------------------------------------------------------------------------
+
+
+class TieredConfig(BaseModel):
+    """The sidecar's validated, immutable configuration.
+
+    Build it with :func:`load_config` or :meth:`from_properties`, which raise :class:`ConfigError`;
+    constructing it directly (Python field names) raises pydantic's ``ValidationError`` instead.
+    """
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
+
+    # broker keys (the broker's own values, from its broker.conf)
+    store_path_root_dir: DirPath = _key(
+        "storePathRootDir",
+        "broker store root directory",
+        default_factory=lambda: Path.home() / "store",
+    )
+    store_path_commit_log: DirList = _key(
+        "storePathCommitLog", "commitlog directories, ','-separated; empty = {root}/commitlog", ()
+    )
+    broker_cluster_name: Text = _key("brokerClusterName", "cluster name", "DefaultCluster")
+    broker_name: Text = _key(
+        "brokerName", "broker name (default host name)", default_factory=_host_name
+    )
+    broker_id: BrokerId = _key("brokerId", "0 = master", 0)
+    broker_role: Role = _key("brokerRole", "replication role", BrokerRole.ASYNC_MASTER)
+    mapped_file_size_commit_log_bytes: Int = _key(
+        "mappedFileSizeCommitLog", "commitlog file size, bytes", 1073741824
+    )
+    mapped_file_size_consume_queue_bytes: CqFileSize = _key(
+        "mappedFileSizeConsumeQueue",
+        "consumequeue file size, bytes (rounded up to 20)",
+        6000000,
+    )
+    message_index_enable: Bool = _key("messageIndexEnable", "build the tiered key index", True)
+    enable_consume_queue_ext: Bool = _key("enableConsumeQueueExt", "broker writes CQ ext", False)
+
+    # tiered storage and providers
+    tiered_storage_level: Level = _key(
+        "tieredStorageLevel", "which reads the tier serves", StorageLevel.NOT_IN_DISK
+    )
+    tiered_backend_service_provider: Provider = _key(
+        "tieredBackendServiceProvider", "storage provider name", "memory"
+    )
+    tiered_metadata_service_provider: MetadataStore = _key(
+        "tieredMetadataServiceProvider", "metadata store", "default"
+    )
+    tiered_store_file_path: str = _key("tieredStoreFilePath", "posix base directory", "")
+    tiered_store_fsspec_url: str = _key("tieredStoreFsspecUrl", "fsspec base URL", "")
+    tiered_store_commit_log_max_size_bytes: Long = _key(
+        "tieredStoreCommitLogMaxSize", "flat commitlog segment size, bytes", 1073741824
+    )
+    tiered_store_consume_queue_max_size_bytes: Long = _key(
+        "tieredStoreConsumeQueueMaxSize", "flat consumequeue segment size, bytes", 104857600
+    )
+    commit_log_rolling_interval_hours: Int = _key(
+        "commitLogRollingInterval", "roll the flat commitlog segment after, hours", 24
+    )
+    commit_log_rolling_minimum_size_bytes: IntOrZero = _key(
+        "commitLogRollingMinimumSize", "no time rolling below, bytes", 16777216
+    )
+
+    # S3
+    object_store_endpoint: Endpoint = _key(
+        "objectStoreEndpoint", "S3 endpoint URL; empty = AWS", ""
+    )
+    object_store_bucket: Bucket = _key("objectStoreBucket", "S3 bucket", "")
+    object_store_access_key: str = _key("objectStoreAccessKey", "empty = AWS credential chain", "")
+    object_store_secret_key: SecretStr = _key(
+        "objectStoreSecretKey", "empty = AWS credential chain", SecretStr("")
+    )
+    object_store_prefix: str = _key("objectStorePrefix", "key prefix inside the bucket", "")
+    object_store_region: Text = _key("objectStoreRegion", "S3 region", "us-east-1")
+    object_store_path_style: Bool = _key("objectStorePathStyle", "path-style addressing", False)
+
+    # dispatch / commit
+    tiered_store_dispatch_interval_ms: Int = _key(
+        "tieredStoreDispatchIntervalMs", "dispatcher wake-up period, ms", 20000
+    )
+    tiered_store_group_commit: Bool = _key("tieredStoreGroupCommit", "batch uploads", True)
+    tiered_store_group_commit_timeout_ms: IntOrZero = _key(
+        "tieredStoreGroupCommitTimeout", "hold a batch at most, ms", 30000
+    )
+    tiered_store_group_commit_count: Int = _key(
+        "tieredStoreGroupCommitCount", "send a batch at, messages", 4096
+    )
+    tiered_store_group_commit_size_bytes: Int = _key(
+        "tieredStoreGroupCommitSize", "send a batch at, bytes", 4194304
+    )
+    tiered_store_max_group_commit_count: Int = _key(
+        "tieredStoreMaxGroupCommitCount", "pending buffers per segment", 10000
+    )
+    tiered_store_max_pending_limit: PendingLimit = _key(
+        "tieredStoreMaxPendingLimit", "concurrent uploads x4", 10000
+    )
+    tiered_store_crc_check_enable: Bool = _key(
+        "tieredStoreCrcCheckEnable", "unused upstream", False
+    )
+
+    # read-ahead
+    read_ahead_cache_enable: Bool = _key("readAheadCacheEnable", "use the read-ahead cache", True)
+    read_ahead_message_count_threshold: Int = _key(
+        "readAheadMessageCountThreshold", "read ahead, messages", 4096
+    )
+    read_ahead_message_size_threshold_bytes: Int = _key(
+        "readAheadMessageSizeThreshold", "max bytes per tiered read", 16777216
+    )
+    read_ahead_cache_expire_duration_ms: Long = _key(
+        "readAheadCacheExpireDuration", "expire after access, ms", 15000
+    )
+    read_ahead_cache_size_threshold_rate: Rate = _key(
+        "readAheadCacheSizeThresholdRate", "cache budget, fraction of memory", 0.3
+    )
+    record_get_message_result: Bool = _key("recordGetMessageResult", "log tiered reads", False)
+
+    # index
+    tiered_store_index_file_max_hash_slot_num: Int = _key(
+        "tieredStoreIndexFileMaxHashSlotNum", "index slots per file", 5000000
+    )
+    tiered_store_index_file_max_index_num: IndexItems = _key(
+        "tieredStoreIndexFileMaxIndexNum", "index items per file", 20000000
+    )
+
+    # expiry
+    tiered_store_delete_file_enable: Bool = _key("tieredStoreDeleteFileEnable", "expire data", True)
+    tiered_store_file_reserved_time_hours: Int = _key(
+        "tieredStoreFileReservedTime", "keep tiered data, hours", 72
+    )
+    tiered_store_delete_file_interval_ms: Long = _key(
+        "tieredStoreDeleteFileInterval", "expiry check period, ms", 3600000
+    )
+
+    # sidecar
+    tiered_data_dir: DirPath = _key(
+        "tieredDataDir",
+        "sidecar metadata and index files; never inside the broker store",
+        default_factory=lambda: Path.home() / "rmq-tiered",
+    )
+
+    @model_validator(mode="after")
+    def _check_together(self) -> TieredConfig:
+        problems = []
+        provider = self.tiered_backend_service_provider
+        if provider == "s3" and not self.object_store_bucket:
+            problems.append("tieredBackendServiceProvider=s3 needs a bucket: set objectStoreBucket")
+        if provider == "fsspec" and not self.tiered_store_fsspec_url:
+            problems.append(
+                "tieredBackendServiceProvider=fsspec needs tieredStoreFsspecUrl: set it to a base "
+                "URL such as s3://bucket/prefix or file:///mnt/tiered"
+            )
+        writable = [("tieredDataDir", self.tiered_data_dir)]
+        if provider == "posix" and self.tiered_store_file_path:
+            writable.append(("tieredStoreFilePath", Path(self.tiered_store_file_path)))
+        if provider == "fsspec" and self.tiered_store_fsspec_url.startswith("file://"):
+            writable.append(("tieredStoreFsspecUrl", Path(self.tiered_store_fsspec_url[7:])))
+        store = [("storePathRootDir", self.store_path_root_dir)]
+        store += [("storePathCommitLog", d) for d in self.commitlog_dirs]
+        for key, path in writable:
+            for store_key, store_dir in store:
+                if _is_within(path, store_dir):
+                    problems.append(
+                        f"{key}='{path}' is inside the broker store ({store_key}='{store_dir}'); "
+                        f"the sidecar never writes there: set {key} to a directory outside it"
+                    )
+                    break
+        index_bytes = (
+            INDEX_HEADER_SIZE
+            + self.tiered_store_index_file_max_hash_slot_num * INDEX_SLOT_SIZE
+            + self.tiered_store_index_file_max_index_num * INDEX_ITEM_SIZE
+        )
+        if index_bytes > INT_MAX:
+            problems.append(
+                "tieredStoreIndexFileMaxHashSlotNum and tieredStoreIndexFileMaxIndexNum make an "
+                f"index file of {index_bytes} bytes, over the format's limit of {INT_MAX}: "
+                "lower them"
+            )
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+    @classmethod
+    def model_keys(cls) -> list[str]:
+        """The upstream key names of every field, sorted."""
+        return sorted(str(field.validation_alias) for field in cls.model_fields.values())
+
+    @classmethod
+    def from_properties(cls, mapping: Mapping[str, str]) -> TieredConfig:
+        """Build from one flat ``key -> value`` mapping (upstream key names, string values).
+
+        Raises:
+            ConfigError: an unknown key or a bad value; the message names key, value and what is
+                allowed.
+        """
+        settings = {}
+        for key, value in mapping.items():
+            canonical = _LEGACY_KEYS.get(key, key)
+            if canonical == key or canonical not in mapping:
+                settings[canonical] = _Setting(value, None)
+        return _build(settings)
+
+    def as_properties(self) -> dict[str, str]:
+        """Effective values by upstream key, spelled as in a properties file; the secret masked."""
+        out = {}
+        for name, field in type(self).model_fields.items():
+            value = getattr(self, name)
+            if isinstance(value, SecretStr):
+                text = str(value) if value.get_secret_value() else ""
+            elif isinstance(value, bool):
+                text = str(value).lower()
+            elif isinstance(value, enum.Enum):
+                text = value.name
+            elif isinstance(value, tuple):
+                text = ",".join(str(p) for p in value)
+            else:
+                text = str(value)
+            out[str(field.validation_alias)] = text
+        return dict(sorted(out.items()))
+
+    @property
+    def commitlog_dirs(self) -> tuple[Path, ...]:
+        """The broker's commitlog directories (``storePathCommitLog`` or ``{root}/commitlog``)."""
+        return self.store_path_commit_log or (self.store_path_root_dir / "commitlog",)
+
+    @property
+    def consume_queue_dir(self) -> Path:
+        """``{storePathRootDir}/consumequeue``."""
+        return self.store_path_root_dir / "consumequeue"
+
+    @property
+    def store_index_dir(self) -> Path:
+        """The broker's own index directory, ``{storePathRootDir}/index``."""
+        return self.store_path_root_dir / "index"
+
+    @property
+    def checkpoint_file(self) -> Path:
+        """``{storePathRootDir}/checkpoint``."""
+        return self.store_path_root_dir / "checkpoint"
+
+    @property
+    def effective_cq_file_size_bytes(self) -> int:
+        """The consumequeue file size the broker really uses: rounded up to a multiple of 20."""
+        units = -(-self.mapped_file_size_consume_queue_bytes // CQ_UNIT_SIZE)
+        return units * CQ_UNIT_SIZE
+
+
+_MODEL_KEYS = frozenset(TieredConfig.model_keys())
+
+
+def _is_within(path: Path, parent: Path) -> bool:
+    inner, outer = path.expanduser().resolve(), parent.expanduser().resolve()
+    return inner == outer or outer in inner.parents
+
+
+# --- loading -------------------------------------------------------------------------------------
+
+
+class _Setting(NamedTuple):
+    value: str
+    source: str | None  # "file:line", "environment variable X", "override"; None when unknown
+
+
+def load_config(
+    paths: str | Path | Sequence[str | Path],
+    env: Mapping[str, str] | None = None,
+    overrides: Mapping[str, str] | None = None,
+) -> TieredConfig:
+    """Read properties ``paths`` (later wins), then ``RMQ_TIERED_<key>`` variables of ``env``
+    (default ``os.environ``), then ``overrides``; validate once.
+
+    Raises:
+        ConfigError: a file cannot be read or parsed, a key is unknown, or a value is bad. The
+            message is one line naming the file (and line), the key, the value and the fix.
+    """
+    if isinstance(paths, str | Path):  # one file (a str is also a Sequence of characters)
+        paths = [paths]
+    settings: dict[str, _Setting] = {}
+
+    def put(key: str, setting: _Setting) -> None:
+        settings[_LEGACY_KEYS.get(key, key)] = setting
+
+    for path in paths:
+        text = _read_text(Path(path))
+        for key, value, lineno in _entries(text, str(path)):
+            put(key, _Setting(value, f"{path}:{lineno}"))
+    lowered = {key.lower(): key for key in _MODEL_KEYS}
+    for name, value in (os.environ if env is None else env).items():
+        if name.startswith(ENV_PREFIX):
+            key = name.removeprefix(ENV_PREFIX)
+            if key not in _MODEL_KEYS and key not in KNOWN_BROKER_KEYS:
+                key = lowered.get(key.lower(), key)  # RMQ_TIERED_TIEREDSTORAGELEVEL
+            put(key, _Setting(value, f"environment variable {name}"))
+    for key, value in (overrides or {}).items():
+        put(key, _Setting(value, "override"))
+    return _build(settings)
+
+
+def _read_text(path: Path) -> str:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError as e:
+        raise ConfigError(f"config file {path} does not exist: check the path") from e
+    except IsADirectoryError as e:
+        raise ConfigError(f"config file {path} is a directory: give a properties file") from e
+    except PermissionError as e:
+        raise ConfigError(f"config file {path} is not readable (permission denied)") from e
+    except OSError as e:
+        raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from e
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(
+            f"config file {path} is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
+            ": save it as UTF-8"
+        ) from e
+
+
+def _build(settings: Mapping[str, _Setting]) -> TieredConfig:
+    unknown = [k for k in settings if k not in _MODEL_KEYS and k not in KNOWN_BROKER_KEYS]
+    if unknown:
+        raise ConfigError("; ".join(_unknown_key(k, settings[k].source) for k in unknown))
+    ignored = sorted(k for k in settings if k not in _MODEL_KEYS)
+    if ignored:
+        _LOG.debug("ignoring broker keys the sidecar does not use: %s", ", ".join(ignored))
+    values = {k: s.value for k, s in settings.items() if k in _MODEL_KEYS}
+    try:
+        return TieredConfig.model_validate(values)
+    except ValidationError as e:
+        raise ConfigError("; ".join(_describe(err, settings) for err in e.errors())) from e
+
+
+def _unknown_key(key: str, source: str | None) -> str:
+    where = f"{source}: " if source else ""
+    lowered = {k.lower(): k for k in sorted(KNOWN_BROKER_KEYS) + sorted(_MODEL_KEYS)}
+    close = difflib.get_close_matches(key.lower(), lowered, n=1, cutoff=0.75)
+    hint = f" (did you mean {lowered[close[0]]!r}?)" if close else ""
+    return (
+        f"{where}unknown key {key!r}{hint}: it is neither a sidecar key nor a known RocketMQ "
+        "broker key; fix or remove it"
+    )
+
+
+def _describe(err: ErrorDetails, settings: Mapping[str, _Setting]) -> str:
+    ctx = err.get("ctx") or {}
+    problem = str(ctx["error"]) if "error" in ctx else str(err["msg"])
+    if not err["loc"]:
+        return problem
+    key = str(err["loc"][0])
+    setting = settings.get(key)
+    where = f"{setting.source}: " if setting and setting.source else ""
+    value = "'***'" if key in _SECRET_KEYS else repr(setting.value if setting else err["input"])
+    return f"{where}{key}={value} {problem}"
