@@ -15,9 +15,15 @@ FILE_SIZE = 4096
 
 def _unit(qoff: int, phys: int, body: bytes = b"x" * 100) -> bytes:
     return m.encode(
-        topic="T", queue_id=0, queue_offset=qoff, physical_offset=phys, body=body,
-        properties={"KEYS": f"k{qoff}"}, born_timestamp=1, store_timestamp=1000 + qoff,
-    )  # fmt: skip
+        topic="T",
+        queue_id=0,
+        queue_offset=qoff,
+        physical_offset=phys,
+        body=body,
+        properties={"KEYS": f"k{qoff}"},
+        born_timestamp=1,
+        store_timestamp=1000 + qoff,
+    )
 
 
 def _write_store(d: Path, count: int) -> list[tuple[int, int]]:

@@ -29,13 +29,21 @@ V5_IPV6_HEX = (
 
 def test_v5_unit_encodes_byte_exact() -> None:
     unit = m.encode(
-        topic="TopicTest", queue_id=3, queue_offset=42, physical_offset=1073741952,
+        topic="TopicTest",
+        queue_id=3,
+        queue_offset=42,
+        physical_offset=1073741952,
         body=b"Hello RocketMQ",
-        properties={"KEYS": "key1 key2", "TAGS": "TagA",
-                    "UNIQ_KEY": "7F00000100002A9F0000000000000001"},
-        born_timestamp=1700000000000, store_timestamp=1700000000123,
-        born_host="192.168.0.10:52013", store_host="10.0.0.5:10911",
-    )  # fmt: skip
+        properties={
+            "KEYS": "key1 key2",
+            "TAGS": "TagA",
+            "UNIQ_KEY": "7F00000100002A9F0000000000000001",
+        },
+        born_timestamp=1700000000000,
+        store_timestamp=1700000000123,
+        born_host="192.168.0.10:52013",
+        store_host="10.0.0.5:10911",
+    )
     assert unit.hex() == V5_HEX
     assert m.unit_size(14, 9, 67) == 181
 
@@ -111,8 +119,16 @@ def test_properties_decoding_rules() -> None:
 
 def test_v2_magic_for_long_topics() -> None:
     topic = "t" * 200
-    unit = m.encode(topic=topic, queue_id=1, queue_offset=0, physical_offset=0, body=b"b",
-                    properties={}, born_timestamp=1, store_timestamp=1)  # fmt: skip
+    unit = m.encode(
+        topic=topic,
+        queue_id=1,
+        queue_offset=0,
+        physical_offset=0,
+        body=b"b",
+        properties={},
+        born_timestamp=1,
+        store_timestamp=1,
+    )
     assert struct.unpack_from(">i", unit, 4)[0] == m.MAGIC_V2
     msg = m.decode(unit)
     assert msg.topic == topic and msg.version == "v2"
