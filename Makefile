@@ -34,11 +34,12 @@ test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # mypy runs inside the editable link tree, where tiered.providers and tiered.jobs resolve.
+MYPY = $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.mypy_cache
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check tiered providers jobs tests
 	$(BIN)/ruff format --check tiered providers jobs tests
-	cd build/__editable__.rocketmq_tiered-*/ && $(CURDIR)/$(BIN)/mypy \
-	    --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.mypy_cache -p tiered $(CURDIR)/tests
+	cd build/__editable__.rocketmq_tiered-*/ && \
+	    $(MYPY) -p tiered && $(MYPY) $(CURDIR)/tests
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/bench/bench_*.py

@@ -173,8 +173,8 @@ def test_reader_never_writes(tmp_path: Path) -> None:
             np.array([p for p, _ in placed], dtype=np.int64),
             np.array([s for _, s in placed], dtype=np.int64),
         )
-        for f in log.files:
-            list(scan_file(f.path))
+        for clf in log.files:
+            list(scan_file(clf.path))
         after = {f.name: (f.stat().st_mtime_ns, f.read_bytes()) for f in tmp_path.iterdir()}
         assert before == after
     finally:

@@ -10,6 +10,7 @@ import pytest
 
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import indexfile, verify
+from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog, list_files, scan_file
 from tiered.broker.configjson import load_topics
 from tiered.broker.generator import GenSpec, generate_store
@@ -33,7 +34,7 @@ def _read_back(root: Path) -> dict[tuple[str, int, int], tuple[str, str]]:
         units = cq.read_units(cq.min_offset(), cq.max_offset() - cq.min_offset())
         bulk = log.read_many(units["offset"].astype(np.int64), units["size"].astype(np.int64))
         for i in range(len(units)):
-            m = verify.msgcodec.decode(bulk.view(i))
+            m = msgcodec.decode(bulk.view(i))
             out[(topic, qid, m.queue_offset)] = (
                 hashlib.sha256(bulk.view(i)).hexdigest(),
                 hashlib.sha256(m.decompressed_body()).hexdigest(),

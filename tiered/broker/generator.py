@@ -419,7 +419,6 @@ def _write_index(
     """
     hashes = indexfile.key_hashes_local([(t, k) for t, k, _ in keys])
     msg = np.fromiter((i for _, _, i in keys), dtype=np.int64, count=len(keys))
-    item_phys, item_ms = phys[msg], store_ms[msg]
     index_dir = out / "index"
     index_dir.mkdir(exist_ok=True)
     prev_ts, prev_phys = 0, 0
@@ -427,26 +426,18 @@ def _write_index(
     if existing:
         with indexfile.IndexFile.open(existing[-1], slots=spec.index_slots) as last:
             prev_ts, prev_phys = last.header.end_timestamp, last.header.end_phy_offset
-    files = 0
-    for lo, hi in indexfile.rollover_bounds(len(keys), spec.index_max_items):
-        stamp = int(item_ms[lo])
-        path = index_dir / indexfile.index_file_name(stamp, dt.UTC)
-        while path.exists():  # names have ms resolution; a broker would wait for the next ms
-            stamp += 1
-            path = index_dir / indexfile.index_file_name(stamp, dt.UTC)
-        header = indexfile.write_index_file(
-            path,
-            hashes[lo:hi],
-            item_phys[lo:hi],
-            item_ms[lo:hi],
-            slots=spec.index_slots,
-            max_items=spec.index_max_items,
-            prev_end_timestamp=prev_ts,
-            prev_end_phy_offset=prev_phys,
-        )
-        prev_ts, prev_phys = header.end_timestamp, header.end_phy_offset
-        files += 1
-    return files, prev_ts
+    written = indexfile.write_index_files(
+        index_dir,
+        hashes,
+        phys[msg],
+        store_ms[msg],
+        slots=spec.index_slots,
+        max_items=spec.index_max_items,
+        prev_end_timestamp=prev_ts,
+        prev_end_phy_offset=prev_phys,
+        tz=dt.UTC,
+    )
+    return len(written), written[-1][1].end_timestamp if written else prev_ts
 
 
 def _write_metadata(

@@ -1,0 +1,349 @@
+"""The broker's ``config/*.json``: fastjson dialect, ``.bak`` fallback, typed models (spec §1.5).
+
+fastjson writes integer map keys unquoted (``{0:23,1:23}``), which :func:`parse_fastjson` accepts
+(bare ``-?digits`` keys right after ``{`` or ``,`` are quoted; string literals are copied verbatim,
+so digits inside values are never touched). Loading follows the broker's ``ConfigManager.load``:
+a missing, empty or unparseable (or wrongly shaped) ``X`` falls back to ``X.bak``, which is what
+a reader racing a broker persist (rename ``X`` -> ``X.bak``, then write a fresh ``X``) needs.
+Fallbacks are logged; nothing is ever written, moved or deleted in the broker's directory.
+
+:func:`dumps_fastjson` writes fastjson's pretty format (``\\n``, one TAB per level, no space after
+``:``, integer keys bare and without a line break) for the store generator.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+from tiered.errors import CorruptStoreFileError, StoreFileNotFoundError
+
+log = logging.getLogger(__name__)
+
+# a whole string literal (kept as is) or a bare integer key right after '{' or ','
+_TOKEN: Final = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|(?<=[{,])(\s*)(-?\d+)(\s*):')
+
+
+_INT_KEY_MARK: Final = "\x00int:"  # cannot occur unescaped in JSON text, so never in a real key
+
+
+def _quote_key(m: re.Match[str]) -> str:
+    if m.group(2) is None:
+        return m.group(0)
+    return f'{m.group(1)}"{m.group(2)}"{m.group(3)}:'
+
+
+def _mark_key(m: re.Match[str]) -> str:
+    if m.group(2) is None:
+        return m.group(0)
+    return f'{m.group(1)}"\\u0000int:{m.group(2)}"{m.group(3)}:'
+
+
+def _int_keys_hook(pairs: list[tuple[str, Any]]) -> dict[Any, Any]:
+    mark = len(_INT_KEY_MARK)
+    return {int(k[mark:]) if k.startswith(_INT_KEY_MARK) else k: v for k, v in pairs}
+
+
+def parse_fastjson(text: str, *, int_keys: bool = False) -> Any:
+    """Parse fastjson 1.x output, including unquoted integer map keys.
+
+    Bare integer keys become strings (as if quoted), or ``int`` with ``int_keys=True`` (which
+    keeps the difference between ``{0:1}`` and ``{"0":1}`` for a byte-exact re-dump).
+
+    Raises:
+        json.JSONDecodeError: the text is not JSON even after quoting bare integer keys.
+    """
+    if int_keys:
+        return json.loads(_TOKEN.sub(_mark_key, text), object_pairs_hook=_int_keys_hook)
+    return json.loads(_TOKEN.sub(_quote_key, text))
+
+
+def dumps_fastjson(obj: Any, *, pretty: bool = True) -> str:
+    """Serialize like fastjson 1.2.83: ``int`` keys bare, ``str`` keys quoted, dict order kept.
+
+    Pretty: each string-keyed entry on its own line indented by TABs; integer-keyed entries follow
+    ``{`` or ``,`` directly; the closing brace of a non-empty map goes on its own line. Lists are
+    written inline (fastjson's collection codec). Bean property order is the caller's: pass dicts
+    with keys already sorted alphabetically for plain beans.
+    """
+    out: list[str] = []
+    _dump(obj, 0, pretty, out)
+    return "".join(out)
+
+
+def _dump(obj: Any, level: int, pretty: bool, out: list[str]) -> None:
+    if isinstance(obj, Mapping):
+        if not obj:
+            out.append("{}")
+            return
+        out.append("{")
+        for i, (key, value) in enumerate(obj.items()):
+            if i:
+                out.append(",")
+            if isinstance(key, bool) or not isinstance(key, str | int):
+                raise TypeError(f"map key {key!r} must be a str or an int")
+            if isinstance(key, int):
+                out.append(f"{key}:")
+            else:
+                if pretty:
+                    out.append("\n" + "\t" * (level + 1))
+                out.append(json.dumps(key, ensure_ascii=False) + ":")
+            _dump(value, level + 1, pretty, out)
+        if pretty:
+            out.append("\n" + "\t" * level)
+        out.append("}")
+    elif isinstance(obj, list | tuple):
+        out.append("[")
+        for i, item in enumerate(obj):
+            if i:
+                out.append(",")
+            _dump(item, level + 1, pretty, out)
+        out.append("]")
+    elif obj is None or isinstance(obj, bool | int | float | str):
+        out.append(json.dumps(obj, ensure_ascii=False))
+    else:
+        raise TypeError(f"cannot serialize {type(obj).__name__} value {obj!r} as fastjson")
+
+
+# --- typed models -------------------------------------------------------------------------------
+
+
+class _FastjsonModel(BaseModel):
+    """camelCase on disk, snake_case in code; unknown properties kept (newer brokers add some)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True
+    )
+
+
+class DataVersion(_FastjsonModel):
+    """``{"counter":N,"stateVersion":N,"timestamp":ms}``; 3.x brokers spelled it ``timestatmp``."""
+
+    counter: int = 0
+    state_version: int = 0
+    timestamp: int = Field(default=0, validation_alias=AliasChoices("timestamp", "timestatmp"))
+
+
+class TopicConfig(_FastjsonModel):
+    """One entry of ``topicConfigTable``. ``perm``: 4 read, 2 write, 1 inherit, 8 priority."""
+
+    topic_name: str
+    read_queue_nums: int = 16
+    write_queue_nums: int = 16
+    perm: int = 6
+    topic_filter_type: str = "SINGLE_TAG"
+    topic_sys_flag: int = 0
+    order: bool = False
+    attributes: dict[str, str] = Field(default_factory=dict)
+
+
+class TopicsConfig(_FastjsonModel):
+    """``topics.json``."""
+
+    data_version: DataVersion | None = None
+    topic_config_table: dict[str, TopicConfig] = Field(default_factory=dict)
+
+    @property
+    def topics(self) -> dict[str, TopicConfig]:
+        """``topicConfigTable``: topic name -> config."""
+        return self.topic_config_table
+
+
+class ConsumerOffsets(_FastjsonModel):
+    """``consumerOffset.json``: ``offsetTable["topic@group"] = {queueId: nextConsumeOffset}``."""
+
+    data_version: DataVersion | None = None
+    offset_table: dict[str, dict[int, int]] = Field(default_factory=dict)
+
+    def by_topic_group(self) -> dict[tuple[str, str], dict[int, int]]:
+        """The offset table keyed by ``(topic, group)`` (topic and group never contain ``@``)."""
+        out: dict[tuple[str, str], dict[int, int]] = {}
+        for key, offsets in self.offset_table.items():
+            topic, sep, group = key.partition("@")
+            if not sep:
+                log.warning("consumerOffset.json: ignoring key %r without '@'", key)
+                continue
+            out[topic, group] = offsets
+        return out
+
+
+class SubscriptionGroupConfig(_FastjsonModel):
+    """One entry of ``subscriptionGroupTable`` (defaults are the broker's)."""
+
+    group_name: str
+    consume_enable: bool = True
+    consume_from_min_enable: bool = True
+    consume_broadcast_enable: bool = True
+    consume_message_orderly: bool = False
+    retry_queue_nums: int = 1
+    retry_max_times: int = 16
+    group_retry_policy: dict[str, Any] | None = None
+    broker_id: int = 0
+    which_broker_when_consume_slowly: int = 1
+    notify_consumer_ids_changed_enable: bool = True
+    group_sys_flag: int = 0
+    consume_timeout_minute: int = 15
+    subscription_data_set: list[dict[str, Any]] | None = None
+    attributes: dict[str, str] = Field(default_factory=dict)
+
+
+class SubscriptionGroups(_FastjsonModel):
+    """``subscriptionGroup.json``."""
+
+    data_version: DataVersion | None = None
+    subscription_group_table: dict[str, SubscriptionGroupConfig] = Field(default_factory=dict)
+    forbidden_table: dict[str, dict[str, int]] = Field(default_factory=dict)
+
+
+class DelayOffsets(_FastjsonModel):
+    """``delayOffset.json``: ``offsetTable = {delayLevel: offset}``; queue id = level - 1."""
+
+    data_version: DataVersion | None = None
+    offset_table: dict[int, int] = Field(default_factory=dict)
+
+    def queue_offsets(self) -> dict[int, int]:
+        """The offsets keyed by ``SCHEDULE_TOPIC_XXXX`` queue id."""
+        return {level - 1: offset for level, offset in self.offset_table.items()}
+
+
+ConfigModel = TopicsConfig | ConsumerOffsets | SubscriptionGroups | DelayOffsets
+CONFIG_KINDS: Final[dict[str, type[ConfigModel]]] = {
+    "topics.json": TopicsConfig,
+    "consumerOffset.json": ConsumerOffsets,
+    "subscriptionGroup.json": SubscriptionGroups,
+    "delayOffset.json": DelayOffsets,
+}
+M = TypeVar("M", bound=BaseModel)
+
+
+def config_kind(path: str | os.PathLike[str]) -> type[ConfigModel] | None:
+    """The model for a config file by its name (``X`` or ``X.bak``), ``None`` if not modelled."""
+    return CONFIG_KINDS.get(Path(path).name.removesuffix(".bak"))
+
+
+# --- loading ------------------------------------------------------------------------------------
+
+
+def _read_one(path: Path) -> Any:
+    """Parsed content of ``path``; ``None`` if it is missing or empty."""
+    try:
+        with open(path, "rb") as fh:  # read-only
+            raw = fh.read()
+    except FileNotFoundError:
+        return None
+    text = raw.decode("utf-8")
+    return parse_fastjson(text) if text.strip() else None
+
+
+def _load(path: str | os.PathLike[str], convert: type[M] | None, *, use_bak: bool) -> Any:
+    primary = Path(path)
+    candidates = [primary]
+    if use_bak and primary.suffix != ".bak":
+        candidates.append(primary.with_name(primary.name + ".bak"))
+    problems: list[str] = []
+    corrupt = False
+    for candidate in candidates:
+        try:
+            data = _read_one(candidate)
+            if data is None:
+                problems.append(f"{candidate.name} missing or empty")
+                continue
+            if not isinstance(data, dict):
+                raise ValueError(f"top level is a {type(data).__name__}, not an object")
+            result = convert.model_validate(data) if convert is not None else data
+        except (ValueError, ValidationError) as e:  # JSONDecodeError, UnicodeDecodeError
+            problems.append(f"{candidate.name} unparseable ({str(e).splitlines()[0]})")
+            corrupt = True
+            continue
+        if problems:
+            log.warning("%s: %s; using %s", primary, "; ".join(problems), candidate.name)
+        return result
+    if not corrupt:
+        raise StoreFileNotFoundError(
+            f"{primary}: {'; '.join(problems)}; point storePathRootDir at the broker's store"
+        )
+    raise CorruptStoreFileError(
+        f"{primary}: {'; '.join(problems)}; retry (a broker may be writing it) or repair the file",
+        path=str(primary),
+    )
+
+
+def load_config_json(path: str | os.PathLike[str], *, use_bak: bool = True) -> dict[str, Any]:
+    """The parsed content of a broker config file, falling back to ``X.bak`` as the broker does.
+
+    Raises:
+        StoreFileNotFoundError: neither ``X`` nor ``X.bak`` exists (or both are empty).
+        CorruptStoreFileError: nothing usable could be parsed.
+    """
+    data: dict[str, Any] = _load(path, None, use_bak=use_bak)
+    return data
+
+
+def _typed(path: str | os.PathLike[str], model: type[M], use_bak: bool) -> M:
+    result: M = _load(path, model, use_bak=use_bak)
+    return result
+
+
+def load_topics(path: str | os.PathLike[str], *, use_bak: bool = True) -> TopicsConfig:
+    """``topics.json`` (see :func:`load_config_json` for the fallback and errors)."""
+    return _typed(path, TopicsConfig, use_bak)
+
+
+def load_consumer_offsets(path: str | os.PathLike[str], *, use_bak: bool = True) -> ConsumerOffsets:
+    """``consumerOffset.json`` (see :func:`load_config_json` for the fallback and errors)."""
+    return _typed(path, ConsumerOffsets, use_bak)
+
+
+def load_subscription_groups(
+    path: str | os.PathLike[str], *, use_bak: bool = True
+) -> SubscriptionGroups:
+    """``subscriptionGroup.json`` (see :func:`load_config_json` for the fallback and errors)."""
+    return _typed(path, SubscriptionGroups, use_bak)
+
+
+def load_delay_offsets(path: str | os.PathLike[str], *, use_bak: bool = True) -> DelayOffsets:
+    """``delayOffset.json`` (see :func:`load_config_json` for the fallback and errors)."""
+    return _typed(path, DelayOffsets, use_bak)
+
+
+def load_config(
+    path: str | os.PathLike[str], *, use_bak: bool = True
+) -> ConfigModel | dict[str, Any]:
+    """A config file as its typed model, chosen by file name; other files as a plain dict."""
+    model = config_kind(path)
+    if model is None:
+        return load_config_json(path, use_bak=use_bak)
+    return _typed(path, model, use_bak)
+
+
+# --- writing (the store generator) --------------------------------------------------------------
+
+
+def _bean(model: BaseModel) -> dict[str, Any]:
+    """A model as fastjson writes a bean: camelCase properties in alphabetical order."""
+    data = model.model_dump(by_alias=True)
+    return {key: data[key] for key in sorted(data)}
+
+
+def dump_topics_json(
+    topics: Mapping[str, TopicConfig] | Iterable[TopicConfig],
+    *,
+    data_version: DataVersion | None = None,
+) -> str:
+    """``topics.json`` text as a broker writes it (fastjson pretty, properties alphabetical).
+
+    Topics are written in the given order (the broker's own order is its hash map's).
+    """
+    configs = list(topics.values()) if isinstance(topics, Mapping) else list(topics)
+    table = {t.topic_name: _bean(t) for t in configs}
+    return dumps_fastjson(
+        {"dataVersion": _bean(data_version or DataVersion()), "topicConfigTable": table}
+    )
