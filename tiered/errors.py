@@ -90,6 +90,10 @@ class ReadPastEndError(ProviderError, EOFError):
     """Raised when a read starts at or beyond the end of an object."""
 
 
+class InvalidRangeError(ProviderError, ValueError):
+    """Raised when a read or append names a negative position or length."""
+
+
 class SegmentSealedError(ProviderError, PermissionError):
     """Raised when an append targets a segment that was sealed."""
 
@@ -144,6 +148,10 @@ class IntegrityError(TieredStoreError, ValueError):
         super().__init__(message)
         self.key = key
         self.offset = offset
+
+
+class InvalidRequestError(TieredStoreError, ValueError):
+    """Raised when a read request names an impossible value (negative offset, bad tag filter)."""
 
 
 class IndexFileError(TieredStoreError, ValueError):

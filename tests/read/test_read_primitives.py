@@ -1,0 +1,122 @@
+"""Read-path building blocks: page-cache residency, tag filters, the read-ahead cache."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tiered.broker import message as msgcodec
+from tiered.core.read_cache import CachedUnit, ReadAheadCache, memory_limit_bytes
+from tiered.core.residency import PAGE, drop_from_cache, residency
+from tiered.core.tag_filter import TagFilter
+from tiered.errors import InvalidRequestError
+from tiered.javautil import tags_code
+
+
+def test_residency_follows_fadvise_and_reads(tmp_path: Path) -> None:
+    f = tmp_path / "data"
+    f.write_bytes(os.urandom(64 * PAGE))
+    os.sync()
+    drop_from_cache(f, 0, 64 * PAGE)
+    cold = residency(f, 10 * PAGE + 5, 3 * PAGE)
+    assert cold.total_pages == 4  # the range straddles 4 pages
+    assert not cold.all_resident
+    with f.open("rb") as fh:
+        fh.seek(10 * PAGE)
+        fh.read(4 * PAGE)
+    assert residency(f, 10 * PAGE + 5, 3 * PAGE).all_resident
+    assert residency(f, 0, 0).total_pages == 0
+
+
+def _msg(tags: str | None) -> msgcodec.Message:
+    props = {"TAGS": tags} if tags is not None else {}
+    unit = msgcodec.encode(topic="T", queue_id=0, queue_offset=0, physical_offset=0, body=b"x",
+                           properties=props, born_timestamp=1, store_timestamp=1)  # fmt: skip
+    return msgcodec.decode(unit)
+
+
+def test_tag_filter_by_code_then_by_tags() -> None:
+    f = TagFilter.parse("TagA || TagB")
+    codes = np.array([tags_code("TagA"), tags_code("TagC"), tags_code("TagB"), 0])
+    assert f.match_codes(codes).tolist() == [True, False, True, False]
+    assert f.match_message(_msg("TagA"))
+    assert not f.match_message(_msg("TagC"))
+    assert not f.match_message(_msg(None))
+    # "Aa" and "BB" share a Java hash: the code matches, the TAGS value does not
+    collide = TagFilter.parse("Aa")
+    assert collide.match_codes([tags_code("BB")]).tolist() == [True]
+    assert not collide.match_message(_msg("BB"))
+
+
+@pytest.mark.parametrize("expr", [None, "", "*", " * ", "TagA || *"])
+def test_everything_subscriptions(expr: str | None) -> None:
+    f = TagFilter.parse(expr)
+    assert f.tags is None
+    assert f.match_codes([1, 2]).all()
+    assert f.match_message(_msg(None))
+
+
+def test_bad_tag_expression_names_itself() -> None:
+    with pytest.raises(InvalidRequestError, match="tags='A \\|\\| \\|\\| B' has an empty tag"):
+        TagFilter.parse("A || || B")
+
+
+def test_cache_weighs_bytes_and_expires_after_access() -> None:
+    now = [0.0]
+    cache = ReadAheadCache(1000, expire_ms=1000, clock=lambda: now[0])
+    cache.put_many("T", 0, [(i, CachedUnit(b"x" * 100, 0)) for i in range(5)])
+    assert cache.used_bytes == 500
+    assert not cache.busy
+    now[0] = 0.9
+    assert cache.get("T", 0, 0) is not None  # re-armed until 1.9
+    now[0] = 1.5
+    assert cache.get("T", 0, 0) is not None
+    assert cache.get("T", 0, 1) is None  # expired at 1.0
+    cache.put_many("T", 0, [(i, CachedUnit(b"y" * 100, 0)) for i in range(10, 19)])
+    assert cache.used_bytes <= 1000
+    assert cache.busy
+    assert cache.stats.hits == 2
+    assert cache.stats.accesses == 3
+
+
+def test_oversized_units_are_not_cached() -> None:
+    cache = ReadAheadCache(100, expire_ms=1000)
+    cache.put_many("T", 0, [(0, CachedUnit(b"z" * 101, 0))])
+    assert len(cache) == 0
+
+
+def test_concurrent_misses_share_one_load() -> None:
+    cache = ReadAheadCache(1 << 20, expire_ms=10_000)
+    loads = []
+    started = threading.Event()
+
+    def loader() -> None:
+        loads.append(1)
+        started.set()
+        time.sleep(0.2)
+        cache.put_many("T", 1, [(i, CachedUnit(b"m", 0)) for i in range(100, 200)])
+
+    def reader(offset: int) -> None:
+        if cache.get("T", 1, offset) is None:
+            cache.load_once("T", 1, offset, 100, loader)
+        assert cache.get("T", 1, offset) is not None
+
+    first = threading.Thread(target=reader, args=(100,))
+    first.start()
+    started.wait()
+    others = [threading.Thread(target=reader, args=(o,)) for o in (100, 150, 199)]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join()
+    assert len(loads) == 1
+    assert cache.stats.waits == 3
+
+
+def test_memory_limit_is_positive() -> None:
+    assert memory_limit_bytes() > 1 << 20

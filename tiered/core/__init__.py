@@ -1,0 +1,1 @@
+"""Access layer: the dispatcher (local store -> tier), the read path (tier -> reader), policies."""
