@@ -41,6 +41,7 @@ __all__ = [
     "ENV_PREFIX",
     "PROVIDER_NAMES",
     "BrokerRole",
+    "DispatchStartPolicy",
     "StorageLevel",
     "TieredConfig",
     "load_config",
@@ -97,6 +98,13 @@ class BrokerRole(enum.StrEnum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
     SLAVE = "SLAVE"
+
+
+class DispatchStartPolicy(enum.StrEnum):
+    """Where the dispatcher starts a queue it sees for the first time."""
+
+    EARLIEST = "EARLIEST"  # the local store's min offset: the whole existing backlog
+    RECENT = "RECENT"  # about two minutes back from now, as upstream
 
 
 # --- value parsers (Java semantics, strict: a bad value is an error, never silently ignored) -----
@@ -214,6 +222,39 @@ def _bucket(value: object) -> str:
     )
 
 
+_GLOB = re.compile(r"[%|A-Za-z0-9_\-*?\[\]!]+")
+
+
+def _globs(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, Sequence):
+        raise ValueError("is not a comma-separated list of topic patterns")
+    out = tuple(str(p).strip() for p in items if str(p).strip())
+    for pattern in out:
+        if not _GLOB.fullmatch(pattern):
+            raise ValueError(
+                f"holds {pattern!r}, not a topic pattern (topic characters plus * ? [...])"
+            )
+    return out
+
+
+def _reserve_overrides(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, Sequence):
+        raise ValueError("is not a comma-separated list of topic:hours")
+    out = []
+    for raw in (str(p).strip() for p in items):
+        if not raw:
+            continue
+        pattern, sep, hours = raw.rpartition(":")
+        if not sep or not _GLOB.fullmatch(pattern.strip()) or not hours.strip().isdigit():
+            raise ValueError(f"holds {raw!r}; write topic:hours, e.g. TopicA:48,Orders*:720")
+        if not 1 <= int(hours) <= INT_MAX:
+            raise ValueError(f"holds {raw!r}; hours must be 1..{INT_MAX}")
+        out.append(f"{pattern.strip()}:{int(hours)}")
+    return tuple(out)
+
+
 def _host_name() -> str:
     try:
         return socket.gethostname() or "DEFAULT_BROKER"
@@ -237,6 +278,9 @@ DirPath = Annotated[Path, BeforeValidator(_path)]
 DirList = Annotated[tuple[Path, ...], BeforeValidator(_paths)]
 BrokerId = Annotated[int, BeforeValidator(_int(0, LONG_MAX))]
 Role = Annotated[BrokerRole, BeforeValidator(_choice(list(BrokerRole)))]
+StartPolicy = Annotated[DispatchStartPolicy, BeforeValidator(_choice(list(DispatchStartPolicy)))]
+Globs = Annotated[tuple[str, ...], BeforeValidator(_globs)]
+ReserveOverrides = Annotated[tuple[str, ...], BeforeValidator(_reserve_overrides)]
 CqFileSize = Annotated[
     int, BeforeValidator(_int(CQ_UNIT_SIZE, INT_MAX // CQ_UNIT_SIZE * CQ_UNIT_SIZE))
 ]
@@ -328,7 +372,21 @@ class TieredConfig(BaseModel):
 
     # dispatch / commit
     tiered_store_dispatch_interval_ms: Int = _key(
-        "tieredStoreDispatchIntervalMs", "dispatcher wake-up period, ms", 20000
+        "tieredStoreDispatchIntervalMs", "dispatcher wake-up period, ms", 1000
+    )
+    tiered_store_dispatch_start_policy: StartPolicy = _key(
+        "tieredStoreDispatchStartPolicy",
+        "first offset of a new queue: EARLIEST (local min) or RECENT",
+        DispatchStartPolicy.EARLIEST,
+    )
+    tiered_store_topic_include: Globs = _key(
+        "tieredStoreTopicInclude", "topics offloaded, glob patterns", ("*",)
+    )
+    tiered_store_topic_exclude: Globs = _key(
+        "tieredStoreTopicExclude", "topics never offloaded, glob patterns", ()
+    )
+    tiered_store_upload_on_slave: Bool = _key(
+        "tieredStoreUploadOnSlave", "upload even when the broker is not the master", False
     )
     tiered_store_group_commit: Bool = _key("tieredStoreGroupCommit", "batch uploads", True)
     tiered_store_group_commit_timeout_ms: IntOrZero = _key(
@@ -378,6 +436,9 @@ class TieredConfig(BaseModel):
     tiered_store_delete_file_enable: Bool = _key("tieredStoreDeleteFileEnable", "expire data", True)
     tiered_store_file_reserved_time_hours: Int = _key(
         "tieredStoreFileReservedTime", "keep tiered data, hours", 72
+    )
+    tiered_store_file_reserved_time_overrides: ReserveOverrides = _key(
+        "tieredStoreFileReservedTimeOverrides", "per-topic keep time, topic:hours", ()
     )
     tiered_store_delete_file_interval_ms: Long = _key(
         "tieredStoreDeleteFileInterval", "expiry check period, ms", 3600000
@@ -468,6 +529,22 @@ class TieredConfig(BaseModel):
                 text = str(value)
             out[str(field.validation_alias)] = text
         return dict(sorted(out.items()))
+
+    @property
+    def reserved_time_overrides_hours(self) -> dict[str, int]:
+        """``tieredStoreFileReservedTimeOverrides`` as ``{topic pattern: hours}``, in file order."""
+        return {
+            p: int(h)
+            for p, _, h in (
+                e.rpartition(":") for e in self.tiered_store_file_reserved_time_overrides
+            )
+        }
+
+    @property
+    def uploads(self) -> bool:
+        """Whether this sidecar uploads: the broker is the master, or tieredStoreUploadOnSlave."""
+        master = self.broker_role != BrokerRole.SLAVE and self.broker_id == 0
+        return master or self.tiered_store_upload_on_slave
 
     @property
     def commitlog_dirs(self) -> tuple[Path, ...]:
