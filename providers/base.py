@@ -1,0 +1,270 @@
+"""The provider contract: object storage with positional append, documented once, here.
+
+A provider stores segment objects under slash-separated keys (built by :mod:`.layout`; every
+method checks its key there and raises :class:`~tiered.errors.InvalidKeyError` for an unsafe one).
+It knows nothing of messages. Every provider is
+
+- synchronous and safe for concurrent use from many threads **on different keys** (one writer per
+  key: the container layer never appends to, seals or deletes one key from two threads at once);
+- picklable (Spark executors receive providers): SDK clients and open handles are dropped by
+  ``__getstate__`` and recreated lazily;
+- a context manager: ``close()`` releases clients and handles; a closed provider may be reused
+  (it reconnects lazily).
+
+Object lifecycle. ``append(key, data, 0)`` creates an *unsealed* object; further appends must name
+its exact current size, which makes a retried upload after a crash safe: a retry of an append that
+did land fails with :class:`~tiered.errors.PositionMismatchError` whose ``expected`` is the real
+size. ``seal(key)`` promises the object will not grow again; a provider may consolidate it (object
+stores merge their chunk objects) and, when ``enforces_seal`` is true, rejects later appends with
+:class:`~tiered.errors.SegmentSealedError`. ``put`` writes a whole object at once (index files,
+the metadata mirror); a put object counts as sealed. An object of size 0 exists.
+
+Request accounting. Each backend request (an HTTP request, a system call group, a dict access) is
+reported to the listeners added with :meth:`Provider.add_request_listener` as an operation name
+(``GET``, ``PUT``, ``LIST``, ``DELETE``, ``COPY``, ``HEAD``, ``MPU_PART``, ...), *before* it is
+sent, once per attempt. The metrics wrapper turns them into
+``rocketmq_tiered_store_provider_requests_total``; the conformance suite uses the hook to stop a
+provider between any two requests, as a crash would.
+"""
+
+from __future__ import annotations
+
+import abc
+import threading
+from collections.abc import Callable, Iterator
+from types import TracebackType
+from typing import Any, BinaryIO, ClassVar, Self
+
+from tiered.errors import InvalidRangeError, SegmentNotFoundError
+
+BytesLike = bytes | bytearray | memoryview
+"""What ``append`` accepts (and ``put``, besides a readable binary file object)."""
+
+Payload = bytes | bytearray | memoryview | BinaryIO
+"""What ``put`` accepts: bytes, or a binary file object read to its end (bounded memory)."""
+
+RequestListener = Callable[[str], None]
+"""Called with an operation name before each backend request; may raise to abort the request."""
+
+
+class Provider(abc.ABC):
+    """Segment object storage with positional append; see the module docstring for the rules."""
+
+    name: ClassVar[str] = ""
+    """The registry name (``posix``, ``memory``, ``s3``, ``fsspec``, or a third-party name)."""
+
+    def __init__(self) -> None:
+        self._listeners: tuple[RequestListener, ...] = ()
+        self._listeners_lock = threading.Lock()
+
+    @property
+    def enforces_seal(self) -> bool:
+        """Whether an append after ``seal`` (or to a ``put`` object) raises SegmentSealedError.
+
+        Providers without a durable place for a seal mark (plain files the Java broker also
+        reads) return False: there, sealing is the caller's promise alone.
+        """
+        return True
+
+    # --- the contract -----------------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def size(self, key: str) -> int:
+        """The object's size in bytes.
+
+        Raises:
+            SegmentNotFoundError: the object does not exist (also a ``FileNotFoundError``).
+            InvalidKeyError: the key is unsafe.
+            ProviderError: the backend failed; ``retriable`` says whether to try again.
+        """
+
+    @abc.abstractmethod
+    def read(self, key: str, position: int, length: int) -> bytes:
+        """Up to ``length`` bytes from ``position``; shorter only where the object ends.
+
+        Raises:
+            SegmentNotFoundError: the object does not exist.
+            ReadPastEndError: ``position >= size`` (also an ``EOFError``); an empty object has no
+                readable position.
+            InvalidRangeError: ``position`` or ``length`` is negative.
+            InvalidKeyError: the key is unsafe.
+            ProviderError: the backend failed; ``retriable`` says whether to try again.
+        """
+
+    @abc.abstractmethod
+    def append(self, key: str, data: BytesLike, position: int) -> int:
+        """Write ``data`` at ``position``, which must be the object's current size.
+
+        ``position == 0`` on an absent key creates the object (even with empty ``data``). Data is
+        durable when this returns (fsync'd, or acknowledged by the object store).
+
+        Returns:
+            The new size, ``position + len(data)``.
+
+        Raises:
+            PositionMismatchError: ``position`` is not the current size; ``expected`` holds it.
+            SegmentNotFoundError: the object does not exist and ``position > 0``.
+            SegmentSealedError: the object was sealed or put (when ``enforces_seal``).
+            InvalidRangeError: ``position`` is negative.
+            InvalidKeyError: the key is unsafe.
+            ProviderError: the backend failed; after a failure whose outcome is unknown, call
+                ``size`` (or retry and read ``PositionMismatchError.expected``).
+        """
+
+    @abc.abstractmethod
+    def seal(self, key: str) -> None:
+        """Declare that the object will not grow again; the provider may consolidate it.
+
+        Idempotent, and resumable: a seal interrupted at any step leaves the object readable
+        with its full content, and calling ``seal`` again completes it.
+
+        Raises:
+            SegmentNotFoundError: the object does not exist.
+            InvalidKeyError: the key is unsafe.
+            ProviderError: the backend failed; ``retriable`` says whether to try again.
+        """
+
+    @abc.abstractmethod
+    def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
+        """Write a whole object at once; it replaces any earlier object only with ``overwrite``.
+
+        The object appears whole or not at all. A file object is read to its end in bounded
+        memory.
+
+        Raises:
+            SegmentExistsError: the object exists (sealed or not) and ``overwrite`` is false.
+            InvalidKeyError: the key is unsafe.
+            ProviderError: the backend failed; ``retriable`` says whether to try again.
+        """
+
+    @abc.abstractmethod
+    def delete(self, key: str) -> None:
+        """Remove the object; an absent object is not an error (idempotent).
+
+        Raises:
+            InvalidKeyError: the key is unsafe.
+            ProviderError: the backend failed; retrying is always safe.
+        """
+
+    @abc.abstractmethod
+    def list(self, prefix: str = "") -> Iterator[str]:
+        """Every existing key that starts with ``prefix``, sorted, each once.
+
+        ``prefix`` is a plain string prefix (``"a/b/"`` for a directory, ``""`` for all);
+        sealed, unsealed and put objects are all listed, internal objects never.
+
+        Raises:
+            InvalidKeyError: the prefix holds an unsafe component.
+            ProviderError: the backend failed; ``retriable`` says whether to try again.
+        """
+
+    # --- conveniences built on the contract -------------------------------------------------------
+
+    def exists(self, key: str) -> bool:
+        """Whether the object exists (a ``size`` call)."""
+        try:
+            self.size(key)
+        except SegmentNotFoundError:
+            return False
+        return True
+
+    def close(self) -> None:  # noqa: B027 - a no-op unless the provider holds clients
+        """Release clients and handles; the provider reconnects lazily if used again."""
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- request accounting -----------------------------------------------------------------------
+
+    def add_request_listener(self, listener: RequestListener) -> None:
+        """Call ``listener(operation)`` before every backend request (not pickled)."""
+        with self._listeners_lock:
+            self._listeners = (*self._listeners, listener)
+
+    def remove_request_listener(self, listener: RequestListener) -> None:
+        """Stop calling ``listener``; unknown listeners are ignored."""
+        with self._listeners_lock:
+            self._listeners = tuple(x for x in self._listeners if x != listener)
+
+    def _request(self, operation: str) -> None:
+        """Report one backend request about to be sent (implementations call this)."""
+        for listener in self._listeners:
+            listener(operation)
+
+    # --- pickling ---------------------------------------------------------------------------------
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_listeners"] = ()
+        state.pop("_listeners_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._listeners_lock = threading.Lock()
+
+
+def check_range(position: int, length: int | None = None) -> None:
+    """Raise :class:`InvalidRangeError` for a negative position or length."""
+    if position < 0:
+        raise InvalidRangeError(f"position {position!r} is negative; positions start at 0")
+    if length is not None and length < 0:
+        raise InvalidRangeError(f"length {length!r} is negative; ask for 0 or more bytes")
+
+
+def iter_payload(data: Payload, piece_bytes: int) -> Iterator[BytesLike]:
+    """``data`` in pieces of at most ``piece_bytes`` (views of a buffer; reads of a file).
+
+    At least one piece is yielded, empty only for empty data; no other piece is empty. A file is
+    read one piece ahead (two pieces in memory at most).
+    """
+    if isinstance(data, bytes | bytearray | memoryview):
+        view = as_bytes_view(data)
+        for start in range(0, max(len(view), 1), piece_bytes):
+            yield view[start : start + piece_bytes]
+        return
+    piece = _read_full(data, piece_bytes)
+    while len(piece) == piece_bytes:
+        following = _read_full(data, piece_bytes)
+        if not following:
+            break
+        yield piece
+        piece = following
+    yield piece
+
+
+def _read_full(stream: BinaryIO, size: int) -> bytes:
+    """``size`` bytes from ``stream``, fewer only at its end (raw streams may return short)."""
+    first = stream.read(size)
+    if len(first) == size or not first:
+        return first
+    parts = [first]
+    got = len(first)
+    while got < size:
+        more = stream.read(size - got)
+        if not more:
+            break
+        parts.append(more)
+        got += len(more)
+    return b"".join(parts)
+
+
+def read_payload(data: Payload) -> bytes:
+    """All of ``data`` as bytes (for small objects and in-memory backends)."""
+    if isinstance(data, bytes | bytearray | memoryview):
+        return bytes(as_bytes_view(data))
+    return data.read()
+
+
+def as_bytes_view(data: BytesLike) -> memoryview:
+    """A flat byte view of ``data`` without copying."""
+    view = memoryview(data)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")

@@ -1,0 +1,270 @@
+"""The posix provider: files under ``tieredStoreFilePath``, laid out exactly as upstream's
+``PosixFileSegment`` lays them out, so a Java broker configured with the same path reads them.
+
+An append is one ``pwrite`` at the checked position followed by ``fdatasync``; creating a file
+also fsyncs the directories it created. ``put`` writes a hidden temporary file beside the target
+and links (no overwrite) or renames (overwrite) it into place, so a put object appears whole.
+Plain files carry no seal mark (the Java broker opens them read-write), so ``enforces_seal`` is
+false here. Request accounting counts system-call groups: ``STAT``, ``READ``, ``WRITE``,
+``FSYNC``, ``RENAME``, ``DELETE``, ``LIST`` (one per directory scanned).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import stat
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+from tiered.errors import (
+    AccessDeniedError,
+    PositionMismatchError,
+    ProviderError,
+    ReadPastEndError,
+    SegmentExistsError,
+    SegmentNotFoundError,
+)
+
+from .base import BytesLike, Payload, Provider, as_bytes_view, check_range, iter_payload
+from .layout import check_key, check_prefix, is_key
+
+_PIECE_BYTES = 8 << 20
+_NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
+
+
+def _translate(e: OSError, key: str) -> ProviderError:
+    """Map an ``OSError`` on ``key`` to the error tree (the caller chains it)."""
+    if isinstance(e, FileNotFoundError | NotADirectoryError | IsADirectoryError):
+        return SegmentNotFoundError(f"no file for key {key!r} ({e.strerror})")
+    if isinstance(e, PermissionError):
+        return AccessDeniedError(f"permission denied on {e.filename!r} for key {key!r}")
+    return ProviderError(f"file operation on key {key!r} failed: {e}")
+
+
+@contextlib.contextmanager
+def _os_errors(key: str) -> Iterator[None]:
+    """Translate ``OSError`` raised inside the block; errors of the tree pass unchanged."""
+    try:
+        yield
+    except ProviderError:
+        raise
+    except OSError as e:
+        raise _translate(e, key) from e
+
+
+class PosixProvider(Provider):
+    """Files below ``root``; a key is a relative path (see :mod:`.layout`)."""
+
+    name = "posix"
+
+    def __init__(self, root: str | os.PathLike[str] = "") -> None:
+        super().__init__()
+        # upstream uses tieredStoreFilePath verbatim ("" = the working directory); it is made
+        # absolute here so a pickled provider means the same directory on a Spark executor
+        self.root = Path(os.path.abspath(os.fspath(root) or "."))
+
+    def __repr__(self) -> str:
+        return f"PosixProvider(root={str(self.root)!r})"
+
+    @property
+    def enforces_seal(self) -> bool:
+        return False
+
+    def path(self, key: str) -> Path:
+        """The file that holds ``key``."""
+        return self.root / check_key(key)
+
+    def size(self, key: str) -> int:
+        path = self.path(key)
+        self._request("STAT")
+        with _os_errors(key):
+            st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            raise SegmentNotFoundError(f"key {key!r} names a directory, not an object")
+        return st.st_size
+
+    def read(self, key: str, position: int, length: int) -> bytes:
+        path = self.path(key)
+        check_range(position, length)
+        with _os_errors(key):
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            return self._pread(fd, key, position, length)
+        finally:
+            os.close(fd)
+
+    def _pread(self, fd: int, key: str, position: int, length: int) -> bytes:
+        with _os_errors(key):
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                raise SegmentNotFoundError(f"key {key!r} names a directory, not an object")
+            if position >= st.st_size:
+                raise ReadPastEndError(
+                    f"read of {key!r} at {position} is past its end ({st.st_size} bytes)"
+                )
+            want = min(length, st.st_size - position)
+            parts: list[bytes] = []
+            got = 0
+            while got < want:
+                self._request("READ")
+                piece = os.pread(fd, want - got, position + got)
+                if not piece:
+                    break
+                parts.append(piece)
+                got += len(piece)
+            return b"".join(parts)
+
+    def append(self, key: str, data: BytesLike, position: int) -> int:
+        path = self.path(key)
+        check_range(position)
+        view = as_bytes_view(data)
+        with _os_errors(key):
+            fd, created = self._open_for_append(path, key, position)
+        try:
+            with _os_errors(key):
+                return self._write_at(fd, key, view, position, path.parent if created else None)
+        finally:
+            os.close(fd)
+
+    def _write_at(
+        self, fd: int, key: str, view: memoryview, position: int, new_in: Path | None
+    ) -> int:
+        current = os.fstat(fd).st_size
+        if position != current:
+            raise PositionMismatchError(
+                f"append to {key!r} at {position}, but the file holds {current} bytes",
+                key=key,
+                expected=current,
+                given=position,
+            )
+        written = 0
+        while written < len(view):
+            self._request("WRITE")
+            written += os.pwrite(fd, view[written:], position + written)
+        self._request("FSYNC")
+        os.fdatasync(fd)
+        if new_in is not None:
+            self._fsync_dir(new_in)
+        return position + written
+
+    def _open_for_append(self, path: Path, key: str, position: int) -> tuple[int, bool]:
+        flags = os.O_WRONLY | os.O_CLOEXEC
+        if position != 0:
+            try:
+                return os.open(path, flags), False
+            except FileNotFoundError as e:
+                raise SegmentNotFoundError(
+                    f"append to absent object {key!r} at {position}; create it at position 0"
+                ) from e
+        self._makedirs(path.parent)
+        try:
+            return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666), True
+        except FileExistsError:
+            return os.open(path, flags), False
+
+    def _makedirs(self, directory: Path) -> None:
+        """Create ``directory`` and its missing parents, fsyncing each new entry's parent."""
+        missing: list[Path] = []
+        probe = directory
+        while not probe.is_dir():
+            missing.append(probe)
+            if probe.parent == probe:
+                break
+            probe = probe.parent
+        for new in reversed(missing):
+            with contextlib.suppress(FileExistsError):
+                new.mkdir()
+            self._fsync_dir(new.parent)
+
+    def _fsync_dir(self, directory: Path) -> None:
+        self._request("FSYNC")
+        fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+    def seal(self, key: str) -> None:
+        self.size(key)  # the data is already durable; a file has nothing to consolidate
+
+    def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
+        path = self.path(key)
+        if not overwrite and path.exists():
+            raise SegmentExistsError(f"object {key!r} exists; pass overwrite=True to replace")
+        with _os_errors(key):
+            self._makedirs(path.parent)
+            tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            try:
+                self._write_file(tmp, data)
+                self._request("RENAME")
+                if overwrite:
+                    os.replace(tmp, path)
+                else:
+                    self._link_no_overwrite(tmp, path, key)
+            finally:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(tmp)
+            self._fsync_dir(path.parent)
+
+    def _write_file(self, path: Path, data: Payload) -> None:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        try:
+            for piece in iter_payload(data, _PIECE_BYTES):
+                view = as_bytes_view(piece)
+                done = 0
+                while done < len(view):
+                    self._request("WRITE")
+                    done += os.write(fd, view[done:])
+            self._request("FSYNC")
+            os.fdatasync(fd)
+        finally:
+            os.close(fd)
+
+    def _link_no_overwrite(self, tmp: Path, path: Path, key: str) -> None:
+        try:
+            os.link(tmp, path)
+        except FileExistsError as e:
+            raise SegmentExistsError(
+                f"object {key!r} exists; pass overwrite=True to replace"
+            ) from e
+        except OSError as e:
+            if e.errno not in _NO_LINK:
+                raise
+            # no hard links on this file system: check, then rename (one writer per key)
+            if path.exists():
+                raise SegmentExistsError(
+                    f"object {key!r} exists; pass overwrite=True to replace"
+                ) from e
+            os.rename(tmp, path)
+
+    def delete(self, key: str) -> None:
+        path = self.path(key)
+        self._request("DELETE")
+        with (
+            _os_errors(key),
+            contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError),
+        ):
+            os.unlink(path)
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        check_prefix(prefix)
+        base, _, _ = prefix.rpartition("/")
+        found: list[str] = []
+        for dirpath, dirnames, filenames in os.walk(self.root / base if base else self.root):
+            self._request("LIST")
+            rel = os.path.relpath(dirpath, self.root)
+            rel = "" if rel == "." else rel + "/"
+            dirnames[:] = [
+                d
+                for d in dirnames
+                if not d.startswith(".")
+                and ((rel + d + "/").startswith(prefix) or prefix.startswith(rel + d + "/"))
+            ]
+            for name in filenames:
+                key = rel + name
+                if key.startswith(prefix) and is_key(key):
+                    found.append(key)
+        return iter(sorted(found))

@@ -1,0 +1,30 @@
+"""The provider conformance suite (installed as ``tiered.providers.testing``; needs pytest and
+hypothesis).
+
+A provider's tests subclass :class:`ProviderTests` (or :class:`ChunkedProviderTests` for object
+stores) and define the ``provider`` and ``oracle`` fixtures; third-party providers can do the same.
+"""
+
+from __future__ import annotations
+
+from .chunked import ChunkedProviderTests, CrashPoint, crash_before_request, requests_of
+from .oracle import BotoOracle, DictOracle, DirectoryOracle, Oracle
+from .stateful import make_state_machine
+from .suite import HOSTILE_KEYS, ProviderTests, blob, fill, seg
+
+__all__ = [
+    "HOSTILE_KEYS",
+    "BotoOracle",
+    "ChunkedProviderTests",
+    "CrashPoint",
+    "DictOracle",
+    "DirectoryOracle",
+    "Oracle",
+    "ProviderTests",
+    "blob",
+    "crash_before_request",
+    "fill",
+    "make_state_machine",
+    "requests_of",
+    "seg",
+]

@@ -1,0 +1,205 @@
+"""S3 servers for tests: moto over real HTTP with injectable faults, and a real Ceph RADOS Gateway.
+
+Used by the provider tests' fixtures (``tests/providers/conftest.py``) and by any other test that
+needs an S3 endpoint. moto and boto3 are imported only when a server is started.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+Environ = dict[str, Any]
+StartResponse = Callable[..., Any]
+WsgiApp = Callable[[Environ, StartResponse], Iterable[bytes]]
+
+
+@dataclass(frozen=True)
+class S3Endpoint:
+    """Where an S3 server listens and how to sign in."""
+
+    url: str
+    access_key: str
+    secret_key: str
+    region: str
+    name: str
+
+    def client(self) -> Any:
+        """A plain boto3 client (path-style), for oracles and set-up."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.client(
+            "s3",
+            endpoint_url=self.url,
+            aws_access_key_id=self.access_key,
+            aws_secret_access_key=self.secret_key,
+            region_name=self.region,
+            config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}),
+        )
+
+    def new_bucket(self) -> str:
+        """Create a fresh bucket and return its name."""
+        bucket = f"rmq-{uuid.uuid4().hex[:16]}"
+        self.client().create_bucket(Bucket=bucket)
+        return bucket
+
+
+@dataclass
+class FaultRule:
+    """Answer ``count`` matching requests with ``status``/``code`` (0 = only delay them)."""
+
+    status: int
+    code: str
+    count: int
+    method: str | None = None
+    query: str | None = None
+    delay_s: float = 0.0
+    hits: int = 0
+
+
+@dataclass
+class HttpFaults:
+    """The rules the WSGI layer in front of moto consults, first match wins."""
+
+    rules: list[FaultRule] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(
+        self,
+        status: int = 503,
+        code: str = "SlowDown",
+        *,
+        count: int = 1,
+        method: str | None = None,
+        query: str | None = None,
+        delay_s: float = 0.0,
+    ) -> FaultRule:
+        """Fail (or delay) the next ``count`` requests with ``method`` and ``query`` in the URL."""
+        rule = FaultRule(status, code, count, method, query, delay_s)
+        with self.lock:
+            self.rules.append(rule)
+        return rule
+
+    def clear(self) -> None:
+        with self.lock:
+            self.rules.clear()
+
+    def match(self, environ: Environ) -> FaultRule | None:
+        with self.lock:
+            for rule in self.rules:
+                if rule.hits >= rule.count:
+                    continue
+                if rule.method and environ.get("REQUEST_METHOD") != rule.method:
+                    continue
+                if rule.query is not None and rule.query not in environ.get("QUERY_STRING", ""):
+                    continue
+                rule.hits += 1
+                return rule
+        return None
+
+    def wrap(self, app: WsgiApp) -> WsgiApp:
+        def faulty(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+            rule = self.match(environ)
+            if rule is None:
+                return app(environ, start_response)
+            if rule.delay_s:
+                time.sleep(rule.delay_s)
+            if rule.status == 0:
+                return app(environ, start_response)
+            length = int(environ.get("CONTENT_LENGTH") or 0)
+            if length:
+                environ["wsgi.input"].read(length)
+            body = (
+                '<?xml version="1.0" encoding="UTF-8"?><Error>'
+                f"<Code>{rule.code}</Code><Message>injected by the test</Message>"
+                "<RequestId>injected</RequestId></Error>"
+            ).encode()
+            headers = [("Content-Type", "application/xml"), ("Content-Length", str(len(body)))]
+            start_response(f"{rule.status} Injected", headers)
+            return [body]
+
+        return faulty
+
+
+def moto_server(faults: HttpFaults) -> Any:
+    """A ``ThreadedMotoServer`` on 127.0.0.1, port 0, with ``faults`` in front (not started)."""
+    from moto.moto_server.threaded_moto_server import ThreadedMotoServer
+    from moto.moto_server.werkzeug_app import (
+        DomainDispatcherApplication,
+        MotoRequestHandler,
+        create_backend_app,
+    )
+    from werkzeug.serving import make_server
+
+    class QuietHandler(MotoRequestHandler):  # type: ignore[misc]
+        def log_request(self, *args: Any, **kwargs: Any) -> None:
+            pass
+
+    class FaultyMotoServer(ThreadedMotoServer):  # type: ignore[misc]
+        """moto's threaded server with the fault layer in front of its app."""
+
+        def _server_entry(self) -> None:
+            app = faults.wrap(DomainDispatcherApplication(create_backend_app))
+            self._server = make_server(
+                self._ip_address, self._port, app, True, request_handler=QuietHandler
+            )
+            self._server_ready_event.set()
+            self._server.serve_forever()
+
+    return FaultyMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+class CephStartError(RuntimeError):
+    """Raised when the Ceph gateway does not start; the message carries the tool's output."""
+
+
+def start_ceph(tool: Path, directory: Path) -> tuple[S3Endpoint, dict[str, str]]:
+    """Boot a Ceph RADOS Gateway in ``directory`` on free ports; returns it and the tool's env."""
+    env = {**os.environ, "RGW_PORT": str(free_port()), "MON_PORT": str(free_port())}
+    command = [str(tool), "start", str(directory)]
+    try:
+        started = subprocess.run(
+            command, env=env, capture_output=True, text=True, timeout=900, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as e:
+        raise CephStartError(f"Ceph RGW could not start: {' '.join(command)}: {e}") from e
+    exports = dict(re.findall(r"^export (\w+)=(\S*)$", started.stdout, re.MULTILINE))
+    if started.returncode != 0 or "RGW_ENDPOINT" not in exports:
+        tail = (started.stderr or started.stdout).strip().splitlines()[-15:]
+        raise CephStartError(
+            f"Ceph RGW did not start ({' '.join(command)} exited {started.returncode}); "
+            f"logs in {directory}/log:\n" + "\n".join(tail)
+        )
+    endpoint = S3Endpoint(
+        exports["RGW_ENDPOINT"],
+        exports["RGW_ACCESS_KEY"],
+        exports["RGW_SECRET_KEY"],
+        exports.get("RGW_REGION", "us-east-1"),
+        "ceph",
+    )
+    return endpoint, env
+
+
+def stop_ceph(tool: Path, directory: Path, env: dict[str, str]) -> None:
+    """Stop the daemons started in ``directory`` (by their pids)."""
+    subprocess.run(
+        [str(tool), "stop", str(directory)], env=env, capture_output=True, timeout=120, check=False
+    )

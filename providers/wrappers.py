@@ -1,0 +1,341 @@
+"""Cross-cutting concerns as wrappers, written once for every provider.
+
+- :class:`MetricsProvider` exports upstream's provider metrics (spec §13) plus request accounting:
+
+  ==================================================  =========  ==================================
+  name                                                type       labels
+  ==================================================  =========  ==================================
+  ``rocketmq_tiered_store_provider_rpc_latency``      histogram  path, file_type, operation, success
+  ``rocketmq_tiered_store_provider_upload_bytes``     histogram  path, file_type, operation=write
+  ``rocketmq_tiered_store_provider_download_bytes``   histogram  path, file_type, operation=read
+  ``rocketmq_tiered_store_provider_requests_total``   counter    provider, operation
+  ==================================================  =========  ==================================
+
+  Latency is in milliseconds with upstream's buckets; ``operation`` of the first three is ``read``,
+  ``write`` (append and put), ``seal``, ``size``, ``delete`` or ``list``; ``path`` is the queue's
+  logical path (``broker-a/TopicTest/3``) and ``file_type`` ``commit_log``, ``consume_queue`` or
+  ``index`` (``""``/``other`` for keys outside the segment layout). ``requests_total`` counts
+  backend requests (``GET``, ``PUT``, ``LIST``, ``DELETE``, ``COPY``, ``MPU_PART``, ...) so that
+  requests per GiB can be read off a run (divide by the upload/download ``_sum``).
+- :class:`FaultInjectingProvider` fails or delays a chosen fraction of calls, or the Nth calls,
+  with a chosen error, before or after the real call.
+- :class:`LatencyProvider` adds a fixed latency (plus jitter) to every call.
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import threading
+import time
+from collections.abc import Callable, Collection, Iterator
+from dataclasses import dataclass
+from typing import Any, BinaryIO, Literal, TypeVar
+
+from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+
+from tiered.errors import InjectedFaultError
+
+from .base import BytesLike, Payload, Provider, RequestListener
+from .layout import SegmentAddress
+
+T = TypeVar("T")
+
+LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 200, 400, 600, 800, 1000, 1500, 3000)
+SIZE_BUCKETS_BYTES = tuple(
+    float(x)
+    for x in (1 << 10, 10 << 10, 100 << 10, 1 << 20, 10 << 20, 32 << 20, 50 << 20, 100 << 20)
+)
+OPERATIONS = ("size", "read", "append", "seal", "put", "delete", "list")
+
+
+class WrappedProvider(Provider):
+    """Delegates every call to ``inner`` through :meth:`_around`; subclasses override that."""
+
+    def __init__(self, inner: Provider) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.inner!r})"
+
+    @property
+    def enforces_seal(self) -> bool:
+        return self.inner.enforces_seal
+
+    def _around(self, operation: str, key: str, call: Callable[[], T]) -> T:
+        return call()
+
+    def size(self, key: str) -> int:
+        return self._around("size", key, functools.partial(self.inner.size, key))
+
+    def read(self, key: str, position: int, length: int) -> bytes:
+        return self._around("read", key, functools.partial(self.inner.read, key, position, length))
+
+    def append(self, key: str, data: BytesLike, position: int) -> int:
+        return self._around(
+            "append", key, functools.partial(self.inner.append, key, data, position)
+        )
+
+    def seal(self, key: str) -> None:
+        self._around("seal", key, functools.partial(self.inner.seal, key))
+
+    def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
+        self._around("put", key, functools.partial(self.inner.put, key, data, overwrite))
+
+    def delete(self, key: str) -> None:
+        self._around("delete", key, functools.partial(self.inner.delete, key))
+
+    def list(self, prefix: str = "") -> Iterator[str]:
+        keys = self._around("list", prefix, lambda: [*self.inner.list(prefix)])
+        return iter(keys)
+
+    def close(self) -> None:
+        self.inner.close()
+
+    def add_request_listener(self, listener: RequestListener) -> None:
+        self.inner.add_request_listener(listener)
+
+    def remove_request_listener(self, listener: RequestListener) -> None:
+        self.inner.remove_request_listener(listener)
+
+
+def unwrap(provider: Provider) -> Provider:
+    """The innermost provider below any wrappers."""
+    while isinstance(provider, WrappedProvider):
+        provider = provider.inner
+    return provider
+
+
+# --- metrics ------------------------------------------------------------------------------------
+
+
+class ProviderMetrics:
+    """The provider metric families, registered once in one ``CollectorRegistry``."""
+
+    def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
+        labels = ["path", "file_type", "operation"]
+        self.rpc_latency = Histogram(
+            "rocketmq_tiered_store_provider_rpc_latency",
+            "Latency of provider calls, milliseconds",
+            [*labels, "success"],
+            buckets=LATENCY_BUCKETS_MS,
+            registry=registry,
+        )
+        self.upload_bytes = Histogram(
+            "rocketmq_tiered_store_provider_upload_bytes",
+            "Bytes per provider write (append or put)",
+            labels,
+            buckets=SIZE_BUCKETS_BYTES,
+            registry=registry,
+        )
+        self.download_bytes = Histogram(
+            "rocketmq_tiered_store_provider_download_bytes",
+            "Bytes per provider read",
+            labels,
+            buckets=SIZE_BUCKETS_BYTES,
+            registry=registry,
+        )
+        self.requests = Counter(
+            "rocketmq_tiered_store_provider_requests",
+            "Backend requests sent by the provider, by operation (GET, PUT, LIST, ...)",
+            ["provider", "operation"],
+            registry=registry,
+        )
+
+    @staticmethod
+    @functools.cache
+    def default() -> ProviderMetrics:
+        """The families in prometheus_client's default registry (created once per process)."""
+        return ProviderMetrics(REGISTRY)
+
+
+def _labels(key: str) -> tuple[str, str]:
+    address = SegmentAddress.parse(key)
+    if address is None:
+        return "", "other"
+    return address.logical_path, address.file_type.label
+
+
+class _CountingReader:
+    """A file object that counts the bytes read through it."""
+
+    def __init__(self, inner: BinaryIO) -> None:
+        self.inner = inner
+        self.count = 0
+
+    def read(self, size: int = -1) -> bytes:
+        data = self.inner.read(size)
+        self.count += len(data)
+        return data
+
+
+class MetricsProvider(WrappedProvider):
+    """Records the metrics of the module docstring for ``inner``.
+
+    ``metrics`` defaults to the default registry's families; a pickled copy uses those.
+    """
+
+    def __init__(self, inner: Provider, metrics: ProviderMetrics | None = None) -> None:
+        super().__init__(inner)
+        self.metrics = metrics or ProviderMetrics.default()
+        self._attach()
+
+    def _attach(self) -> None:
+        counter = self.metrics.requests
+        name = type(unwrap(self.inner)).name
+
+        def count(operation: str) -> None:
+            counter.labels(provider=name, operation=operation).inc()
+
+        self._count = count
+        self.inner.add_request_listener(count)
+
+    def _around(self, operation: str, key: str, call: Callable[[], T]) -> T:
+        path, file_type = _labels(key) if operation != "list" else ("", "")
+        kind = {"append": "write", "put": "write"}.get(operation, operation)
+        start = time.perf_counter()
+        ok = False
+        try:
+            result = call()
+            ok = True
+            return result
+        finally:
+            elapsed_ms = (time.perf_counter() - start) * 1000.0
+            self.metrics.rpc_latency.labels(
+                path=path, file_type=file_type, operation=kind, success=str(ok).lower()
+            ).observe(elapsed_ms)
+
+    def read(self, key: str, position: int, length: int) -> bytes:
+        data = super().read(key, position, length)
+        path, file_type = _labels(key)
+        self.metrics.download_bytes.labels(path, file_type, "read").observe(len(data))
+        return data
+
+    def append(self, key: str, data: BytesLike, position: int) -> int:
+        size = super().append(key, data, position)
+        self._uploaded(key, size - position)
+        return size
+
+    def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
+        if isinstance(data, bytes | bytearray | memoryview):
+            super().put(key, data, overwrite)
+            self._uploaded(key, memoryview(data).nbytes)
+            return
+        reader = _CountingReader(data)
+        super().put(key, reader, overwrite)  # type: ignore[arg-type]
+        self._uploaded(key, reader.count)
+
+    def _uploaded(self, key: str, count: int) -> None:
+        path, file_type = _labels(key)
+        self.metrics.upload_bytes.labels(path, file_type, "write").observe(count)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("metrics", None)
+        state.pop("_count", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self.metrics = ProviderMetrics.default()
+        self._attach()
+
+
+# --- fault and latency injection ------------------------------------------------------------------
+
+
+ErrorFactory = Callable[[str], BaseException]
+
+
+@dataclass(frozen=True)
+class FaultPlan:
+    """Which calls fail or slow down, and how.
+
+    A call of one of ``operations`` (all when ``None``) is the Nth such call (1-based); it fails
+    when N is in ``nth`` or with probability ``rate``, raising ``error(message)``, either before
+    the real call (``when="before"``: nothing happened) or after it (``"after"``: the call took
+    effect but the caller sees an error, like a lost response). Independently, it is delayed by
+    ``delay_s`` with probability ``delay_rate``.
+    """
+
+    rate: float = 0.0
+    nth: Collection[int] = ()
+    operations: Collection[str] | None = None
+    error: ErrorFactory = InjectedFaultError
+    when: Literal["before", "after"] = "before"
+    delay_s: float = 0.0
+    delay_rate: float = 0.0
+    seed: int | None = None
+
+
+class FaultInjectingProvider(WrappedProvider):
+    """Fails or delays calls of ``inner`` according to a :class:`FaultPlan`."""
+
+    def __init__(self, inner: Provider, plan: FaultPlan | None = None) -> None:
+        super().__init__(inner)
+        self._fault_lock = threading.Lock()
+        self.set_plan(plan or FaultPlan())
+
+    def set_plan(self, plan: FaultPlan) -> None:
+        """Switch to ``plan`` and restart the call count."""
+        with self._fault_lock:
+            self.plan = plan
+            self.calls = 0
+            self.injected = 0
+            self._rng = random.Random(plan.seed)
+
+    def _around(self, operation: str, key: str, call: Callable[[], T]) -> T:
+        plan = self.plan
+        if plan.operations is not None and operation not in plan.operations:
+            return call()
+        with self._fault_lock:
+            self.calls += 1
+            number = self.calls
+            fail = number in plan.nth or (plan.rate > 0 and self._rng.random() < plan.rate)
+            delay = plan.delay_rate > 0 and self._rng.random() < plan.delay_rate
+            self.injected += fail
+        if delay:
+            time.sleep(plan.delay_s)
+        message = f"injected fault in {operation} #{number} of {key!r}"
+        if fail and plan.when == "before":
+            raise plan.error(message)
+        result = call()
+        if fail:
+            raise plan.error(message + " (after the call took effect)")
+        return result
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_fault_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._fault_lock = threading.Lock()
+
+
+class LatencyProvider(WrappedProvider):
+    """Sleeps ``latency_s`` plus up to ``jitter_s`` before each call of ``operations`` (all)."""
+
+    def __init__(
+        self,
+        inner: Provider,
+        latency_s: float,
+        *,
+        jitter_s: float = 0.0,
+        operations: Collection[str] | None = None,
+        seed: int | None = None,
+    ) -> None:
+        super().__init__(inner)
+        self.latency_s = latency_s
+        self.jitter_s = jitter_s
+        self.operations = operations
+        self._rng = random.Random(seed)
+
+    def _around(self, operation: str, key: str, call: Callable[[], T]) -> T:
+        if self.operations is None or operation in self.operations:
+            time.sleep(
+                self.latency_s + (self._rng.uniform(0, self.jitter_s) if self.jitter_s else 0)
+            )
+        return call()

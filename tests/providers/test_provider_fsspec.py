@@ -1,0 +1,137 @@
+"""The fsspec provider passes the conformance suite on file://, memory:// and s3:// (moto, Ceph)."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import ClassVar
+
+import pytest
+from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
+from hypothesis import HealthCheck, settings
+from tiered.providers import FsspecProvider
+from tiered.providers.testing import (
+    BotoOracle,
+    ChunkedProviderTests,
+    DictOracle,
+    DirectoryOracle,
+    Oracle,
+    ProviderTests,
+)
+from tiered.providers.testing.servers import S3Endpoint
+
+from tiered.errors import ConfigError
+
+
+class TestFsspecLocal(ProviderTests):
+    @pytest.fixture
+    def provider(self, tmp_path: Path) -> FsspecProvider:
+        provider = FsspecProvider(f"file://{tmp_path}/tiered")
+        assert provider.append_mode == "native"
+        return provider
+
+    @pytest.fixture
+    def oracle(self, tmp_path: Path) -> Oracle:
+        return DirectoryOracle(tmp_path / "tiered")
+
+
+class TestFsspecLocalChunks(ChunkedProviderTests):
+    @pytest.fixture
+    def provider(self, tmp_path: Path) -> FsspecProvider:
+        return FsspecProvider(f"file://{tmp_path}/tiered", append_mode="chunks")
+
+    @pytest.fixture
+    def oracle(self, tmp_path: Path) -> Oracle:
+        return DirectoryOracle(tmp_path / "tiered", chunked=True)
+
+
+def _memory_oracle(root: str, chunked: bool) -> Oracle:
+    return DictOracle(
+        MemoryFileSystem.store,
+        root=root,
+        chunked=chunked,
+        make=lambda path, data: MemoryFile(None, path, data),
+    )
+
+
+class TestFsspecMemory(ProviderTests):
+    @pytest.fixture
+    def provider(self) -> FsspecProvider:
+        return FsspecProvider(f"memory://t{uuid.uuid4().hex}")
+
+    @pytest.fixture
+    def oracle(self, provider: FsspecProvider) -> Oracle:
+        return _memory_oracle("/" + provider.url.removeprefix("memory://"), chunked=False)
+
+
+class TestFsspecMemoryChunks(ChunkedProviderTests):
+    @pytest.fixture
+    def provider(self) -> FsspecProvider:
+        return FsspecProvider(f"memory://t{uuid.uuid4().hex}", append_mode="chunks")
+
+    @pytest.fixture
+    def oracle(self, provider: FsspecProvider) -> Oracle:
+        return _memory_oracle("/" + provider.url.removeprefix("memory://"), chunked=True)
+
+
+class FsspecS3Tests(ChunkedProviderTests):
+    """fsspec over s3fs against a real HTTP S3 server."""
+
+    @pytest.fixture
+    def endpoint(self) -> S3Endpoint:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def bucket(self, endpoint: S3Endpoint) -> str:
+        return endpoint.new_bucket()
+
+    @pytest.fixture
+    def provider(self, endpoint: S3Endpoint, bucket: str) -> FsspecProvider:
+        options = {
+            "key": endpoint.access_key,
+            "secret": endpoint.secret_key,
+            "client_kwargs": {"endpoint_url": endpoint.url, "region_name": endpoint.region},
+            "config_kwargs": {"s3": {"addressing_style": "path"}},
+        }
+        return FsspecProvider(f"s3://{bucket}/tiered", storage_options=options)
+
+    @pytest.fixture
+    def oracle(self, endpoint: S3Endpoint, bucket: str) -> Oracle:
+        return BotoOracle(endpoint.client(), bucket, "tiered")
+
+
+@pytest.mark.s3
+class TestFsspecS3Moto(FsspecS3Tests):
+    @pytest.fixture
+    def endpoint(self, moto_s3: S3Endpoint) -> S3Endpoint:
+        return moto_s3
+
+
+@pytest.mark.s3
+class TestFsspecS3Ceph(FsspecS3Tests):
+    state_machine_settings: ClassVar[settings] = settings(
+        max_examples=10,
+        stateful_step_count=20,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+    @pytest.fixture
+    def endpoint(self, ceph_s3: S3Endpoint) -> S3Endpoint:
+        return ceph_s3
+
+
+def test_append_mode_follows_the_protocol() -> None:
+    assert FsspecProvider("memory://x").append_mode == "native"
+    assert FsspecProvider("file:///tmp/x").append_mode == "native"
+    assert FsspecProvider("/tmp/x").append_mode == "native"
+    assert FsspecProvider("s3://bucket/x").append_mode == "chunks"
+    assert FsspecProvider("memory://x").enforces_seal is False
+    assert FsspecProvider("s3://bucket/x").enforces_seal is True
+
+
+def test_bad_settings_name_the_key() -> None:
+    with pytest.raises(ConfigError, match="tieredStoreFsspecUrl"):
+        FsspecProvider("")
+    with pytest.raises(ConfigError, match="append_mode"):
+        FsspecProvider("memory://x", append_mode="sometimes")  # type: ignore[arg-type]

@@ -1,0 +1,109 @@
+"""The posix provider passes the conformance suite and writes upstream's PosixFileSegment layout."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+from tiered.providers import FileType, PosixProvider, segment_key
+from tiered.providers.testing import HOSTILE_KEYS, DirectoryOracle, Oracle, ProviderTests
+
+
+class TestPosixProvider(ProviderTests):
+    @pytest.fixture
+    def provider(self, tmp_path: Path) -> PosixProvider:
+        return PosixProvider(tmp_path / "tiered")
+
+    @pytest.fixture
+    def oracle(self, provider: PosixProvider) -> Oracle:
+        return DirectoryOracle(provider.root)
+
+
+def test_files_land_where_the_java_broker_looks(tmp_path: Path) -> None:
+    """Spec V2: the same path a Java PosixFileSegment with tieredStoreFilePath opens."""
+    root = tmp_path / "mnt" / "tiered"
+    provider = PosixProvider(str(root))
+    commit_log = segment_key("DefaultCluster", "broker-a", "TopicTest", 3, FileType.COMMIT_LOG, 0)
+    cq = segment_key("DefaultCluster", "broker-a", "TopicTest", 3, FileType.CONSUME_QUEUE, 2000)
+    index = segment_key("DefaultCluster", "broker-a", "rmq_sys_INDEX", 0, FileType.INDEX, 0)
+    provider.append(commit_log, b"units", 0)
+    provider.append(cq, b"\x00" * 20, 0)
+    provider.put(index, b"compacted")
+    base = f"{root}/212d6b50_DefaultCluster/broker-a"
+    assert (Path(f"{base}/TopicTest/3/COMMIT_LOG/cfcd208400000000000000000000")).read_bytes() == (
+        b"units"
+    )
+    assert (
+        Path(f"{base}/TopicTest/3/CONSUME_QUEUE/08f90c1a00000000000000002000").stat().st_size == 20
+    )
+    assert Path(f"{base}/rmq_sys_INDEX/0/INDEX/cfcd208400000000000000000000").read_bytes() == (
+        b"compacted"
+    )
+    assert sorted(p.name for p in root.rglob("*") if p.is_file()) == [
+        "08f90c1a00000000000000002000",
+        "cfcd208400000000000000000000",
+        "cfcd208400000000000000000000",
+    ]
+
+
+def test_empty_file_path_means_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    provider = PosixProvider("")
+    provider.append("a/b", b"x", 0)
+    assert (tmp_path / "a" / "b").read_bytes() == b"x"
+    assert provider.root == tmp_path
+
+
+def test_files_are_readable_by_others_as_umask_allows(tmp_path: Path) -> None:
+    provider = PosixProvider(tmp_path)
+    provider.append("seg", b"x", 0)
+    provider.put("whole", b"y")
+    umask = os.umask(0o022)
+    os.umask(umask)
+    for name in ("seg", "whole"):
+        mode = stat.S_IMODE((tmp_path / name).stat().st_mode)
+        assert mode == 0o666 & ~umask
+
+
+@pytest.mark.parametrize("key", HOSTILE_KEYS)
+def test_hostile_keys_create_nothing_outside_the_root(tmp_path: Path, key: str) -> None:
+    root = tmp_path / "root"
+    root.mkdir()
+    provider = PosixProvider(root)
+    for call in (
+        lambda: provider.append(key, b"x", 0),
+        lambda: provider.put(key, b"x", overwrite=True),
+        lambda: provider.delete(key),
+    ):
+        with pytest.raises(ValueError, match=r"key|component"):
+            call()
+    assert [p.name for p in tmp_path.iterdir()] == ["root"]
+    assert list(root.iterdir()) == []
+
+
+def test_a_key_that_names_a_directory_is_not_an_object(tmp_path: Path) -> None:
+    provider = PosixProvider(tmp_path)
+    provider.append("dir/file", b"x", 0)
+    assert not provider.exists("dir")
+    provider.delete("dir")
+    assert provider.exists("dir/file")
+
+
+def test_put_leaves_no_temporary_files(tmp_path: Path) -> None:
+    provider = PosixProvider(tmp_path)
+    provider.put("a/b", b"1")
+    provider.put("a/b", b"2", overwrite=True)
+    assert [p.name for p in (tmp_path / "a").iterdir()] == ["b"]
+    assert list(provider.list()) == ["a/b"]
+
+
+def test_listing_skips_foreign_names(tmp_path: Path) -> None:
+    provider = PosixProvider(tmp_path)
+    provider.append("q/seg", b"x", 0)
+    (tmp_path / "q" / ".hidden").write_bytes(b"")
+    (tmp_path / "q" / "with~tilde").write_bytes(b"")
+    assert list(provider.list()) == ["q/seg"]

@@ -1,0 +1,283 @@
+"""The s3 provider passes the conformance suite over HTTP against moto and a real Ceph RGW.
+
+Beyond the suite: retries of injected throttling, 5xx and timeouts (over the wire, answered by the
+fault layer in front of moto), the error table, multipart uploads and server-side part copies,
+credentials from the AWS chain, and a missing boto3.
+"""
+
+from __future__ import annotations
+
+import io
+import sys
+import uuid
+from collections import Counter
+from typing import ClassVar
+
+import pytest
+from hypothesis import HealthCheck, settings
+from tiered.providers import S3Provider
+from tiered.providers.testing import (
+    BotoOracle,
+    ChunkedProviderTests,
+    blob,
+    fill,
+    requests_of,
+    seg,
+)
+from tiered.providers.testing.servers import HttpFaults, S3Endpoint
+
+from tiered.errors import (
+    AccessDeniedError,
+    ConfigError,
+    InvalidKeyError,
+    MissingDependencyError,
+    ProviderError,
+    ProviderTimeoutError,
+    ProviderUnavailableError,
+    SegmentNotFoundError,
+    ThrottledError,
+)
+
+MIB = 1 << 20
+
+
+def make_provider(endpoint: S3Endpoint, bucket: str, prefix: str, **kwargs: object) -> S3Provider:
+    options: dict[str, object] = {
+        "prefix": prefix,
+        "endpoint": endpoint.url,
+        "region": endpoint.region,
+        "access_key": endpoint.access_key,
+        "secret_key": endpoint.secret_key,
+        "path_style": True,
+        "backoff_base_s": 0.01,
+        "backoff_max_s": 0.05,
+        **kwargs,
+    }
+    return S3Provider(bucket, **options)  # type: ignore[arg-type]
+
+
+class S3ProviderTests(ChunkedProviderTests):
+    """The suite on one S3 server; every test gets its own prefix in a shared bucket."""
+
+    seal_layouts: ClassVar[tuple[tuple[int, ...], ...]] = (
+        (4096,),
+        (3000, 1, 5000),
+        # a part copied server-side (UploadPartCopy), then small and large chunks re-uploaded
+        (5 * MIB + 7, 10, 5 * MIB),
+    )
+
+    @pytest.fixture
+    def endpoint(self) -> S3Endpoint:
+        raise NotImplementedError
+
+    @pytest.fixture
+    def bucket(self, endpoint: S3Endpoint) -> str:
+        return endpoint.new_bucket()
+
+    @pytest.fixture
+    def prefix(self) -> str:
+        return f"tiered/{uuid.uuid4().hex[:12]}"
+
+    @pytest.fixture
+    def provider(self, endpoint: S3Endpoint, bucket: str, prefix: str) -> S3Provider:
+        return make_provider(endpoint, bucket, prefix)
+
+    @pytest.fixture
+    def oracle(self, endpoint: S3Endpoint, bucket: str, prefix: str) -> BotoOracle:
+        return BotoOracle(endpoint.client(), bucket, prefix)
+
+    def test_seal_copies_big_chunks_server_side(
+        self, provider: S3Provider, oracle: BotoOracle
+    ) -> None:
+        key = seg(90)
+        content = fill(provider, key, (6 * MIB, 6 * MIB, 100))
+        ops = Counter(requests_of(provider, lambda: provider.seal(key)))
+        assert ops["MPU_PART_COPY"] == 2
+        assert ops["MPU_PART"] == 1
+        assert ops["GET"] == 1
+        assert oracle.content(key) == content
+        assert oracle.multipart_uploads() == []
+
+    def test_seal_of_small_chunks_is_one_upload(self, provider: S3Provider) -> None:
+        key = seg(91)
+        fill(provider, key, (1000,) * 5)
+        ops = Counter(requests_of(provider, lambda: provider.seal(key)))
+        assert ops == {"LIST": 1, "GET": 5, "PUT": 1, "DELETE": 2}
+
+    def test_large_put_is_a_multipart_upload(
+        self, endpoint: S3Endpoint, bucket: str, prefix: str, oracle: BotoOracle
+    ) -> None:
+        provider = make_provider(endpoint, bucket, prefix, part_size_bytes=5 * MIB)
+        data = blob(16 * MIB + 3, 9)
+        key = seg(92)
+        ops = Counter(requests_of(provider, lambda: provider.put(key, io.BytesIO(data))))
+        assert ops["MPU_PART"] == 4
+        assert ops["MPU_COMPLETE"] == 1
+        assert oracle.content(key) == data
+        ops = Counter(requests_of(provider, lambda: provider.put(key, data, overwrite=True)))
+        assert ops["MPU_PART"] == 4
+        assert provider.read(key, 16 * MIB, 10) == data[16 * MIB :]
+
+    def test_missing_bucket_is_not_a_missing_segment(self, endpoint: S3Endpoint) -> None:
+        provider = make_provider(endpoint, f"absent-{uuid.uuid4().hex[:8]}", "x")
+        with pytest.raises(ProviderError, match="objectStoreBucket") as info:
+            provider.size(seg(0))
+        assert not isinstance(info.value, SegmentNotFoundError)
+        assert not info.value.retriable
+
+    def test_ensure_bucket(self, endpoint: S3Endpoint) -> None:
+        provider = make_provider(endpoint, f"made-{uuid.uuid4().hex[:8]}", "x")
+        provider.ensure_bucket()
+        provider.ensure_bucket()
+        provider.append(seg(0), b"ok", 0)
+        assert provider.read(seg(0), 0, 2) == b"ok"
+
+
+@pytest.mark.s3
+class TestS3ProviderMoto(S3ProviderTests):
+    @pytest.fixture
+    def endpoint(self, moto_s3: S3Endpoint) -> S3Endpoint:
+        return moto_s3
+
+
+@pytest.mark.s3
+class TestS3ProviderCeph(S3ProviderTests):
+    state_machine_settings: ClassVar[settings] = settings(
+        max_examples=15,
+        stateful_step_count=20,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+    )
+
+    @pytest.fixture
+    def endpoint(self, ceph_s3: S3Endpoint) -> S3Endpoint:
+        return ceph_s3
+
+    def test_wrong_credentials_are_access_denied(self, endpoint: S3Endpoint, bucket: str) -> None:
+        provider = make_provider(endpoint, bucket, "x", secret_key="wrong-secret")
+        with pytest.raises(AccessDeniedError, match="objectStoreSecretKey") as info:
+            provider.size(seg(0))
+        assert isinstance(info.value, PermissionError)
+
+    def test_credentials_from_the_environment(
+        self, endpoint: S3Endpoint, bucket: str, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        monkeypatch.setenv("AWS_ACCESS_KEY_ID", endpoint.access_key)
+        monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", endpoint.secret_key)
+        monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent")
+        monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", "/nonexistent")
+        provider = make_provider(endpoint, bucket, "env", access_key=None, secret_key=None)
+        provider.append(seg(0), b"chain", 0)
+        assert provider.read(seg(0), 0, 5) == b"chain"
+
+
+# --- retries over the wire (moto with the fault layer) -------------------------------------------
+
+
+@pytest.fixture
+def moto_provider(moto_s3: S3Endpoint) -> S3Provider:
+    return make_provider(moto_s3, moto_s3.new_bucket(), "faults", read_timeout_s=0.5)
+
+
+@pytest.mark.s3
+def test_throttling_is_retried(moto_provider: S3Provider, http_faults: HttpFaults) -> None:
+    rule = http_faults.add(503, "SlowDown", count=2, method="PUT")
+    ops = requests_of(moto_provider, lambda: moto_provider.append(seg(0), b"abc", 0))
+    assert rule.hits == 2
+    assert ops.count("PUT") == 3
+    assert moto_provider.read(seg(0), 0, 3) == b"abc"
+
+
+@pytest.mark.s3
+def test_server_errors_are_retried(moto_provider: S3Provider, http_faults: HttpFaults) -> None:
+    moto_provider.append(seg(0), b"abc", 0)
+    moto_provider.seal(seg(0))
+    rule = http_faults.add(500, "InternalError", count=3, method="GET")
+    assert moto_provider.read(seg(0), 1, 2) == b"bc"
+    assert rule.hits == 3
+
+
+@pytest.mark.s3
+def test_exhausted_retries_raise_a_retriable_error(
+    moto_provider: S3Provider, http_faults: HttpFaults
+) -> None:
+    http_faults.add(503, "SlowDown", count=100)
+    with pytest.raises(ThrottledError) as info:
+        moto_provider.size(seg(0))
+    assert info.value.retriable
+    assert isinstance(info.value, ConnectionError)
+    assert type(info.value.__cause__).__name__ == "ClientError"
+    http_faults.clear()
+    http_faults.add(502, "BadGateway", count=100)
+    with pytest.raises(ProviderUnavailableError) as unavailable:
+        moto_provider.size(seg(0))
+    assert unavailable.value.retriable
+
+
+@pytest.mark.s3
+def test_timeouts_are_retried(moto_provider: S3Provider, http_faults: HttpFaults) -> None:
+    moto_provider.append(seg(0), b"abc", 0)
+    rule = http_faults.add(0, "", count=1, method="GET", delay_s=1.0)
+    assert moto_provider.size(seg(0)) == 3
+    assert rule.hits == 1
+    http_faults.add(0, "", count=100, method="GET", delay_s=0.7)
+    slow = make_provider(
+        S3Endpoint(moto_provider.endpoint or "", "testing", "testing", "us-east-1", "moto"),
+        moto_provider.bucket,
+        "faults",
+        read_timeout_s=0.3,
+        max_attempts=2,
+    )
+    with pytest.raises(ProviderTimeoutError) as info:
+        slow.size(seg(0))
+    assert info.value.retriable
+
+
+@pytest.mark.s3
+def test_a_failed_seal_aborts_its_upload_and_stays_readable(
+    moto_s3: S3Endpoint, http_faults: HttpFaults
+) -> None:
+    bucket = moto_s3.new_bucket()
+    provider = make_provider(moto_s3, bucket, "abort", max_attempts=2)
+    oracle = BotoOracle(moto_s3.client(), bucket, "abort")
+    key = seg(0)
+    content = fill(provider, key, (6 * MIB, 10, 6 * MIB))
+    http_faults.add(500, "InternalError", count=2, method="POST", query="uploadId")
+    with pytest.raises(ProviderUnavailableError):
+        provider.seal(key)
+    assert oracle.multipart_uploads() == []
+    assert provider.read(key, 0, len(content)) == content
+    provider.seal(key)
+    assert oracle.names_of(key) == {key}
+
+
+# --- configuration and errors without a server ---------------------------------------------------
+
+
+def test_bad_settings_name_the_key() -> None:
+    with pytest.raises(ConfigError, match="objectStoreBucket"):
+        S3Provider("")
+    with pytest.raises(ConfigError, match="objectStoreSecretKey"):
+        S3Provider("b", access_key="AK")
+    with pytest.raises(ConfigError, match="5 MiB"):
+        S3Provider("b", part_size_bytes=MIB)
+    with pytest.raises(InvalidKeyError):
+        S3Provider("b", prefix="../x")
+
+
+def test_the_secret_never_shows() -> None:
+    provider = S3Provider("b", access_key="AK", secret_key="s3cr3t-value")
+    assert "s3cr3t-value" not in repr(provider)
+
+
+def test_keys_longer_than_s3_allows() -> None:
+    provider = S3Provider("b", prefix="/".join(["p" * 200] * 4))
+    with pytest.raises(InvalidKeyError, match="1024"):
+        provider.size("k" * 250 + "/" + "k" * 100)
+
+
+def test_missing_boto3_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "boto3", None)
+    provider = S3Provider("bucket")
+    with pytest.raises(MissingDependencyError, match=r"rocketmq-tiered\[s3\]"):
+        provider.size(seg(0))
