@@ -51,6 +51,7 @@ from .layout import check_key, check_prefix, is_key
 
 AppendMode = Literal["auto", "native", "chunks"]
 _NATIVE_PROTOCOLS = frozenset({"file", "local", "memory"})
+_LOCAL_PROTOCOLS = frozenset({"file", "local"})
 _PIECE_BYTES = 8 << 20
 
 
@@ -175,11 +176,12 @@ class FsspecProvider(Provider):
         """One listing of the key's directory (chunks mode).
 
         A directory listing on a disk is no snapshot: a file renamed or removed meanwhile can be
-        missed (or vanish between its name and its size), so an absent result is confirmed by
-        asking for the object itself.
+        missed (or vanish between its name and its size), so there an absent result is confirmed
+        by asking for the object itself.
         """
         parent = self._path(key).rpartition("/")[0]
         entries: list[dict[str, Any]] = []
+        local = self.protocol in _LOCAL_PROTOCOLS
         for _ in range(3):
             self._request("LIST")
             with _fs_errors(key):
@@ -187,15 +189,17 @@ class FsspecProvider(Provider):
                 try:
                     entries = self.fs.ls(parent, detail=True)
                     break
-                except (FileNotFoundError, KeyError, RuntimeError):
-                    # the directory is missing, or a file went away mid-listing (memory://
-                    # iterates a shared dict and raises KeyError or RuntimeError then)
-                    continue
+                except FileNotFoundError:
+                    if not local or not os.path.isdir(parent):
+                        break  # no directory, no objects
+                    # a file went away between its name and its size: list again
+                except (KeyError, RuntimeError):
+                    continue  # memory:// iterates a shared dict that changed meanwhile
         state = state_from_listing(
             key,
             ((self._rel(e["name"]), int(e["size"])) for e in entries if e.get("type") == "file"),
         )
-        if not state.exists:
+        if not state.exists and local:
             size = self._info_size(key)
             if size is not None:
                 return SegmentState(key, size, state.run, state.strays, state.junk)
@@ -227,14 +231,21 @@ class FsspecProvider(Provider):
 
     def _makedirs(self, path: str) -> None:
         """Create the parent directories of ``path`` where directories are real (local disks)."""
-        if self.protocol in ("file", "local"):
+        if self.protocol in _LOCAL_PROTOCOLS:
             self.fs.makedirs(path.rpartition("/")[0], exist_ok=True)
 
     def _remove(self, names: Iterable[str], key: str) -> None:
-        for name in names:
+        """Delete names in order; object stores get one bulk request for all but the first."""
+        paths = [self._path(name) for name in names]
+        one_by_one = paths if self.protocol in _NATIVE_PROTOCOLS else paths[:1]
+        for path in one_by_one:
             self._request("DELETE")
             with _fs_errors(key), contextlib.suppress(FileNotFoundError):
-                self.fs.rm_file(self._path(name))
+                self.fs.rm_file(path)
+        if len(paths) > len(one_by_one):
+            self._request("DELETE")
+            with _fs_errors(key), contextlib.suppress(FileNotFoundError):
+                self.fs.rm(paths[1:])
 
     # --- the contract -----------------------------------------------------------------------------
 
@@ -252,6 +263,13 @@ class FsspecProvider(Provider):
     def read(self, key: str, position: int, length: int) -> bytes:
         check_key(key)
         check_range(position, length)
+        if length > 0:
+            try:  # the common case, a whole object: one ranged read
+                data = self._cat(key, position, position + length, key)
+            except ProviderError:
+                data = b""  # absent, unsealed, or past the end (416): size or listing tells
+            if data:
+                return data
         for attempt in (1, 2):
             if self.append_mode == "native":
                 size = self.size(key)
@@ -338,7 +356,7 @@ class FsspecProvider(Provider):
             raise SegmentNotFoundError(f"no object {key!r} at {self.url!r}")
         if not state.sealed:
             path = self._path(key)
-            if len(state.run) == 1 and self.protocol not in ("file", "local"):
+            if len(state.run) == 1 and self.protocol not in _LOCAL_PROTOCOLS:
                 self._request("COPY")  # a server-side copy appears whole
                 with _fs_errors(key):
                     self.fs.copy(self._path(state.run[0].name), path)

@@ -59,7 +59,7 @@ class MemoryProvider(Provider):
                 raise ReadPastEndError(
                     f"read of {key!r} at {position} is past its end ({len(data)} bytes)"
                 )
-            return bytes(data[position : position + length])
+            return bytes(memoryview(data)[position : position + length])
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         check_key(key)

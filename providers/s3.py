@@ -70,6 +70,9 @@ MAX_KEY_BYTES = 1024
 _DELETE_BATCH = 1000
 _INSTALL_HINT = "pip install 'rocketmq-tiered[s3]'"
 
+_SESSIONS: dict[tuple[str | None, str | None, str], Any] = {}
+_SESSIONS_LOCK = threading.Lock()
+
 _ERRORS: dict[str, type[ProviderError]] = {
     # S3 error codes and HTTP statuses (ClientError)
     "NoSuchBucket": ProviderError,
@@ -248,13 +251,22 @@ class S3Provider(Provider):
             request_checksum_calculation="when_required",
             response_checksum_validation="when_required",
         )
-        session = boto3.session.Session(
-            aws_access_key_id=self._access_key,
-            aws_secret_access_key=self._secret_key,
-            region_name=self.region,
-        )
-        client: S3Client = session.client("s3", endpoint_url=self.endpoint, config=config)
-        return client
+        if self._access_key is None:  # the AWS chain, resolved afresh for every client
+            session = boto3.session.Session(region_name=self.region)
+            client: S3Client = session.client("s3", endpoint_url=self.endpoint, config=config)
+            return client
+        # explicit keys: share one session (its loaded service models make clients cheap)
+        with _SESSIONS_LOCK:
+            ident = (self._access_key, self._secret_key, self.region)
+            session = _SESSIONS.get(ident)
+            if session is None:
+                session = _SESSIONS[ident] = boto3.session.Session(
+                    aws_access_key_id=self._access_key,
+                    aws_secret_access_key=self._secret_key,
+                    region_name=self.region,
+                )
+            shared: S3Client = session.client("s3", endpoint_url=self.endpoint, config=config)
+        return shared
 
     def _call(self, operation: str, name: str, fn: Callable[[], T]) -> T:
         """Send one request with retries; ``name`` (a backend name) is for messages only."""
@@ -410,7 +422,7 @@ class S3Provider(Provider):
             self._delete_names(c.name for c in state.strays)
         if state.exists and not view:
             return position
-        self._put_object(self._full(chunk_name(key, position)), view)
+        self._put_object(self._root + chunk_name(key, position), view)
         return position + len(view)
 
     def seal(self, key: str) -> None:
@@ -425,7 +437,7 @@ class S3Provider(Provider):
         state = self._state(key)
         if state.exists and not overwrite:
             raise SegmentExistsError(f"object {key!r} exists; pass overwrite=True to replace")
-        self._upload(self._full(key), data)
+        self._upload(key, data)
         self._delete_names(state.chunk_names)
 
     def delete(self, key: str) -> None:
@@ -477,16 +489,17 @@ class S3Provider(Provider):
     def _download(self, part: Part) -> bytes:
         return b"".join(self._get(p.name, p.start, p.end) for p in part.pieces)
 
-    def _upload(self, full: str, data: Payload) -> None:
+    def _upload(self, key: str, data: Payload) -> None:
+        full = self._full(key)
         pieces = iter_payload(data, self.part_size_bytes)
         first = next(pieces)
         second = next(pieces, None)
         if second is None:
             self._put_object(full, first)
             return
-        self._multipart(full, _chain(first, second, pieces), None)
+        self._multipart(full, _chain(first, second, pieces), key)
 
-    def _multipart(self, full: str, parts: Iterator[Part | BytesLike], key: str | None) -> None:
+    def _multipart(self, full: str, parts: Iterator[Part | BytesLike], key: str) -> None:
         """One multipart upload of ``parts`` (planned copies/downloads, or payload pieces)."""
         client = self.client
         created = self._call(
@@ -555,7 +568,7 @@ class S3Provider(Provider):
         full: str,
         upload_id: str,
         done: Sequence[CompletedPartTypeDef],
-        key: str | None,
+        key: str,
         total: int,
     ) -> None:
         complete = functools.partial(
@@ -570,10 +583,9 @@ class S3Provider(Provider):
         except ProviderError:
             # a retried complete whose first attempt landed reports NoSuchUpload: accept the
             # object if it is there whole
-            if key is not None:
-                state = self._state(key)
-                if state.sealed and state.size == total:
-                    return
+            state = self._state(key)
+            if state.sealed and state.size == total:
+                return
             raise
 
     # --- housekeeping -----------------------------------------------------------------------------

@@ -10,10 +10,11 @@ from __future__ import annotations
 from .chunked import ChunkedProviderTests, CrashPoint, crash_before_request, requests_of
 from .oracle import BotoOracle, DictOracle, DirectoryOracle, Oracle
 from .stateful import make_state_machine
-from .suite import HOSTILE_KEYS, ProviderTests, blob, fill, seg
+from .suite import HOSTILE_KEYS, REMOTE_SETTINGS, ProviderTests, blob, fill, seg
 
 __all__ = [
     "HOSTILE_KEYS",
+    "REMOTE_SETTINGS",
     "BotoOracle",
     "ChunkedProviderTests",
     "CrashPoint",

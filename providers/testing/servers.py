@@ -6,6 +6,7 @@ needs an S3 endpoint. moto and boto3 are imported only when a server is started.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import socket
@@ -34,24 +35,38 @@ class S3Endpoint:
     name: str
 
     def client(self) -> Any:
-        """A plain boto3 client (path-style), for oracles and set-up."""
-        import boto3
-        from botocore.config import Config
+        """A plain boto3 client (path-style), for oracles and set-up; one per endpoint."""
+        return _client(self)
 
-        return boto3.client(
-            "s3",
-            endpoint_url=self.url,
-            aws_access_key_id=self.access_key,
-            aws_secret_access_key=self.secret_key,
-            region_name=self.region,
-            config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}),
-        )
+    def shared_bucket(self) -> str:
+        """A bucket created once per endpoint and process (tests use their own prefixes)."""
+        return _shared_bucket(self)
 
     def new_bucket(self) -> str:
         """Create a fresh bucket and return its name."""
         bucket = f"rmq-{uuid.uuid4().hex[:16]}"
         self.client().create_bucket(Bucket=bucket)
         return bucket
+
+
+@functools.cache
+def _shared_bucket(endpoint: S3Endpoint) -> str:
+    return endpoint.new_bucket()
+
+
+@functools.cache
+def _client(endpoint: S3Endpoint) -> Any:
+    import boto3
+    from botocore.config import Config
+
+    return boto3.client(
+        "s3",
+        endpoint_url=endpoint.url,
+        aws_access_key_id=endpoint.access_key,
+        aws_secret_access_key=endpoint.secret_key,
+        region_name=endpoint.region,
+        config=Config(s3={"addressing_style": "path"}, retries={"total_max_attempts": 1}),
+    )
 
 
 @dataclass
@@ -141,11 +156,11 @@ def moto_server(faults: HttpFaults) -> Any:
     )
     from werkzeug.serving import make_server
 
-    class QuietHandler(MotoRequestHandler):  # type: ignore[misc]
+    class QuietHandler(MotoRequestHandler):
         def log_request(self, *args: Any, **kwargs: Any) -> None:
             pass
 
-    class FaultyMotoServer(ThreadedMotoServer):  # type: ignore[misc]
+    class FaultyMotoServer(ThreadedMotoServer):
         """moto's threaded server with the fault layer in front of its app."""
 
         def _server_entry(self) -> None:

@@ -87,6 +87,15 @@ def fill(provider: Provider, key: str, sizes: tuple[int, ...], seed: int = 0) ->
     return content
 
 
+REMOTE_SETTINGS = settings(
+    max_examples=10,
+    stateful_step_count=15,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
+)
+"""State machine settings for backends behind HTTP (a few ms per request)."""
+
+
 class ProviderTests:
     """The contract, checked against one provider; see the module docstring."""
 
@@ -124,7 +133,7 @@ class ProviderTests:
         key = seg(1)
         content = fill(provider, key, (1, 7, 100, 3000, 1, 513))
         rng = random.Random(1)
-        for _ in range(60):
+        for _ in range(25):
             position = rng.randrange(len(content))
             length = rng.randrange(1, 2 * len(content))
             assert provider.read(key, position, length) == content[position : position + length]

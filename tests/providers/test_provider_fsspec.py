@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import uuid
 from pathlib import Path
-from typing import ClassVar
 
 import pytest
 from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
-from hypothesis import HealthCheck, settings
 from tiered.providers import FsspecProvider
 from tiered.providers.testing import (
+    REMOTE_SETTINGS,
     BotoOracle,
     ChunkedProviderTests,
     DictOracle,
@@ -83,25 +82,31 @@ class FsspecS3Tests(ChunkedProviderTests):
 
     @pytest.fixture
     def bucket(self, endpoint: S3Endpoint) -> str:
-        return endpoint.new_bucket()
+        return endpoint.shared_bucket()
 
     @pytest.fixture
-    def provider(self, endpoint: S3Endpoint, bucket: str) -> FsspecProvider:
+    def key_prefix(self) -> str:
+        return f"tiered/{uuid.uuid4().hex[:12]}"
+
+    @pytest.fixture
+    def provider(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> FsspecProvider:
         options = {
             "key": endpoint.access_key,
             "secret": endpoint.secret_key,
             "client_kwargs": {"endpoint_url": endpoint.url, "region_name": endpoint.region},
             "config_kwargs": {"s3": {"addressing_style": "path"}},
         }
-        return FsspecProvider(f"s3://{bucket}/tiered", storage_options=options)
+        return FsspecProvider(f"s3://{bucket}/{key_prefix}", storage_options=options)
 
     @pytest.fixture
-    def oracle(self, endpoint: S3Endpoint, bucket: str) -> Oracle:
-        return BotoOracle(endpoint.client(), bucket, "tiered")
+    def oracle(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> Oracle:
+        return BotoOracle(endpoint.client(), bucket, key_prefix)
 
 
 @pytest.mark.s3
 class TestFsspecS3Moto(FsspecS3Tests):
+    state_machine_settings = REMOTE_SETTINGS
+
     @pytest.fixture
     def endpoint(self, moto_s3: S3Endpoint) -> S3Endpoint:
         return moto_s3
@@ -109,12 +114,7 @@ class TestFsspecS3Moto(FsspecS3Tests):
 
 @pytest.mark.s3
 class TestFsspecS3Ceph(FsspecS3Tests):
-    state_machine_settings: ClassVar[settings] = settings(
-        max_examples=10,
-        stateful_step_count=20,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
+    state_machine_settings = REMOTE_SETTINGS
 
     @pytest.fixture
     def endpoint(self, ceph_s3: S3Endpoint) -> S3Endpoint:

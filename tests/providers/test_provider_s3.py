@@ -14,9 +14,9 @@ from collections import Counter
 from typing import ClassVar
 
 import pytest
-from hypothesis import HealthCheck, settings
 from tiered.providers import S3Provider
 from tiered.providers.testing import (
+    REMOTE_SETTINGS,
     BotoOracle,
     ChunkedProviderTests,
     blob,
@@ -41,9 +41,11 @@ from tiered.errors import (
 MIB = 1 << 20
 
 
-def make_provider(endpoint: S3Endpoint, bucket: str, prefix: str, **kwargs: object) -> S3Provider:
+def make_provider(
+    endpoint: S3Endpoint, bucket: str, key_prefix: str, **kwargs: object
+) -> S3Provider:
     options: dict[str, object] = {
-        "prefix": prefix,
+        "prefix": key_prefix,
         "endpoint": endpoint.url,
         "region": endpoint.region,
         "access_key": endpoint.access_key,
@@ -57,7 +59,7 @@ def make_provider(endpoint: S3Endpoint, bucket: str, prefix: str, **kwargs: obje
 
 
 class S3ProviderTests(ChunkedProviderTests):
-    """The suite on one S3 server; every test gets its own prefix in a shared bucket."""
+    """The suite on one S3 server; every test gets its own bucket and prefix."""
 
     seal_layouts: ClassVar[tuple[tuple[int, ...], ...]] = (
         (4096,),
@@ -72,19 +74,19 @@ class S3ProviderTests(ChunkedProviderTests):
 
     @pytest.fixture
     def bucket(self, endpoint: S3Endpoint) -> str:
-        return endpoint.new_bucket()
+        return endpoint.shared_bucket()
 
     @pytest.fixture
-    def prefix(self) -> str:
+    def key_prefix(self) -> str:
         return f"tiered/{uuid.uuid4().hex[:12]}"
 
     @pytest.fixture
-    def provider(self, endpoint: S3Endpoint, bucket: str, prefix: str) -> S3Provider:
-        return make_provider(endpoint, bucket, prefix)
+    def provider(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> S3Provider:
+        return make_provider(endpoint, bucket, key_prefix)
 
     @pytest.fixture
-    def oracle(self, endpoint: S3Endpoint, bucket: str, prefix: str) -> BotoOracle:
-        return BotoOracle(endpoint.client(), bucket, prefix)
+    def oracle(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> BotoOracle:
+        return BotoOracle(endpoint.client(), bucket, key_prefix)
 
     def test_seal_copies_big_chunks_server_side(
         self, provider: S3Provider, oracle: BotoOracle
@@ -105,9 +107,9 @@ class S3ProviderTests(ChunkedProviderTests):
         assert ops == {"LIST": 1, "GET": 5, "PUT": 1, "DELETE": 2}
 
     def test_large_put_is_a_multipart_upload(
-        self, endpoint: S3Endpoint, bucket: str, prefix: str, oracle: BotoOracle
+        self, endpoint: S3Endpoint, bucket: str, key_prefix: str, oracle: BotoOracle
     ) -> None:
-        provider = make_provider(endpoint, bucket, prefix, part_size_bytes=5 * MIB)
+        provider = make_provider(endpoint, bucket, key_prefix, part_size_bytes=5 * MIB)
         data = blob(16 * MIB + 3, 9)
         key = seg(92)
         ops = Counter(requests_of(provider, lambda: provider.put(key, io.BytesIO(data))))
@@ -135,6 +137,8 @@ class S3ProviderTests(ChunkedProviderTests):
 
 @pytest.mark.s3
 class TestS3ProviderMoto(S3ProviderTests):
+    state_machine_settings = REMOTE_SETTINGS
+
     @pytest.fixture
     def endpoint(self, moto_s3: S3Endpoint) -> S3Endpoint:
         return moto_s3
@@ -142,12 +146,9 @@ class TestS3ProviderMoto(S3ProviderTests):
 
 @pytest.mark.s3
 class TestS3ProviderCeph(S3ProviderTests):
-    state_machine_settings: ClassVar[settings] = settings(
-        max_examples=15,
-        stateful_step_count=20,
-        deadline=None,
-        suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
-    )
+    state_machine_settings = REMOTE_SETTINGS
+    # the multipart crash points run on moto; here the copy path runs once, uninterrupted
+    seal_layouts = ((4096,), (3000, 1, 5000))
 
     @pytest.fixture
     def endpoint(self, ceph_s3: S3Endpoint) -> S3Endpoint:
@@ -281,3 +282,21 @@ def test_missing_boto3_names_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     provider = S3Provider("bucket")
     with pytest.raises(MissingDependencyError, match=r"rocketmq-tiered\[s3\]"):
         provider.size(seg(0))
+
+
+@pytest.mark.s3
+def test_a_lost_complete_response_is_recognised(
+    moto_s3: S3Endpoint, http_faults: HttpFaults
+) -> None:
+    """The first CompleteMultipartUpload lands but times out; the retry finds it done."""
+    bucket = moto_s3.new_bucket()
+    provider = make_provider(
+        moto_s3, bucket, "lost", read_timeout_s=1.0, max_attempts=3, part_size_bytes=5 * MIB
+    )
+    data = blob(11 * MIB, 4)
+    rule = http_faults.add(0, "", count=2, method="POST", query="uploadId", delay_s=1.5)
+    ops = requests_of(provider, lambda: provider.put(seg(0), data))
+    assert rule.hits == 2
+    assert ops.count("MPU_COMPLETE") == 3
+    assert provider.read(seg(0), 0, len(data)) == data
+    assert BotoOracle(moto_s3.client(), bucket, "lost").multipart_uploads() == []

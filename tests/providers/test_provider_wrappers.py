@@ -1,0 +1,127 @@
+"""Wrappers: metrics and request accounting, fault and latency injection; wrapped providers
+still pass the conformance suite."""
+
+from __future__ import annotations
+
+import pickle
+import time
+
+import pytest
+from prometheus_client import CollectorRegistry
+from tiered.providers import (
+    FaultInjectingProvider,
+    FaultPlan,
+    LatencyProvider,
+    MemoryProvider,
+    MetricsProvider,
+    Provider,
+    ProviderMetrics,
+    unwrap,
+)
+from tiered.providers.testing import DictOracle, Oracle, ProviderTests, seg
+
+from tiered.errors import InjectedFaultError, SegmentNotFoundError, ThrottledError
+
+
+class TestWrappedMemoryProvider(ProviderTests):
+    pickle_shares_backend = False
+
+    @pytest.fixture
+    def provider(self) -> Provider:
+        inner = FaultInjectingProvider(LatencyProvider(MemoryProvider(), 0.0))
+        return MetricsProvider(inner, ProviderMetrics(CollectorRegistry()))
+
+    @pytest.fixture
+    def oracle(self, provider: Provider) -> Oracle:
+        memory = unwrap(provider)
+        assert isinstance(memory, MemoryProvider)
+        return DictOracle(memory._objects)
+
+
+def test_nth_calls_fail() -> None:
+    provider = FaultInjectingProvider(MemoryProvider(), FaultPlan(nth={2, 4}))
+    provider.append("k", b"a", 0)
+    with pytest.raises(InjectedFaultError):
+        provider.size("k")
+    assert provider.size("k") == 1
+    with pytest.raises(InjectedFaultError):
+        provider.read("k", 0, 1)
+    assert provider.injected == 2
+    assert provider.calls == 4
+
+
+def test_a_fraction_of_calls_fails_with_the_chosen_error() -> None:
+    plan = FaultPlan(rate=0.2, error=ThrottledError, operations={"size"}, seed=7)
+    provider = FaultInjectingProvider(MemoryProvider(), plan)
+    provider.append("k", b"a", 0)
+    failures = 0
+    for _ in range(1000):
+        try:
+            provider.size("k")
+        except ThrottledError:
+            failures += 1
+    assert 150 <= failures <= 250
+    assert ThrottledError.retriable
+    assert provider.calls == 1000
+
+
+def test_failures_after_the_call_took_effect() -> None:
+    provider = FaultInjectingProvider(MemoryProvider(), FaultPlan(nth={1}, when="after"))
+    with pytest.raises(InjectedFaultError, match="after the call took effect"):
+        provider.append("k", b"landed", 0)
+    assert provider.inner.read("k", 0, 10) == b"landed"
+
+
+def test_delays() -> None:
+    provider = FaultInjectingProvider(MemoryProvider(), FaultPlan(delay_rate=1.0, delay_s=0.05))
+    start = time.perf_counter()
+    provider.list()
+    assert time.perf_counter() - start >= 0.05
+    slow = LatencyProvider(MemoryProvider(), 0.03, jitter_s=0.01, operations={"append"})
+    start = time.perf_counter()
+    slow.append("k", b"x", 0)
+    slow.size("k")
+    assert 0.03 <= time.perf_counter() - start < 0.5
+
+
+def test_set_plan_restarts_the_count() -> None:
+    provider = FaultInjectingProvider(MemoryProvider(), FaultPlan(nth={1}))
+    with pytest.raises(InjectedFaultError):
+        provider.list()
+    provider.set_plan(FaultPlan())
+    assert list(provider.list()) == []
+    assert provider.calls == 1
+
+
+def test_metrics_labels_and_failures() -> None:
+    registry = CollectorRegistry()
+    provider = MetricsProvider(MemoryProvider(), ProviderMetrics(registry))
+    with pytest.raises(SegmentNotFoundError):
+        provider.read(seg(1), 0, 1)
+    provider.put("meta/tieredStoreMetadata.json", b"{}")
+    sample = registry.get_sample_value
+    failed = {
+        "path": "broker-a/TopicTest/1",
+        "file_type": "commit_log",
+        "operation": "read",
+        "success": "false",
+    }
+    assert sample("rocketmq_tiered_store_provider_rpc_latency_count", failed) == 1
+    other = {"path": "", "file_type": "other", "operation": "write"}
+    assert sample("rocketmq_tiered_store_provider_upload_bytes_sum", other) == 2
+    assert (
+        sample(
+            "rocketmq_tiered_store_provider_requests_total",
+            {"provider": "memory", "operation": "PUT"},
+        )
+        == 1
+    )
+
+
+def test_wrappers_pickle() -> None:
+    provider = MetricsProvider(FaultInjectingProvider(MemoryProvider(), FaultPlan(nth={99})))
+    provider.append("k", b"abc", 0)
+    copy = pickle.loads(pickle.dumps(provider))
+    assert copy.read("k", 0, 3) == b"abc"
+    assert isinstance(copy.inner, FaultInjectingProvider)
+    assert copy.inner.plan.nth == {99}
