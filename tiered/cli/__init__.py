@@ -10,8 +10,12 @@ import click
 
 from tiered.cli.common import Group
 from tiered.cli.demo import demo
+from tiered.cli.dispatch import dispatch
 from tiered.cli.gen_store import gen_store
 from tiered.cli.inspect import inspect_group
+from tiered.cli.recover import recover
+from tiered.cli.run import run
+from tiered.cli.status import status
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
@@ -23,3 +27,7 @@ def main() -> None:
 main.add_command(inspect_group)
 main.add_command(gen_store)
 main.add_command(demo)
+main.add_command(run)
+main.add_command(dispatch)
+main.add_command(status)
+main.add_command(recover)

@@ -1,0 +1,135 @@
+"""Fixtures of the offload tests: a small roll-heavy store spec, configurations, an S3 server.
+
+The tier itself is checked with :func:`tiered.core.tier_check.check_tier`, which shares no code
+with the offload path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
+
+from tiered.broker.generator import GenSpec, generate_store
+from tiered.config import TieredConfig, load_config
+
+ConfigFactory = Callable[..., TieredConfig]
+
+
+@pytest.fixture
+def small_spec() -> GenSpec:
+    """A store whose files roll often (256 KiB commitlog files, 400-unit consumequeue files)
+    with v1 and v2 messages, IPv6 hosts and compressed bodies."""
+    return GenSpec(
+        seed=11,
+        topics=2,
+        queues=3,
+        messages=3000,
+        min_body=16,
+        max_body=600,
+        commitlog_file_size=256 << 10,
+        cq_file_entries=400,
+        v2_fraction=0.3,
+        ipv6_fraction=0.3,
+        compress_fraction=0.3,
+    )
+
+
+@pytest.fixture
+def make_store(tmp_path: Path, small_spec: GenSpec) -> Callable[..., Path]:
+    """``make_store(spec=small_spec, name="store")``: generate a broker store, return its root."""
+
+    def make(spec: GenSpec | None = None, name: str = "store") -> Path:
+        root = tmp_path / name
+        generate_store(root, spec or small_spec)
+        return root
+
+    return make
+
+
+@pytest.fixture
+def offload_config(tmp_path: Path, small_spec: GenSpec) -> ConfigFactory:
+    """``offload_config(store, provider="memory", spec=small_spec, work=tmp_path, **keys)``.
+
+    Small flat segments (64 KiB commitlog, 200-unit consumequeue) so both roll; group commit of
+    128 messages / 32 KiB, no hold time; ``keys`` (upstream names) override.
+    """
+
+    def make(
+        store: Path,
+        provider: str = "memory",
+        *,
+        spec: GenSpec | None = None,
+        work: Path | None = None,
+        **keys: Any,
+    ) -> TieredConfig:
+        spec = spec or small_spec
+        work = work or tmp_path
+        settings = {
+            "storePathRootDir": str(store),
+            "mappedFileSizeCommitLog": str(spec.commitlog_file_size),
+            "mappedFileSizeConsumeQueue": str(spec.cq_file_entries * 20),
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": "broker-a",
+            "tieredDataDir": str(work / "data"),
+            "tieredBackendServiceProvider": provider,
+            "tieredStoreFilePath": str(work / "tier"),
+            "tieredStoreCommitLogMaxSize": str(64 << 10),
+            "tieredStoreConsumeQueueMaxSize": str(200 * 20),
+            "tieredStoreGroupCommitCount": "128",
+            "tieredStoreGroupCommitSize": str(32 << 10),
+            "tieredStoreGroupCommitTimeout": "0",
+            "tieredStoreDispatchIntervalMs": "50",
+        }
+        settings.update({k: str(v) for k, v in keys.items()})
+        return load_config([], env={}, overrides=settings)
+
+    return make
+
+
+def conf_text(cfg: TieredConfig) -> str:
+    """``cfg`` as properties text (for CLI runs), the secret included."""
+    props = cfg.as_properties()
+    props["objectStoreSecretKey"] = cfg.object_store_secret_key.get_secret_value()
+    return "".join(f"{k}={v}\n" for k, v in props.items() if v != "")
+
+
+@pytest.fixture
+def write_conf(tmp_path: Path) -> Callable[[TieredConfig], Path]:
+    """``write_conf(cfg)``: ``cfg`` as a properties file for the CLI; returns its path."""
+    count = 0
+
+    def write(cfg: TieredConfig) -> Path:
+        nonlocal count
+        count += 1
+        path = tmp_path / f"sidecar-{count}.conf"
+        path.write_text(conf_text(cfg), encoding="utf-8")
+        return path
+
+    return write
+
+
+@pytest.fixture(scope="session")
+def offload_s3() -> Iterator[S3Endpoint]:
+    """One moto S3 server over HTTP on 127.0.0.1, port 0, for the offload tests."""
+    server = moto_server(HttpFaults())
+    server.start()
+    host, port = server.get_host_and_port()
+    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
+    server.stop()
+
+
+@pytest.fixture
+def s3_keys(offload_s3: S3Endpoint) -> dict[str, str]:
+    """Configuration keys of an S3 backend in a fresh bucket of the moto server."""
+    return {
+        "objectStoreEndpoint": offload_s3.url,
+        "objectStoreBucket": offload_s3.new_bucket(),
+        "objectStoreAccessKey": offload_s3.access_key,
+        "objectStoreSecretKey": offload_s3.secret_key,
+        "objectStoreRegion": offload_s3.region,
+        "objectStorePathStyle": "true",
+    }

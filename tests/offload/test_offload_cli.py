@@ -1,0 +1,210 @@
+"""The ``run``, ``dispatch``, ``status`` and ``recover`` commands."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+
+from tiered.broker.generator import GenSpec, generate_store
+from tiered.cli import main
+from tiered.config import TieredConfig
+from tiered.core.sidecar import build_provider
+from tiered.core.tier_check import check_tier, read_document, store_fingerprint
+from tiered.metadata import mirror_key_for
+
+ConfigFactory = Callable[..., TieredConfig]
+StoreFactory = Callable[..., Path]
+ConfWriter = Callable[[TieredConfig], Path]
+RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
+
+
+def cli(*args: str | Path, code: int = 0) -> str:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == code, (result.output, result.exception)
+    return result.output
+
+
+def cli_json(*args: str | Path) -> dict[str, Any]:
+    lines = [line for line in cli(*args).splitlines() if line.startswith("{")]
+    obj: dict[str, Any] = json.loads(lines[-1])
+    return obj
+
+
+def test_dispatch_once_then_status(
+    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
+) -> None:
+    store = make_store()
+    cfg = offload_config(store, "posix")
+    conf = write_conf(cfg)
+    before = cli_json("status", "--config", conf, "--json")
+    assert before["role"] == "master" and before["totals"]["lagMessages"] == 3000
+    summary = cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
+    assert summary["messages"] == 3000 and summary["queues"] == 6
+    assert summary["requests"]["total"] > 0 and summary["bytes"] > 0
+    status = cli_json("status", "--config", conf, "--json")
+    assert status["totals"] == {
+        "queues": 6,
+        "lagMessages": 0,
+        "lagBytes": 0,
+        "tieredBytes": status["totals"]["tieredBytes"],
+        "gapMessages": 0,
+    }
+    for q in status["queues"]:
+        assert q["tieredCommit"] == q["localMax"] and q["tieredMin"] == q["localMin"] == 0
+        assert q["lastUploadMs"] > 0
+    table = cli("status", "--config", conf)
+    assert "role master" in table and "GenTopic0" in table
+    again = cli_json("dispatch", "--config", conf, "--once", "--json")
+    assert again["messages"] == 0
+    assert check_tier(cfg, build_provider(cfg)).problems == []
+
+
+def test_dispatch_needs_once(
+    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
+) -> None:
+    conf = write_conf(offload_config(make_store()))
+    assert "pass --once" in cli("dispatch", "--config", conf, code=2)
+
+
+def test_status_of_a_slave_says_standby(
+    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
+) -> None:
+    conf = write_conf(offload_config(make_store(), "posix", brokerRole="SLAVE", brokerId=1))
+    summary = cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
+    assert summary["messages"] == 0 and summary["role"] == "standby"
+    assert cli_json("status", "--config", conf, "--json")["role"] == "standby"
+    assert "stands by" in cli("status", "--config", conf)
+
+
+def test_recover_from_the_mirror_then_from_the_segments(
+    make_store: StoreFactory,
+    offload_config: ConfigFactory,
+    write_conf: ConfWriter,
+    small_spec: GenSpec,
+) -> None:
+    store = make_store()
+    cfg = offload_config(store, "posix")
+    conf = write_conf(cfg)
+    cli("dispatch", "--config", conf, "--once", "--flush")
+    original = read_document(cfg)
+    assert "exists and is valid" in cli("recover", "--config", conf, code=2)
+    shutil.rmtree(cfg.tiered_data_dir)  # the local disk is lost
+    out = cli("recover", "--config", conf)
+    assert "from the mirror" in out
+    assert read_document(cfg).model_dump(exclude={"topic_metadata_table"}) == original.model_dump(
+        exclude={"topic_metadata_table"}
+    )
+    # the mirror is lost too: rebuild from the segments themselves
+    shutil.rmtree(cfg.tiered_data_dir)
+    provider = build_provider(cfg)
+    provider.delete(mirror_key_for(cfg.broker_cluster_name, cfg.broker_name))
+    assert "--from-backend" in cli("recover", "--config", conf, code=2)
+    assert "from the backend" in cli("recover", "--config", conf, "--from-backend")
+    rebuilt = read_document(cfg)
+    for kind in ("commit_log_file_segment_table", "consume_queue_file_segment_table"):
+        old, new = getattr(original, kind), getattr(rebuilt, kind)
+        assert {p: {b: s.size for b, s in v.items()} for p, v in new.items()} == {
+            p: {b: s.size for b, s in v.items()} for p, v in old.items()
+        }
+    assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 0
+    generate_store(store, dataclasses.replace(small_spec, seed=4, messages=500, append=True))
+    assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 500
+    check = check_tier(cfg, provider)
+    assert check.problems == [] and check.messages == 3500
+
+
+def _wait(predicate: Callable[[], bool], seconds: float = 30.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.1)
+
+
+def test_run_follows_the_broker_status_works_meanwhile_and_sigterm_exits_0(
+    make_store: StoreFactory,
+    offload_config: ConfigFactory,
+    write_conf: ConfWriter,
+    small_spec: GenSpec,
+    tmp_path: Path,
+) -> None:
+    store = make_store()
+    cfg = offload_config(store, "posix")
+    conf = write_conf(cfg)
+    proc = subprocess.Popen(
+        [RMQ_TIERED, "run", "--config", conf], stderr=subprocess.PIPE, text=True, cwd=tmp_path
+    )
+    try:
+
+        def lag() -> int:
+            status = cli_json("status", "--config", conf, "--json")
+            return int(status["totals"]["lagMessages"]) if status["daemon"]["running"] else -1
+
+        _wait(lambda: lag() == 0)
+        assert cli_json("status", "--config", conf, "--json")["daemon"]["pid"] == proc.pid
+        second = cli("dispatch", "--config", conf, "--once", code=2)
+        assert f"in use by another rmq-tiered (pid {proc.pid})" in second
+        generate_store(store, dataclasses.replace(small_spec, seed=8, messages=800, append=True))
+        _wait(lambda: lag() == 0)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    assert "stopped cleanly" in err
+    assert not cli_json("status", "--config", conf, "--json")["daemon"]["running"]
+    check = check_tier(cfg, build_provider(cfg))
+    assert check.problems == [] and check.messages == 3800
+
+
+def _ro_bind_works(tmp_path: Path) -> bool:
+    probe = tmp_path / "ro-probe"
+    probe.mkdir()
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return False
+    script = f"mount --bind -o ro {probe} {probe} && ! touch {probe}/x 2>/dev/null"
+    return (
+        subprocess.run(
+            [unshare, "-m", "sh", "-c", script], check=False, capture_output=True
+        ).returncode
+        == 0
+    )
+
+
+def test_the_broker_store_is_read_only_to_the_sidecar(
+    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter, tmp_path: Path
+) -> None:
+    store = make_store()
+    cfg = offload_config(store, "posix")
+    conf = write_conf(cfg)
+    before = store_fingerprint(store)
+    command = f"{RMQ_TIERED} dispatch --config {conf} --once --flush --json"
+    if _ro_bind_works(tmp_path):  # the store mounted read-only for the sidecar's process
+        args = ["unshare", "-m", "sh", "-c", f"mount --bind -o ro {store} {store} && {command}"]
+    else:
+        args = ["sh", "-c", command]
+    done = subprocess.run(
+        args, check=False, capture_output=True, text=True, cwd=tmp_path, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout.splitlines()[-1])["messages"] == 3000
+    assert store_fingerprint(store) == before  # same bytes, sizes and mtimes
+    assert check_tier(cfg, build_provider(cfg)).problems == []
+
+
+@pytest.mark.parametrize("flag", ["--help"])
+def test_help_of_every_command(flag: str) -> None:
+    for command in ("run", "dispatch", "status", "recover"):
+        assert "--config" in cli(command, flag)

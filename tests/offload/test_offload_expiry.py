@@ -1,0 +1,184 @@
+"""Expiry (whole segments, oldest first, metadata before data) and the write-order invariant."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tiered.providers import MemoryProvider, WrappedProvider
+from tiered.providers.layout import FileType, segment_key
+
+from tiered.broker.generator import GenSpec, generate_store
+from tiered.config import TieredConfig
+from tiered.core.expiry import HOUR_MS, expire, reserve_hours
+from tiered.core.sidecar import Sidecar
+from tiered.core.tier_check import check_tier, read_document
+from tiered.metadata import LONG_MAX, FileSegmentType
+
+ConfigFactory = Callable[..., TieredConfig]
+StoreFactory = Callable[..., Path]
+TYPES = {
+    FileSegmentType.COMMIT_LOG: FileType.COMMIT_LOG,
+    FileSegmentType.CONSUME_QUEUE: FileType.CONSUME_QUEUE,
+}
+
+
+class WriteOrder(WrappedProvider):
+    """Checks before and after every backend call that every *persisted* segment record is
+    backed by at least its size of data, and that recorded units point at recorded bytes."""
+
+    def __init__(self, inner: MemoryProvider, cfg: TieredConfig) -> None:
+        super().__init__(inner)
+        self.memory = inner
+        self.cfg = cfg
+        self.checks = 0
+
+    def _around(self, operation: str, key: str, call: Callable[[], Any]) -> Any:
+        self.check()
+        try:
+            return call()
+        finally:
+            self.check()
+
+    def check(self) -> None:
+        self.checks += 1
+        doc = read_document(self.cfg)
+        for kind, file_type in TYPES.items():
+            for path, segments in doc.segment_table(kind).items():
+                broker, topic, qid = path.split("/")
+                for base, record in segments.items():
+                    key = segment_key("DefaultCluster", broker, topic, int(qid), file_type, base)
+                    real = self.memory.size(key) if self.memory.exists(key) else 0
+                    assert record.size <= real, f"{key}: record {record.size} > data {real}"
+        cl_table = doc.segment_table(FileSegmentType.COMMIT_LOG)
+        for path, segments in doc.segment_table(FileSegmentType.CONSUME_QUEUE).items():
+            last = segments[max(segments)]
+            if last.size == 0:
+                continue
+            broker, topic, qid = path.split("/")
+            key = segment_key(
+                "DefaultCluster", broker, topic, int(qid), FileType.CONSUME_QUEUE, last.base_offset
+            )
+            unit = self.memory.read(key, last.size - 20, 20)
+            end = int.from_bytes(unit[:8], "big") + int.from_bytes(unit[8:12], "big")
+            cl = cl_table[path]
+            assert end <= max(b + s.size for b, s in cl.items()), f"{path}: unit past the record"
+
+
+def offload(cfg: TieredConfig, provider: Any) -> None:
+    with Sidecar(cfg, provider) as sidecar:
+        assert not sidecar.dispatcher.run_pass(flush=True).errors
+
+
+def ends(cfg: TieredConfig, kind: FileSegmentType) -> dict[str, list[tuple[int, int, int]]]:
+    """Per path: (base, size, end timestamp) of each recorded segment."""
+    table = read_document(cfg).segment_table(kind)
+    return {
+        p: [(b, s.size, s.end_timestamp) for b, s in sorted(v.items())] for p, v in table.items()
+    }
+
+
+def test_nothing_expires_within_the_reserve_time(
+    make_store: StoreFactory, offload_config: ConfigFactory
+) -> None:
+    cfg = offload_config(make_store())
+    provider = MemoryProvider()
+    offload(cfg, provider)
+    newest = max(
+        e
+        for segs in ends(cfg, FileSegmentType.COMMIT_LOG).values()
+        for _, _, e in segs
+        if e != LONG_MAX
+    )
+    oldest = min(e for segs in ends(cfg, FileSegmentType.COMMIT_LOG).values() for _, _, e in segs)
+    with Sidecar(cfg, provider) as sidecar:
+        report = sidecar.expire(oldest + 72 * HOUR_MS - 1)
+    assert report.segments == 0
+    assert newest > oldest
+
+
+def test_old_segments_go_oldest_first_metadata_before_data(
+    make_store: StoreFactory, offload_config: ConfigFactory
+) -> None:
+    cfg = offload_config(make_store())
+    memory = MemoryProvider()
+    provider = WriteOrder(memory, cfg)
+    offload(cfg, provider)
+    before = ends(cfg, FileSegmentType.CONSUME_QUEUE)
+    path, segs = next(iter(sorted(before.items())))
+    cut = segs[len(segs) // 2][2]  # expire segments whose newest message is older than this
+    with Sidecar(cfg, provider) as sidecar:
+        report = sidecar.expire(cut + 72 * HOUR_MS)
+        flat = sidecar.store.get("GenTopic0", 0)
+        assert flat is not None
+        min_offset = flat.min_offset()
+    assert report.segments > 0 and provider.checks > 0
+    after = ends(cfg, FileSegmentType.CONSUME_QUEUE)
+    for p, old in before.items():
+        kept = [s for s in old if s[2] >= cut]
+        assert after[p] == kept  # exactly the older whole segments, from the front
+    for old in ends(cfg, FileSegmentType.COMMIT_LOG).values():
+        assert all(e >= cut for _, _, e in old)
+    # what expiry deleted is gone from the backend; the consumequeue min follows the commitlog
+    deleted = [s for s in before[path] if s[2] < cut]
+    broker, topic, qid = path.split("/")
+    for base, _, _ in deleted:
+        assert not memory.exists(
+            segment_key("DefaultCluster", broker, topic, int(qid), FileType.CONSUME_QUEUE, base)
+        )
+    assert min_offset >= after["broker-a/GenTopic0/0"][0][0] // 20
+
+
+def test_an_idle_queue_keeps_its_position_when_everything_expired(
+    make_store: StoreFactory, offload_config: ConfigFactory, small_spec: GenSpec
+) -> None:
+    store = make_store()
+    cfg = offload_config(store)
+    memory = MemoryProvider()
+    provider = WriteOrder(memory, cfg)
+    offload(cfg, provider)
+    first = check_tier(cfg, memory)
+    with Sidecar(cfg, provider) as sidecar:
+        sidecar.expire(10**15)  # far future: everything is expired
+        for flat in sidecar.store.files():
+            assert [s.size for s in flat.consume_queue.segments] == [0]
+            assert [s.size for s in flat.commitlog.segments] == [0]
+            assert flat.commit_offset == first.ranges[(flat.topic, flat.queue_id)][1]
+    assert len(list(memory.list("212d6b50_DefaultCluster/broker-a/GenTopic"))) == 0
+    generate_store(store, dataclasses.replace(small_spec, seed=21, messages=600, append=True))
+    offload(cfg, provider)
+    start = {k: end for k, (_, end) in first.ranges.items()}
+    check = check_tier(cfg, memory, start=start)
+    assert check.problems == [] and check.messages == 600
+
+
+def test_reserve_time_per_topic(make_store: StoreFactory, offload_config: ConfigFactory) -> None:
+    cfg = offload_config(make_store(), tieredStoreFileReservedTimeOverrides="GenTopic0:1")
+    provider = MemoryProvider()
+    offload(cfg, provider)
+    newest = max(
+        e for segs in ends(cfg, FileSegmentType.CONSUME_QUEUE).values() for _, _, e in segs
+    )
+    with Sidecar(cfg, provider) as sidecar:
+        assert reserve_hours(cfg, sidecar.metadata, "GenTopic0") == 1
+        assert reserve_hours(cfg, sidecar.metadata, "GenTopic1") == 72
+        topic = sidecar.metadata.get_topic("GenTopic1")
+        assert topic is not None
+        sidecar.metadata.update_topic(topic.model_copy(update={"reserve_time": 2}))
+        assert reserve_hours(cfg, sidecar.metadata, "GenTopic1") == 2
+        report = expire(cfg, sidecar.store, newest + 90 * 60_000)  # 1.5 h after the newest
+    assert report.segments > 0
+    after = ends(cfg, FileSegmentType.CONSUME_QUEUE)
+    assert all(sum(s for _, s, _ in segs) == 0 for p, segs in after.items() if "GenTopic0" in p)
+    assert all(sum(s for _, s, _ in segs) > 0 for p, segs in after.items() if "GenTopic1" in p)
+
+
+def test_expiry_can_be_disabled(make_store: StoreFactory, offload_config: ConfigFactory) -> None:
+    cfg = offload_config(make_store(), tieredStoreDeleteFileEnable="false")
+    provider = MemoryProvider()
+    offload(cfg, provider)
+    with Sidecar(cfg, provider) as sidecar:
+        assert sidecar.expire(10**15).segments == 0
+    assert check_tier(cfg, provider).messages == 3000

@@ -1,0 +1,107 @@
+"""``rmq-tiered dispatch --once [--flush]``: one offload pass, with a progress bar and a summary."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from pathlib import Path
+
+import click
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.table import Table
+
+from tiered.cli.common import EXIT_DATA_ERROR, console, emit_json, fail, warn
+from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.core.dispatcher import PassReport
+from tiered.core.sidecar import Sidecar, build_provider
+
+
+@click.command("dispatch")
+@config_option
+@click.option("--once", is_flag=True, help="Run one pass and exit (required; `run` keeps going).")
+@click.option(
+    "--flush",
+    is_flag=True,
+    help="Ignore the group-commit time/count/size thresholds: upload everything the local "
+    "store holds.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
+@click.option("--quiet", is_flag=True, help="No progress bar.")
+@click.option("-v", "--verbose", count=True, help="Log at INFO (-v) or DEBUG (-vv) level.")
+def dispatch(
+    configs: tuple[Path, ...], once: bool, flush: bool, as_json: bool, quiet: bool, verbose: int
+) -> None:
+    """Offload what the local store holds beyond the tier, once, then print a summary."""
+    if not once:
+        fail("dispatch runs one pass: pass --once (use `rmq-tiered run` to keep offloading)")
+    setup_logging(max(verbose - 1, 0), quiet=verbose == 0)
+    cfg = load(configs)
+    provider = build_provider(cfg)
+    requests: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def count(operation: str) -> None:
+        with lock:
+            requests[operation] += 1
+
+    provider.add_request_listener(count)
+    with Sidecar(cfg, provider) as sidecar:
+        dispatcher = sidecar.dispatcher
+        if not dispatcher.uploading:
+            warn(
+                f"brokerRole={cfg.broker_role} brokerId={cfg.broker_id}: standing by, nothing "
+                "uploaded (only a master uploads; tieredStoreUploadOnSlave=true overrides)"
+            )
+        total = dispatcher.backlog() if dispatcher.uploading else 0
+        show = not quiet and not as_json and total > 0
+        with Progress(
+            TextColumn("offloading"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("messages"),
+            TimeRemainingColumn(),
+            console=console,
+            disable=not show,
+            transient=True,
+        ) as progress:
+            task = progress.add_task("offload", total=total)
+            report = dispatcher.run_pass(
+                flush=flush, on_progress=lambda n: progress.advance(task, n)
+            )
+    _summary(report, requests, as_json)
+    if report.errors:
+        failed = "; ".join(f"{path}: {err}" for path, err in sorted(report.errors.items()))
+        fail(f"{len(report.errors)} queues could not be offloaded: {failed}", EXIT_DATA_ERROR)
+
+
+def _summary(report: PassReport, requests: Counter[str], as_json: bool) -> None:
+    gaps = sum(gap.messages for _, _, gap in report.gaps)
+    if as_json:
+        emit_json(
+            {
+                "role": report.role,
+                "queues": len(report.queues),
+                "messages": report.messages,
+                "bytes": report.bytes,
+                "requests": {"total": sum(requests.values()), **dict(sorted(requests.items()))},
+                "rounds": report.rounds,
+                "seconds": round(report.seconds, 3),
+                "gapMessages": gaps,
+                "failures": report.failures,
+            }
+        )
+        return
+    table = Table(title=f"dispatch summary ({report.role})", show_header=False)
+    mib_s = report.bytes / (1 << 20) / report.seconds if report.seconds > 0 else 0.0
+    table.add_row("queues", str(len(report.queues)))
+    table.add_row("messages", str(report.messages))
+    table.add_row("bytes", f"{report.bytes} ({report.bytes / (1 << 20):.1f} MiB)")
+    ops = ", ".join(f"{k} {v}" for k, v in sorted(requests.items()))
+    table.add_row("requests", f"{sum(requests.values())} ({ops})" if ops else "0")
+    table.add_row("rounds", str(report.rounds))
+    table.add_row("seconds", f"{report.seconds:.2f} ({mib_s:.1f} MiB/s)")
+    if gaps:
+        table.add_row("gaps", f"{gaps} messages deleted locally before offload")
+    if report.failures:
+        table.add_row("failed steps", f"{report.failures} (retried)")
+    console.print(table)

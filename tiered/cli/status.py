@@ -1,0 +1,92 @@
+"""``rmq-tiered status``: per queue, local and tiered offsets, lag, gaps, last upload; the role."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import click
+from rich import box
+from rich.console import Console
+from rich.table import Table
+
+from tiered.cli.common import console, emit_json
+from tiered.cli.config_option import config_option, load
+from tiered.core.status import StatusReport, collect_status
+
+
+@click.command("status")
+@config_option
+@click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
+def status(configs: tuple[Path, ...], as_json: bool) -> None:
+    """Show how far the tier is behind the broker's store, per queue.
+
+    Read-only and lock-free: safe while `rmq-tiered run` is running.
+    """
+    report = collect_status(load(configs))
+    if as_json:
+        emit_json(report.to_json())
+        return
+    _print(report)
+
+
+def _when(ms: int) -> str:
+    if ms <= 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, dt.UTC).strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _size(n: int) -> str:
+    value = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if value < 1024:
+            return f"{n} B" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"
+
+
+def _print(report: StatusReport) -> None:
+    out = console if console.is_terminal else Console(width=160, highlight=False)
+    daemon = (
+        f"running (pid {report.daemon_pid})"
+        if report.daemon_running
+        else "not running"
+        if report.daemon_pid is None
+        else f"not running (last pid {report.daemon_pid})"
+    )
+    out.print(
+        f"cluster {report.cluster}  broker {report.broker}  role {report.role}  daemon {daemon}"
+    )
+    out.print(f"metadata {report.metadata}")
+    if report.role == "standby":
+        out.print("this sidecar stands by: its broker is not the master (brokerRole/brokerId)")
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    table.add_column("queue", no_wrap=True)
+    table.add_column("local [min, max)", no_wrap=True)
+    table.add_column("tiered [min, commit)", no_wrap=True)
+    table.add_column("lag", justify="right")
+    table.add_column("lag size", justify="right")
+    table.add_column("in tier", justify="right")
+    table.add_column("gaps", justify="right")
+    table.add_column("last upload (UTC)", no_wrap=True)
+    table.add_column("note")
+    for q in report.queues:
+        tiered = f"[{q.tiered_min}, {q.tiered_commit})" if q.tiered_commit >= 0 else "-"
+        note = q.error or ("not offloaded (topic filter)" if not q.offloaded else "")
+        table.add_row(
+            f"{q.topic}/{q.queue_id}",
+            f"[{q.local_min}, {q.local_max})" if q.local_max >= 0 else "-",
+            tiered,
+            str(q.lag_messages),
+            _size(q.lag_bytes),
+            _size(q.tiered_bytes),
+            f"{q.gap_messages} in {len(q.gaps)}" if q.gaps else "0",
+            _when(q.last_upload_ms),
+            note,
+        )
+    out.print(table)
+    t = report.totals()
+    out.print(
+        f"{t['queues']} queues; lag {t['lagMessages']} messages ({_size(t['lagBytes'])}); "
+        f"{_size(t['tieredBytes'])} in the tier; {t['gapMessages']} messages in gaps"
+    )

@@ -1,0 +1,355 @@
+"""The dispatcher: local store -> tier, in rounds of one batch per ready queue (spec §8).
+
+A **round** lists the local queues (``consumequeue/``), skips filtered topics (system topics
+always; ``tieredStoreTopicInclude/Exclude``), gives a queue seen for the first time its start
+position (``tieredStoreDispatchStartPolicy``), then runs one step per queue
+(:mod:`.queue_step`) on a bounded thread pool -- uploads of different queues run concurrently, at
+most ``min(tieredStoreMaxPendingLimit / 4, 16)`` at once -- and finally records every queue's
+committed sizes with **one** metadata persist. A **pass** runs rounds back to back while some
+queue still has ready work, so a backlog is offloaded batch after batch without waiting for the
+next tick; a queue that keeps failing is retried a few times with backoff, then left for the next
+pass.
+
+After a round, commitlog ranges below every queue's next unit (all queues are done with them)
+are released from the page cache with ``posix_fadvise(DONTNEED)`` when they are cold (their
+newest message older than :data:`COLD_AGE_MS`): a catch-up does not evict the broker's hot pages.
+
+Only a master uploads (``brokerRole`` != SLAVE and ``brokerId`` == 0, or
+``tieredStoreUploadOnSlave``); otherwise a pass does nothing and the role is ``standby``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from tiered import metrics
+from tiered.config import DispatchStartPolicy, TieredConfig
+from tiered.errors import TieredStoreError
+from tiered.file.flat_append_file import durable
+from tiered.file.flat_file_store import FlatFileStore
+from tiered.file.flat_message_file import FlatMessageFile, MessageBatch
+from tiered.metadata import now_ms
+
+from .local_source import BatchRequest, LocalSource
+from .queue_state import Gap, QueueState, StateFile, StateSnapshot
+from .queue_step import CommitListener, Limits, Plan, StepResult, execute, plan
+from .topic_filter import TopicFilter
+
+log = logging.getLogger(__name__)
+
+COLD_AGE_MS = 300_000
+"""Commitlog data older than this is cold: its pages are released once every queue is past it."""
+RECENT_LOOKBACK_MS = 120_000
+"""``RECENT`` start policy: a new queue starts at the first message of the last 2 minutes."""
+MAX_WORKERS = 8
+WAVE_BYTES = 64 << 20
+"""Message bytes read at once (the batches of several queues); the next wave is read while this
+one uploads, so about twice this is in memory."""
+MAX_FAILURES = 10
+"""Consecutive failures of one queue within a pass before the pass stops retrying it."""
+_BACKOFF_S = 0.05
+
+
+@dataclass
+class PassReport:
+    """What one :meth:`Dispatcher.run_pass` did."""
+
+    rounds: int = 0
+    messages: int = 0
+    bytes: int = 0
+    failures: int = 0
+    queues: set[tuple[str, int]] = field(default_factory=set)
+    gaps: list[tuple[str, int, Gap]] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    role: str = "master"
+
+
+class Dispatcher:
+    """Moves messages from the broker's store to the tier; see the module docstring."""
+
+    def __init__(
+        self,
+        cfg: TieredConfig,
+        local: LocalSource,
+        store: FlatFileStore,
+        *,
+        topic_filter: TopicFilter | None = None,
+        state_file: StateFile | None = None,
+        clock: Callable[[], int] = now_ms,
+        workers: int | None = None,
+        uploads: bool | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.local = local
+        self.store = store
+        self.filter = topic_filter or TopicFilter.from_config(cfg)
+        self.state_file = state_file
+        self.clock = clock
+        self.limits = Limits(
+            count=cfg.tiered_store_group_commit_count,
+            size_bytes=cfg.tiered_store_group_commit_size_bytes,
+            timeout_ms=cfg.tiered_store_group_commit_timeout_ms,
+            group_commit=cfg.tiered_store_group_commit,
+            rolling_hours=cfg.commit_log_rolling_interval_hours,
+            rolling_min_bytes=cfg.commit_log_rolling_minimum_size_bytes,
+        )
+        self.uploading = cfg.uploads if uploads is None else uploads
+        self.workers = workers or max(1, min(cfg.tiered_store_max_pending_limit // 4, MAX_WORKERS))
+        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tiered-dispatch")
+        self._pass_lock = threading.Lock()
+        snapshot = state_file.load() if state_file else StateSnapshot()
+        self.states: dict[tuple[str, int], QueueState] = snapshot.queues
+        self.rounds = snapshot.rounds
+        self.released_upto = 0
+        self.released_bytes = 0
+        self.commit_listeners: list[CommitListener] = []
+        metrics.DISPATCH_STANDBY.set(0 if self.uploading else 1)
+
+    def add_commit_listener(self, listener: CommitListener) -> None:
+        """Call ``listener(flat, batch, flat_offsets)`` in a worker thread after each batch is
+        uploaded whole (commitlog and consumequeue), e.g. to index its keys. A batch uploaded
+        but not yet told when the process dies is not told again after the restart."""
+        self.commit_listeners.append(listener)
+
+    @property
+    def role(self) -> str:
+        """``master`` when this sidecar uploads, else ``standby``."""
+        return "master" if self.uploading else "standby"
+
+    def close(self, *, cancel: bool = False) -> None:
+        """Wait for running steps and stop the worker threads (``cancel``: drop queued ones)."""
+        self._pool.shutdown(wait=True, cancel_futures=cancel)
+
+    def __enter__(self) -> Dispatcher:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def state(self, topic: str, queue_id: int) -> QueueState:
+        """The run-time state of a queue (created on first use)."""
+        key = (topic, queue_id)
+        st = self.states.get(key)
+        if st is None:
+            st = self.states[key] = QueueState(topic, queue_id)
+        return st
+
+    # --- targets --------------------------------------------------------------------------------
+
+    def targets(self) -> list[FlatMessageFile]:
+        """The flat files of every local queue to offload, initialised on first sight."""
+        self.local.refresh()
+        found: list[FlatMessageFile] = []
+        fresh: list[tuple[FlatMessageFile, int]] = []
+        wanted = [k for k in self.local.queues() if self.filter.allows(k[0])]
+        with durable(self.store.metadata):  # topic and queue records of new queues: one persist
+            flats = [self.store.get_or_create(topic, qid) for topic, qid in wanted]
+        for flat in flats:
+            if not flat.initialized:
+                start = self._start_offset(flat.topic, flat.queue_id)
+                if start is None:
+                    continue
+                fresh.append((flat, start))
+            found.append(flat)
+        if fresh:
+            failed = self._init(fresh)
+            found = [f for f in found if f.initialized and (f.topic, f.queue_id) not in failed]
+        return found
+
+    def _start_offset(self, topic: str, qid: int) -> int | None:
+        st = self.state(topic, qid)
+        try:
+            lmin = self.local.min_offset(topic, qid)
+            lmax = self.local.max_offset(topic, qid)
+            st.local_min, st.local_max = lmin, lmax
+            if self.cfg.tiered_store_dispatch_start_policy is DispatchStartPolicy.EARLIEST:
+                return lmin
+            since = self.clock() - RECENT_LOOKBACK_MS
+            return min(max(self.local.offset_by_time(topic, qid, since), lmin), lmax)
+        except (TieredStoreError, OSError) as e:
+            st.error = f"cannot read the local queue: {e}"
+            return None
+
+    def _init(self, fresh: list[tuple[FlatMessageFile, int]]) -> set[tuple[str, int]]:
+        """Initialise new queues, their records persisted once before any data."""
+        failed: set[tuple[str, int]] = set()
+        with durable(self.store.metadata):
+            for flat, start in fresh:
+                try:
+                    flat.init(start, persist=False)
+                    log.info("%s: first seen, offloading from queue offset %d", flat.path, start)
+                except TieredStoreError as e:
+                    failed.add((flat.topic, flat.queue_id))
+                    self.state(flat.topic, flat.queue_id).error = str(e)
+                    log.error("%s: %s", flat.path, e)
+        return failed
+
+    # --- rounds and passes ----------------------------------------------------------------------
+
+    def run_round(
+        self, *, flush: bool = False, skip: set[tuple[str, int]] | None = None
+    ) -> list[tuple[FlatMessageFile, StepResult]]:
+        """One step for every target queue, then one metadata persist.
+
+        Steps are planned queue by queue, their batches read together (one pread per commitlog
+        range, in waves of at most :data:`WAVE_BYTES`) and carried out concurrently. The round
+        holds every target queue's lock (expiry waits for it).
+        """
+        now = self.clock()
+        flats = [f for f in self.targets() if (f.topic, f.queue_id) not in (skip or set())]
+        results: list[tuple[FlatMessageFile, StepResult]] = []
+        with contextlib.ExitStack() as held:
+            for flat in flats:
+                held.enter_context(flat.lock)
+            plans: list[Plan] = []
+            for flat in flats:
+                state = self.state(flat.topic, flat.queue_id)
+                planned = plan(flat, state, self.local, self.limits, now, flush=flush)
+                if isinstance(planned, Plan):
+                    plans.append(planned)
+                else:
+                    results.append((flat, planned))
+            # read wave k+1 while the workers upload wave k (at most two waves in memory)
+            running: list[list[tuple[Plan, Future[StepResult]]]] = []
+            for wave in _waves(plans):
+                running.append(self._start_wave(wave, now))
+                if len(running) > 1:
+                    results += [(p.flat, f.result()) for p, f in running.pop(0)]
+            for started in running:
+                results += [(p.flat, f.result()) for p, f in started]
+        self.store.flush_metadata()
+        self.rounds += 1
+        metrics.DISPATCH_ROUNDS.inc()
+        self._release_cold(results, now)
+        return results
+
+    def _start_wave(self, wave: list[Plan], now: int) -> list[tuple[Plan, Future[StepResult]]]:
+        """Read the wave's batches (one pread per commitlog range) and hand them to workers."""
+        sends = [(p, p.units) for p in wave if p.units is not None]
+        requests = [BatchRequest(p.flat.topic, p.flat.queue_id, p.current, u) for p, u in sends]
+        batches: dict[int, MessageBatch | TieredStoreError] = {}
+        for (p, _), got in zip(sends, self.local.read_batches(requests), strict=True):
+            batches[id(p)] = got
+        listeners = tuple(self.commit_listeners)
+        return [
+            (p, self._pool.submit(execute, p, batches.get(id(p)), now, listeners)) for p in wave
+        ]
+
+    def run_pass(
+        self,
+        *,
+        flush: bool = False,
+        stop: threading.Event | None = None,
+        on_progress: Callable[[int], None] | None = None,
+    ) -> PassReport:
+        """Rounds until no queue has ready work (or ``stop`` is set); see the module docstring."""
+        report = PassReport(role=self.role)
+        if not self.uploading:
+            self._save_state(sync=False)
+            return report
+        started = time.perf_counter()
+        with self._pass_lock:
+            gave_up: set[tuple[str, int]] = set()
+            while not (stop and stop.is_set()):
+                results = self.run_round(flush=flush, skip=gave_up)
+                report.rounds += 1
+                progressed = retry = False
+                for flat, r in results:
+                    key = (flat.topic, flat.queue_id)
+                    if r.messages:
+                        report.queues.add(key)
+                        report.messages += r.messages
+                        report.bytes += r.bytes
+                    if r.gap is not None:
+                        report.gaps.append((flat.topic, flat.queue_id, r.gap))
+                    if r.failed:
+                        report.failures += 1
+                        st = self.state(*key)
+                        if st.failures >= MAX_FAILURES:
+                            gave_up.add(key)
+                            report.errors[flat.path] = st.error
+                        else:
+                            retry = True
+                    progressed = progressed or r.more or bool(r.messages)
+                if on_progress is not None:
+                    on_progress(sum(r.messages for _, r in results))
+                self._save_state(sync=any(r.gap is not None for _, r in results))
+                if not progressed and not retry:
+                    break
+                if retry and not progressed:
+                    time.sleep(_BACKOFF_S * min(report.rounds, 20))
+        report.seconds = time.perf_counter() - started
+        return report
+
+    def backlog(self) -> int:
+        """Messages the local store holds beyond the tier, over all target queues."""
+        total = 0
+        for flat in self.targets():
+            try:
+                total += max(
+                    self.local.max_offset(flat.topic, flat.queue_id) - flat.commit_offset, 0
+                )
+            except (TieredStoreError, OSError):
+                continue
+        return total
+
+    # --- page cache and state -------------------------------------------------------------------
+
+    def _release_cold(self, results: list[tuple[FlatMessageFile, StepResult]], now: int) -> None:
+        pending = [st.next_physical for st in self.states.values() if st.next_physical is not None]
+        uploaded = [(r.physical, r.timestamps) for _, r in results if r.physical is not None]
+        if not uploaded:
+            return
+        ends = [int(p.max()) for p, _ in uploaded if p is not None and len(p)]
+        frontier = min(pending) if pending else (max(ends) + 1 if ends else 0)
+        if frontier <= self.released_upto:
+            return
+        newest = -1
+        for phys, stamps in uploaded:
+            if phys is None or stamps is None:
+                continue
+            below = phys < frontier
+            if below.any():
+                newest = max(newest, int(np.max(stamps[below])))
+        if 0 <= newest < now - COLD_AGE_MS:
+            self.released_bytes += self.local.release(self.released_upto, frontier)
+            self.released_upto = frontier
+
+    def _save_state(self, *, sync: bool) -> None:
+        if self.state_file is None:
+            return
+        snapshot = StateSnapshot(
+            role=self.role,
+            pid=os.getpid(),
+            updated_ms=self.clock(),
+            rounds=self.rounds,
+            queues=dict(self.states),
+        )
+        try:
+            self.state_file.save(snapshot, sync=sync)
+        except OSError as e:
+            log.warning("cannot write %s: %s", self.state_file.path, e)
+
+
+def _waves(plans: list[Plan]) -> list[list[Plan]]:
+    """Split plans into groups whose batches together stay within :data:`WAVE_BYTES`."""
+    waves: list[list[Plan]] = [[]]
+    size = 0
+    for p in plans:
+        n = int(p.units["size"].astype(np.int64).sum()) if p.units is not None else 0
+        if waves[-1] and size + n > WAVE_BYTES:
+            waves.append([])
+            size = 0
+        waves[-1].append(p)
+        size += n
+    return [w for w in waves if w]

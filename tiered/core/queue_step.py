@@ -1,0 +1,292 @@
+"""One dispatch step of one queue: decide, read one batch in bulk, append, upload (spec §8.2).
+
+A step is planned (:func:`plan`, cheap reads of the local consumequeue), its batch is read
+together with every other queue's (:meth:`LocalSource.read_batches`, one pread per commitlog
+range), then carried out in a worker thread (:func:`execute`); the dispatcher holds the queue's
+lock throughout. In order:
+
+1. a previous upload that failed is retried first, from exactly where it stopped;
+2. the local max offset is read (a short scan from the last answer); nothing new -> idle;
+3. local messages below the broker's min offset (files deleted before they were offloaded) are
+   skipped: the gap is recorded and the consumequeue continues at the local min (upstream drops
+   the queue's whole tiered history instead);
+4. the hold rule: a batch goes when its first message is ``tieredStoreGroupCommitTimeout`` old,
+   or the backlog reaches ``tieredStoreGroupCommitCount`` messages or
+   ``tieredStoreGroupCommitSize`` bytes, or on flush (or with ``tieredStoreGroupCommit=false``);
+5. the batch (up to the count, stopping before the message that reaches the size, at least one
+   message) is read with one pread per contiguous commitlog run, appended to the flat commitlog
+   (offsets rewritten) and consumequeue, and uploaded: commitlog first, then consumequeue.
+
+Segment records are written by the dispatcher after the round (one persist per round).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tiered import metrics
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE, is_blank_unit
+from tiered.errors import OffsetNotInStoreError, StoreFileNotFoundError, TieredStoreError
+from tiered.file.flat_message_file import CommitResult, FlatMessageFile, MessageBatch
+
+from .local_source import LocalSource
+from .queue_state import Gap, QueueState
+
+log = logging.getLogger(__name__)
+
+Int64s = npt.NDArray[np.int64]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The group-commit thresholds."""
+
+    count: int
+    size_bytes: int
+    timeout_ms: int
+    group_commit: bool = True
+    rolling_hours: int = 24
+    rolling_min_bytes: int = 16 << 20
+
+
+@dataclass
+class StepResult:
+    """What one step did."""
+
+    messages: int = 0
+    bytes: int = 0
+    failed: bool = False
+    more: bool = False
+    gap: Gap | None = None
+    physical: Int64s | None = None  # local physical offsets of the uploaded units
+    timestamps: Int64s | None = None
+
+
+@dataclass
+class Plan:
+    """What a step will do for one queue: retry a failed upload, or send ``units`` (read from
+    the local store between planning and :func:`execute`), rolling segments first as told."""
+
+    flat: FlatMessageFile
+    state: QueueState
+    current: int = 0
+    lmax: int = 0
+    units: npt.NDArray[np.void] | None = None
+    read_ahead: npt.NDArray[np.void] | None = None  # the units after the batch (for metrics)
+    roll_commitlog: bool = False
+    roll_consume_queue: bool = False
+
+    @property
+    def retry(self) -> bool:
+        """Whether this plan only finishes a failed upload."""
+        return self.units is None
+
+
+def plan(
+    flat: FlatMessageFile,
+    state: QueueState,
+    local: LocalSource,
+    limits: Limits,
+    now: int,
+    *,
+    flush: bool,
+) -> Plan | StepResult:
+    """Decide the queue's step (the caller holds the queue's lock). A queue-level problem is
+    recorded in ``state`` and returned as a failed result, never raised."""
+    try:
+        return _plan(flat, state, local, limits, now, flush)
+    except (TieredStoreError, OSError) as e:
+        return failed(flat, state, e)
+
+
+CommitListener = Callable[[FlatMessageFile, MessageBatch, Int64s], None]
+"""Told of every batch once both of its uploads succeeded: the queue, the batch and the flat
+commitlog offset of each of its messages (e.g. to index its keys)."""
+
+
+def _notify(flat: FlatMessageFile, done: CommitResult, listeners: Sequence[CommitListener]) -> None:
+    for batch, offsets in done.batches:
+        for listener in listeners:
+            try:
+                listener(flat, batch, offsets)
+            except Exception:  # a listener's bug must not fail the upload; logged in full
+                log.exception("%s: commit listener %r failed", flat.path, listener)
+
+
+def execute(
+    p: Plan,
+    batch: MessageBatch | TieredStoreError | None,
+    now: int,
+    listeners: Sequence[CommitListener] = (),
+) -> StepResult:
+    """Carry out a plan: append the batch read for it and upload (commitlog, then
+    consumequeue), then tell ``listeners``. Runs in a worker thread while the caller holds the
+    queue's lock."""
+    flat, state = p.flat, p.state
+    try:
+        if p.retry:  # a previous upload failed: finish it, from where it stopped
+            done = flat.commit()
+            _count(flat, state, done.messages, done.commitlog_bytes, now)
+            state.failures = 0
+            _notify(flat, done, listeners)
+            return StepResult(messages=done.messages, bytes=done.commitlog_bytes, more=True)
+        if isinstance(batch, TieredStoreError):
+            raise batch  # deleted under us, or being rewritten: the next round plans again
+        assert batch is not None and p.units is not None
+        flat.roll_for_batch(p.roll_commitlog, p.roll_consume_queue)
+        flat.append_batch(batch)
+        done = flat.commit()
+    except (TieredStoreError, OSError) as e:
+        return failed(flat, state, e)
+    state.failures = 0
+    _count(flat, state, done.messages, done.commitlog_bytes, now)
+    _notify(flat, done, listeners)
+    n = len(batch)
+    units = p.units
+    remaining = p.lmax - p.current - n
+    after = p.read_ahead
+    if after is not None and len(after):
+        state.next_physical = int(after["offset"][0])
+    elif remaining:
+        state.next_physical = int(units["offset"][-1]) + int(units["size"][-1])
+    else:
+        state.next_physical = None
+    newest = int(batch.timestamps.max()) if n else now
+    ahead = after["size"].astype(np.int64) if after is not None else np.zeros(0, np.int64)
+    _behind(flat, state, remaining, ahead, now - newest if remaining else 0)
+    return StepResult(
+        messages=n,
+        bytes=batch.nbytes,
+        more=remaining > 0,
+        physical=units["offset"].astype(np.int64),
+        timestamps=batch.timestamps,
+    )
+
+
+def failed(flat: FlatMessageFile, state: QueueState, error: BaseException) -> StepResult:
+    """Record a failed step (retried next round)."""
+    state.failures += 1
+    state.error = str(error)
+    metrics.DISPATCH_ERRORS.labels(flat.topic, str(flat.queue_id)).inc()
+    log.warning("%s: dispatch failed (attempt %d): %s", flat.path, state.failures, error)
+    return StepResult(failed=True)
+
+
+def _plan(
+    flat: FlatMessageFile,
+    state: QueueState,
+    local: LocalSource,
+    limits: Limits,
+    now: int,
+    flush: bool,
+) -> Plan | StepResult:
+    topic, qid = flat.topic, flat.queue_id
+    state.error = ""
+    if flat.has_pending:
+        return Plan(flat, state)
+    current = flat.commit_offset
+    lmax = local.max_offset(topic, qid)
+    state.local_max = lmax
+    if current > lmax:
+        state.error = (
+            f"the tier is ahead of the local store (tiered {current} > local max {lmax}): the "
+            "broker store was replaced or reset; the queue is left alone"
+        )
+        return StepResult()
+    if current == lmax:
+        _caught_up(flat, state)
+        return StepResult()
+    want = min(limits.count, lmax - current)
+    try:
+        units = local.read_units(topic, qid, current, want)
+        gone = (units["offset"] < local.commitlog.min_offset) | is_blank_unit(units)
+    except (OffsetNotInStoreError, StoreFileNotFoundError):
+        units, gone = np.empty(0, dtype=CQ_UNIT_DTYPE), None
+    if gone is None or (len(gone) and gone[0]):
+        return _skip_deleted(flat, state, local, now, current)
+    if not len(units):
+        return StepResult()  # the broker has not finished writing the unit at `current`
+    sizes = units["size"].astype(np.int64)
+    state.next_physical = int(units["offset"][0])
+    ready = (
+        flush
+        or not limits.group_commit
+        or lmax - current >= limits.count
+        or int(sizes.sum()) >= limits.size_bytes
+        or limits.timeout_ms == 0
+    )
+    if not ready:
+        first = local.store_time(topic, qid, current)
+        ready = first is None or first + limits.timeout_ms <= now
+        _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
+        if not ready:
+            return StepResult()
+    if flat.commitlog.try_time_roll(now, limits.rolling_hours, limits.rolling_min_bytes):
+        log.info("%s: flat commitlog rolled by time", flat.path)
+    n, roll_cl, roll_cq = flat.plan_batch(sizes, limits.size_bytes)
+    return Plan(flat, state, current, lmax, units[:n], units[n:], roll_cl, roll_cq)
+
+
+def _skip_deleted(
+    flat: FlatMessageFile, state: QueueState, local: LocalSource, now: int, current: int
+) -> StepResult:
+    """The broker deleted local data at ``current`` before it was offloaded: record the gap and
+    continue at the local min offset."""
+    local.refresh()
+    lmin = local.min_offset(flat.topic, flat.queue_id)
+    state.local_min = lmin
+    if lmin <= current:
+        raise OffsetNotInStoreError(
+            f"{flat.path}: queue offset {current} could not be read but the local min offset is "
+            f"{lmin}; retried next round"
+        )
+    skipped = flat.jump(lmin)
+    gap = Gap(current, lmin, now)
+    state.gaps.append(gap)
+    metrics.DISPATCH_GAP_MESSAGES.labels(flat.topic, str(flat.queue_id)).inc(skipped)
+    log.warning(
+        "%s: the broker deleted queue offsets [%d, %d) (%d messages) before they were "
+        "offloaded; they are not in the tier (a gap), offloading continues at %d",
+        flat.path,
+        current,
+        lmin,
+        skipped,
+        lmin,
+    )
+    return StepResult(gap=gap, more=True)
+
+
+def _count(flat: FlatMessageFile, state: QueueState, messages: int, nbytes: int, now: int) -> None:
+    if not messages and not nbytes:
+        return
+    labels = (flat.topic, str(flat.queue_id))
+    if messages:
+        metrics.MESSAGES_DISPATCH.labels(*labels, "commit_log").inc(messages)
+    metrics.DISPATCH_BYTES.labels(*labels).inc(nbytes)
+    metrics.STORAGE_SIZE.labels(flat.path, "commit_log").set(flat.commitlog.committed_bytes)
+    metrics.STORAGE_SIZE.labels(flat.path, "consume_queue").set(flat.consume_queue.committed_bytes)
+    state.last_upload_ms = now
+
+
+def _behind(
+    flat: FlatMessageFile, state: QueueState, messages: int, known: Int64s, latency_ms: int
+) -> None:
+    labels = (flat.topic, str(flat.queue_id))
+    if messages > 0 and len(known):
+        estimate = int(known.sum()) + (messages - len(known)) * int(known.mean())
+    else:
+        estimate = 0
+    state.behind, state.behind_bytes = messages, max(estimate, 0)
+    metrics.DISPATCH_BEHIND.labels(*labels, "consume_queue").set(messages)
+    metrics.DISPATCH_BEHIND_BYTES.labels(*labels).set(state.behind_bytes)
+    metrics.DISPATCH_LATENCY.labels(*labels, "consume_queue").set(max(latency_ms, 0))
+
+
+def _caught_up(flat: FlatMessageFile, state: QueueState) -> None:
+    state.next_physical = None
+    _behind(flat, state, 0, np.zeros(0, dtype=np.int64), 0)

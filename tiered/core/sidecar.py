@@ -1,0 +1,169 @@
+"""Assemble the offload side from a configuration: provider, metadata, flat files, dispatcher.
+
+:class:`Sidecar` is what ``run``, ``dispatch`` and the tests use. :meth:`Sidecar.open` takes the
+data-dir lock (one sidecar per ``tieredDataDir``), loads ``tieredStoreMetadata.json`` and restores
+and reconciles every queue (:mod:`tiered.file.reconcile`). A sidecar that does not upload (its
+broker is a slave) stands by: it writes nothing to the backend -- no reconciliation, no metadata
+mirror (a slave shares the master's ``brokerName``, hence its keys), no expiry.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import logging
+import os
+from pathlib import Path
+from types import TracebackType
+
+from tiered.config import TieredConfig
+from tiered.errors import ConfigError
+from tiered.file.flat_file_store import FlatFileStore
+from tiered.file.reconcile import ReconcileReport
+from tiered.metadata import MetadataStore, mirror_key_for
+from tiered.providers import MetricsProvider, Provider, from_config
+
+from .dispatcher import Dispatcher
+from .expiry import ExpiryReport, expire
+from .local_source import LocalSource
+from .queue_state import StateFile
+
+log = logging.getLogger(__name__)
+
+LOCK_NAME = "rmq-tiered.lock"
+
+
+class DataDirLock:
+    """An exclusive ``flock`` on ``{tieredDataDir}/rmq-tiered.lock`` holding the owner's pid."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.path = Path(data_dir) / LOCK_NAME
+        self._fd = -1
+
+    def acquire(self) -> None:
+        """Take the lock or fail at once.
+
+        Raises:
+            ConfigError: another process holds it (its pid is named).
+        """
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as e:
+            holder = os.pread(fd, 32, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise ConfigError(
+                f"tieredDataDir={str(self.path.parent)!r} is in use by another rmq-tiered "
+                f"(pid {holder}); stop it, or give this one its own tieredDataDir"
+            ) from e
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        """Drop the lock (the file stays)."""
+        if self._fd >= 0:
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, 0)  # no owner any more
+                fcntl.flock(self._fd, fcntl.LOCK_UN)
+            os.close(self._fd)
+            self._fd = -1
+
+
+def build_provider(cfg: TieredConfig) -> Provider:
+    """The configured provider, wrapped for metrics and request accounting."""
+    return MetricsProvider(from_config(cfg))
+
+
+class Sidecar:
+    """The offload machinery of one broker; use as a context manager (``open``/``close``)."""
+
+    def __init__(
+        self,
+        cfg: TieredConfig,
+        provider: Provider | None = None,
+        *,
+        lock: bool = True,
+        workers: int | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.provider = provider if provider is not None else build_provider(cfg)
+        self.uploading = cfg.uploads
+        mirror = self.provider if self.uploading else None
+        self.metadata = MetadataStore(
+            cfg.tiered_data_dir,
+            mirror=mirror,
+            mirror_key=mirror_key_for(cfg.broker_cluster_name, cfg.broker_name) if mirror else None,
+        )
+        self.local = LocalSource(cfg)
+        self.store = FlatFileStore.from_config(cfg, self.provider, self.metadata)
+        self.state_file = StateFile(cfg.tiered_data_dir)
+        self._lock = DataDirLock(cfg.tiered_data_dir) if lock else None
+        self._workers = workers
+        self._dispatcher: Dispatcher | None = None
+        self.reports: list[ReconcileReport] = []
+
+    def open(self) -> Sidecar:
+        """Lock the data dir, load metadata, restore and reconcile every queue."""
+        if self._lock is not None:
+            self._lock.acquire()
+        try:
+            self.metadata.load()
+            if self.uploading:
+                self.reports = self.store.load(self.local.units_lookup)
+            else:
+                log.info(
+                    "brokerRole=%s brokerId=%d: this sidecar stands by (only a master uploads; "
+                    "set tieredStoreUploadOnSlave=true to override)",
+                    self.cfg.broker_role,
+                    self.cfg.broker_id,
+                )
+        except BaseException:
+            if self._lock is not None:
+                self._lock.release()
+            raise
+        return self
+
+    @property
+    def dispatcher(self) -> Dispatcher:
+        """The dispatcher (created on first use)."""
+        if self._dispatcher is None:
+            self._dispatcher = Dispatcher(
+                self.cfg,
+                self.local,
+                self.store,
+                state_file=self.state_file,
+                workers=self._workers,
+                uploads=self.uploading,
+            )
+        return self._dispatcher
+
+    def expire(self, now: int) -> ExpiryReport:
+        """One expiry run (nothing when standing by)."""
+        if not self.uploading:
+            return ExpiryReport()
+        return expire(self.cfg, self.store, now)
+
+    def close(self) -> None:
+        """Finish running uploads, record them, persist metadata, release the lock."""
+        try:
+            if self._dispatcher is not None:
+                self._dispatcher.close()
+            if self.uploading:
+                self.store.flush_metadata()
+        finally:
+            self.provider.close()
+            if self._lock is not None:
+                self._lock.release()
+
+    def __enter__(self) -> Sidecar:
+        return self.open()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()

@@ -1,0 +1,215 @@
+"""``status``: per queue, local vs tiered offsets, lag, gaps, last upload; the sidecar's role.
+
+Read-only and lock-free, so it works while ``run`` is running: the metadata file is parsed
+directly (falling back to ``.bak``; nothing is moved or rewritten), the broker store is read
+through :mod:`tiered.broker`, and the dispatcher's state file gives gaps and upload times.
+The tiered min is the first consumequeue segment's first offset (after expiry removed commitlog
+segments, the first *readable* offset can be higher).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.config import TieredConfig
+from tiered.errors import MetadataError, TieredStoreError
+from tiered.metadata import FileSegmentType, MetadataDocument, parse_metadata
+from tiered.metadata.store import FILE_NAME
+from tiered.providers.layout import logical_path
+
+from .local_source import LocalSource
+from .queue_state import StateFile
+from .sidecar import LOCK_NAME
+from .topic_filter import TopicFilter
+
+_LAG_CHUNK = 65536
+
+
+@dataclass
+class QueueStatus:
+    """One queue's row."""
+
+    topic: str
+    queue_id: int
+    local_min: int = -1
+    local_max: int = -1
+    tiered_min: int = -1
+    tiered_commit: int = -1
+    lag_messages: int = 0
+    lag_bytes: int = 0
+    tiered_bytes: int = 0
+    segments: int = 0
+    gaps: list[list[int]] = field(default_factory=list)
+    gap_messages: int = 0
+    last_upload_ms: int = 0
+    error: str = ""
+    offloaded: bool = True
+
+
+@dataclass
+class StatusReport:
+    """The whole answer of ``status``."""
+
+    cluster: str
+    broker: str
+    role: str
+    daemon_pid: int | None
+    daemon_running: bool
+    state_updated_ms: int
+    metadata: str
+    queues: list[QueueStatus] = field(default_factory=list)
+
+    def totals(self) -> dict[str, int]:
+        """Sums over all queues."""
+        return {
+            "queues": len(self.queues),
+            "lagMessages": sum(q.lag_messages for q in self.queues),
+            "lagBytes": sum(q.lag_bytes for q in self.queues),
+            "tieredBytes": sum(q.tiered_bytes for q in self.queues),
+            "gapMessages": sum(q.gap_messages for q in self.queues),
+        }
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``--json`` form (camelCase keys)."""
+
+        def camel(name: str) -> str:
+            head, *rest = name.split("_")
+            return head + "".join(w.title() for w in rest)
+
+        return {
+            "cluster": self.cluster,
+            "broker": self.broker,
+            "role": self.role,
+            "daemon": {"pid": self.daemon_pid, "running": self.daemon_running},
+            "stateUpdatedMs": self.state_updated_ms,
+            "metadata": self.metadata,
+            "totals": self.totals(),
+            "queues": [{camel(k): v for k, v in asdict(q).items()} for q in self.queues],
+        }
+
+
+def read_metadata(data_dir: Path) -> tuple[MetadataDocument, str]:
+    """The metadata document without touching the files; and which file it came from."""
+    directory = Path(data_dir) / "config"
+    problems = []
+    for name in (FILE_NAME, FILE_NAME + ".bak"):
+        path = directory / name
+        try:
+            text = path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            continue
+        try:
+            return parse_metadata(text, source=str(path)), str(path)
+        except (MetadataError, UnicodeDecodeError) as e:
+            problems.append(str(e))
+    if problems:
+        raise MetadataError("; ".join(problems))
+    return MetadataDocument(), "none (nothing offloaded yet)"
+
+
+def _daemon(data_dir: Path) -> tuple[int | None, bool]:
+    """(pid, running) of the process holding the data-dir lock, without touching the lock.
+
+    The holder is looked up in ``/proc/locks`` (an ``flock`` on the lock file's inode); where
+    that file does not exist, the pid written in the lock file is probed with signal 0.
+    """
+    path = Path(data_dir) / LOCK_NAME
+    try:
+        text = path.read_text(encoding="ascii").strip()
+        st = path.stat()
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None, False
+    written = int(text) if text.isdigit() else None
+    try:
+        locks = Path("/proc/locks").read_text(encoding="ascii")
+    except OSError:
+        locks = None
+    if locks is not None:
+        device = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+        for line in locks.splitlines():
+            fields = line.split()
+            if "FLOCK" in fields and device in fields:
+                pid = fields[fields.index(device) - 1]
+                return (int(pid) if pid.isdigit() else written), True
+        return written, False
+    if written is None:
+        return None, False
+    try:
+        os.kill(written, 0)
+    except ProcessLookupError:
+        return written, False
+    except PermissionError:
+        pass
+    return written, True
+
+
+def collect_status(cfg: TieredConfig) -> StatusReport:
+    """Everything ``status`` shows (see the module docstring)."""
+    doc, source = read_metadata(cfg.tiered_data_dir)
+    pid, running = _daemon(cfg.tiered_data_dir)
+    snapshot = StateFile(cfg.tiered_data_dir).load()
+    report = StatusReport(
+        cluster=cfg.broker_cluster_name,
+        broker=cfg.broker_name,
+        role="master" if cfg.uploads else "standby",
+        daemon_pid=pid,
+        daemon_running=running,
+        state_updated_ms=snapshot.updated_ms,
+        metadata=source,
+    )
+    local = LocalSource(cfg)
+    filt = TopicFilter.from_config(cfg)
+    keys = {k for k in local.queues() if filt.allows(k[0])}
+    for topic, by_id in doc.queue_metadata_table.items():
+        keys.update(
+            (topic, qid) for qid, m in by_id.items() if m.queue.broker_name == cfg.broker_name
+        )
+    for topic, qid in sorted(keys):
+        row = QueueStatus(topic, qid, offloaded=filt.allows(topic))
+        _tiered(row, doc, logical_path(cfg.broker_name, topic, qid))
+        _local(row, local)
+        state = snapshot.queues.get((topic, qid))
+        if state is not None:
+            row.gaps = [[g.start, g.end, g.detected_ms] for g in state.gaps]
+            row.gap_messages = sum(g.messages for g in state.gaps)
+            row.last_upload_ms = state.last_upload_ms
+            row.error = row.error or state.error
+        report.queues.append(row)
+    return report
+
+
+def _tiered(row: QueueStatus, doc: MetadataDocument, path: str) -> None:
+    cq = doc.segment_table(FileSegmentType.CONSUME_QUEUE).get(path, {})
+    cl = doc.segment_table(FileSegmentType.COMMIT_LOG).get(path, {})
+    row.segments = len(cq) + len(cl)
+    row.tiered_bytes = sum(s.size for s in cq.values()) + sum(s.size for s in cl.values())
+    if cq:
+        bases = sorted(cq)
+        row.tiered_min = bases[0] // CQ_UNIT_SIZE
+        row.tiered_commit = (bases[-1] + cq[bases[-1]].size) // CQ_UNIT_SIZE
+
+
+def _local(row: QueueStatus, local: LocalSource) -> None:
+    try:
+        row.local_min = local.min_offset(row.topic, row.queue_id)
+        row.local_max = local.max_offset(row.topic, row.queue_id)
+    except (TieredStoreError, OSError) as e:
+        row.error = f"local store: {e}"
+        return
+    start = max(row.tiered_commit, row.local_min) if row.tiered_commit >= 0 else row.local_min
+    if not row.offloaded or start >= row.local_max:
+        return
+    row.lag_messages = row.local_max - start
+    q = start
+    with contextlib.suppress(TieredStoreError, OSError):
+        while q < row.local_max:
+            units = local.read_units(row.topic, row.queue_id, q, min(_LAG_CHUNK, row.local_max - q))
+            if not len(units):
+                break
+            row.lag_bytes += int(units["size"].astype("int64").sum())
+            q += len(units)

@@ -1,0 +1,32 @@
+"""Container layer: a queue's flat commitlog and flat consumequeue as segment lists (spec §5).
+
+:class:`FlatAppendFile` (segments, append vs commit offsets, rolling, two-segment reads),
+:class:`FlatCommitLogFile` (the physical-offset rewrite), :class:`FlatConsumeQueueFile`,
+:class:`FlatMessageFile` (one queue: commitlog uploaded first, consumequeue second),
+:class:`FlatFileStore` (all queues, restored from metadata) and :func:`reconcile` (restart).
+"""
+
+from __future__ import annotations
+
+from .flat_append_file import FlatAddress, FlatAppendFile, Segment
+from .flat_commitlog import FlatCommitLogFile, rewrite_physical_offsets, store_timestamps
+from .flat_consumequeue import FlatConsumeQueueFile
+from .flat_file_store import FlatFileStore
+from .flat_message_file import CommitResult, FlatMessageFile, MessageBatch
+from .reconcile import ReconcileReport, reconcile
+
+__all__ = [
+    "CommitResult",
+    "FlatAddress",
+    "FlatAppendFile",
+    "FlatCommitLogFile",
+    "FlatConsumeQueueFile",
+    "FlatFileStore",
+    "FlatMessageFile",
+    "MessageBatch",
+    "ReconcileReport",
+    "Segment",
+    "reconcile",
+    "rewrite_physical_offsets",
+    "store_timestamps",
+]

@@ -1,0 +1,511 @@
+"""``FlatAppendFile``: one flat file of a queue as an ordered list of segments (spec §5.4-§5.6).
+
+Each segment is one provider object at :func:`~tiered.providers.layout.segment_key` with an
+absolute ``base`` offset. Only the last segment is writable. Bytes go through two positions:
+
+* **append** (:meth:`FlatAppendFile.append`): the bytes are kept in memory as *pending*;
+* **commit** (:meth:`FlatAppendFile.commit`): the pending bytes are uploaded with one provider
+  ``append``; only committed bytes are readable and recorded in metadata.
+
+A failed upload keeps its pending bytes; the next :meth:`commit` resumes exactly where the backend
+object ends (``PositionMismatchError.expected``): an upload that did land is not sent again, one
+that landed partly (a posix ``pwrite`` cut short) sends only its rest.
+
+Metadata rule: a segment record is written only for bytes already uploaded; a new segment's record
+(size 0) is persisted before any byte is written to it; a record is removed (and persisted) before
+its object is deleted. Record updates after commits are collected by :meth:`flush_metadata`, which
+the caller runs inside one ``MetadataStore.batch()`` per dispatch round.
+
+Not thread-safe on its own: the owning :class:`~tiered.file.flat_message_file.FlatMessageFile`
+serialises writers with its lock. Readers may run concurrently: they see a snapshot of the segment
+list and read committed bytes only.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import TypeVar
+
+from tiered.errors import (
+    IntegrityError,
+    PositionMismatchError,
+    ProviderError,
+    ReadPastEndError,
+    SegmentNotFoundError,
+    SegmentSealedError,
+)
+from tiered.metadata import LONG_MAX, FileSegmentMetadata, FileSegmentType, MetadataStore, now_ms
+from tiered.metadata.models import STATUS_NEW, STATUS_SEALED
+from tiered.providers.base import Provider
+from tiered.providers.layout import FileType, logical_path, segment_key
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+SEGMENT_TYPES = {
+    FileType.COMMIT_LOG: FileSegmentType.COMMIT_LOG,
+    FileType.CONSUME_QUEUE: FileSegmentType.CONSUME_QUEUE,
+    FileType.INDEX: FileSegmentType.INDEX,
+}
+_RETRIES = 5
+_RETRY_DELAY_S = 0.05
+
+
+def retrying(call: Callable[[], T], attempts: int = _RETRIES) -> T:
+    """``call()``, retried with a short backoff while it raises a retriable ProviderError."""
+    for attempt in range(1, attempts + 1):
+        try:
+            return call()
+        except ProviderError as e:
+            if not e.retriable or attempt == attempts:
+                raise
+            time.sleep(_RETRY_DELAY_S * attempt)
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def real_size(provider: Provider, key: str) -> int:
+    """The backend size of ``key``; an absent object counts as empty (retries retriable errors)."""
+
+    def size() -> int:
+        try:
+            return provider.size(key)
+        except SegmentNotFoundError:
+            return 0
+
+    return retrying(size)
+
+
+def persist_now(metadata: MetadataStore) -> None:
+    """Persist pending changes now, even inside an enclosing batch (a no-op when nothing is
+    pending); a failed *mirror* put is logged: the local file was written."""
+    if not metadata.dirty:
+        return
+    try:
+        metadata.persist()
+    except ProviderError as e:
+        log.warning("metadata mirror failed (the local file was written): %s", e)
+
+
+@contextlib.contextmanager
+def durable(metadata: MetadataStore) -> Iterator[None]:
+    """Group record changes into one persist that is done when the block ends, even inside
+    an enclosing ``batch()`` (records a write will depend on must be durable first)."""
+    try:
+        with metadata.batch():
+            yield
+    except ProviderError as e:  # the mirror put at the end of the batch; the file was written
+        log.warning("metadata mirror failed (the local file was written): %s", e)
+    persist_now(metadata)
+
+
+@dataclass(frozen=True)
+class FlatAddress:
+    """Which queue a flat file belongs to."""
+
+    cluster: str
+    broker: str
+    topic: str
+    queue_id: int
+
+    @property
+    def path(self) -> str:
+        """The logical path ``{broker}/{topic}/{queueId}`` (the metadata key)."""
+        return logical_path(self.broker, self.topic, self.queue_id)
+
+
+@dataclass
+class Segment:
+    """One segment: committed ``size`` bytes at ``base``, plus pending bytes not yet uploaded."""
+
+    base: int
+    size: int = 0
+    begin_timestamp: int = LONG_MAX
+    end_timestamp: int = LONG_MAX
+    create_timestamp: int = 0
+    sealed: bool = False
+    pending: list[bytes | bytearray | memoryview] = field(default_factory=list)
+    pending_size: int = 0
+    pending_begin: int = LONG_MAX
+    pending_end: int = LONG_MAX
+
+    @property
+    def commit_offset(self) -> int:
+        """Offset just past the committed bytes."""
+        return self.base + self.size
+
+    @property
+    def append_offset(self) -> int:
+        """Offset just past the appended (committed and pending) bytes."""
+        return self.base + self.size + self.pending_size
+
+
+def _merge_min(a: int, b: int) -> int:
+    return b if a == LONG_MAX else a if b == LONG_MAX else min(a, b)
+
+
+def _merge_max(a: int, b: int) -> int:
+    return b if a == LONG_MAX else a if b == LONG_MAX else max(a, b)
+
+
+class FlatAppendFile:
+    """The segments of one flat file (commitlog or consumequeue) of one queue."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        metadata: MetadataStore,
+        address: FlatAddress,
+        file_type: FileType,
+        max_size: int,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.provider = provider
+        self.metadata = metadata
+        self.address = address
+        self.file_type = file_type
+        self.segment_type = SEGMENT_TYPES[file_type]
+        self.max_size = max_size
+        self.clock = clock
+        self.path = address.path
+        self._segments: list[Segment] = []
+        self._dirty: set[int] = set()
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}({self.path!r}, {self.file_type.name}, "
+            f"segments={len(self._segments)}, commit={self.commit_offset})"
+        )
+
+    # --- identity and positions ---------------------------------------------------------------
+
+    def key(self, base: int) -> str:
+        """The provider key of the segment at ``base``."""
+        a = self.address
+        return segment_key(a.cluster, a.broker, a.topic, a.queue_id, self.file_type, base)
+
+    @property
+    def segments(self) -> list[Segment]:
+        """A snapshot of the segment list, by base offset."""
+        return list(self._segments)
+
+    @property
+    def empty(self) -> bool:
+        """Whether the file has no segment (never initialised, or everything expired)."""
+        return not self._segments
+
+    @property
+    def min_offset(self) -> int:
+        """The first segment's base; -1 without segments."""
+        segs = self._segments
+        return segs[0].base if segs else -1
+
+    @property
+    def commit_offset(self) -> int:
+        """Offset just past the committed bytes; -1 without segments."""
+        segs = self._segments
+        return segs[-1].commit_offset if segs else -1
+
+    @property
+    def append_offset(self) -> int:
+        """Offset just past the appended bytes; -1 without segments."""
+        segs = self._segments
+        return segs[-1].append_offset if segs else -1
+
+    @property
+    def pending_size(self) -> int:
+        """Bytes appended but not yet uploaded."""
+        segs = self._segments
+        return segs[-1].pending_size if segs else 0
+
+    @property
+    def min_timestamp(self) -> int:
+        """The first segment's begin timestamp (LONG_MAX = unset); -1 without segments."""
+        segs = self._segments
+        return segs[0].begin_timestamp if segs else -1
+
+    @property
+    def max_timestamp(self) -> int:
+        """The last segment's end timestamp (LONG_MAX = unset); -1 without segments."""
+        segs = self._segments
+        return segs[-1].end_timestamp if segs else -1
+
+    @property
+    def committed_bytes(self) -> int:
+        """Sum of the committed sizes of all segments (the ``rocketmq_storage_size`` value)."""
+        return sum(s.size for s in self._segments)
+
+    def room(self) -> int:
+        """Bytes the last segment can still take before it must roll (0 without segments)."""
+        segs = self._segments
+        if not segs:
+            return 0
+        last = segs[-1]
+        return max(self.max_size - last.size - last.pending_size, 0)
+
+    # --- metadata -----------------------------------------------------------------------------
+
+    def _record(self, seg: Segment) -> FileSegmentMetadata:
+        return FileSegmentMetadata(
+            path=self.path,
+            type=self.segment_type,
+            base_offset=seg.base,
+            status=STATUS_SEALED if seg.sealed else STATUS_NEW,
+            size=seg.size,
+            create_timestamp=seg.create_timestamp,
+            begin_timestamp=seg.begin_timestamp,
+            end_timestamp=seg.end_timestamp,
+            seal_timestamp=self.clock() if seg.sealed else 0,
+        )
+
+    def load(self) -> None:
+        """Rebuild the segment list from metadata (positions = recorded sizes, spec §7.4 step 2)."""
+        self._segments = [
+            Segment(
+                base=m.base_offset,
+                size=m.size,
+                begin_timestamp=m.begin_timestamp,
+                end_timestamp=m.end_timestamp,
+                create_timestamp=m.create_timestamp,
+                sealed=m.status == STATUS_SEALED,
+            )
+            for m in self.metadata.segments(self.segment_type, self.path)
+        ]
+        self._dirty.clear()
+
+    def flush_metadata(self) -> bool:
+        """Write the records of segments whose committed state changed; True if any was written.
+
+        Run it inside ``MetadataStore.batch()`` so a round persists once.
+        """
+        if not self._dirty:
+            return False
+        by_base = {s.base: s for s in self._segments}
+        for base in sorted(self._dirty):
+            seg = by_base.get(base)
+            if seg is not None:
+                self.metadata.update_segment(self._record(seg))
+        self._dirty.clear()
+        return True
+
+    def _new_segment(self, base: int) -> Segment:
+        """Add an empty last segment at ``base`` and persist its record before any data."""
+        seg = Segment(base=base, create_timestamp=self.clock())
+        self._segments = [*self._segments, seg]
+        self.metadata.update_segment(self._record(seg))
+        self._dirty.discard(base)
+        return seg
+
+    # --- writing ------------------------------------------------------------------------------
+
+    def init_offset(self, offset: int, *, persist: bool = True) -> None:
+        """Create the first segment at ``offset`` (no-op when segments exist).
+
+        The record is persisted now, or with ``persist=False`` by the caller's enclosing
+        ``batch()``, which must end before any data is written to the segment.
+        """
+        if self._segments:
+            return
+        if not persist:
+            self._new_segment(offset)
+            return
+        with durable(self.metadata):
+            self._new_segment(offset)
+
+    def append(self, data: bytes | bytearray | memoryview, begin_ts: int, end_ts: int) -> int:
+        """Keep ``data`` as pending bytes of the last segment; returns the offset it starts at.
+
+        The caller keeps batches within :meth:`room` (or rolls first); a batch bigger than a whole
+        segment goes alone into an empty segment.
+        """
+        if not self._segments:
+            raise IntegrityError(f"{self.path} {self.file_type.name}: append before init_offset")
+        seg = self._segments[-1]
+        at = seg.append_offset
+        if len(data):
+            seg.pending.append(data)
+            seg.pending_size += len(data)
+            seg.pending_begin = _merge_min(seg.pending_begin, begin_ts)
+            seg.pending_end = _merge_max(seg.pending_end, end_ts)
+        return at
+
+    def roll(self, base: int | None = None) -> Segment:
+        """Seal the last segment and start a new one at ``base`` (default: its commit offset).
+
+        Nothing may be pending. An empty last segment is replaced instead when ``base`` differs
+        (its record removed first, then its object). The new record is persisted before return.
+        """
+        last = self._segments[-1]
+        if last.pending_size:
+            raise IntegrityError(f"{self.path}: roll with {last.pending_size} bytes pending")
+        base = last.commit_offset if base is None else base
+        if base < last.commit_offset:
+            raise IntegrityError(f"{self.path}: roll to {base} below commit {last.commit_offset}")
+        if last.size == 0:
+            if base == last.base:
+                return last
+            self._segments = self._segments[:-1]
+            with durable(self.metadata):
+                self.metadata.delete_segment(self.segment_type, self.path, last.base)
+                seg = self._new_segment(base)
+            retrying(lambda: self.provider.delete(self.key(last.base)))
+            return seg
+        key = self.key(last.base)
+        retrying(lambda: self.provider.seal(key))
+        last.sealed = True
+        with durable(self.metadata):
+            self.metadata.update_segment(self._record(last))
+            self._dirty.discard(last.base)
+            return self._new_segment(base)
+
+    def commit(self) -> int:
+        """Upload the last segment's pending bytes; returns how many were uploaded (0: none).
+
+        Raises:
+            ProviderError: the upload failed; the pending bytes are kept for the next commit.
+            IntegrityError: the backend object has a size this file cannot explain.
+        """
+        if not self._segments or not self._segments[-1].pending_size:
+            return 0
+        seg = self._segments[-1]
+        if len(seg.pending) > 1:
+            seg.pending = [b"".join(seg.pending)]
+        data = seg.pending[0]
+        done = self._upload(seg, data)
+        if done is not seg:  # the segment turned out sealed: the bytes went to a new one
+            seg = done
+        seg.size += len(data)
+        seg.begin_timestamp = _merge_min(seg.begin_timestamp, seg.pending_begin)
+        seg.end_timestamp = _merge_max(seg.end_timestamp, seg.pending_end)
+        seg.pending, seg.pending_size = [], 0
+        seg.pending_begin = seg.pending_end = LONG_MAX
+        self._dirty.add(seg.base)
+        return len(data)
+
+    def _upload(self, seg: Segment, data: bytes | bytearray | memoryview) -> Segment:
+        key, position, sent = self.key(seg.base), seg.size, 0
+        for _ in range(4):
+            try:
+                self.provider.append(key, memoryview(data)[sent:], position + sent)
+                return seg
+            except PositionMismatchError as e:
+                landed = e.expected - position
+                if landed == len(data):
+                    return seg  # an earlier attempt landed whole; its answer was lost
+                if not 0 <= landed < len(data):
+                    raise IntegrityError(
+                        f"{key}: the backend holds {e.expected} bytes, but this file committed "
+                        f"{position} and has {len(data)} pending; restart the sidecar to "
+                        "reconcile",
+                        key=key,
+                        offset=seg.base + position,
+                    ) from e
+                sent = landed  # an earlier attempt landed partly: send the rest
+            except SegmentSealedError:
+                if sent or seg.size == 0:
+                    raise
+                seg = self._reroll_pending(seg)
+                key, position = self.key(seg.base), 0
+        raise IntegrityError(f"{key}: upload did not converge after 4 attempts", key=key)
+
+    def _reroll_pending(self, seg: Segment) -> Segment:
+        """The last segment was sealed before a crash recorded it: move pending to a new one."""
+        log.warning("%s is sealed in the backend; starting a new segment", self.key(seg.base))
+        pending = (seg.pending, seg.pending_size, seg.pending_begin, seg.pending_end)
+        seg.pending, seg.pending_size = [], 0
+        seg.sealed = True
+        with durable(self.metadata):
+            self.metadata.update_segment(self._record(seg))
+            new = self._new_segment(seg.commit_offset)
+        new.pending, new.pending_size, new.pending_begin, new.pending_end = pending
+        return new
+
+    def drop_pending(self) -> None:
+        """Forget pending bytes (they will be re-read from the local store)."""
+        if self._segments:
+            seg = self._segments[-1]
+            seg.pending, seg.pending_size = [], 0
+            seg.pending_begin = seg.pending_end = LONG_MAX
+
+    # --- reading ------------------------------------------------------------------------------
+
+    def read(self, offset: int, length: int) -> bytes:
+        """Committed bytes ``[offset, offset + length)``, short where committed data ends.
+
+        Spans at most two segments, and only contiguous ones (a gap between segments ends the
+        read, unlike upstream which would splice the next segment in).
+
+        Raises:
+            ReadPastEndError: ``offset`` is below the first segment or at/after the commit end.
+        """
+        segs = self._segments
+        index = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base <= offset), -1)
+        if index < 0 or offset >= segs[index].commit_offset or length <= 0:
+            raise ReadPastEndError(
+                f"{self.path} {self.file_type.name}: offset {offset} is outside the committed "
+                f"range [{self.min_offset}, {self.commit_offset})"
+            )
+        first = segs[index]
+        take = min(length, first.commit_offset - offset)
+        out = retrying(lambda: self.provider.read(self.key(first.base), offset - first.base, take))
+        rest = length - len(out)
+        if rest > 0 and index + 1 < len(segs):
+            nxt = segs[index + 1]
+            if nxt.base == first.commit_offset and nxt.size > 0:
+                n = min(rest, nxt.size)
+                out += retrying(lambda: self.provider.read(self.key(nxt.base), 0, n))
+        return out
+
+    # --- recovery and deletion ----------------------------------------------------------------
+
+    def backend_size(self) -> int:
+        """The real size of the last segment's object (0 when absent or no segment)."""
+        segs = self._segments
+        return real_size(self.provider, self.key(segs[-1].base)) if segs else 0
+
+    def set_last_size(self, size: int) -> None:
+        """Set the last segment's committed size (recovery), recorded at the next flush."""
+        seg = self._segments[-1]
+        if seg.size != size:
+            seg.size = size
+            self._dirty.add(seg.base)
+
+    def extend_last_timestamps(self, begin: int, end: int) -> None:
+        """Widen the last segment's begin/end timestamps (recovery keeps unrecorded bytes)."""
+        seg = self._segments[-1]
+        b, e = _merge_min(seg.begin_timestamp, begin), _merge_max(seg.end_timestamp, end)
+        if (b, e) != (seg.begin_timestamp, seg.end_timestamp):
+            seg.begin_timestamp, seg.end_timestamp = b, e
+            self._dirty.add(seg.base)
+
+    def reset_last(self) -> None:
+        """Empty the last segment: its bytes are all invalid (recovery). Deletes the object."""
+        seg = self._segments[-1]
+        seg.size = 0
+        seg.begin_timestamp = seg.end_timestamp = LONG_MAX
+        with durable(self.metadata):
+            self.metadata.update_segment(self._record(seg))
+        retrying(lambda: self.provider.delete(self.key(seg.base)))
+
+    def delete_first(self) -> Segment:
+        """Remove the first segment: its record (persisted) first, then its object."""
+        seg = self._segments[0]
+        self._segments = self._segments[1:]
+        self._dirty.discard(seg.base)
+        with durable(self.metadata):
+            self.metadata.delete_segment(self.segment_type, self.path, seg.base)
+        retrying(lambda: self.provider.delete(self.key(seg.base)))
+        return seg
+
+    def destroy(self) -> None:
+        """Remove every segment (records first, persisted, then objects)."""
+        segs = self._segments
+        self._segments = []
+        self._dirty.clear()
+        with durable(self.metadata):
+            self.metadata.delete_segments(self.segment_type, self.path)
+        for seg in segs:
+            retrying(lambda s=seg: self.provider.delete(self.key(s.base)))  # type: ignore[misc]

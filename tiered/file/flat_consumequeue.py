@@ -1,0 +1,94 @@
+"""``FlatConsumeQueueFile``: a queue's 20-byte units pointing into its flat commitlog (spec §5.3).
+
+A unit is ``(flat commitlog offset i64, size i32, tags code i64)``, big-endian, the local
+consumequeue layout; the unit of queue offset ``q`` lives at byte ``q * 20`` (absolute, so the
+first segment of a queue first offloaded at offset 100 has base 2000). Offsets below the first
+segment do not exist; a *gap* (local data the broker deleted before it was offloaded) is a jump
+between two segments, never filler units.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+import numpy.typing as npt
+
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, decode_units, encode_units
+from tiered.metadata import LONG_MAX, MetadataStore, now_ms
+from tiered.providers.base import Provider
+from tiered.providers.layout import FileType
+
+from .flat_append_file import FlatAddress, FlatAppendFile
+
+Units = npt.NDArray[np.void]
+
+
+class FlatConsumeQueueFile(FlatAppendFile):
+    """The flat consumequeue of one queue (segments of ``tieredStoreConsumeQueueMaxSize``)."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        metadata: MetadataStore,
+        address: FlatAddress,
+        max_size: int,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        # a segment holds whole units only
+        units = max(max_size // CQ_UNIT_SIZE, 1)
+        super().__init__(
+            provider, metadata, address, FileType.CONSUME_QUEUE, units * CQ_UNIT_SIZE, clock
+        )
+
+    @property
+    def min_queue_offset(self) -> int:
+        """The first segment's first queue offset; -1 without segments."""
+        m = self.min_offset
+        return m // CQ_UNIT_SIZE if m >= 0 else -1
+
+    @property
+    def commit_queue_offset(self) -> int:
+        """The next queue offset after the uploaded units; -1 without segments."""
+        c = self.commit_offset
+        return c // CQ_UNIT_SIZE if c >= 0 else -1
+
+    @property
+    def append_queue_offset(self) -> int:
+        """The next queue offset after the appended units; -1 without segments."""
+        a = self.append_offset
+        return a // CQ_UNIT_SIZE if a >= 0 else -1
+
+    def room_units(self) -> int:
+        """Units the last segment can still take before it rolls."""
+        return self.room() // CQ_UNIT_SIZE
+
+    def init_queue_offset(self, queue_offset: int, *, persist: bool = True) -> None:
+        """Create the first segment at ``queue_offset * 20`` (no-op when segments exist)."""
+        self.init_offset(queue_offset * CQ_UNIT_SIZE, persist=persist)
+
+    def append_units(
+        self,
+        flat_offsets: npt.ArrayLike,
+        sizes: npt.ArrayLike,
+        tags_codes: npt.ArrayLike,
+        timestamps: npt.NDArray[np.int64],
+    ) -> int:
+        """Append units; returns the queue offset of the first one."""
+        data = encode_units(flat_offsets, sizes, tags_codes)
+        begin = int(timestamps.min()) if len(timestamps) else LONG_MAX
+        end = int(timestamps.max()) if len(timestamps) else LONG_MAX
+        return self.append(data, begin, end) // CQ_UNIT_SIZE
+
+    def read_units(self, queue_offset: int, count: int) -> Units:
+        """Up to ``count`` committed units from ``queue_offset`` (fewer where committed data or a
+        contiguous run of segments ends).
+
+        Raises:
+            ReadPastEndError: ``queue_offset`` is not in the committed range.
+        """
+        raw = self.read(queue_offset * CQ_UNIT_SIZE, count * CQ_UNIT_SIZE)
+        whole = len(raw) - len(raw) % CQ_UNIT_SIZE
+        if not whole:
+            return np.empty(0, dtype=CQ_UNIT_DTYPE)
+        return decode_units(raw[:whole])

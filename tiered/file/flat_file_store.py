@@ -1,0 +1,159 @@
+"""``FlatFileStore``: every queue of one broker in the tier, restored from metadata at start.
+
+:meth:`FlatFileStore.load` rebuilds each queue's segment lists from ``tieredStoreMetadata.json``
+(topics, then their queues, spec §7.4) and reconciles the last segments with the backend
+(:mod:`tiered.file.reconcile`), concurrently and bounded. Queues are created on first sight with
+their topic and queue records (:meth:`FlatFileStore.get_or_create`).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from tiered.config import TieredConfig
+from tiered.errors import ProviderError
+from tiered.metadata import MessageQueue, MetadataStore, now_ms
+from tiered.providers.base import Provider
+
+from .flat_append_file import FlatAddress
+from .flat_message_file import FlatMessageFile
+from .reconcile import LocalUnits, ReconcileReport, reconcile
+
+log = logging.getLogger(__name__)
+
+LocalLookup = Callable[[str, int], LocalUnits | None]
+"""``(topic, queue id)`` -> the local consumequeue lookup of that queue, if the broker has it."""
+
+_MAX_LOAD_WORKERS = 16
+
+
+class FlatFileStore:
+    """The flat files of one broker (``cluster``/``broker``), by ``(topic, queue id)``."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        metadata: MetadataStore,
+        *,
+        cluster: str,
+        broker: str,
+        commitlog_max_size: int,
+        consume_queue_max_size: int,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.provider = provider
+        self.metadata = metadata
+        self.cluster = cluster
+        self.broker = broker
+        self.commitlog_max_size = commitlog_max_size
+        self.consume_queue_max_size = consume_queue_max_size
+        self.clock = clock
+        self._files: dict[tuple[str, int], FlatMessageFile] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(
+        cls, cfg: TieredConfig, provider: Provider, metadata: MetadataStore
+    ) -> FlatFileStore:
+        """A store with the segment sizes and names of ``cfg``."""
+        return cls(
+            provider,
+            metadata,
+            cluster=cfg.broker_cluster_name,
+            broker=cfg.broker_name,
+            commitlog_max_size=cfg.tiered_store_commit_log_max_size_bytes,
+            consume_queue_max_size=cfg.tiered_store_consume_queue_max_size_bytes,
+        )
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def _new(self, topic: str, queue_id: int) -> FlatMessageFile:
+        return FlatMessageFile(
+            self.provider,
+            self.metadata,
+            FlatAddress(self.cluster, self.broker, topic, queue_id),
+            commitlog_max_size=self.commitlog_max_size,
+            consume_queue_max_size=self.consume_queue_max_size,
+            clock=self.clock,
+        )
+
+    def load(
+        self, local: LocalLookup | None = None, *, workers: int = _MAX_LOAD_WORKERS
+    ) -> list[ReconcileReport]:
+        """Restore every queue of this broker from metadata and reconcile it with the backend.
+
+        Returns one report per queue whose files have segments.
+        """
+        files: list[FlatMessageFile] = []
+        with self._lock:
+            self._files.clear()
+            for topic in self.metadata.topics():
+                for queue in self.metadata.queues(topic.topic):
+                    if queue.queue.broker_name != self.broker:
+                        continue
+                    flat = self._new(topic.topic, queue.queue.queue_id)
+                    flat.load()
+                    self._files[(flat.topic, flat.queue_id)] = flat
+                    files.append(flat)
+
+        def one(flat: FlatMessageFile) -> ReconcileReport:
+            return reconcile(flat, local(flat.topic, flat.queue_id) if local else None)
+
+        if not files:
+            return []
+        with ThreadPoolExecutor(max(1, min(workers, len(files))), "tiered-load") as pool:
+            reports = list(pool.map(one, files))
+        log.info("restored %d queues of broker %s from metadata", len(files), self.broker)
+        return reports
+
+    def get(self, topic: str, queue_id: int) -> FlatMessageFile | None:
+        """The queue's flat file, or ``None`` when the tier does not know the queue."""
+        return self._files.get((topic, queue_id))
+
+    def get_or_create(self, topic: str, queue_id: int) -> FlatMessageFile:
+        """The queue's flat file, created (with its topic and queue records) on first sight.
+
+        A new file is not initialised: it has no position until :meth:`FlatMessageFile.init`.
+        """
+        with self._lock:
+            flat = self._files.get((topic, queue_id))
+            if flat is not None:
+                return flat
+            with self.metadata.batch():
+                self.metadata.add_topic(topic)
+                self.metadata.add_queue(
+                    MessageQueue(broker_name=self.broker, queue_id=queue_id, topic=topic)
+                )
+            flat = self._new(topic, queue_id)
+            flat.load()
+            self._files[(topic, queue_id)] = flat
+            return flat
+
+    def files(self) -> list[FlatMessageFile]:
+        """Every queue's flat file, by topic and queue id."""
+        with self._lock:
+            return [self._files[k] for k in sorted(self._files)]
+
+    def flush_metadata(self) -> int:
+        """Record every queue's committed state, persisting once; returns queues recorded."""
+        changed = 0
+        try:
+            with self.metadata.batch():
+                for flat in self.files():
+                    with flat.lock:
+                        changed += flat.flush_metadata()
+        except ProviderError as e:  # only the mirror put can fail this way; the file was written
+            log.warning("metadata mirror failed (the local file was written): %s", e)
+        return changed
+
+    def destroy(self, topic: str, queue_id: int) -> None:
+        """Delete a queue's tiered data and its queue record."""
+        with self._lock:
+            flat = self._files.pop((topic, queue_id), None)
+        if flat is not None:
+            flat.destroy()
+        self.metadata.delete_queue(topic, queue_id)

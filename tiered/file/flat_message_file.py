@@ -1,0 +1,292 @@
+"""``FlatMessageFile``: one queue in the tier, a flat commitlog and a flat consumequeue (spec §5.8).
+
+Write order (the crash-consistency rule of this package): a batch's commitlog bytes are uploaded
+first, its consumequeue units second, and the segment records that count them are written after
+both (:meth:`FlatMessageFile.flush_metadata`, once per dispatch round). So every recorded unit
+points at uploaded message bytes, and whatever a crash leaves unrecorded is found and judged by
+:mod:`tiered.file.reconcile` at the next start.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.errors import IntegrityError, MetadataError
+from tiered.metadata import MessageQueue, MetadataStore, now_ms
+from tiered.providers.base import Provider
+
+from .flat_append_file import FlatAddress, real_size
+from .flat_commitlog import FlatCommitLogFile
+from .flat_consumequeue import FlatConsumeQueueFile
+
+Int64s = npt.NDArray[np.int64]
+
+
+@dataclass
+class MessageBatch:
+    """Consecutive messages of one queue, read from the local store.
+
+    ``data`` holds the units back to back in queue order (``starts[i]`` is unit ``i``'s position,
+    ``sizes[i]`` its length); ``tags_codes`` come from the local consumequeue and ``timestamps``
+    are store times. ``queue_offset`` is the first unit's queue offset.
+    """
+
+    queue_offset: int
+    data: bytearray
+    starts: Int64s
+    sizes: Int64s
+    tags_codes: Int64s
+    timestamps: Int64s
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    @property
+    def nbytes(self) -> int:
+        """Message bytes in the batch."""
+        return len(self.data)
+
+
+@dataclass(frozen=True)
+class CommitResult:
+    """What one :meth:`FlatMessageFile.commit` uploaded."""
+
+    commitlog_bytes: int
+    consume_queue_bytes: int
+    batches: tuple[tuple[MessageBatch, Int64s], ...] = ()
+    """The batches (with their flat offsets) this commit completed: both files uploaded."""
+
+    @property
+    def messages(self) -> int:
+        """Units made visible."""
+        return self.consume_queue_bytes // CQ_UNIT_SIZE
+
+
+class FlatMessageFile:
+    """One queue's flat files; ``lock`` serialises dispatch, expiry and recovery of the queue."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        metadata: MetadataStore,
+        address: FlatAddress,
+        *,
+        commitlog_max_size: int,
+        consume_queue_max_size: int,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.address = address
+        self.metadata = metadata
+        self.lock = threading.RLock()
+        self.commitlog = FlatCommitLogFile(provider, metadata, address, commitlog_max_size, clock)
+        self.consume_queue = FlatConsumeQueueFile(
+            provider, metadata, address, consume_queue_max_size, clock
+        )
+        self._uncommitted: list[tuple[MessageBatch, Int64s]] = []
+
+    def __repr__(self) -> str:
+        return (
+            f"FlatMessageFile({self.path!r}, queue offsets [{self.min_offset()}, "
+            f"{self.commit_offset}), commitlog {self.commitlog.commit_offset})"
+        )
+
+    @property
+    def topic(self) -> str:
+        """The queue's topic."""
+        return self.address.topic
+
+    @property
+    def queue_id(self) -> int:
+        """The queue id."""
+        return self.address.queue_id
+
+    @property
+    def path(self) -> str:
+        """The logical path ``{broker}/{topic}/{queueId}``."""
+        return self.address.path
+
+    @property
+    def message_queue(self) -> MessageQueue:
+        """The metadata ``MessageQueue`` of this file."""
+        a = self.address
+        return MessageQueue(broker_name=a.broker, queue_id=a.queue_id, topic=a.topic)
+
+    # --- state ----------------------------------------------------------------------------------
+
+    def load(self) -> None:
+        """Rebuild both files' segment lists from metadata."""
+        with self.lock:
+            self.commitlog.load()
+            self.consume_queue.load()
+            self.commitlog.forget_first_queue_offset()
+
+    @property
+    def initialized(self) -> bool:
+        """Whether the consumequeue has a segment (the queue has a position in the tier)."""
+        return not self.consume_queue.empty
+
+    @property
+    def commit_offset(self) -> int:
+        """The next queue offset to upload (= units uploaded end); -1 when not initialised."""
+        return self.consume_queue.commit_queue_offset
+
+    @property
+    def append_offset(self) -> int:
+        """The next queue offset to append; -1 when not initialised."""
+        return self.consume_queue.append_queue_offset
+
+    @property
+    def has_pending(self) -> bool:
+        """Whether appended bytes wait for upload (a failed commit is retried first)."""
+        return bool(self.commitlog.pending_size or self.consume_queue.pending_size)
+
+    def min_offset(self) -> int:
+        """The first readable queue offset: the consumequeue's first unit, raised to the queue
+        offset of the first message still in the flat commitlog (spec §5.8); -1 when empty."""
+        cq_min = self.consume_queue.min_queue_offset
+        if cq_min < 0:
+            return -1
+        return max(cq_min, self.commitlog.first_queue_offset())
+
+    def min_timestamp(self) -> int:
+        """The oldest store time kept (spec §5.8); -1 when unknown."""
+        stamps = [
+            t
+            for t in (self.commitlog.min_timestamp, self.consume_queue.min_timestamp)
+            if 0 <= t < 2**63 - 1
+        ]
+        return max(stamps) if stamps else -1
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def init(self, queue_offset: int, *, persist: bool = True) -> None:
+        """Give the queue its first position: the flat commitlog at 0, the consumequeue at
+        ``queue_offset``. Both records are persisted before any data: now, or with
+        ``persist=False`` at the end of the caller's ``MetadataStore.batch()``.
+
+        Raises:
+            MetadataError: the backend already holds objects there that no record names (the
+                local metadata was lost: rebuild it with ``rmq-tiered recover``).
+        """
+        with self.lock:
+            for part, base in (
+                (self.commitlog, 0),
+                (self.consume_queue, queue_offset * CQ_UNIT_SIZE),
+            ):
+                if part.empty and real_size(part.provider, part.key(base)) > 0:
+                    raise MetadataError(
+                        f"{part.key(base)} exists in the backend but the tiered metadata has no "
+                        f"record of queue {self.path}: the local metadata was lost or replaced; "
+                        "run `rmq-tiered recover` before dispatching"
+                    )
+            if self.commitlog.empty:
+                self.commitlog.init_offset(0, persist=persist)
+            self.consume_queue.init_queue_offset(queue_offset, persist=persist)
+
+    def plan_batch(self, sizes: Int64s, size_limit: int) -> tuple[int, bool, bool]:
+        """How many of the next messages (``sizes``) go into one batch, and whether the
+        commitlog and consumequeue must roll first (:meth:`roll_for_batch`). Changes nothing.
+
+        A batch stops before the message that would bring it to ``size_limit`` bytes and fits
+        the segments it goes to, but always holds at least one message (a message bigger than
+        the limit, or than a whole segment, goes alone). Nothing may be pending.
+        """
+        if not len(sizes):
+            return 0, False, False
+        cum = np.cumsum(sizes)
+        n = max(int(np.searchsorted(cum, size_limit, side="left")), 1)
+        cl, cq = self.commitlog, self.consume_queue
+        cl_room = cl.room()
+        roll_cl = int(sizes[0]) > cl_room and cl.commit_offset > cl.segments[-1].base
+        if roll_cl:
+            cl_room = cl.max_size
+        n = min(n, max(int(np.searchsorted(cum, cl_room, side="right")), 1))
+        units = cq.room_units()
+        roll_cq = units == 0
+        if roll_cq:
+            units = cq.max_size // CQ_UNIT_SIZE
+        return min(n, max(units, 1)), roll_cl, roll_cq
+
+    def roll_for_batch(self, roll_commitlog: bool, roll_consume_queue: bool) -> None:
+        """Roll what :meth:`plan_batch` said must roll."""
+        if roll_commitlog:
+            self.commitlog.roll()
+        if roll_consume_queue:
+            self.consume_queue.roll()
+
+    def fit(self, sizes: Int64s, size_limit: int) -> int:
+        """:meth:`plan_batch` and :meth:`roll_for_batch` in one: roll, return the count."""
+        n, roll_cl, roll_cq = self.plan_batch(sizes, size_limit)
+        self.roll_for_batch(roll_cl, roll_cq)
+        return n
+
+    def append_batch(self, batch: MessageBatch) -> Int64s:
+        """Append a batch to both files (pending until :meth:`commit`); returns flat offsets.
+
+        Raises:
+            IntegrityError: the batch does not start at the consumequeue's append offset.
+        """
+        if batch.queue_offset != self.append_offset:
+            raise IntegrityError(
+                f"{self.path}: batch starts at queue offset {batch.queue_offset} but the flat "
+                f"consumequeue continues at {self.append_offset}"
+            )
+        offsets = self.commitlog.append_units(
+            batch.data, batch.starts, batch.sizes, batch.timestamps
+        )
+        self.consume_queue.append_units(offsets, batch.sizes, batch.tags_codes, batch.timestamps)
+        self._uncommitted.append((batch, offsets))
+        return offsets
+
+    def commit(self) -> CommitResult:
+        """Upload the commitlog's pending bytes, then (only if that succeeded) the units'.
+
+        Raises:
+            ProviderError: an upload failed; what is pending stays for the next call.
+        """
+        cl = self.commitlog.commit()
+        cq = self.consume_queue.commit()
+        done: tuple[tuple[MessageBatch, Int64s], ...] = ()
+        if not self.has_pending:
+            done, self._uncommitted = tuple(self._uncommitted), []
+        return CommitResult(cl, cq, done)
+
+    def drop_pending(self) -> None:
+        """Forget pending bytes of both files (they are re-read from the local store)."""
+        self.commitlog.drop_pending()
+        self.consume_queue.drop_pending()
+        self._uncommitted = []
+
+    def jump(self, queue_offset: int) -> int:
+        """Continue the consumequeue at ``queue_offset`` (local messages before it are gone).
+
+        Returns how many queue offsets were skipped. The committed units stay; a new segment
+        starts at the new position (an empty last segment is replaced).
+        """
+        cq = self.consume_queue
+        skipped = queue_offset - cq.commit_queue_offset
+        if skipped <= 0:
+            return 0
+        if self.has_pending:
+            self.drop_pending()
+        cq.roll(queue_offset * CQ_UNIT_SIZE)
+        return skipped
+
+    def flush_metadata(self) -> bool:
+        """Record committed sizes and timestamps of both files (run inside a batch)."""
+        a = self.commitlog.flush_metadata()
+        b = self.consume_queue.flush_metadata()
+        return a or b
+
+    def destroy(self) -> None:
+        """Delete the queue's tiered data: records first, then objects."""
+        with self.lock:
+            self.consume_queue.destroy()
+            self.commitlog.destroy()
+            self.commitlog.forget_first_queue_offset()
