@@ -22,7 +22,7 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.pkgfiles | $(BIN)/python
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.pkgfiles | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.[dev]' $(EDITABLE)
+	$(BIN)/python -m pip install -q -e '.[dev,helm]' $(EDITABLE)
 	@touch $@ $(VENV)/.installed
 
 venv: $(VENV)/.installed
@@ -33,13 +33,15 @@ demo: $(VENV)/.installed
 test: lint
 	$(BIN)/pytest -q -p no:cacheprovider
 
-# mypy runs inside the editable link tree, where tiered.providers and tiered.jobs resolve.
+# mypy runs inside the editable link tree, where tiered.providers and tiered.jobs resolve;
+# test directories are checked one at a time (each may have its own conftest.py).
 MYPY = $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.mypy_cache
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check tiered providers jobs tests
 	$(BIN)/ruff format --check tiered providers jobs tests
-	cd build/__editable__.rocketmq_tiered-*/ && \
-	    $(MYPY) -p tiered && $(MYPY) $(CURDIR)/tests
+	cd build/__editable__.rocketmq_tiered-*/ && $(MYPY) -p tiered && \
+	    $(MYPY) $(CURDIR)/tests/*.py && \
+	    for d in $(CURDIR)/tests/*/; do $(MYPY) $$d || exit 1; done
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/bench/bench_*.py
