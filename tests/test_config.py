@@ -449,7 +449,7 @@ def test_s3_needs_a_bucket_and_fsspec_a_url() -> None:
 
 def test_index_file_must_fit_the_java_format() -> None:
     message = config_error({"tieredStoreIndexFileMaxIndexNum": "100000000"})
-    assert "index file of 3220000028 bytes" in message
+    assert "index file of 3240000028 bytes" in message
 
 
 def test_secret_is_never_shown() -> None:

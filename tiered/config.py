@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import difflib
 import enum
+import fnmatch
 import logging
 import os
 import re
@@ -54,7 +55,7 @@ ENV_PREFIX = "RMQ_TIERED_"
 INT_MAX = 2**31 - 1  # Java int
 LONG_MAX = 2**63 - 1  # Java long
 CQ_UNIT_SIZE = 20
-INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ITEM_SIZE = 28, 4, 32
+INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ITEM_SIZE = 28, 8, 32
 
 PROVIDER_NAMES = ("posix", "memory", "s3", "fsspec")
 _UPSTREAM = "org.apache.rocketmq.tieredstore."
@@ -255,6 +256,26 @@ def _reserve_overrides(value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _level_overrides(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, Sequence):
+        raise ValueError("is not a comma-separated list of topic:LEVEL")
+    names = ", ".join(m.name for m in StorageLevel)
+    out = []
+    for raw in (str(p).strip() for p in items):
+        if not raw:
+            continue
+        pattern, sep, level = raw.rpartition(":")
+        if (
+            not sep
+            or not _GLOB.fullmatch(pattern.strip())
+            or level.strip() not in StorageLevel.__members__
+        ):
+            raise ValueError(f"holds {raw!r}; write topic:LEVEL with LEVEL one of {names}")
+        out.append(f"{pattern.strip()}:{level.strip()}")
+    return tuple(out)
+
+
 def _host_name() -> str:
     try:
         return socket.gethostname() or "DEFAULT_BROKER"
@@ -281,6 +302,8 @@ Role = Annotated[BrokerRole, BeforeValidator(_choice(list(BrokerRole)))]
 StartPolicy = Annotated[DispatchStartPolicy, BeforeValidator(_choice(list(DispatchStartPolicy)))]
 Globs = Annotated[tuple[str, ...], BeforeValidator(_globs)]
 ReserveOverrides = Annotated[tuple[str, ...], BeforeValidator(_reserve_overrides)]
+LevelOverrides = Annotated[tuple[str, ...], BeforeValidator(_level_overrides)]
+Port = Annotated[int, BeforeValidator(_int(0, 65535))]
 CqFileSize = Annotated[
     int, BeforeValidator(_int(CQ_UNIT_SIZE, INT_MAX // CQ_UNIT_SIZE * CQ_UNIT_SIZE))
 ]
@@ -335,6 +358,11 @@ class TieredConfig(BaseModel):
     # tiered storage and providers
     tiered_storage_level: Level = _key(
         "tieredStorageLevel", "which reads the tier serves", StorageLevel.NOT_IN_DISK
+    )
+    tiered_storage_level_overrides: LevelOverrides = _key(
+        "tieredStorageLevelOverrides",
+        "per-topic tieredStorageLevel, topic:LEVEL (globs; first match wins)",
+        (),
     )
     tiered_backend_service_provider: Provider = _key(
         "tieredBackendServiceProvider", "storage provider name", "memory"
@@ -431,6 +459,12 @@ class TieredConfig(BaseModel):
     tiered_store_index_file_max_index_num: IndexItems = _key(
         "tieredStoreIndexFileMaxIndexNum", "index items per file", 20000000
     )
+    tiered_index_compaction_interval_ms: IntOrZero = _key(
+        "tieredIndexCompactionIntervalMs", "compact sealed index files every, ms; 0 = never", 60000
+    )
+    tiered_index_spark_master: Text = _key(
+        "tieredIndexSparkMaster", "Spark master of the in-process compaction job", "local[*]"
+    )
 
     # expiry
     tiered_store_delete_file_enable: Bool = _key("tieredStoreDeleteFileEnable", "expire data", True)
@@ -445,6 +479,11 @@ class TieredConfig(BaseModel):
     )
 
     # sidecar
+    tiered_http_host: Text = _key("tieredHttpHost", "address the HTTP API binds", "127.0.0.1")
+    tiered_http_port: Port = _key("tieredHttpPort", "HTTP API port; 0 = any free port", 8081)
+    tiered_http_max_response_bytes: Int = _key(
+        "tieredHttpMaxResponseBytes", "message bytes per HTTP response at most", 16 << 20
+    )
     tiered_data_dir: DirPath = _key(
         "tieredDataDir",
         "sidecar metadata and index files; never inside the broker store",
@@ -529,6 +568,14 @@ class TieredConfig(BaseModel):
                 text = str(value)
             out[str(field.validation_alias)] = text
         return dict(sorted(out.items()))
+
+    def storage_level_for(self, topic: str) -> StorageLevel:
+        """The storage level of ``topic``: the first matching override, else the global level."""
+        for entry in self.tiered_storage_level_overrides:
+            pattern, _, level = entry.rpartition(":")
+            if fnmatch.fnmatchcase(topic, pattern):
+                return StorageLevel[level]
+        return self.tiered_storage_level
 
     @property
     def reserved_time_overrides_hours(self) -> dict[str, int]:

@@ -1,0 +1,194 @@
+"""The read-only HTTP API: messages by offset, offsets and time, explain, status, health, metrics.
+
+Every user mistake is a 4xx whose JSON body names the parameter (``{"error": ..., "parameter":
+...}``); a 500 only ever means a bug. Responses are capped by ``maxCount`` and by bytes.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator
+from typing import Annotated, Any, Literal, Protocol
+
+from fastapi import FastAPI, Path, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+
+from tiered.broker import message as msgcodec
+from tiered.core.fetcher import GetResult, Unit
+from tiered.errors import IntegrityError, InvalidRequestError, TieredStoreError
+
+MAX_COUNT_LIMIT = 1024
+TOPIC_PATTERN = r"^[A-Za-z0-9%|_\-]{1,127}$"  # RocketMQ's topic charset (TopicValidator)
+
+
+class ReadStore(Protocol):
+    """What the API needs from the access layer (``TieredMessageStore``)."""
+
+    def get_message(
+        self, topic: str, queue_id: int, offset: int, max_count: int, tags: str | None
+    ) -> GetResult: ...
+    def offsets(self, topic: str, queue_id: int) -> dict[str, int]: ...
+    def get_offset_by_time(
+        self, topic: str, queue_id: int, timestamp_ms: int, upper: bool
+    ) -> int: ...
+    def explain(self, topic: str, queue_id: int, offset: int) -> dict[str, Any]: ...
+
+
+Topic = Annotated[str, Path(pattern=TOPIC_PATTERN, description="Topic name.")]
+QueueId = Annotated[int, Path(ge=0, le=65535, description="Queue id.")]
+
+
+def message_json(data: bytes, tier: str) -> dict[str, Any]:
+    """A stored unit as the API returns it: the ``inspect --json`` fields, ``tier``, ``msgId``."""
+    m = msgcodec.decode(data)
+    out = msgcodec.to_json(m)
+    out["tier"] = tier
+    out["msgId"] = m.properties.get(msgcodec.PROPERTY_UNIQ_KEY) or m.offset_msg_id
+    return out
+
+
+def _error(status: int, message: str, parameter: str | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"error": message}
+    if parameter:
+        body["parameter"] = parameter
+    return JSONResponse(body, status_code=status)
+
+
+def create_app(
+    store: ReadStore,
+    *,
+    status: Callable[[], dict[str, Any]],
+    ready: Callable[[], tuple[bool, str]],
+    alive: Callable[[], tuple[bool, str]],
+    max_response_bytes: int = 16 << 20,
+    registry: CollectorRegistry = REGISTRY,
+) -> FastAPI:
+    """The FastAPI application over ``store``; ``status``/``ready``/``alive`` feed the ops paths."""
+    app = FastAPI(
+        title="rocketmq-tiered",
+        version="0.1.0",
+        description="Cold reads of RocketMQ messages offloaded to tiered storage.",
+    )
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        first = exc.errors()[0]
+        loc = [str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body")]
+        param = ".".join(loc) or None
+        return _error(400, f"{param or 'request'}: {first.get('msg', 'invalid')}", param)
+
+    @app.exception_handler(InvalidRequestError)
+    async def _bad(_: Request, exc: InvalidRequestError) -> JSONResponse:
+        return _error(400, str(exc), getattr(exc, "parameter", None))
+
+    @app.exception_handler(IntegrityError)
+    async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:
+        return _error(502, str(exc))
+
+    @app.exception_handler(TieredStoreError)
+    async def _backend(_: Request, exc: TieredStoreError) -> JSONResponse:
+        return _error(503 if exc.retriable else 500, str(exc))
+
+    @app.get("/v1/topics/{topic}/queues/{queue_id}/messages", summary="Messages by offset")
+    def messages(
+        topic: Topic,
+        queue_id: QueueId,
+        offset: Annotated[int, Query(ge=0, le=2**62, description="First queue offset.")],
+        max_count: Annotated[int, Query(alias="maxCount", ge=1, le=MAX_COUNT_LIMIT)] = 32,
+        tags: Annotated[str | None, Query(max_length=1024, description="'*' or 'A || B'.")] = None,
+        fmt: Annotated[Literal["json", "raw"], Query(alias="format")] = "json",
+    ) -> Response:
+        result = store.get_message(topic, queue_id, offset, max_count, tags)
+        units: list[Unit] = []
+        used = 0
+        for u in result.units:
+            if units and used + len(u.data) > max_response_bytes:
+                break
+            units.append(u)
+            used += len(u.data)
+        next_offset = (
+            units[-1].queue_offset + 1
+            if len(units) < len(result.units)
+            else (result.next_begin_offset)
+        )
+        headers = {
+            "X-Status": result.status.value,
+            "X-Next-Begin-Offset": str(next_offset),
+            "X-Min-Offset": str(result.min_offset),
+            "X-Max-Offset": str(result.max_offset),
+            "X-Tier": result.tier,
+        }
+        if fmt == "raw":
+
+            def stream() -> Iterator[bytes]:
+                for u in units:
+                    yield u.data
+
+            return StreamingResponse(
+                stream(), media_type="application/octet-stream", headers=headers
+            )
+        return JSONResponse(
+            {
+                "status": result.status.value,
+                "nextBeginOffset": next_offset,
+                "minOffset": result.min_offset,
+                "maxOffset": result.max_offset,
+                "tier": result.tier,
+                "messages": [message_json(u.data, result.tier) for u in units],
+            },
+            headers=headers,
+        )
+
+    @app.get("/v1/topics/{topic}/queues/{queue_id}/offsets", summary="Offsets (and by time)")
+    def offsets(
+        topic: Topic,
+        queue_id: QueueId,
+        timestamp: Annotated[int | None, Query(ge=0, le=2**62, description="Epoch ms.")] = None,
+        boundary: Annotated[Literal["LOWER", "UPPER"], Query()] = "LOWER",
+    ) -> dict[str, Any]:
+        out: dict[str, Any] = dict(store.offsets(topic, queue_id))
+        if timestamp is not None:
+            out["timestamp"] = timestamp
+            out["boundary"] = boundary
+            out["offset"] = store.get_offset_by_time(
+                topic, queue_id, timestamp, boundary == "UPPER"
+            )
+        return out
+
+    @app.get("/v1/topics/{topic}/queues/{queue_id}/explain", summary="Which tier serves an offset")
+    def explain(
+        topic: Topic, queue_id: QueueId, offset: Annotated[int, Query(ge=0, le=2**62)]
+    ) -> dict[str, Any]:
+        return store.explain(topic, queue_id, offset)
+
+    @app.get("/v1/status", summary="Per-queue offload status")
+    def status_view() -> dict[str, Any]:
+        return status()
+
+    @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
+    def metrics() -> Response:
+        return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
+
+    @app.get("/healthz", summary="Liveness")
+    def healthz() -> JSONResponse:
+        ok, why = alive()
+        return JSONResponse({"ok": ok, "detail": why}, status_code=200 if ok else 503)
+
+    @app.get("/readyz", summary="Readiness")
+    def readyz() -> JSONResponse:
+        ok, why = ready()
+        return JSONResponse({"ok": ok, "detail": why}, status_code=200 if ok else 503)
+
+    return app
+
+
+def raw_units(data: bytes) -> list[bytes]:
+    """Split a ``format=raw`` body back into units (each starts with its TOTALSIZE)."""
+    out, pos = [], 0
+    while pos + 4 <= len(data):
+        (size,) = struct.unpack_from(">i", data, pos)
+        out.append(data[pos : pos + size])
+        pos += size
+    return out
