@@ -424,14 +424,49 @@ def _write_whole(url: str, data: bytes, options: dict[str, Any]) -> None:
         out.write(data)
 
 
+STAGING_DIR: Final = "index-staging"
+COMPACTED_DIR: Final = "index-compacted"
+
+
+def pending_pairs(root: str, options: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(input, output)`` for every staged file below ``root`` that has no result yet."""
+    root = root.rstrip("/")
+    staging = f"{root}/{STAGING_DIR}"
+    if _is_url(root):
+        fs, path = _fs(staging, options)
+        names = [n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(path, detail=False)]
+    else:
+        names = os.listdir(staging) if os.path.isdir(staging) else []
+        os.makedirs(f"{root}/{COMPACTED_DIR}", exist_ok=True)
+    pairs = []
+    for name in sorted(n for n in names if n.isdigit()):
+        output = f"{root}/{COMPACTED_DIR}/{name}"
+        if not _exists(output, options):
+            pairs.append((f"{staging}/{name}", output))
+    return pairs
+
+
+def _exists(url: str, options: dict[str, Any]) -> bool:
+    if not _is_url(url):
+        return os.path.exists(url)
+    fs, path = _fs(url, options)
+    return bool(fs.exists(path))
+
+
 def main(argv: list[str] | None = None) -> int:
     """``spark-submit jobs/compact_index.py --input URL --output URL [...]``; prints one JSON
     report per file. ``--input``/``--output`` may be repeated, in pairs."""
     parser = argparse.ArgumentParser(
         prog="compact_index.py", description="Compact SEALED tiered index files (PySpark)."
     )
-    parser.add_argument("--input", action="append", required=True, help="SEALED file path/URL")
-    parser.add_argument("--output", action="append", required=True, help="compacted file path/URL")
+    parser.add_argument("--input", action="append", default=[], help="SEALED file path/URL")
+    parser.add_argument("--output", action="append", default=[], help="compacted file path/URL")
+    parser.add_argument(
+        "--pending",
+        metavar="ROOT",
+        help="compact every ROOT/index-staging/{begin} without a ROOT/index-compacted/{begin} "
+        "(the sidecar's staging area: `rmq-tiered compact-index --stage` prints ROOT)",
+    )
     parser.add_argument("--slots", type=int, default=DEFAULT_SLOTS, help="hash slots per file")
     parser.add_argument("--max-items", type=int, default=None, help="items per file (checked)")
     parser.add_argument("--items-per-task", type=int, default=DEFAULT_ITEMS_PER_TASK)
@@ -441,13 +476,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if len(args.input) != len(args.output):
         parser.error("give one --output for each --input")
+    if not args.input and not args.pending:
+        parser.error("give --input/--output pairs or --pending ROOT")
+    options = json.loads(args.storage_options)
+    pairs = list(zip(args.input, args.output, strict=True))
+    if args.pending:
+        pairs += pending_pairs(args.pending, options)
+    if not pairs:
+        print(json.dumps({"pending": 0}), flush=True)
+        return 0
     from pyspark.sql import SparkSession
 
     spark = SparkSession.builder.appName("rmq-tiered-compact-index").getOrCreate()
-    for source, target in zip(args.input, args.output, strict=True):
+    for source, target in pairs:
         report = compact_index_file(
             spark, source, target, slots=args.slots, max_items=args.max_items,
-            storage_options=json.loads(args.storage_options), items_per_task=args.items_per_task,
+            storage_options=options, items_per_task=args.items_per_task,
         )  # fmt: skip
         print(json.dumps(asdict(report)), flush=True)
     return 0

@@ -2,7 +2,8 @@
 
 Upstream names (spec §13) are kept where upstream has the metric; the sidecar's own additions are
 marked below. Provider metrics (rpc latency, upload/download bytes, request counts) live in
-:mod:`tiered.providers.wrappers`; read-path metrics may be added here by the access layer.
+:mod:`tiered.providers.wrappers`; the read-path metrics are recorded by
+:class:`~tiered.core.store.TieredMessageStore`.
 
 ===================================================  =======  ========  ===========================
 name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
@@ -19,6 +20,14 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``expired_segments_total`` (+)                       counter            file_type
 ``rocketmq_storage_size``                            gauge    bytes     topic (= path), file_type
 ``rocketmq_storage_message_reserve_time``            gauge    ms        topic, queue_id
+``api_latency``                                      hist.    ms        operation, topic
+``messages_out_total``                               counter  messages  topic
+``get_message_fallback_total``                       counter            operation, topic
+``read_ahead_cache_count``                           gauge    messages
+``read_ahead_cache_bytes``                           gauge    bytes
+``read_ahead_cache_access_total``                    counter
+``read_ahead_cache_hit_total``                       counter
+``read_crc_failures_total`` (+)                      counter  messages  topic, queue_id
 ===================================================  =======  ========  ===========================
 
 (+) = the sidecar's own. ``dispatch_latency`` is in milliseconds (upstream declares seconds but
@@ -27,9 +36,10 @@ records milliseconds; we keep its values). ``file_type`` is ``commit_log`` or ``
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram
 
 __all__ = [
+    "API_LATENCY",
     "DISPATCH_BEHIND",
     "DISPATCH_BEHIND_BYTES",
     "DISPATCH_BYTES",
@@ -39,7 +49,14 @@ __all__ = [
     "DISPATCH_ROUNDS",
     "DISPATCH_STANDBY",
     "EXPIRED_SEGMENTS",
+    "GET_MESSAGE_FALLBACK",
     "MESSAGES_DISPATCH",
+    "MESSAGES_OUT",
+    "READ_AHEAD_CACHE_ACCESS",
+    "READ_AHEAD_CACHE_BYTES",
+    "READ_AHEAD_CACHE_COUNT",
+    "READ_AHEAD_CACHE_HIT",
+    "READ_CRC_FAILURES",
     "REGISTRY",
     "STORAGE_MESSAGE_RESERVE_TIME",
     "STORAGE_SIZE",
@@ -115,5 +132,57 @@ STORAGE_MESSAGE_RESERVE_TIME = Gauge(
     "rocketmq_storage_message_reserve_time",
     "Age of the oldest message kept in the tier, milliseconds",
     _QUEUE,
+    registry=REGISTRY,
+)
+
+# --- the read path (spec §13; the upstream quirks fixed: the cache count is entries, the cache
+# bytes are bytes, access and hit are counted). ``group`` is not a label: the sidecar serves
+# reads by offset, not consumer groups.
+
+READ_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 200, 400, 600, 800, 1000, 1500, 3000)
+
+API_LATENCY = Histogram(
+    "rocketmq_tiered_store_api_latency",
+    "Latency of read API calls (get_message, get_offset_by_time, ...), milliseconds",
+    ["operation", "topic"],
+    buckets=READ_LATENCY_BUCKETS_MS,
+    registry=REGISTRY,
+)
+MESSAGES_OUT = Counter(
+    "rocketmq_tiered_store_messages_out",
+    "Messages returned from the tier with status FOUND",
+    ["topic"],
+    registry=REGISTRY,
+)
+GET_MESSAGE_FALLBACK = Counter(
+    "rocketmq_tiered_store_get_message_fallback",
+    "Reads routed to the tier but served by the broker's store (the tier had nothing or failed)",
+    ["operation", "topic"],
+    registry=REGISTRY,
+)
+READ_AHEAD_CACHE_COUNT = Gauge(
+    "rocketmq_tiered_store_read_ahead_cache_count",
+    "Messages held in the read-ahead cache",
+    registry=REGISTRY,
+)
+READ_AHEAD_CACHE_BYTES = Gauge(
+    "rocketmq_tiered_store_read_ahead_cache_bytes",
+    "Message bytes held in the read-ahead cache",
+    registry=REGISTRY,
+)
+READ_AHEAD_CACHE_ACCESS = Counter(
+    "rocketmq_tiered_store_read_ahead_cache_access",
+    "Read-ahead cache lookups",
+    registry=REGISTRY,
+)
+READ_AHEAD_CACHE_HIT = Counter(
+    "rocketmq_tiered_store_read_ahead_cache_hit",
+    "Read-ahead cache lookups that found the message",
+    registry=REGISTRY,
+)
+READ_CRC_FAILURES = Counter(
+    "rocketmq_tiered_store_read_crc_failures",
+    "Messages read from the tier that failed their body CRC or header checks (never returned)",
+    ["topic", "queue_id"],
     registry=REGISTRY,
 )

@@ -4,11 +4,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
+from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
 
+from tiered.broker import message as msgcodec
+from tiered.broker.commitlog import list_files, scan_file
+from tiered.broker.generator import GenSpec, generate_store
+from tiered.config import TieredConfig, load_config
 from tiered.index import IndexBatch, IndexStoreFile
 
 if TYPE_CHECKING:
@@ -59,3 +64,113 @@ def sealed_file(tmp_path: Path) -> SealedFactory:
         return f.path, data
 
     return make
+
+
+# --- the index service end to end: generated broker stores, configurations, an S3 server --------
+
+ConfigFactory = Callable[..., TieredConfig]
+
+
+@pytest.fixture
+def index_spec() -> GenSpec:
+    """A small store with two keys per message (plus UNIQ_KEY): v1 and v2 messages, IPv6 hosts
+    and compressed bodies, commitlog and consumequeue files that roll."""
+    return GenSpec(
+        seed=23,
+        topics=3,
+        queues=2,
+        messages=900,
+        min_body=8,
+        max_body=300,
+        commitlog_file_size=128 << 10,
+        cq_file_entries=200,
+        v2_fraction=0.3,
+        ipv6_fraction=0.3,
+        compress_fraction=0.2,
+        keys_per_message=2,
+    )
+
+
+@pytest.fixture
+def index_store(tmp_path: Path, index_spec: GenSpec) -> Path:
+    """The generated broker store of ``index_spec``."""
+    root = tmp_path / "store"
+    generate_store(root, index_spec)
+    return root
+
+
+@pytest.fixture
+def index_config(tmp_path: Path, index_spec: GenSpec) -> ConfigFactory:
+    """``index_config(store, provider="memory", **keys)``: a sidecar configuration with small
+    index files (97 slots, 500 items: a few hundred messages seal a file), small flat segments
+    and no group-commit hold; ``keys`` (upstream names) override."""
+
+    def make(store: Path, provider: str = "memory", **keys: Any) -> TieredConfig:
+        settings = {
+            "storePathRootDir": str(store),
+            "mappedFileSizeCommitLog": str(index_spec.commitlog_file_size),
+            "mappedFileSizeConsumeQueue": str(index_spec.cq_file_entries * 20),
+            "brokerClusterName": "DefaultCluster",
+            "brokerName": "broker-a",
+            "tieredDataDir": str(tmp_path / "data"),
+            "tieredBackendServiceProvider": provider,
+            "tieredStoreFilePath": str(tmp_path / "tier"),
+            "tieredStoreCommitLogMaxSize": str(64 << 10),
+            "tieredStoreConsumeQueueMaxSize": str(150 * 20),
+            "tieredStoreGroupCommitCount": "100",
+            "tieredStoreGroupCommitSize": str(32 << 10),
+            "tieredStoreGroupCommitTimeout": "0",
+            "tieredStoreIndexFileMaxHashSlotNum": "97",
+            "tieredStoreIndexFileMaxIndexNum": "500",
+            "tieredIndexCompactionIntervalMs": "0",
+        }
+        settings.update({k: str(v) for k, v in keys.items()})
+        return load_config([], env={}, overrides=settings)
+
+    return make
+
+
+@pytest.fixture(scope="session")
+def index_s3() -> Iterator[S3Endpoint]:
+    """One moto S3 server over HTTP on 127.0.0.1, port 0, for the index tests."""
+    server = moto_server(HttpFaults())
+    server.start()
+    host, port = server.get_host_and_port()
+    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
+    server.stop()
+
+
+@pytest.fixture
+def index_s3_keys(index_s3: S3Endpoint) -> dict[str, str]:
+    """Configuration keys of an S3 backend in a fresh bucket of the moto server."""
+    return {
+        "objectStoreEndpoint": index_s3.url,
+        "objectStoreBucket": index_s3.new_bucket(),
+        "objectStoreAccessKey": index_s3.access_key,
+        "objectStoreSecretKey": index_s3.secret_key,
+        "objectStoreRegion": index_s3.region,
+        "objectStorePathStyle": "true",
+    }
+
+
+KeyTable = dict[tuple[str, str], tuple[int, int, int]]
+
+
+@pytest.fixture
+def store_keys() -> Callable[[Path], KeyTable]:
+    """``store_keys(store)``: every (topic, key) of the broker store's messages (UNIQ_KEY and
+    KEYS tokens), read by scanning its commitlog -> (queue id, queue offset, store time)."""
+
+    def scan(store: Path) -> KeyTable:
+        table: KeyTable = {}
+        for f in list_files([store / "commitlog"]):
+            for item in scan_file(f.path, f.base):
+                m = item.message
+                if item.kind != "message" or m is None:
+                    continue
+                keys = [*m.keys, m.properties[msgcodec.PROPERTY_UNIQ_KEY]]
+                for key in keys:
+                    table[(m.topic, key)] = (m.queue_id, m.queue_offset, m.store_timestamp)
+        return table
+
+    return scan

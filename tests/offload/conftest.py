@@ -83,6 +83,7 @@ def offload_config(tmp_path: Path, small_spec: GenSpec) -> ConfigFactory:
             "tieredStoreGroupCommitSize": str(32 << 10),
             "tieredStoreGroupCommitTimeout": "0",
             "tieredStoreDispatchIntervalMs": "50",
+            "tieredHttpPort": "0",  # `run` serves the HTTP API: any free port
         }
         settings.update({k: str(v) for k, v in keys.items()})
         return load_config([], env={}, overrides=settings)

@@ -11,18 +11,27 @@ import numpy as np
 import pytest
 
 from tiered.broker import message as msgcodec
-from tiered.core.read_cache import CachedUnit, ReadAheadCache, memory_limit_bytes
-from tiered.core.residency import PAGE, drop_from_cache, residency
+from tiered.core.read_cache import ReadAheadCache, Unit, memory_limit_bytes
+from tiered.core.residency import PAGE, residency
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError
 from tiered.javautil import tags_code
+
+
+def drop_pages(path: Path, position: int, length: int) -> None:
+    """``posix_fadvise(DONTNEED)``: the kernel drops the clean cached pages of a range."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, position, length, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
 
 
 def test_residency_follows_fadvise_and_reads(tmp_path: Path) -> None:
     f = tmp_path / "data"
     f.write_bytes(os.urandom(64 * PAGE))
     os.sync()
-    drop_from_cache(f, 0, 64 * PAGE)
+    drop_pages(f, 0, 64 * PAGE)
     cold = residency(f, 10 * PAGE + 5, 3 * PAGE)
     assert cold.total_pages == 4  # the range straddles 4 pages
     assert not cold.all_resident
@@ -69,25 +78,31 @@ def test_bad_tag_expression_names_itself() -> None:
 def test_cache_weighs_bytes_and_expires_after_access() -> None:
     now = [0.0]
     cache = ReadAheadCache(1000, expire_ms=1000, clock=lambda: now[0])
-    cache.put_many("T", 0, [(i, CachedUnit(b"x" * 100, 0)) for i in range(5)])
-    assert cache.used_bytes == 500
+    cache.put_many("T", 0, [Unit(i, b"x" * 100, 0) for i in range(3)])  # one window
+    cache.put_window("T", 0, 10, [Unit(i, b"w" * 100, 0) for i in (10, 11)])  # another
+    assert (cache.used_bytes, len(cache), cache.windows) == (500, 5, 2)
     busy_before = cache.busy
     assert not busy_before
     now[0] = 0.9
-    assert cache.get("T", 0, 0) is not None  # re-armed until 1.9
+    assert cache.get("T", 0, 0) is not None  # re-arms its window until 1.9
     now[0] = 1.5
-    assert cache.get("T", 0, 0) is not None
-    assert cache.get("T", 0, 1) is None  # expired at 1.0
-    cache.put_many("T", 0, [(i, CachedUnit(b"y" * 100, 0)) for i in range(10, 19)])
-    assert cache.used_bytes <= 1000
-    assert cache.busy
+    assert [u.data[:1] for u in cache.run("T", 0, 1, 10)] == [b"x", b"x"]  # the rest of it
+    assert cache.get("T", 0, 10) is None  # the other window expired at 1.0
+    assert cache.get("T", 0, 3) is None and cache.get("T", 1, 0) is None  # past it; other queue
+    assert (len(cache), cache.windows) == (3, 1)
+    cache.put_window("T", 0, 20, [Unit(i, b"y" * 100, 0) for i in range(20, 26)])
+    assert cache.used_bytes == 900 and cache.busy
+    cache.put_window(
+        "T", 0, 30, [Unit(i, b"z" * 100, 0) for i in range(30, 35)]
+    )  # evicts the oldest window
+    assert cache.used_bytes <= 1000 and cache.get("T", 0, 0) is None
     assert cache.stats.hits == 2
-    assert cache.stats.accesses == 3
+    assert cache.stats.accesses == 6
 
 
 def test_oversized_units_are_not_cached() -> None:
     cache = ReadAheadCache(100, expire_ms=1000)
-    cache.put_many("T", 0, [(0, CachedUnit(b"z" * 101, 0))])
+    cache.put_many("T", 0, [Unit(0, b"z" * 101, 0)])
     assert len(cache) == 0
 
 
@@ -100,7 +115,7 @@ def test_concurrent_misses_share_one_load() -> None:
         loads.append(1)
         started.set()
         time.sleep(0.2)
-        cache.put_many("T", 1, [(i, CachedUnit(b"m", 0)) for i in range(100, 200)])
+        cache.put_many("T", 1, [Unit(i, b"m", 0) for i in range(100, 200)])
 
     def reader(offset: int) -> None:
         if cache.get("T", 1, offset) is None:

@@ -101,24 +101,27 @@ class CommitLog:
         if file_size <= 0:
             raise ValueError(f"mappedFileSizeCommitLog={file_size!r} must be > 0")
         self.file_size = file_size
-        self._files: list[CommitLogFile] = []
-        self._bases: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        # files and their bases are swapped together, so readers on other threads never see a
+        # new list with old bases (take one snapshot per call)
+        no_bases: npt.NDArray[np.int64] = np.zeros(0, dtype=np.int64)
+        self._listing: tuple[list[CommitLogFile], npt.NDArray[np.int64]] = ([], no_bases)
         self.refresh()
 
     def refresh(self) -> None:
         """Re-list the files (the broker creates and deletes them while we run)."""
-        self._files = list_files(self.dirs)
-        self._bases = np.fromiter((f.base for f in self._files), dtype=np.int64)
+        files = list_files(self.dirs)
+        self._listing = (files, np.fromiter((f.base for f in files), dtype=np.int64))
 
     @property
     def files(self) -> list[CommitLogFile]:
         """The files currently present, by offset."""
-        return list(self._files)
+        return list(self._listing[0])
 
     @property
     def min_offset(self) -> int:
         """First file's start offset; -1 when there is no file (spec §1.2)."""
-        return self._files[0].base if self._files else -1
+        files = self._listing[0]
+        return files[0].base if files else -1
 
     def file_for(self, phys: int) -> CommitLogFile:
         """The file holding physical offset ``phys``.
@@ -126,15 +129,16 @@ class CommitLog:
         Raises:
             OffsetNotInStoreError: no file holds it (deleted by the broker, or not written yet).
         """
-        i = int(np.searchsorted(self._bases, phys, side="right")) - 1
-        if i < 0 or phys >= self._files[i].end:
-            first = self._files[0].base if self._files else None
-            last = self._files[-1].end if self._files else None
+        files, bases = self._listing
+        i = int(np.searchsorted(bases, phys, side="right")) - 1
+        if i < 0 or phys >= files[i].end:
+            first = files[0].base if files else None
+            last = files[-1].end if files else None
             raise OffsetNotInStoreError(
                 f"physical offset {phys} is not in the commitlog under "
                 f"{', '.join(map(str, self.dirs))} (files cover [{first}, {last}))"
             )
-        return self._files[i]
+        return files[i]
 
     def read(self, phys: int, length: int) -> bytes:
         """``length`` bytes at physical offset ``phys``; the range may span file boundaries."""
@@ -177,7 +181,8 @@ class CommitLog:
             return BulkRead(bytearray(), np.zeros(0, np.int64), np.zeros(0, np.int64), 0)
         order = np.argsort(offs, kind="stable")
         so, sl = offs[order], lens[order]
-        file_idx = np.searchsorted(self._bases, so, side="right") - 1
+        files, bases = self._listing
+        file_idx = np.searchsorted(bases, so, side="right") - 1
         ends = so + sl
         # a run breaks where the next unit does not start at the previous end, or changes file
         brk = np.ones(n, dtype=bool)
@@ -194,12 +199,12 @@ class CommitLog:
             by_file.setdefault(int(file_idx[a]), []).append((a, b))
         for fi, runs in by_file.items():
             lo = so[runs[0][0]]
-            if fi < 0 or lo >= self._files[fi].end:
+            if fi < 0 or lo >= files[fi].end:
                 raise OffsetNotInStoreError(
                     f"physical offset {int(lo)} is not in the commitlog under "
                     f"{', '.join(map(str, self.dirs))}"
                 )
-            f = self._files[fi]
+            f = files[fi]
             fd = _open(f)
             try:
                 for a, b in runs:

@@ -43,3 +43,8 @@ def warn(message: str) -> None:
 def emit_json(obj: dict[str, Any]) -> None:
     """One JSON object per line on stdout."""
     click.echo(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+
+
+def wide_console() -> Console:
+    """The console, or a wide one when stdout is not a terminal (no folded columns in a pipe)."""
+    return console if console.is_terminal else Console(width=200, highlight=False)

@@ -1,4 +1,4 @@
-"""``rmq-tiered run``: the sidecar daemon (dispatcher and expiry) until SIGTERM."""
+"""``rmq-tiered run``: the sidecar daemon (dispatcher, expiry, HTTP API) until SIGTERM."""
 
 from __future__ import annotations
 
@@ -9,18 +9,26 @@ import click
 
 from tiered.cli.config_option import config_option, load, setup_logging
 from tiered.core.daemon import Daemon
+from tiered.http.keys import keys_router
+from tiered.http.service import http_service
 
 
 @click.command("run")
 @config_option
 @click.option("-v", "--verbose", count=True, help="Log at DEBUG level.")
 def run(configs: tuple[Path, ...], verbose: int) -> None:
-    """Run the sidecar: offload new messages every tieredStoreDispatchIntervalMs and expire old
-    tiered data every tieredStoreDeleteFileInterval.
+    """Run the sidecar: offload new messages every tieredStoreDispatchIntervalMs, expire old
+    tiered data every tieredStoreDeleteFileInterval, and serve the HTTP API (cold reads, status,
+    /metrics, /healthz, /readyz) on tieredHttpHost:tieredHttpPort.
 
     SIGTERM (or Ctrl-C) finishes the uploads in flight, persists the metadata and exits 0. Only
     one `run` (or `dispatch`) may use a tieredDataDir at a time.
     """
     setup_logging(verbose)
     cfg = load(configs)
-    sys.exit(Daemon(cfg).run())
+    daemon = Daemon(cfg)
+    keys = keys_router(
+        lambda: daemon.sidecar.index, max_response_bytes=cfg.tiered_http_max_response_bytes
+    )
+    daemon.services.append(http_service(daemon, extra_routers=[keys]))
+    sys.exit(daemon.run())

@@ -20,7 +20,7 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any
+from typing import Any, Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
@@ -41,8 +41,19 @@ class _DropSkipped(logging.Filter):
         return "maximum number of running instances" not in str(record.msg)
 
 
+class Service(Protocol):
+    """Runs beside the jobs for the daemon's lifetime (the HTTP API); ``stop`` is idempotent."""
+
+    def start(self) -> None: ...
+    def stop(self) -> None: ...
+
+
 class Daemon:
-    """The sidecar's long-running process (dispatcher and expiry; more jobs can be added)."""
+    """The sidecar's long-running process (dispatcher and expiry; more jobs can be added).
+
+    :attr:`services` start before the sidecar opens (so health checks answer during a long
+    restore) and stop before it closes.
+    """
 
     def __init__(self, cfg: TieredConfig, provider: Provider | None = None) -> None:
         self.cfg = cfg
@@ -52,6 +63,7 @@ class Daemon:
         scheduler_log.addFilter(_DropSkipped())
         self.scheduler = BackgroundScheduler(timezone=dt.UTC, logger=scheduler_log)
         self.passes = 0
+        self.services: list[Service] = []
 
     def add_job(
         self, func: Callable[[], Any], interval_ms: int, *, name: str, now: bool = False
@@ -98,13 +110,26 @@ class Daemon:
         except Exception:  # as above: logged, retried at the next run
             log.exception("expiry run failed")
 
+    def _stop_services(self) -> None:
+        for service in reversed(self.services):
+            try:
+                service.stop()
+            except Exception:  # stopping the others matters more; logged in full
+                log.exception("stopping %r failed", service)
+
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         log.info("received %s: finishing in-flight uploads", signal.Signals(signum).name)
         self.stop.set()
 
     def run(self, *, install_signals: bool = True) -> int:
         """Open the sidecar, run the jobs until :attr:`stop` is set, close cleanly; returns 0."""
-        self.sidecar.open()
+        try:
+            for service in self.services:
+                service.start()
+            self.sidecar.open()
+        except BaseException:
+            self._stop_services()
+            raise
         try:
             if install_signals:
                 signal.signal(signal.SIGTERM, self._on_signal)
@@ -118,11 +143,14 @@ class Daemon:
             interval = self.cfg.tiered_store_dispatch_interval_ms
             self.add_job(self._dispatch, interval, name="dispatch", now=True)
             self.add_job(self._expire, self.cfg.tiered_store_delete_file_interval_ms, name="expiry")
+            if self.sidecar.index is not None:  # checkpoints, catch-up, compaction, expiry
+                self.sidecar.index.schedule(self.add_job)
             self.scheduler.start()
             while not self.stop.wait(0.2):
                 pass
             self.scheduler.shutdown(wait=True)
         finally:
+            self._stop_services()
             self.sidecar.close()
         log.info("rmq-tiered stopped cleanly")
         return 0

@@ -9,8 +9,9 @@ never data.
 from __future__ import annotations
 
 import functools
+import itertools
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -18,14 +19,29 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
-from tiered.core.read_cache import CachedUnit, ReadAheadCache
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.core.read_cache import ReadAheadCache, Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError, ReadPastEndError
 from tiered.file.flat_append_file import FlatAppendFile
 from tiered.file.flat_commitlog import as_uint8, check_units
 from tiered.file.flat_message_file import FlatMessageFile
 
+__all__ = [
+    "DEFAULT_MAX_TRANSFER_BYTES",
+    "Fetcher",
+    "GetResult",
+    "GetStatus",
+    "TieredReader",
+    "Unit",
+    "crc_mismatches",
+    "matching",
+    "next_readable",
+]
+
 Int64s = npt.NDArray[np.int64]
+DEFAULT_MAX_TRANSFER_BYTES = 262144
+"""The broker's ``maxTransferBytesOnMessageInMemory``: bytes one read returns by default."""
 CODA_SIZE = 16  # legacy tiered writers put [16, BLANK magic, timestamp] between units
 _BODY_LEN_V4 = msgcodec.BORN_HOST_POSITION + 8 + 8 + 8 + 12  # IPv4 hosts: body length at 84
 
@@ -41,19 +57,6 @@ class GetStatus(StrEnum):
     NO_MATCHED_LOGIC_QUEUE = "NO_MATCHED_LOGIC_QUEUE"
     NO_MESSAGE_IN_QUEUE = "NO_MESSAGE_IN_QUEUE"
     OFFSET_FOUND_NULL = "OFFSET_FOUND_NULL"
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One message unit as read (tier: physical offset = flat offset; local: broker offset)."""
-
-    queue_offset: int
-    data: bytes
-    tags_code: int
-
-    def message(self) -> msgcodec.Message:
-        """The decoded message."""
-        return msgcodec.decode(self.data)
 
 
 @dataclass(slots=True)
@@ -101,10 +104,13 @@ def segment_key_at(file: FlatAppendFile, offset: int) -> str:
     return file.key(bases[-1] if bases else file.min_offset)
 
 
+IntegrityHook = Callable[[FlatMessageFile, IntegrityError], None]
+
+
 class TieredReader:
     """Reads runs of messages of one queue from its flat file, verified."""
 
-    def __init__(self, size_limit: int, on_integrity_error: Callable[[IntegrityError], None]):
+    def __init__(self, size_limit: int, on_integrity_error: IntegrityHook):
         self.size_limit = size_limit
         self.on_integrity_error = on_integrity_error
 
@@ -112,10 +118,15 @@ class TieredReader:
         """Up to ``count`` units from ``offset``: one consumequeue read, one commitlog read.
 
         The commitlog read is trimmed to ``readAheadMessageSizeThreshold`` bytes (at least one
-        message is always read).
+        message is always read); it spans at most two segments, and the run ends with the last
+        message it holds whole.
+
+        A message that fails its checks is reported (``on_integrity_error``) and ends the run;
+        when it is the first one, the error is raised.
 
         Raises:
-            IntegrityError: a unit disagrees with its consumequeue entry or its body CRC.
+            IntegrityError: the message at ``offset`` disagrees with its consumequeue entry or its
+                body CRC.
             ReadPastEndError: ``offset`` is outside the uploaded range.
         """
         units = flat.consume_queue.read_units(offset, count)
@@ -130,9 +141,11 @@ class TieredReader:
         backwards = np.flatnonzero(offs[1:keep] < offs[: keep - 1])
         if backwards.size:
             keep = int(backwards[0]) + 1
-        offs, sizes, tags = offs[:keep], sizes[:keep], units["tags_code"][:keep].astype(np.int64)
-        length = int(offs[-1] + sizes[-1]) - first
+        length = int(offs[keep - 1] + sizes[keep - 1]) - first
         data = flat.commitlog.read(first, length)
+        if len(data) < length:  # the read stops at the second segment's end: keep what came
+            keep = max(1, int(np.searchsorted(ends[:keep], len(data), side="right")))
+        offs, sizes, tags = offs[:keep], sizes[:keep], units["tags_code"][:keep].astype(np.int64)
         rel = offs - first
         rel = self._skip_codas(data, rel)
         qoffs = offset + np.arange(len(rel), dtype=np.int64)
@@ -148,8 +161,10 @@ class TieredReader:
                 key=key,
                 offset=int(offs[i]),
             )
-            self.on_integrity_error(err)
-            raise err
+            self.on_integrity_error(flat, err)
+            if i == 0:
+                raise err
+            rel, sizes, tags, qoffs = rel[:i], sizes[:i], tags[:i], qoffs[:i]  # the good ones
         mv = memoryview(data)
         return [
             Unit(int(q), bytes(mv[a : a + n]), int(t))
@@ -171,25 +186,39 @@ class TieredReader:
         return np.where(coda, rel + CODA_SIZE, rel)
 
 
+def next_readable(flat: FlatMessageFile, offset: int) -> int | None:
+    """The first queue offset after ``offset`` the tier holds, when ``offset`` lies in a gap
+    between two consumequeue segments (local data deleted before it was offloaded)."""
+    for seg in flat.consume_queue.segments:
+        start = seg.base // CQ_UNIT_SIZE
+        if start > offset and seg.size > 0:
+            return start
+    return None
+
+
 class Fetcher:
     """``getMessage`` on the tier side: range checks, the read-ahead cache, tag filtering."""
 
-    def __init__(
-        self,
-        reader: TieredReader,
-        cache: ReadAheadCache | None,
-        read_ahead_count: int,
-        max_transfer_bytes: int,
-    ):
+    def __init__(self, reader: TieredReader, cache: ReadAheadCache | None, read_ahead_count: int):
         self.reader = reader
         self.cache = cache
         self.read_ahead_count = read_ahead_count
-        self.max_transfer_bytes = max_transfer_bytes
 
     def get(
-        self, flat: FlatMessageFile | None, offset: int, max_count: int, tags: TagFilter
+        self,
+        flat: FlatMessageFile | None,
+        offset: int,
+        max_count: int,
+        tags: TagFilter,
+        max_bytes: int = DEFAULT_MAX_TRANSFER_BYTES,
     ) -> GetResult:
-        """Up to ``max_count`` matching messages from ``offset`` (statuses of spec §9.2)."""
+        """Up to ``max_count`` matching messages from ``offset`` and about ``max_bytes`` (at
+        least one), with the statuses of spec §9.2.
+
+        Raises:
+            IntegrityError: a message read from the tier failed its checks.
+            ProviderError: the backend failed.
+        """
         if flat is None or not flat.initialized:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, -1, -1)
         lo, hi = flat.min_offset(), flat.commit_offset
@@ -201,63 +230,88 @@ class Fetcher:
             return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, hi, lo, hi)
         if offset > hi:
             return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+        want = _Want(max_count, max_bytes, tags)
         try:
             if self.cache is not None and not self.cache.busy:
-                units, nxt = self._through_cache(flat, offset, max_count, hi, tags)
+                units, nxt = self._through_cache(flat, offset, hi, want)
             else:
-                units, nxt = self._direct(flat, offset, max_count, hi, tags)
+                units, nxt = self._direct(flat, offset, hi, want)
         except ReadPastEndError:
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, lo, hi)
+            after_gap = next_readable(flat, offset)
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, after_gap or offset, lo, hi)
         if nxt == offset:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, lo, hi)
         status = GetStatus.FOUND if units else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, nxt, lo, hi, units)
 
     def _direct(
-        self, flat: FlatMessageFile, offset: int, max_count: int, hi: int, tags: TagFilter
+        self, flat: FlatMessageFile, offset: int, hi: int, want: _Want
     ) -> tuple[list[Unit], int]:
-        units = self.reader.read(flat, offset, min(max_count, hi - offset))
-        return [u for u in units if _matches(u, tags)], offset + len(units)
+        got = self.reader.read(flat, offset, min(want.count, hi - offset))
+        kept: list[Unit] = []
+        size = 0
+        for unit, ok in zip(got, matching(got, want.tags), strict=True):
+            if kept and size + len(unit.data) > want.bytes:
+                return kept, unit.queue_offset
+            if ok:
+                kept.append(unit)
+                size += len(unit.data)
+        return kept, offset + len(got)
 
     def _through_cache(
-        self, flat: FlatMessageFile, offset: int, max_count: int, hi: int, tags: TagFilter
+        self, flat: FlatMessageFile, offset: int, hi: int, want: _Want
     ) -> tuple[list[Unit], int]:
         """Serve a run of cached units from ``offset``, loading a read-ahead window on a miss."""
         assert self.cache is not None
         cache = self.cache
+        topic, qid = flat.topic, flat.queue_id
         kept: list[Unit] = []
         size = 0
         q = offset
         limit = min(hi, offset + self.read_ahead_count)
-        while q < limit and len(kept) < max_count and size < self.max_transfer_bytes:
-            hit = cache.get(flat.topic, flat.queue_id, q)
-            if hit is None:
-                span = min(32 if max_count == 1 else self.read_ahead_count, hi - q)
-                cache.load_once(
-                    flat.topic, flat.queue_id, q, span, functools.partial(self._fill, flat, q, span)
-                )
-                hit = cache.get(flat.topic, flat.queue_id, q)
-                if hit is None:  # not cacheable (too big, cache full): read what is needed
-                    rest, nxt = self._direct(flat, q, max_count - len(kept), hi, tags)
-                    return kept + rest, nxt
-            unit = Unit(q, hit.data, hit.tags_code)
-            q += 1
-            if _matches(unit, tags):
-                kept.append(unit)
-                size += len(unit.data)
+        while q < limit and len(kept) < want.count:
+            # a filter may skip messages: then look at the rest of the window
+            need = limit - q if want.tags.tags is not None else want.count - len(kept)
+            run = cache.run(topic, qid, q, need)
+            if not run:
+                span = min(32 if want.count == 1 else self.read_ahead_count, hi - q)
+                try:
+                    cache.load_once(
+                        topic, qid, q, span, functools.partial(self._fill, flat, q, span)
+                    )
+                except (ReadPastEndError, IntegrityError):
+                    if q == offset:
+                        raise
+                    break  # a gap or a damaged message: the next call starts (and fails) there
+                run = cache.run(topic, qid, q, need)
+                if not run:  # not cacheable (too big, cache full): read what is needed
+                    rest = _Want(want.count - len(kept), want.bytes - size, want.tags)
+                    more, nxt = self._direct(flat, q, hi, rest)
+                    return kept + more, nxt
+            for unit, ok in zip(run, matching(run, want.tags), strict=True):
+                if len(kept) >= want.count or (kept and size + len(unit.data) > want.bytes):
+                    return kept, q
+                q += 1
+                if ok:
+                    kept.append(unit)
+                    size += len(unit.data)
         return kept, q
 
     def _fill(self, flat: FlatMessageFile, start: int, span: int) -> None:
         assert self.cache is not None
-        got = self.reader.read(flat, start, span)
-        self.cache.put_many(
-            flat.topic,
-            flat.queue_id,
-            ((u.queue_offset, CachedUnit(u.data, u.tags_code)) for u in got),
-        )
+        self.cache.put_window(flat.topic, flat.queue_id, start, self.reader.read(flat, start, span))
 
 
-def _matches(unit: Unit, tags: TagFilter) -> bool:
+@dataclass(frozen=True, slots=True)
+class _Want:
+    count: int
+    bytes: int
+    tags: TagFilter
+
+
+def matching(units: Sequence[Unit], tags: TagFilter) -> Iterable[bool]:
+    """Which units the subscription takes: tag codes in bulk, then the ``TAGS`` of those."""
     if tags.tags is None:
-        return True
-    return bool(tags.match_codes([unit.tags_code])[0]) and tags.match_message(unit.message())
+        return itertools.repeat(True, len(units))
+    codes = tags.match_codes([u.tags_code for u in units]).tolist()
+    return [ok and tags.match_message(u.message()) for u, ok in zip(units, codes, strict=True)]

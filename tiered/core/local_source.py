@@ -6,11 +6,17 @@ against the consumequeue units with numpy (:func:`~tiered.file.flat_commitlog.ch
 its store times gathered the same way. The broker may delete files at any moment: that surfaces as
 :class:`~tiered.errors.OffsetNotInStoreError` / :class:`~tiered.errors.StoreFileNotFoundError`,
 which the dispatcher turns into "the local min offset moved".
+
+The read path (:class:`~tiered.core.store.TieredMessageStore`) asks the same view whether an
+offset is still on the broker's disk (:meth:`LocalSource.in_store`), whether its commitlog bytes
+are in the page cache (:meth:`LocalSource.residency`), and reads runs of messages with the same
+coalesced reads (:meth:`LocalSource.read`).
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +28,7 @@ from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
 from tiered.config import TieredConfig
+from tiered.core.residency import Residency, residency
 from tiered.errors import (
     BrokerStoreError,
     CorruptStoreFileError,
@@ -35,6 +42,10 @@ from tiered.file.reconcile import LocalUnits
 Units = npt.NDArray[np.void]
 Int64s = npt.NDArray[np.int64]
 _HEADER_BYTES = 96  # enough for the store timestamp behind an IPv6 born host (76 bytes)
+MIN_OFFSET_TTL_S = 1.0
+"""How long the read path reuses a queue's local min offset (it scans the first CQ file)."""
+REFRESH_S = 1.0
+"""The read path re-lists the commitlog files when the listing is older than this."""
 
 
 @dataclass(frozen=True)
@@ -58,12 +69,20 @@ class LocalSource:
         self.cq_file_size = cfg.effective_cq_file_size_bytes
         self._queues: dict[tuple[str, int], cqmod.ConsumeQueue] = {}
         self._max_hint: dict[tuple[str, int], int] = {}
+        self._min_memo: dict[tuple[str, int], tuple[float, int, int]] = {}
+        self._listed = time.monotonic()
         self._lock = threading.Lock()
         self.preads = 0
 
     def refresh(self) -> None:
         """Re-list the commitlog files (the broker creates and deletes them)."""
+        self._listed = time.monotonic()
         self.commitlog.refresh()
+
+    def _fresh(self) -> None:
+        """Re-list the commitlog files if the listing is older than :data:`REFRESH_S`."""
+        if time.monotonic() - self._listed > REFRESH_S:
+            self.refresh()
 
     def queues(self) -> list[tuple[str, int]]:
         """Every ``(topic, queue id)`` with a consumequeue directory (none when there is none)."""
@@ -129,10 +148,21 @@ class LocalSource:
             return None
         return msgcodec.store_timestamp_of(head)
 
-    def offset_by_time(self, topic: str, queue_id: int, timestamp: int) -> int:
+    def offset_by_time(
+        self, topic: str, queue_id: int, timestamp: int, *, upper: bool = False
+    ) -> int:
         """The first queue offset whose store time is at or after ``timestamp`` (upstream's
-        ``getOffsetInQueueByTime(ts, LOWER)``), clamped to ``[min, max]``: a binary search."""
+        ``getOffsetInQueueByTime(ts, LOWER)``), clamped to ``[min, max]``: a binary search.
+
+        With ``upper``, when messages are stored exactly at ``timestamp``, the last of them.
+        """
         lo, hi = self.min_offset(topic, queue_id), self.max_offset(topic, queue_id)
+        first = self._lower_bound(topic, queue_id, lo, hi, timestamp)
+        if upper and first < hi and self.store_time(topic, queue_id, first) == timestamp:
+            return self._lower_bound(topic, queue_id, first, hi, timestamp + 1) - 1
+        return first
+
+    def _lower_bound(self, topic: str, queue_id: int, lo: int, hi: int, timestamp: int) -> int:
         while lo < hi:
             mid = (lo + hi) // 2
             t = self.store_time(topic, queue_id, mid)
@@ -190,6 +220,124 @@ class LocalSource:
             tags_codes=tags,
             timestamps=store_timestamps(data, starts),
         )
+
+    # --- the read path ----------------------------------------------------------------------------
+
+    def has_queue(self, topic: str, queue_id: int) -> bool:
+        """Whether the broker has a consumequeue directory for the queue."""
+        return (self.cq_root / topic / str(queue_id)).is_dir()
+
+    def queue_min(self, topic: str, queue_id: int) -> int:
+        """:meth:`min_offset` for the read path: -1 for an unknown queue; reused for
+        :data:`MIN_OFFSET_TTL_S` while the commitlog's first file stays the same."""
+        if not self.has_queue(topic, queue_id):
+            return -1
+        self._fresh()
+        key, now, clmin = (topic, queue_id), time.monotonic(), self.commitlog.min_offset
+        memo = self._min_memo.get(key)
+        if memo is not None and memo[0] > now and memo[1] == clmin:
+            return memo[2]
+        value = self.min_offset(topic, queue_id)
+        self._min_memo[key] = (now + MIN_OFFSET_TTL_S, clmin, value)
+        return value
+
+    def queue_max(self, topic: str, queue_id: int) -> int:
+        """:meth:`max_offset` for the read path: -1 for an unknown queue."""
+        if not self.has_queue(topic, queue_id):
+            return -1
+        return self.max_offset(topic, queue_id)
+
+    def _units(self, topic: str, queue_id: int, offset: int, count: int) -> Units | None:
+        """The leading units from ``offset`` whose messages are still in the commitlog; ``None``
+        when the unit at ``offset`` is not (or no longer) there."""
+        self._fresh()
+        try:
+            units = self.read_units(topic, queue_id, offset, count)
+        except (OffsetNotInStoreError, StoreFileNotFoundError):
+            return None
+        clmin = self.commitlog.min_offset
+        if clmin < 0 or not len(units):
+            return None
+        ok = (units["offset"] >= clmin) & ~cqmod.is_blank_unit(units)
+        keep = len(units) if ok.all() else int(np.argmin(ok))
+        return units[:keep] if keep else None
+
+    def in_store(self, topic: str, queue_id: int, offset: int) -> bool:
+        """The queue's unit at ``offset`` exists and its message is still in the commitlog
+        (upstream ``checkInStoreByConsumeOffset``, except that a missing unit is not "in")."""
+        return self._units(topic, queue_id, offset, 1) is not None
+
+    def residency(self, topic: str, queue_id: int, offset: int, batch: int) -> Residency | None:
+        """Page-cache residency of exactly the commitlog bytes of ``batch`` messages from
+        ``offset`` (first unit's start to the last unit's end, across file boundaries); ``None``
+        when the unit at ``offset`` is not in the store. Upstream looks one message further."""
+        units = self._units(topic, queue_id, offset, max(batch, 1))
+        if units is None:
+            return None
+        start = int(units["offset"][0])
+        end = int(units["offset"][-1]) + int(units["size"][-1])
+        if end <= start:  # offsets going backwards: only the first message counts
+            end = start + int(units["size"][0])
+        resident = total = 0
+        pos = start
+        try:
+            while pos < end:
+                f = self.commitlog.file_for(pos)
+                n = min(end, f.end) - pos
+                part = residency(f.path, pos - f.base, n)
+                resident += part.resident_pages
+                total += part.total_pages
+                pos += n
+        except (OffsetNotInStoreError, FileNotFoundError):
+            return None
+        return Residency(resident, total)
+
+    def read(
+        self, topic: str, queue_id: int, offset: int, count: int, max_bytes: int
+    ) -> list[tuple[int, bytes, int]]:
+        """Up to ``count`` messages from ``offset`` and at most ``max_bytes`` (at least one), as
+        ``(queue offset, unit bytes, tags code)``: one consumequeue read, coalesced commitlog
+        reads. Empty when the message at ``offset`` is no longer (or not yet) in the store.
+
+        Raises:
+            BrokerStoreError: a message does not match its consumequeue unit, or its file was
+                deleted while it was read.
+        """
+        got: MessageBatch | BrokerStoreError = OffsetNotInStoreError("not read")
+        for attempt in (0, 1):
+            if attempt:  # the listing was stale: the broker created or deleted a file since
+                self.refresh()
+            units = self._units(topic, queue_id, offset, count)
+            if units is None:
+                return []
+            cum = np.cumsum(units["size"].astype(np.int64))
+            units = units[: max(1, int(np.searchsorted(cum, max_bytes, side="right")))]
+            got = self.read_batches([BatchRequest(topic, queue_id, offset, units)])[0]
+            if not isinstance(got, OffsetNotInStoreError):
+                break
+        if isinstance(got, BrokerStoreError):
+            raise got
+        view = memoryview(got.data)
+        return [
+            (offset + i, bytes(view[a : a + n]), t)
+            for i, (a, n, t) in enumerate(
+                zip(got.starts.tolist(), got.sizes.tolist(), got.tags_codes.tolist(), strict=True)
+            )
+        ]
+
+    def earliest_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the queue's first message still on disk; -1 when there is none."""
+        for attempt in (0, 1):
+            if attempt:  # the listing was stale: the broker deleted a file since
+                self.refresh()
+                self._min_memo.pop((topic, queue_id), None)
+            lo = self.queue_min(topic, queue_id)
+            if lo < 0 or lo >= self.queue_max(topic, queue_id):
+                return -1
+            t = self.store_time(topic, queue_id, lo)
+            if t is not None:
+                return t
+        return -1
 
     def release(self, start: int, end: int) -> int:
         """Drop the page cache of physical range ``[start, end)`` (see :mod:`.pagecache`)."""

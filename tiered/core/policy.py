@@ -1,4 +1,7 @@
-"""Which tier serves a read: ``tieredStorageLevel`` and its per-topic overrides (spec §9.1).
+"""Which tier serves a read: the topic's storage level (spec §9.1).
+
+The level is ``tieredStorageLevel`` or the topic's ``tieredStorageLevelOverrides`` entry
+(:meth:`~tiered.config.TieredConfig.storage_level_for`).
 
 ``route`` returns the decision together with the facts it rests on, so ``explain`` can show an
 operator why an offset is (or is not) read from the tier.
@@ -16,10 +19,9 @@ Tier = Literal["tiered", "local"]
 
 
 class LocalView(Protocol):
-    """What routing asks of the broker's store."""
+    """What routing asks of the broker's store (:class:`~tiered.core.local_source.LocalSource`)."""
 
-    def min_offset(self, topic: str, queue_id: int) -> int: ...
-    def max_offset(self, topic: str, queue_id: int) -> int: ...
+    def queue_min(self, topic: str, queue_id: int) -> int: ...
     def in_store(self, topic: str, queue_id: int, offset: int) -> bool: ...
     def residency(self, topic: str, queue_id: int, offset: int, batch: int) -> Residency | None: ...
 
@@ -50,22 +52,6 @@ class Route:
         return out
 
 
-def parse_level_overrides(text: str) -> dict[str, StorageLevel]:
-    """``topicA:FORCE,topicB:DISABLE`` → ``{"topicA": FORCE, "topicB": DISABLE}``.
-
-    Raises:
-        ValueError: an entry is not ``topic:LEVEL`` or names an unknown level.
-    """
-    out: dict[str, StorageLevel] = {}
-    for item in filter(None, (p.strip() for p in text.split(","))):
-        topic, sep, level = item.rpartition(":")
-        names = ", ".join(m.name for m in StorageLevel)
-        if not sep or not topic or level.strip() not in StorageLevel.__members__:
-            raise ValueError(f"entry {item!r} is not 'topic:LEVEL' with LEVEL one of {names}")
-        out[topic.strip()] = StorageLevel[level.strip()]
-    return out
-
-
 def route(
     level: StorageLevel,
     local: LocalView,
@@ -74,18 +60,23 @@ def route(
     offset: int,
     batch: int,
     flat_commit_offset: int,
+    *,
+    system_topic: bool = False,
 ) -> Route:
     """Decide local vs tiered for ``batch`` messages from ``offset`` (spec §9.1, in order).
 
     ``flat_commit_offset`` is the tier's next queue offset to upload, -1 when the tier has no
-    file for the queue. NOT_IN_MEM checks the page-cache residency of exactly the batch's
-    commitlog bytes (upstream looks one message past the batch).
+    file for the queue. A system topic (spec §1.6) is always local. NOT_IN_MEM checks the
+    page-cache residency of exactly the batch's commitlog bytes (upstream looks one message past
+    the batch).
     """
-    local_min = local.min_offset(topic, queue_id)
+    local_min = local.queue_min(topic, queue_id)
 
     def done(tier: Tier, reason: str, resident: Residency | None = None) -> Route:
         return Route(tier, reason, level, flat_commit_offset, local_min, resident)
 
+    if system_topic:
+        return done("local", f"{topic!r} is a system topic, never in the tier")
     if level >= StorageLevel.FORCE:
         return done("tiered", "storage level FORCE reads every offset from the tier")
     if level == StorageLevel.DISABLE:
@@ -96,7 +87,7 @@ def route(
         return done(
             "local", f"offset {offset} is not uploaded yet (tier ends at {flat_commit_offset})"
         )
-    if local_min < 0 or not local.in_store(topic, queue_id, offset):
+    if not local.in_store(topic, queue_id, offset):
         return done(
             "tiered", f"offset {offset} is no longer on the broker's disk (local min {local_min})"
         )

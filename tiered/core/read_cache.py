@@ -1,33 +1,47 @@
 """The read-ahead cache of cold reads (spec §9.3, without its quirks).
 
-Entries are whole message units keyed by ``(topic, queueId, queueOffset)``, weighted by their bytes,
-bounded by ``readAheadCacheSizeThresholdRate`` × the memory limit (the cgroup limit when one is set,
-else physical RAM) and expired ``readAheadCacheExpireDuration`` after their last access. The cache
-counts as busy, and is bypassed, when more than 80 % of its byte budget is used. Concurrent misses
-on a range another reader is already loading wait for that one backend read (single flight).
+An entry is a *window*: the consecutive message units one read-ahead returned, keyed by
+``(topic, queueId, first queueOffset)``, weighted by its bytes, bounded by
+``readAheadCacheSizeThresholdRate`` × the memory limit (the cgroup limit when one is set, else
+physical RAM) and expired ``readAheadCacheExpireDuration`` after its last access. A lookup by
+queue offset finds the window holding it (a per-queue sorted index of window starts), so serving
+a run of messages costs one cache access, not one per message (upstream keys every message).
+The cache counts as busy, and is bypassed, when more than 80 % of its byte budget is used.
+Concurrent misses on a range another reader is already loading wait for that one backend read
+(single flight).
 """
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import os
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cachetools import TTLCache
+
+from tiered.broker import message as msgcodec
 
 BUSY_RATE = 0.8
 QueueKey = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)
-class CachedUnit:
-    """One message unit as stored in the tier, with its consumequeue tag code."""
+class Unit:
+    """One message unit as read (tier: physical offset = flat offset; local: broker offset),
+    with its queue offset and consumequeue tag code."""
 
+    queue_offset: int
     data: bytes
     tags_code: int
+
+    def message(self) -> msgcodec.Message:
+        """The decoded message."""
+        return msgcodec.decode(self.data)
 
 
 def memory_limit_bytes() -> int:
@@ -47,12 +61,71 @@ def memory_limit_bytes() -> int:
 
 @dataclass(slots=True)
 class CacheStats:
-    """Counters behind the read-ahead cache metrics."""
+    """Counters behind the read-ahead cache metrics (a lookup is one access)."""
 
     accesses: int = 0
     hits: int = 0
     loads: int = 0
     waits: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Window:
+    """Consecutive units of one queue from queue offset ``start``."""
+
+    start: int
+    units: Sequence[Unit]
+    nbytes: int
+
+    @property
+    def end(self) -> int:
+        """The queue offset after the last unit."""
+        return self.start + len(self.units)
+
+
+WindowKey = tuple[str, int, int]
+
+
+class _Windows(TTLCache[WindowKey, Window]):
+    """A TTL cache of windows with a per-queue sorted index of their starts, kept in step with
+    every window it drops (expired or evicted). Not locked: its owner locks."""
+
+    def __init__(self, maxsize: int, ttl: float, timer: Callable[[], float]) -> None:
+        super().__init__(maxsize, ttl, timer=timer, getsizeof=lambda w: max(1, w.nbytes))
+        self.starts: dict[QueueKey, list[int]] = {}
+        self.messages = 0
+
+    def add(self, key: WindowKey, window: Window) -> None:
+        """Insert (or replace) a window and index its start."""
+        old = self.pop(key, None)
+        if old is not None:
+            self.forget(key, old)
+        self[key] = window
+        bisect.insort(self.starts.setdefault(key[:2], []), key[2])
+        self.messages += len(window.units)
+
+    def forget(self, key: WindowKey, window: Window) -> None:
+        """Drop a window's start from the index."""
+        self.messages -= len(window.units)
+        starts = self.starts.get(key[:2])
+        if starts is None:
+            return
+        i = bisect.bisect_left(starts, key[2])
+        if i < len(starts) and starts[i] == key[2]:
+            del starts[i]
+        if not starts:
+            del self.starts[key[:2]]
+
+    def expire(self, time: float | None = None) -> list[tuple[WindowKey, Window]]:
+        gone = super().expire(time)
+        for key, window in gone:
+            self.forget(key, window)
+        return gone
+
+    def popitem(self) -> tuple[WindowKey, Window]:
+        key, window = super().popitem()
+        self.forget(key, window)
+        return key, window
 
 
 class _Flight:
@@ -64,19 +137,14 @@ class _Flight:
 
 
 class ReadAheadCache:
-    """Thread-safe, byte-weighted, expire-after-access cache of message units."""
+    """Thread-safe, byte-weighted, expire-after-access cache of read-ahead windows."""
 
     def __init__(
         self, max_bytes: int, expire_ms: int, *, clock: Callable[[], float] = time.monotonic
     ):
         self.max_bytes = max(1, max_bytes)
-        self._cache: TTLCache[tuple[str, int, int], CachedUnit] = TTLCache(
-            maxsize=self.max_bytes,
-            ttl=expire_ms / 1000.0,
-            timer=clock,
-            getsizeof=lambda u: max(1, len(u.data)),
-        )
         self._lock = threading.Lock()
+        self._cache = _Windows(self.max_bytes, expire_ms / 1000.0, clock)
         self._flights: dict[QueueKey, list[_Flight]] = {}
         self.stats = CacheStats()
 
@@ -88,6 +156,14 @@ class ReadAheadCache:
             return int(self._cache.currsize)
 
     def __len__(self) -> int:
+        """Messages held now."""
+        with self._lock:
+            self._cache.expire()
+            return self._cache.messages
+
+    @property
+    def windows(self) -> int:
+        """Windows (cache entries) held now."""
         with self._lock:
             self._cache.expire()
             return len(self._cache)
@@ -97,24 +173,47 @@ class ReadAheadCache:
         """More than 80 % of the byte budget is used: readers should go around the cache."""
         return self.used_bytes > BUSY_RATE * self.max_bytes
 
-    def get(self, topic: str, queue_id: int, offset: int) -> CachedUnit | None:
-        """The unit at ``offset``, refreshing its expiry; ``None`` on a miss."""
-        key = (topic, queue_id, offset)
+    def run(self, topic: str, queue_id: int, offset: int, limit: int) -> Sequence[Unit]:
+        """Up to ``limit`` cached units from ``offset`` on, from the window that holds it
+        (re-arming its expiry); empty on a miss. One access."""
         with self._lock:
             self.stats.accesses += 1
-            unit = self._cache.get(key)
-            if unit is not None:
-                self.stats.hits += 1
-                self._cache[key] = unit  # expire-after-access: re-arm the timer
-            return unit
+            starts = self._cache.starts.get((topic, queue_id))
+            if not starts:
+                return ()
+            i = bisect.bisect_right(starts, offset) - 1
+            if i < 0:
+                return ()
+            key = (topic, queue_id, starts[i])
+            window = self._cache.get(key)
+            if window is None or offset >= window.end:
+                return ()
+            self.stats.hits += 1
+            self._cache[key] = window  # expire-after-access: re-arm the timer
+            at = offset - window.start
+            return window.units[at : at + limit]
 
-    def put_many(self, topic: str, queue_id: int, units: Iterable[tuple[int, CachedUnit]]) -> None:
-        """Insert units by queue offset (a unit bigger than the whole budget is not cached)."""
+    def get(self, topic: str, queue_id: int, offset: int) -> Unit | None:
+        """The unit at ``offset``, refreshing its window's expiry; ``None`` on a miss."""
+        found = self.run(topic, queue_id, offset, 1)
+        return found[0] if found else None
+
+    def put_window(self, topic: str, queue_id: int, start: int, units: Sequence[Unit]) -> None:
+        """Cache consecutive units (queue offsets ``start``, ``start + 1``, ...) as one window
+        (a window bigger than the whole budget is not cached)."""
+        nbytes = sum(len(u.data) for u in units)
         with self._lock:
             self.stats.loads += 1
-            for offset, unit in units:
-                if len(unit.data) <= self.max_bytes:
-                    self._cache[(topic, queue_id, offset)] = unit
+            if not units or nbytes > self.max_bytes:
+                return
+            self._cache.add((topic, queue_id, start), Window(start, tuple(units), nbytes))
+
+    def put_many(self, topic: str, queue_id: int, units: Iterable[Unit]) -> None:
+        """Cache units by queue offset: each run of consecutive offsets becomes one window."""
+        ordered = sorted(units, key=lambda u: u.queue_offset)
+        for _, run in itertools.groupby(enumerate(ordered), key=lambda x: x[1].queue_offset - x[0]):
+            window = [u for _, u in run]
+            self.put_window(topic, queue_id, window[0].queue_offset, window)
 
     def load_once(
         self, topic: str, queue_id: int, start: int, span: int, loader: Callable[[], None]

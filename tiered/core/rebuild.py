@@ -16,8 +16,10 @@ With ``--from-backend`` (the mirror is gone too) every record is rebuilt from th
   in it as it checks unrecorded units after a crash, keeps the valid prefix and sets the
   timestamps of what it kept.
 
-Topic ids are handed out again (0, 1, ... by topic name); the tiered index (a separate table)
-is not rebuilt here. The normal start-up reconciliation then judges each file's last segment.
+Topic ids are handed out again (0, 1, ... by topic name); the uploaded index files (INDEX
+segments) are recorded from their headers, as far as they chain from base 0
+(:func:`tiered.index.uploaded.rebuild_index_records`). The normal start-up reconciliation then
+judges each file's last segment.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from tiered.broker import message as msgcodec
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.errors import ProviderError
 from tiered.file.flat_append_file import SEGMENT_TYPES, real_size, retrying
+from tiered.index.uploaded import rebuild_index_records
 from tiered.metadata import LONG_MAX, FileSegmentMetadata, MessageQueue, MetadataStore, now_ms
 from tiered.metadata.models import STATUS_NEW, STATUS_SEALED
 from tiered.providers.base import Provider
@@ -192,6 +195,7 @@ def rebuild_from_backend(
                 metadata.update_segment(record)
                 report.segments += 1
                 report.bytes += record.size
+        report.segments += rebuild_index_records(provider, metadata, cluster, broker)
     report.topics = len({t for t, _ in listing})
     report.queues = len(listing)
     return report

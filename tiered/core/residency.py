@@ -70,12 +70,3 @@ def residency(path: Path, position: int, length: int) -> Residency:
     finally:
         os.close(fd)
     return Residency(resident, pages)
-
-
-def drop_from_cache(path: Path, position: int, length: int) -> None:
-    """``posix_fadvise(DONTNEED)`` on a range: the kernel may drop its clean cached pages."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, position, length, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)

@@ -17,9 +17,10 @@ from pathlib import Path
 from types import TracebackType
 
 from tiered.config import TieredConfig
-from tiered.errors import ConfigError
+from tiered.errors import ConfigError, TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.reconcile import ReconcileReport
+from tiered.index.service import IndexService
 from tiered.metadata import MetadataStore, mirror_key_for
 from tiered.providers import MetricsProvider, Provider, from_config
 
@@ -103,6 +104,7 @@ class Sidecar:
         self._workers = workers
         self._dispatcher: Dispatcher | None = None
         self.reports: list[ReconcileReport] = []
+        self.index: IndexService | None = None  # the key index, when messageIndexEnable
 
     def open(self) -> Sidecar:
         """Lock the data dir, load metadata, restore and reconcile every queue."""
@@ -112,6 +114,8 @@ class Sidecar:
             self.metadata.load()
             if self.uploading:
                 self.reports = self.store.load(self.local.units_lookup)
+                if self.cfg.message_index_enable:
+                    self.index = self._start_index()
             else:
                 log.info(
                     "brokerRole=%s brokerId=%d: this sidecar stands by (only a master uploads; "
@@ -125,6 +129,16 @@ class Sidecar:
             raise
         return self
 
+    def _start_index(self) -> IndexService | None:
+        index = IndexService(self.cfg, self.provider, self.metadata, self.store)
+        try:
+            return index.start()
+        except (TieredStoreError, OSError) as e:  # offloading goes on; keys are caught up later
+            index.close()
+            log.error("the key index did not start (%s): offloading goes on, and the keys of "
+                      "what it uploads are indexed from the tier at the next start", e)  # fmt: skip
+            return None
+
     @property
     def dispatcher(self) -> Dispatcher:
         """The dispatcher (created on first use)."""
@@ -137,6 +151,8 @@ class Sidecar:
                 workers=self._workers,
                 uploads=self.uploading,
             )
+            if self.index is not None:
+                self._dispatcher.add_commit_listener(self.index.on_commit)
         return self._dispatcher
 
     def expire(self, now: int) -> ExpiryReport:
@@ -150,6 +166,8 @@ class Sidecar:
         try:
             if self._dispatcher is not None:
                 self._dispatcher.close()
+            if self.index is not None:
+                self.index.close()
             if self.uploading:
                 self.store.flush_metadata()
         finally:

@@ -82,11 +82,17 @@ class FlatFileStore:
         )
 
     def load(
-        self, local: LocalLookup | None = None, *, workers: int = _MAX_LOAD_WORKERS
+        self,
+        local: LocalLookup | None = None,
+        *,
+        workers: int = _MAX_LOAD_WORKERS,
+        reconcile_backend: bool = True,
     ) -> list[ReconcileReport]:
         """Restore every queue of this broker from metadata and reconcile it with the backend.
 
-        Returns one report per queue whose files have segments.
+        Returns one report per queue whose files have segments. Without ``reconcile_backend``
+        (a read-only reader beside a running sidecar) the recorded state is used as it is and
+        nothing is written.
         """
         files: list[FlatMessageFile] = []
         with self._lock:
@@ -103,7 +109,7 @@ class FlatFileStore:
         def one(flat: FlatMessageFile) -> ReconcileReport:
             return reconcile(flat, local(flat.topic, flat.queue_id) if local else None)
 
-        if not files:
+        if not files or not reconcile_backend:
             return []
         with ThreadPoolExecutor(max(1, min(workers, len(files))), "tiered-load") as pool:
             reports = list(pool.map(one, files))

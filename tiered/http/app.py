@@ -1,43 +1,55 @@
 """The read-only HTTP API: messages by offset, offsets and time, explain, status, health, metrics.
 
 Every user mistake is a 4xx whose JSON body names the parameter (``{"error": ..., "parameter":
-...}``); a 500 only ever means a bug. Responses are capped by ``maxCount`` and by bytes.
+...}``); a 500 only ever means a bug. Responses are capped by ``maxCount`` and by bytes. A message
+that fails its integrity checks is a 502 naming the segment and offset; a backend that is
+unreachable a 503. More routes (the key query) come in through ``extra_routers``.
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, Protocol
 
-from fastapi import FastAPI, Path, Query, Request
+from fastapi import APIRouter, FastAPI, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from tiered.broker import message as msgcodec
 from tiered.core.fetcher import GetResult, Unit
+from tiered.core.store import MAX_QUEUE_ID, TOPIC_PATTERN, Boundary
+from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError, InvalidRequestError, TieredStoreError
 
 MAX_COUNT_LIMIT = 1024
-TOPIC_PATTERN = r"^[A-Za-z0-9%|_\-]{1,127}$"  # RocketMQ's topic charset (TopicValidator)
+Checks = Callable[[], dict[str, str]]
+"""Named checks, each ``"ok"`` (or ``"starting"``, also passing) or what is wrong."""
 
 
 class ReadStore(Protocol):
     """What the API needs from the access layer (``TieredMessageStore``)."""
 
     def get_message(
-        self, topic: str, queue_id: int, offset: int, max_count: int, tags: str | None
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags: str | TagFilter | None = None,
+        *,
+        max_bytes: int = ...,
     ) -> GetResult: ...
     def offsets(self, topic: str, queue_id: int) -> dict[str, int]: ...
     def get_offset_by_time(
-        self, topic: str, queue_id: int, timestamp_ms: int, upper: bool
+        self, topic: str, queue_id: int, timestamp_ms: int, boundary: Boundary | str = ...
     ) -> int: ...
     def explain(self, topic: str, queue_id: int, offset: int) -> dict[str, Any]: ...
 
 
 Topic = Annotated[str, Path(pattern=TOPIC_PATTERN, description="Topic name.")]
-QueueId = Annotated[int, Path(ge=0, le=65535, description="Queue id.")]
+QueueId = Annotated[int, Path(alias="queueId", ge=0, le=MAX_QUEUE_ID, description="Queue id.")]
 
 
 def message_json(data: bytes, tier: str) -> dict[str, Any]:
@@ -56,20 +68,39 @@ def _error(status: int, message: str, parameter: str | None = None) -> JSONRespo
     return JSONResponse(body, status_code=status)
 
 
+PASSING = ("ok", "starting")
+
+
+def _checked(checks: dict[str, str]) -> JSONResponse:
+    failed = sorted(name for name, state in checks.items() if state not in PASSING)
+    body = {"ok": not failed, "failed": failed, "checks": checks}
+    return JSONResponse(body, status_code=503 if failed else 200)
+
+
+_ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"description": "A bad parameter, named in the body"},
+    502: {"description": "A message in the tier failed its integrity checks"},
+    503: {"description": "The backend is unreachable; retry"},
+}
+
+
 def create_app(
     store: ReadStore,
     *,
     status: Callable[[], dict[str, Any]],
-    ready: Callable[[], tuple[bool, str]],
-    alive: Callable[[], tuple[bool, str]],
+    ready: Checks,
+    alive: Checks,
     max_response_bytes: int = 16 << 20,
     registry: CollectorRegistry = REGISTRY,
+    extra_routers: Sequence[APIRouter] = (),
 ) -> FastAPI:
-    """The FastAPI application over ``store``; ``status``/``ready``/``alive`` feed the ops paths."""
+    """The FastAPI application over ``store``; ``status``/``ready``/``alive`` feed the ops paths,
+    ``extra_routers`` are included as they are."""
     app = FastAPI(
         title="rocketmq-tiered",
         version="0.1.0",
         description="Cold reads of RocketMQ messages offloaded to tiered storage.",
+        responses=_ERROR_RESPONSES,
     )
 
     @app.exception_handler(RequestValidationError)
@@ -91,7 +122,20 @@ def create_app(
     async def _backend(_: Request, exc: TieredStoreError) -> JSONResponse:
         return _error(503 if exc.retriable else 500, str(exc))
 
-    @app.get("/v1/topics/{topic}/queues/{queue_id}/messages", summary="Messages by offset")
+    @app.get(
+        "/v1/topics/{topic}/queues/{queueId}/messages",
+        summary="Messages by offset",
+        responses={
+            200: {
+                "description": "JSON messages, or with format=raw the stored units back to "
+                "back (status and offsets in the X-* headers)",
+                "content": {
+                    "application/json": {},
+                    "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
+                },
+            }
+        },
+    )
     def messages(
         topic: Topic,
         queue_id: QueueId,
@@ -100,7 +144,13 @@ def create_app(
         tags: Annotated[str | None, Query(max_length=1024, description="'*' or 'A || B'.")] = None,
         fmt: Annotated[Literal["json", "raw"], Query(alias="format")] = "json",
     ) -> Response:
-        result = store.get_message(topic, queue_id, offset, max_count, tags)
+        try:
+            subscription = TagFilter.parse(tags)
+        except InvalidRequestError as e:
+            return _error(400, str(e), "tags")
+        result = store.get_message(
+            topic, queue_id, offset, max_count, subscription, max_bytes=max_response_bytes
+        )
         units: list[Unit] = []
         used = 0
         for u in result.units:
@@ -120,15 +170,9 @@ def create_app(
             "X-Max-Offset": str(result.max_offset),
             "X-Tier": result.tier,
         }
-        if fmt == "raw":
-
-            def stream() -> Iterator[bytes]:
-                for u in units:
-                    yield u.data
-
-            return StreamingResponse(
-                stream(), media_type="application/octet-stream", headers=headers
-            )
+        if fmt == "raw":  # one body: per-unit chunks cost a write each
+            body = b"".join(u.data for u in units)
+            return Response(body, media_type="application/octet-stream", headers=headers)
         return JSONResponse(
             {
                 "status": result.status.value,
@@ -141,7 +185,7 @@ def create_app(
             headers=headers,
         )
 
-    @app.get("/v1/topics/{topic}/queues/{queue_id}/offsets", summary="Offsets (and by time)")
+    @app.get("/v1/topics/{topic}/queues/{queueId}/offsets", summary="Offsets (and by time)")
     def offsets(
         topic: Topic,
         queue_id: QueueId,
@@ -152,12 +196,10 @@ def create_app(
         if timestamp is not None:
             out["timestamp"] = timestamp
             out["boundary"] = boundary
-            out["offset"] = store.get_offset_by_time(
-                topic, queue_id, timestamp, boundary == "UPPER"
-            )
+            out["offset"] = store.get_offset_by_time(topic, queue_id, timestamp, boundary)
         return out
 
-    @app.get("/v1/topics/{topic}/queues/{queue_id}/explain", summary="Which tier serves an offset")
+    @app.get("/v1/topics/{topic}/queues/{queueId}/explain", summary="Which tier serves an offset")
     def explain(
         topic: Topic, queue_id: QueueId, offset: Annotated[int, Query(ge=0, le=2**62)]
     ) -> dict[str, Any]:
@@ -171,16 +213,16 @@ def create_app(
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)
 
-    @app.get("/healthz", summary="Liveness")
+    @app.get("/healthz", summary="Liveness: the process and its scheduler run")
     def healthz() -> JSONResponse:
-        ok, why = alive()
-        return JSONResponse({"ok": ok, "detail": why}, status_code=200 if ok else 503)
+        return _checked(alive())
 
-    @app.get("/readyz", summary="Readiness")
+    @app.get("/readyz", summary="Readiness: metadata loaded, backend and broker store readable")
     def readyz() -> JSONResponse:
-        ok, why = ready()
-        return JSONResponse({"ok": ok, "detail": why}, status_code=200 if ok else 503)
+        return _checked(ready())
 
+    for router in extra_routers:
+        app.include_router(router)
     return app
 
 

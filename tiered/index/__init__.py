@@ -5,6 +5,12 @@
 - :mod:`.index_file` — :class:`IndexStoreFile`, the memory-mapped UNSEALED/SEALED local file;
 - :mod:`.compacted` — :func:`compact_numpy` and :class:`CompactedIndexFile` (UPLOAD).
 
+The index service (access layer; import it from its module): :mod:`.service`
+(``IndexService``: put after upload, compaction, upload, expiry, query) over :mod:`.unit_keys` and
+:mod:`.key_tokens` (the keys of stored units, in bulk), :mod:`.local_files`, :mod:`.uploaded`,
+:mod:`.compaction`, :mod:`.staging` (compaction elsewhere), :mod:`.progress` and
+:mod:`.catch_up` (nothing lost by a crash), :mod:`.search`.
+
 The PySpark compaction job is ``tiered.jobs.compact_index``.
 """
 

@@ -92,6 +92,7 @@ class IndexStoreFile:
             IndexStatus.SEALED if header.magic == END_MAGIC_CODE else IndexStatus.UNSEALED
         )
         self._items_base = HEADER_SIZE + slots * SLOT_SIZE
+        self.readonly = False
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -129,11 +130,14 @@ class IndexStoreFile:
         *,
         slots: int = DEFAULT_SLOTS,
         max_items: int = DEFAULT_MAX_ITEMS,
+        readonly: bool = False,
     ) -> IndexStoreFile:
         """Reopen a local file after a restart; it continues where it stopped.
 
         Its status is SEALED if it carries the END magic, else UNSEALED. The begin timestamp is
-        the file name (as upstream) when the name is a number.
+        the file name (as upstream) when the name is a number. ``readonly`` maps the file for
+        queries only (another process may be writing it): nothing is repaired or written, and
+        items put after the open stay invisible.
 
         Raises:
             FileNotFoundError: no such file.
@@ -143,7 +147,7 @@ class IndexStoreFile:
         _check_shape(slots, max_items)
         p = Path(path)
         expected = local_file_size(slots, max_items)
-        fd = os.open(p, os.O_RDWR)
+        fd = os.open(p, os.O_RDONLY if readonly else os.O_RDWR)
         try:
             size = os.fstat(fd).st_size
             if size != expected:
@@ -152,7 +156,8 @@ class IndexStoreFile:
                     f"tieredStoreIndexFileMaxIndexNum={max_items} make {expected}: configure the "
                     "values the file was written with"
                 )
-            mapped = mmap.mmap(fd, size)
+            access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
+            mapped = mmap.mmap(fd, size, access=access)
         finally:
             os.close(fd)
         header = IndexHeader.parse(mapped)
@@ -170,13 +175,16 @@ class IndexStoreFile:
                 "tiered index file header; move the file aside"
             )
         self = cls(p, mapped, header, slots, max_items)
-        self._undo_partial_batch()
+        self.readonly = readonly
+        if not readonly:
+            self._undo_partial_batch()
         return self
 
     def close(self) -> None:
         """Flush and unmap; the status becomes SHUTDOWN (queries then return nothing)."""
         if not self._mm.closed:
-            self._mm.flush()
+            if not self.readonly:
+                self._mm.flush()
             self._mm.close()
         self._status = IndexStatus.SHUTDOWN
 
@@ -190,11 +198,13 @@ class IndexStoreFile:
 
     def flush(self) -> None:
         """Write dirty pages to disk (``msync``)."""
-        self._mm.flush()
+        if not self.readonly and not self._mm.closed:
+            self._mm.flush()
 
     def seal(self) -> None:
         """Stop accepting puts: status SEALED and the END magic in the header."""
         if self._status is IndexStatus.UNSEALED:
+            self._check_writable()
             self._status = IndexStatus.SEALED
             self._write_header()
 
@@ -242,6 +252,7 @@ class IndexStoreFile:
         """
         if self._status is not IndexStatus.UNSEALED or not batch.messages:
             return 0
+        self._check_writable()
         slot_pos = HEADER_SIZE + np.fmod(batch.hashes.astype(np.int64), self.slots) * SLOT_SIZE
         too_big = batch.key_counts >= self.max_items
         if too_big.any():
@@ -368,6 +379,10 @@ class IndexStoreFile:
         return result
 
     # --- internals --------------------------------------------------------------------------------
+
+    def _check_writable(self) -> None:
+        if self.readonly:
+            raise IndexFileError(f"{self.path} was opened read-only; open it without readonly")
 
     def _magic(self) -> int:
         full = self.max_items == self._count + 1

@@ -121,6 +121,19 @@ class MetadataStore:
     def __repr__(self) -> str:
         return f"MetadataStore({str(self.path)!r}, loaded={self._loaded}, dirty={self._dirty})"
 
+    @classmethod
+    def read_only(cls, data_dir: Path, document: MetadataDocument) -> MetadataStore:
+        """A store over ``document`` (read with ``parse_metadata`` by the caller) that refuses
+        every change: it was never loaded, so it never persists, moves or mirrors anything."""
+        store = cls(data_dir)
+        store._doc = document
+        return store
+
+    @property
+    def loaded(self) -> bool:
+        """Whether :meth:`load` has read the file (a read-only store never is)."""
+        return self._loaded
+
     @property
     def dirty(self) -> bool:
         """Whether the document holds changes not yet persisted (only inside a batch)."""

@@ -1,0 +1,177 @@
+"""``rmq-tiered query`` and ``rmq-tiered compact-index`` (click, in-process), and
+``GET /v1/topics/{topic}/keys/{key}`` on a real uvicorn server (127.0.0.1, port 0)."""
+
+from __future__ import annotations
+
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from click.testing import CliRunner, Result
+
+from tiered.cli import main
+from tiered.config import TieredConfig
+from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.store import TieredMessageStore
+from tiered.http.app import create_app, message_json
+from tiered.http.keys import keys_router
+from tiered.http.server import HttpServer
+from tiered.index.service import IndexService
+
+ConfigFactory = Callable[..., TieredConfig]
+KeyTable = dict[tuple[str, str], tuple[int, int, int]]
+
+
+def write_conf(cfg: TieredConfig, path: Path) -> Path:
+    props = cfg.as_properties()
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items() if v != ""), "utf-8")
+    return path
+
+
+def cli(*args: str | Path | int, code: int = 0) -> Result:
+    result = CliRunner().invoke(main, [str(a) for a in args])
+    assert result.exit_code == code, (result.output, result.exception)
+    return result
+
+
+def json_lines(result: Result) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def offload(cfg: TieredConfig) -> None:
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        assert sidecar.dispatcher.run_pass(flush=True).messages == 900
+
+
+def test_query_and_compact_index_commands(
+    tmp_path: Path,
+    index_store: Path,
+    index_config: ConfigFactory,
+    store_keys: Callable[[Path], KeyTable],
+) -> None:
+    cfg = index_config(index_store, provider="posix", tieredStorageLevel="FORCE")
+    conf = write_conf(cfg, tmp_path / "sidecar.conf")
+    offload(cfg)
+    expected = store_keys(index_store)
+    (topic, key), (qid, qoff, stored) = sorted(expected.items())[123]
+    base: list[str | Path | int] = ["--config", conf, "--topic", topic]
+
+    def query(*extra: str | int) -> list[dict[str, Any]]:
+        return json_lines(cli("query", *base, "--key", key, "--json", *map(str, extra)))
+
+    local = query()
+    fetched = json_lines(cli("fetch", *base, "--queue", qid, "--offset", qoff, "--max-count", 1,
+                             "--json"))  # fmt: skip
+    assert local == fetched and local[0]["queueOffset"] == qoff and local[0]["tier"] == "tiered"
+    assert query("--begin", stored + 1000) == []
+    assert query("--begin", stored - 1000, "--end", stored + 1000) == local
+    table = cli("query", *base, "--key", key)
+    assert "1 message(s)" in table.stderr and str(qoff) in table.stdout
+
+    report = cli("compact-index", "--config", conf)
+    assert "uploaded" in report.stdout and "compaction" in report.stdout
+    assert query() == local  # now from an uploaded file
+    sealed = json_lines(cli("compact-index", "--config", conf, "--seal", "--json"))
+    assert [r["action"] for r in sealed] == ["uploaded"]
+    assert sealed[0]["engine"] == "numpy" and sealed[0]["seconds"] >= 0
+    assert query() == local
+    for (t, k), (_, q, _) in sorted(expected.items())[::101]:
+        found = json_lines(cli("query", "--config", conf, "--topic", t, "--key", k, "--json"))
+        assert [(m["topic"], m["queueOffset"]) for m in found] == [(t, q)]
+
+    bad = cli("query", *base, "--key", key, "--begin", 5, "--end", 1, code=2)
+    assert "begin=5 is after end=1" in bad.stderr and "Traceback" not in bad.output
+
+
+def test_compact_index_needs_the_lock_but_stage_does_not(
+    tmp_path: Path, index_store: Path, index_config: ConfigFactory
+) -> None:
+    cfg = index_config(index_store, provider="posix")
+    conf = write_conf(cfg, tmp_path / "sidecar.conf")
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        sidecar.dispatcher.run_pass(flush=True)
+        busy = cli("compact-index", "--config", conf, code=2)
+        assert "is in use by another rmq-tiered" in busy.stderr
+        staged = cli("compact-index", "--config", conf, "--stage")  # beside the running one
+        assert "staged" in staged.stdout
+        command = staged.stdout.strip().splitlines()[-1]
+        assert command.startswith("spark-submit --master spark://HOST:7077 ")
+        assert "compact_index.py --pending " in command and "--slots 97" in command
+        assert sidecar.index is not None
+        assert sidecar.index.staging.staged() == [
+            f.begin_timestamp for f in sidecar.index.local.sealed()
+        ]
+    memory = write_conf(index_config(index_store), tmp_path / "memory.conf")
+    refused = cli("compact-index", "--config", memory, "--stage", code=2)
+    assert "not reachable from a Spark cluster" in refused.stderr
+
+
+class Reply:
+    def __init__(self, status: int, body: bytes) -> None:
+        self.status = status
+        self.body = json.loads(body)
+
+
+def get(base: str, path: str, **params: Any) -> Reply:
+    query = urllib.parse.urlencode(params)
+    url = f"{base}{urllib.parse.quote(path)}" + (f"?{query}" if query else "")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return Reply(r.status, r.read())
+    except urllib.error.HTTPError as e:
+        return Reply(e.code, e.read())
+
+
+def test_http_keys_route(
+    index_store: Path, index_config: ConfigFactory, store_keys: Callable[[Path], KeyTable]
+) -> None:
+    cfg = index_config(index_store, tieredStorageLevel="FORCE")
+    expected = store_keys(index_store)
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        sidecar.dispatcher.run_pass(flush=True)
+        index: IndexService | None = sidecar.index
+        assert index is not None
+        index.compact_sealed()
+        store = TieredMessageStore(cfg, sidecar.store, sidecar.local)
+        current: list[IndexService | None] = [index]
+        app = create_app(
+            store,
+            status=dict,
+            ready=lambda: {"metadata": "ok"},
+            alive=lambda: {"process": "ok"},
+            extra_routers=[keys_router(lambda: current[0], max_response_bytes=1)],
+        )
+        server = HttpServer(app, "127.0.0.1", 0)
+        server.start()
+        try:
+            (topic, key), (qid, qoff, stored) = sorted(expected.items())[77]
+            path = f"/v1/topics/{topic}/keys/{key}"
+            ok = get(server.url, path)
+            assert ok.status == 200, ok.body
+            assert ok.body["key"] == key and ok.body["truncated"] is False
+            fetched = store.get_message(topic, qid, qoff, 1)
+            assert ok.body["messages"] == [message_json(fetched.units[0].data, "tiered")]
+            assert get(server.url, path, begin=stored + 1000).body["messages"] == []
+            ranged = get(server.url, path, begin=stored - 1000, end=stored + 1000, maxCount=5)
+            assert ranged.body["messages"] == ok.body["messages"]
+            assert get(server.url, f"/v1/topics/{topic}/keys/a/b c").body["messages"] == []
+            for params, parameter in (
+                ({"maxCount": 0}, "maxCount"),
+                ({"maxCount": 5000}, "maxCount"),
+                ({"begin": -1}, "begin"),
+                ({"end": "soon"}, "end"),
+                ({"begin": 10, "end": 5}, "begin"),
+            ):
+                bad = get(server.url, path, **params)
+                assert (bad.status, bad.body.get("parameter")) == (400, parameter), bad.body
+            bad_topic = get(server.url, f"/v1/topics/no topic!/keys/{key}")
+            assert (bad_topic.status, bad_topic.body["parameter"]) == (400, "topic")
+            current[0] = None
+            down = get(server.url, path)
+            assert down.status == 503 and "not running" in down.body["error"]
+        finally:
+            server.stop()

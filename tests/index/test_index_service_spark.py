@@ -1,0 +1,142 @@
+"""Compaction through the PySpark job on a real local Spark session: in-process from the index
+service, and on a "cluster" through staging -- the job run by ``spark-submit`` with the exact
+command line ``compact-index --stage`` prints, its results picked up by the sidecar."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import pytest
+from tiered.jobs.compact_index import main as job_main
+
+from tiered.broker import message as msgcodec
+from tiered.config import TieredConfig
+from tiered.core.sidecar import Sidecar, build_provider
+from tiered.index import compact_numpy
+from tiered.index.compaction import Compactor
+from tiered.index.service import IndexService
+from tiered.index.staging import COMPACTED_DIR, STAGING_DIR, submit_command
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+ConfigFactory = Callable[..., TieredConfig]
+KeyTable = dict[tuple[str, str], tuple[int, int, int]]
+pytestmark = pytest.mark.spark
+
+
+def all_found(index: IndexService, expected: KeyTable, step: int = 1) -> None:
+    for (topic, key), (qid, qoff, _) in sorted(expected.items())[::step]:
+        hits = index.query(topic, key)
+        assert len(hits) == 1, (topic, key, hits)
+        m = msgcodec.decode(hits[0].data)
+        assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qoff)
+
+
+def staging_objects(index: IndexService) -> list[str]:
+    root = index.staging.root
+    return [
+        *index.provider.list(f"{root}/{STAGING_DIR}/"),
+        *index.provider.list(f"{root}/{COMPACTED_DIR}/"),
+    ]
+
+
+def test_in_process_spark_compaction_uploads_the_walk_bytes(
+    spark: SparkSession,
+    index_store: Path,
+    index_config: ConfigFactory,
+    store_keys: Callable[[Path], KeyTable],
+) -> None:
+    cfg = index_config(
+        index_store,
+        provider="posix",
+        tieredIndexSparkMaster="local[2]",
+        tieredStoreIndexFileMaxIndexNum="1500",
+    )
+    expected = store_keys(index_store)
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        index = sidecar.index
+        assert index is not None
+        sidecar.dispatcher.run_pass(flush=True)
+        assert index.seal() is not None  # the UNSEALED file too: two files
+        index.compactor = Compactor(spark_master="local[2]", engine="spark")
+        walk = {}
+        for f in index.local.sealed():
+            view = f.buffer()
+            walk[f.begin_timestamp] = compact_numpy(view, f.slots)
+            view.release()
+        results = index.compact_sealed()
+        assert {(r.action, r.engine) for r in results} == {("uploaded", "spark")}
+        for r in index.uploaded.records():
+            key = index.uploaded.key(r.base_offset)
+            assert index.provider.read(key, 0, r.size) == walk[r.begin_timestamp]
+        assert not list(index.local.compacting_dir.iterdir())
+        all_found(index, expected)
+
+
+@pytest.mark.slow
+def test_spark_submit_on_staged_files_is_picked_up(
+    spark: SparkSession,
+    tmp_path: Path,
+    index_store: Path,
+    index_config: ConfigFactory,
+    store_keys: Callable[[Path], KeyTable],
+) -> None:
+    """``tieredIndexSparkMaster=external``: large files are staged, not compacted; the job runs
+    elsewhere (in-process ``--pending`` for one file, ``spark-submit`` for the rest) and the
+    next compaction run picks the results up."""
+    cfg = index_config(index_store, provider="posix", tieredIndexSparkMaster="external")
+    expected = store_keys(index_store)
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        index = sidecar.index
+        assert index is not None
+        sidecar.dispatcher.run_pass(flush=True)
+        index.compactor.spark_min_items = 0  # every file counts as large
+        sealed = len(index.local.sealed())
+        staged = index.compact_sealed()
+        assert {r.action for r in staged} == {"staged"} and len(staged) == sealed
+        assert index.staging.staged() == [r.begin_timestamp for r in staged]
+        assert {r.action for r in index.compact_sealed()} == {"waiting"}
+        all_found(index, expected, 5)  # still searched locally meanwhile
+
+        # one file compacted by the job's --pending mode (in this process's Spark session)
+        first = staged[0].begin_timestamp
+        root = Path(cfg.tiered_store_file_path) / index.staging.root
+        keep = [p for p in (root / STAGING_DIR).iterdir() if p.name != str(first)]
+        aside = tmp_path / "aside"
+        aside.mkdir()
+        for p in keep:
+            p.rename(aside / p.name)
+        assert job_main(["--pending", str(root), "--slots", "97"]) == 0
+        for p in keep:
+            (aside / p.name).rename(root / STAGING_DIR / p.name)
+        picked = index.compact_sealed()
+        head = picked[0]
+        assert (head.begin_timestamp, head.action, head.engine) == (first, "uploaded", "external")
+        assert {r.action for r in picked[1:]} == {"waiting"}
+
+        # the rest by spark-submit, with the command line compact-index --stage prints
+        command = submit_command(cfg, master="local[1]")
+        assert command is not None
+        args = shlex.split(command)
+        args[0] = str(Path(sys.executable).parent / "spark-submit")
+        env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+        env.pop("PYTHONPATH", None)
+        done = subprocess.run(
+            [*args[:3], "--conf", "spark.ui.enabled=false", *args[3:]],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        assert len(done.stdout.strip().splitlines()) == sealed - 1  # one report per file
+        picked = index.compact_sealed()
+        assert {(r.action, r.engine) for r in picked} == {("uploaded", "external")}
+        assert len(index.uploaded.records()) == sealed
+        assert staging_objects(index) == []
+        assert not list(index.local.compacting_dir.iterdir())
+        all_found(index, expected)

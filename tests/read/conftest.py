@@ -1,0 +1,101 @@
+"""Fixtures of the read tests: generated broker stores offloaded to a tier, an S3 (moto) server.
+
+A "tier" here is a real offload (:func:`tiered.core.sample_tier.build_sample_tier`): a generated
+store, one flushing dispatcher pass, then the broker's oldest commitlog files deleted as its
+cleanup would, so that the oldest offsets exist only in the tier. What every message must read
+back as is captured from the broker's files before anything is deleted.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
+
+from tiered.broker.generator import GenSpec
+from tiered.config import TieredConfig
+from tiered.core.sample_tier import SampleTier, build_sample_tier, sample_config
+from tiered.core.sidecar import Sidecar
+
+
+@pytest.fixture(scope="session")
+def read_spec() -> GenSpec:
+    """2400 messages in 2 topics x 2 queues, 256 KiB commitlog files (about 6), v1/v2, IPv6
+    hosts and compressed bodies mixed in."""
+    return GenSpec(
+        seed=21,
+        topics=2,
+        queues=2,
+        messages=2400,
+        min_body=16,
+        max_body=600,
+        commitlog_file_size=256 << 10,
+        cq_file_entries=400,
+        v2_fraction=0.3,
+        ipv6_fraction=0.3,
+        compress_fraction=0.3,
+    )
+
+
+TierFactory = Callable[..., SampleTier]
+SettingsFactory = Callable[..., TieredConfig]
+
+
+@pytest.fixture
+def read_settings() -> SettingsFactory:
+    """``read_settings(store, work, spec, provider, **keys)``: see :func:`sample_config`."""
+    return sample_config
+
+
+@pytest.fixture
+def make_tier(tmp_path: Path, read_spec: GenSpec) -> Iterator[TierFactory]:
+    """``make_tier(backend="memory", spec=read_spec, deleted_files=2, wrap=None, **keys)``: see
+    :func:`build_sample_tier` (sidecars are closed at the end of the test)."""
+    opened: list[Sidecar] = []
+
+    def make(
+        backend: str = "memory", *, spec: GenSpec | None = None, name: str = "t", **kw: Any
+    ) -> SampleTier:
+        tier = build_sample_tier(tmp_path / name, spec or read_spec, backend, **kw)
+        opened.append(tier.sidecar)
+        return tier
+
+    yield make
+    for sidecar in opened:
+        sidecar.close()
+
+
+@pytest.fixture(scope="module")
+def module_tier(
+    tmp_path_factory: pytest.TempPathFactory, read_spec: GenSpec
+) -> Iterator[SampleTier]:
+    """One posix tier for a whole test module (read-only tests share it)."""
+    tier = build_sample_tier(tmp_path_factory.mktemp("tier"), read_spec, "posix")
+    yield tier
+    tier.sidecar.close()
+
+
+@pytest.fixture(scope="session")
+def read_s3() -> Iterator[S3Endpoint]:
+    """One moto S3 server over HTTP on 127.0.0.1, port 0, for the read tests."""
+    server = moto_server(HttpFaults())
+    server.start()
+    host, port = server.get_host_and_port()
+    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
+    server.stop()
+
+
+@pytest.fixture
+def s3_keys(read_s3: S3Endpoint) -> dict[str, str]:
+    """Configuration keys of an S3 backend in a fresh bucket of the moto server."""
+    return {
+        "objectStoreEndpoint": read_s3.url,
+        "objectStoreBucket": read_s3.new_bucket(),
+        "objectStoreAccessKey": read_s3.access_key,
+        "objectStoreSecretKey": read_s3.secret_key,
+        "objectStoreRegion": read_s3.region,
+        "objectStorePathStyle": "true",
+    }

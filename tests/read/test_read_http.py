@@ -1,0 +1,194 @@
+"""The HTTP API on a real uvicorn server (127.0.0.1, port 0) over a real offloaded tier."""
+
+from __future__ import annotations
+
+import base64
+import json
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from fastapi import APIRouter
+
+from tiered.broker import message as msgcodec
+from tiered.core.sample_tier import SampleTier
+from tiered.core.status import collect_status
+from tiered.core.store import TieredMessageStore
+from tiered.http.app import create_app, message_json, raw_units
+from tiered.http.server import HttpServer
+
+
+@dataclass
+class Reply:
+    status: int
+    headers: dict[str, str]
+    body: bytes
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+def get(base: str, path: str, **params: Any) -> Reply:
+    query = urllib.parse.urlencode(params)
+    url = f"{base}{path}" + (f"?{query}" if query else "")
+    try:
+        with urllib.request.urlopen(url, timeout=30) as r:
+            return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
+    except urllib.error.HTTPError as e:
+        return Reply(e.code, {k.lower(): v for k, v in e.headers.items()}, e.read())
+
+
+@dataclass
+class Api:
+    url: str
+    tier: SampleTier
+    store: TieredMessageStore
+    checks: dict[str, dict[str, str]] = field(default_factory=dict)
+
+
+@pytest.fixture(scope="module")
+def api(module_tier: SampleTier) -> Iterator[Api]:
+    store = module_tier.store()
+    checks = {"alive": {"process": "ok", "scheduler": "ok"}, "ready": {"metadata": "ok"}}
+    keys = APIRouter()
+
+    @keys.get("/v1/topics/{topic}/keys/{key}")
+    def by_key(topic: str, key: str) -> dict[str, str]:
+        return {"topic": topic, "key": key}
+
+    app = create_app(
+        store,
+        status=lambda: collect_status(module_tier.cfg).to_json(),
+        ready=lambda: dict(checks["ready"]),
+        alive=lambda: dict(checks["alive"]),
+        max_response_bytes=64 << 10,
+        extra_routers=[keys],
+    )
+    server = HttpServer(app, "127.0.0.1", 0)
+    server.start()
+    assert server.port > 0
+    yield Api(server.url, module_tier, store, checks)
+    server.stop()
+
+
+def test_messages_as_json(api: Api) -> None:
+    r = get(api.url, "/v1/topics/GenTopic0/queues/0/messages", offset=5, maxCount=10)
+    assert r.status == 200
+    doc = r.json()
+    assert (doc["status"], doc["tier"], doc["nextBeginOffset"]) == ("FOUND", "tiered", 15)
+    assert r.headers["x-status"] == "FOUND" and r.headers["x-next-begin-offset"] == "15"
+    assert [m["queueOffset"] for m in doc["messages"]] == list(range(5, 15))
+    for m in doc["messages"]:
+        want = msgcodec.decode(api.tier.expected[("GenTopic0", 0, m["queueOffset"])])
+        assert base64.b64decode(m["bodyBase64"]) == want.decompressed_body()
+        assert m["properties"] == want.properties
+        assert m["msgId"] == want.properties["UNIQ_KEY"] and m["tier"] == "tiered"
+        assert m["crcOk"] is True
+    # exactly what the store returns, through THE message JSON function
+    direct = api.store.get_message("GenTopic0", 0, 5, 10)
+    assert doc["messages"] == [message_json(u.data, "tiered") for u in direct.units]
+
+
+def test_messages_raw_and_local(api: Api) -> None:
+    lmin = api.tier.local_min[("GenTopic1", 1)]
+    r = get(
+        api.url, "/v1/topics/GenTopic1/queues/1/messages", offset=lmin, maxCount=20, format="raw"
+    )
+    assert r.status == 200 and r.headers["content-type"] == "application/octet-stream"
+    assert r.headers["x-tier"] == "local"
+    units = raw_units(r.body)
+    assert units == [api.tier.expected[("GenTopic1", 1, q)] for q in range(lmin, lmin + 20)]
+
+
+def test_tags_and_the_response_cap(api: Api) -> None:
+    r = get(api.url, "/v1/topics/GenTopic0/queues/1/messages", offset=0, maxCount=50, tags="TagB")
+    doc = r.json()
+    assert doc["messages"] and all(m["tags"] == "TagB" for m in doc["messages"])
+    big = get(api.url, "/v1/topics/GenTopic0/queues/1/messages", offset=0, maxCount=1024).json()
+    sizes = [m["totalSize"] for m in big["messages"]]
+    assert sum(sizes[:-1]) <= 64 << 10 < sum(sizes) + 1024 * 600  # capped by bytes
+    assert big["nextBeginOffset"] == big["messages"][-1]["queueOffset"] + 1
+
+
+def test_offsets_time_and_explain(api: Api) -> None:
+    doc = get(api.url, "/v1/topics/GenTopic0/queues/0/offsets").json()
+    lmin = api.tier.local_min[("GenTopic0", 0)]
+    assert (doc["min"], doc["localMin"], doc["tieredMin"]) == (0, lmin, 0)
+    assert doc["max"] == doc["commit"] == doc["localMax"]
+    first = msgcodec.decode(api.tier.expected[("GenTopic0", 0, 3)]).store_timestamp
+    timed = get(api.url, "/v1/topics/GenTopic0/queues/0/offsets", timestamp=first, boundary="UPPER")
+    assert timed.json()["offset"] == 3 and timed.json()["boundary"] == "UPPER"
+    why = get(api.url, "/v1/topics/GenTopic0/queues/0/explain", offset=1).json()
+    assert why["tier"] == "tiered" and why["level"] == "NOT_IN_DISK"
+    assert "no longer on the broker's disk" in why["reason"]
+    assert why["flatCommitOffset"] == doc["commit"] and why["localMinOffset"] == lmin
+
+
+def test_status_metrics_health_and_extra_routes(api: Api) -> None:
+    status = get(api.url, "/v1/status").json()
+    assert status["totals"]["queues"] == 4 and status["totals"]["lagMessages"] == 0
+    get(api.url, "/v1/topics/GenTopic0/queues/0/messages", offset=0, maxCount=2)
+    text = get(api.url, "/metrics").body.decode()
+    for name in (
+        "rocketmq_tiered_store_api_latency_bucket",
+        "rocketmq_tiered_store_messages_out_total",
+        "rocketmq_tiered_store_read_ahead_cache_count",
+        "rocketmq_tiered_store_read_ahead_cache_hit_total",
+        "rocketmq_tiered_store_provider_requests_total",
+    ):
+        assert name in text
+    assert get(api.url, "/healthz").status == 200
+    assert get(api.url, "/readyz").json() == {
+        "ok": True,
+        "failed": [],
+        "checks": {"metadata": "ok"},
+    }
+    api.checks["ready"] = {"metadata": "ok", "backend": "unreachable: connection refused"}
+    down = get(api.url, "/readyz")
+    assert down.status == 503 and down.json()["failed"] == ["backend"]
+    api.checks["ready"] = {"metadata": "ok"}
+    assert get(api.url, "/v1/topics/T/keys/k1").json() == {"topic": "T", "key": "k1"}
+    schema = get(api.url, "/openapi.json").json()
+    assert "/v1/topics/{topic}/queues/{queueId}/messages" in schema["paths"]
+
+
+@pytest.mark.parametrize(
+    ("path", "params", "parameter"),
+    [
+        ("/v1/topics/GenTopic0/queues/0/messages", {"offset": -1}, "offset"),
+        ("/v1/topics/GenTopic0/queues/0/messages", {}, "offset"),
+        ("/v1/topics/GenTopic0/queues/0/messages", {"offset": "x"}, "offset"),
+        ("/v1/topics/GenTopic0/queues/0/messages", {"offset": 0, "maxCount": 0}, "maxCount"),
+        ("/v1/topics/GenTopic0/queues/0/messages", {"offset": 0, "maxCount": 5000}, "maxCount"),
+        ("/v1/topics/GenTopic0/queues/0/messages", {"offset": 0, "tags": "A || || B"}, "tags"),
+        ("/v1/topics/GenTopic0/queues/0/messages", {"offset": 0, "format": "xml"}, "format"),
+        ("/v1/topics/bad.topic/queues/0/messages", {"offset": 0}, "topic"),
+        ("/v1/topics/GenTopic0/queues/x/messages", {"offset": 0}, "queueId"),
+        ("/v1/topics/GenTopic0/queues/70000/offsets", {}, "queueId"),
+        ("/v1/topics/GenTopic0/queues/0/offsets", {"timestamp": -5}, "timestamp"),
+        ("/v1/topics/GenTopic0/queues/0/offsets", {"timestamp": 1, "boundary": "MID"}, "boundary"),
+        ("/v1/topics/GenTopic0/queues/0/explain", {}, "offset"),
+    ],
+)
+def test_bad_requests_are_400_naming_the_parameter(
+    api: Api, path: str, params: dict[str, Any], parameter: str
+) -> None:
+    r = get(api.url, path, **params)
+    assert r.status == 400, r.body
+    assert r.json()["parameter"] == parameter
+    assert parameter in r.json()["error"]
+
+
+def test_unknown_queues_and_offsets_are_statuses_not_errors(api: Api) -> None:
+    doc = get(api.url, "/v1/topics/NoSuchTopic/queues/0/messages", offset=0).json()
+    assert doc["status"] == "NO_MATCHED_LOGIC_QUEUE" and doc["messages"] == []
+    far = get(api.url, "/v1/topics/GenTopic0/queues/0/messages", offset=2**62).json()
+    assert far["status"] == "OFFSET_OVERFLOW_BADLY"
+    assert get(api.url, "/v1/topics/NoSuchTopic/queues/0/offsets").json()["min"] == -1
+    assert get(api.url, "/nowhere").status == 404
+    retry = get(api.url, "/v1/topics/%25RETRY%25group/queues/0/offsets")  # '%' sent as %25
+    assert retry.status == 200 and retry.json()["min"] == -1

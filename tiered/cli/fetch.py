@@ -1,0 +1,89 @@
+"""``rmq-tiered fetch``: messages of a queue by offset, from whichever tier serves them.
+
+Read-only and lock-free (safe beside ``run``): the metadata file is read as it is and the backend
+through the configured provider. ``--json`` prints one message per line, exactly the objects of
+the HTTP API; the status line (status, tier, next offset) goes to stderr.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from tiered.broker import message as msgcodec
+from tiered.cli.common import emit_json, wide_console
+from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.core.fetcher import GetResult
+from tiered.core.store import TieredMessageStore
+from tiered.http.app import MAX_COUNT_LIMIT, message_json
+
+
+@click.command("fetch")
+@config_option
+@click.option("--topic", required=True, help="Topic name.")
+@click.option("--queue", "queue_id", type=click.IntRange(0), required=True, help="Queue id.")
+@click.option("--offset", type=click.IntRange(0), required=True, help="First queue offset.")
+@click.option(
+    "--max-count",
+    type=click.IntRange(1, MAX_COUNT_LIMIT),
+    default=32,
+    show_default=True,
+    help="Most messages to return.",
+)
+@click.option("--tags", default=None, help="Tag subscription: '*' or 'TagA || TagB'.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+def fetch(
+    configs: tuple[Path, ...],
+    topic: str,
+    queue_id: int,
+    offset: int,
+    max_count: int,
+    tags: str | None,
+    as_json: bool,
+) -> None:
+    """Fetch up to --max-count messages of TOPIC/QUEUE from --offset (tier or broker store, as
+    tieredStorageLevel routes them; `explain` says why)."""
+    setup_logging(quiet=True)
+    cfg = load(configs)
+    with TieredMessageStore.open_read_only(cfg) as store:
+        result = store.get_message(
+            topic, queue_id, offset, max_count, tags, max_bytes=cfg.tiered_http_max_response_bytes
+        )
+    if as_json:
+        for unit in result.units:
+            emit_json(message_json(unit.data, result.tier))
+    elif result.units:
+        wide_console().print(_table(result))
+    click.echo(_summary(result), err=True)
+
+
+def _summary(r: GetResult) -> str:
+    return (
+        f"{r.status.value}: {len(r.units)} message(s) from the {r.tier} store, next offset "
+        f"{r.next_begin_offset} (queue offsets [{r.min_offset}, {r.max_offset}))"
+    )
+
+
+def _table(r: GetResult) -> Table:
+    table = Table()
+    for name in ("q offset", "tier", "msgId", "store time (UTC)", "size", "tags", "keys", "body"):
+        table.add_column(name, overflow="fold")
+    for unit in r.units:
+        m = msgcodec.decode(unit.data)
+        body = m.decompressed_body()
+        preview = body[:32].decode("utf-8", "replace") + ("…" if len(body) > 32 else "")
+        when = dt.datetime.fromtimestamp(m.store_timestamp / 1000, dt.UTC)
+        table.add_row(
+            str(unit.queue_offset),
+            r.tier,
+            m.properties.get(msgcodec.PROPERTY_UNIQ_KEY) or m.offset_msg_id,
+            when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            str(m.total_size),
+            m.tags or "",
+            " ".join(m.keys),
+            repr(preview),
+        )
+    return table

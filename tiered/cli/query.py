@@ -1,0 +1,102 @@
+"""``rmq-tiered query``: messages of a topic by key, from the tiered key index.
+
+Read-only and lock-free (safe beside ``run``): the local index files are mapped read-only, the
+metadata file is read as it is, uploaded index files and messages are read through the
+configured provider. ``--json`` prints one message per line, the objects of ``fetch --json`` and
+of the HTTP API; the summary goes to stderr.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from tiered.broker import message as msgcodec
+from tiered.cli.common import console, emit_json
+from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.config import TieredConfig
+from tiered.core.sidecar import build_provider
+from tiered.core.status import read_metadata
+from tiered.http.app import MAX_COUNT_LIMIT, message_json
+from tiered.index.search import KeyHit
+from tiered.index.service import IndexService
+from tiered.metadata import LONG_MAX, MetadataStore
+
+
+@click.command("query")
+@config_option
+@click.option("--topic", required=True, help="Topic name.")
+@click.option("--key", required=True, help="A message key (KEYS token) or UNIQ_KEY (msgId).")
+@click.option("--begin", type=click.IntRange(0), default=0, help="Earliest store time, epoch ms.")
+@click.option(
+    "--end", type=click.IntRange(0), default=None, help="Latest store time, epoch ms [no limit]."
+)
+@click.option(
+    "--max-count",
+    type=click.IntRange(1, MAX_COUNT_LIMIT),
+    default=32,
+    show_default=True,
+    help="Most messages to return.",
+)
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
+def query(
+    configs: tuple[Path, ...],
+    topic: str,
+    key: str,
+    begin: int,
+    end: int | None,
+    max_count: int,
+    as_json: bool,
+) -> None:
+    """Find the newest --max-count messages of TOPIC whose key is KEY, stored between --begin
+    and --end, in the tiered key index (local index files and uploaded ones)."""
+    setup_logging(quiet=True)
+    cfg = load(configs)
+    hits = search(cfg, topic, key, begin, LONG_MAX if end is None else end, max_count)
+    if as_json:
+        for hit in hits:
+            emit_json(message_json(hit.data, "tiered"))
+    elif hits:
+        console.print(_table(hits))
+    click.echo(f"{len(hits)} message(s) with key {key!r} in topic {topic!r}", err=True)
+
+
+def search(
+    cfg: TieredConfig, topic: str, key: str, begin: int, end: int, max_count: int
+) -> list[KeyHit]:
+    """One query through a read-only index service (the provider is closed after)."""
+    provider = build_provider(cfg)
+
+    def metadata() -> MetadataStore:
+        return MetadataStore.read_only(cfg.tiered_data_dir, read_metadata(cfg.tiered_data_dir)[0])
+
+    try:
+        with IndexService.reader(cfg, provider, metadata) as service:
+            return service.query(topic, key, begin, end, max_count)
+    finally:
+        provider.close()
+
+
+def _table(hits: list[KeyHit]) -> Table:
+    table = Table()
+    for name in ("queue", "q offset", "msgId", "store time (UTC)", "size", "tags", "keys", "body"):
+        table.add_column(name, overflow="fold")
+    for hit in hits:
+        m = msgcodec.decode(hit.data)
+        body = m.decompressed_body()
+        preview = body[:32].decode("utf-8", "replace") + ("…" if len(body) > 32 else "")
+        when = dt.datetime.fromtimestamp(m.store_timestamp / 1000, dt.UTC)
+        table.add_row(
+            str(hit.queue_id),
+            str(m.queue_offset),
+            m.properties.get(msgcodec.PROPERTY_UNIQ_KEY) or m.offset_msg_id,
+            when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+            str(m.total_size),
+            m.tags or "",
+            " ".join(m.keys),
+            repr(preview),
+        )
+    return table

@@ -1,0 +1,127 @@
+"""A sample tier for tests and benchmarks: a generated broker store, offloaded, then aged.
+
+:func:`build_sample_tier` writes a store with :func:`~tiered.broker.generator.generate_store`,
+captures every message from the broker's files (what each must read back as), offloads everything
+with one flushing dispatcher pass through :class:`~tiered.core.sidecar.Sidecar`, then deletes the
+broker's oldest commitlog files as its cleanup would -- so the oldest offsets exist only in the
+tier. Nothing here is used by the sidecar itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tiered.broker.generator import GenSpec, generate_store
+from tiered.config import StorageLevel, TieredConfig, load_config
+from tiered.providers import Provider, WrappedProvider
+
+from .local_source import LocalSource
+from .sidecar import Sidecar, build_provider
+from .store import TieredMessageStore
+from .topic_filter import TopicFilter
+
+QueueKey = tuple[str, int]
+MessageKey = tuple[str, int, int]
+
+
+def sample_config(
+    store: Path, work: Path, spec: GenSpec, provider: str, **keys: Any
+) -> TieredConfig:
+    """A configuration over ``store`` with small flat segments (both files roll), no
+    group-commit hold, the HTTP API on any free port; ``keys`` (upstream names) override."""
+    values = {
+        "storePathRootDir": str(store),
+        "mappedFileSizeCommitLog": str(spec.commitlog_file_size),
+        "mappedFileSizeConsumeQueue": str(spec.cq_file_entries * 20),
+        "brokerClusterName": "DefaultCluster",
+        "brokerName": "broker-a",
+        "tieredDataDir": str(work / "data"),
+        "tieredBackendServiceProvider": provider,
+        "tieredStoreFilePath": str(work / "tier"),
+        "tieredStoreCommitLogMaxSize": str(96 << 10),
+        "tieredStoreConsumeQueueMaxSize": str(250 * 20),
+        "tieredStoreGroupCommitCount": "256",
+        "tieredStoreGroupCommitSize": str(64 << 10),
+        "tieredStoreGroupCommitTimeout": "0",
+        "tieredStoreDispatchIntervalMs": "50",
+        "tieredHttpPort": "0",
+    }
+    values.update({k: str(v) for k, v in keys.items()})
+    return load_config([], env={}, overrides=values)
+
+
+@dataclasses.dataclass
+class SampleTier:
+    """An offloaded store: its configuration, the open sidecar, what each message must be."""
+
+    cfg: TieredConfig
+    provider: Provider
+    sidecar: Sidecar
+    expected: dict[MessageKey, bytes]
+    local_min: dict[QueueKey, int]
+
+    def level(self, level: StorageLevel | str, **changes: Any) -> TieredConfig:
+        """The configuration with another storage level (and other changed fields)."""
+        value = level if isinstance(level, StorageLevel) else StorageLevel[level]
+        return self.cfg.model_copy(update={"tiered_storage_level": value, **changes})
+
+    def store(self, level: StorageLevel | str | None = None, **changes: Any) -> TieredMessageStore:
+        """A read store over the sidecar's flat files and a fresh view of the broker's store."""
+        cfg = self.cfg if level is None else self.level(level, **changes)
+        return TieredMessageStore(cfg, self.sidecar.store, LocalSource(cfg))
+
+    @property
+    def queues(self) -> list[QueueKey]:
+        """Every queue of the store."""
+        return sorted(self.local_min)
+
+
+def build_sample_tier(
+    work: Path,
+    spec: GenSpec,
+    backend: str = "memory",
+    *,
+    deleted_files: int = 2,
+    wrap: Callable[[Provider], WrappedProvider] | None = None,
+    capture: bool = True,
+    **keys: Any,
+) -> SampleTier:
+    """Generate a store under ``work``, capture every message (unless not ``capture``), offload
+    everything, delete the broker's ``deleted_files`` oldest commitlog files. ``wrap`` wraps the
+    provider (e.g. to count reads). The caller closes ``tier.sidecar``.
+
+    Raises:
+        AssertionError: the offload failed or did not move every offloadable message.
+    """
+    store = work / "store"
+    generate_store(store, spec)
+    cfg = sample_config(store, work, spec, backend, **keys)
+    local = LocalSource(cfg)
+    expected: dict[MessageKey, bytes] = {}
+    total = 0
+    allowed = TopicFilter.from_config(cfg).allows
+    for topic, qid in local.queues():
+        lo, hi = local.min_offset(topic, qid), local.max_offset(topic, qid)
+        total += (hi - lo) if allowed(topic) else 0
+        if capture:
+            for q, data, _ in local.read(topic, qid, lo, hi - lo, 1 << 40):
+                expected[(topic, qid, q)] = data
+    provider: Provider = build_provider(cfg)
+    if wrap is not None:
+        provider = wrap(provider)
+    sidecar = Sidecar(cfg, provider).open()
+    try:
+        report = sidecar.dispatcher.run_pass(flush=True)
+        if report.errors or report.messages != total:
+            raise AssertionError(f"offload moved {report.messages} of {total}: {report.errors}")
+    except BaseException:
+        sidecar.close()
+        raise
+    for f in sorted((store / "commitlog").iterdir())[:deleted_files]:
+        f.unlink()
+    after = LocalSource(cfg)
+    minimum = {(t, q): after.min_offset(t, q) for t, q in after.queues()}
+    return SampleTier(cfg, provider, sidecar, expected, minimum)

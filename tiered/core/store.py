@@ -1,0 +1,443 @@
+"""``TieredMessageStore``: cold reads over the broker's store and the tier (spec §9).
+
+Every read is routed first (:func:`~tiered.core.policy.route`: the topic's storage level, what
+the tier holds, whether the broker still has the offset on disk or in the page cache); the tier
+side is the :class:`~tiered.core.fetcher.Fetcher` (read-ahead cache, verified reads), the local
+side the broker's own files through :class:`~tiered.core.local_source.LocalSource`. As upstream,
+a tiered read that finds nothing (or fails) while the broker still has the offset is answered
+locally and counted as a fallback; a message that fails its integrity checks is never returned:
+the :class:`~tiered.errors.IntegrityError` is raised (or, unless the level is FORCE, the broker's
+intact copy is served instead, and the failure logged and counted).
+
+``run`` builds the store over the daemon's live flat files; ``fetch``/``explain`` use
+:meth:`TieredMessageStore.open_read_only`, which reads the metadata file without locking,
+reconciling or writing anything, so they are safe beside a running sidecar.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from fnmatch import fnmatchcase
+from types import TracebackType
+from typing import Any
+
+from tiered import metrics
+from tiered.config import StorageLevel, TieredConfig
+from tiered.errors import (
+    IntegrityError,
+    InvalidRequestError,
+    OffsetNotInStoreError,
+    ProviderError,
+    StoreFileNotFoundError,
+)
+from tiered.file.flat_file_store import FlatFileStore
+from tiered.file.flat_message_file import FlatMessageFile
+from tiered.metadata import MetadataStore
+from tiered.providers import Provider
+
+from .fetcher import (
+    DEFAULT_MAX_TRANSFER_BYTES,
+    Fetcher,
+    GetResult,
+    GetStatus,
+    TieredReader,
+    Unit,
+    matching,
+)
+from .local_source import LocalSource
+from .policy import Route, route
+from .read_cache import ReadAheadCache, memory_limit_bytes
+from .tag_filter import TagFilter
+from .time_search import Boundary, offset_by_time
+from .topic_filter import is_system_topic
+
+__all__ = ["MAX_QUEUE_ID", "TOPIC_PATTERN", "Boundary", "TieredMessageStore", "check_request"]
+
+log = logging.getLogger(__name__)
+
+TOPIC_PATTERN = r"^[A-Za-z0-9%|_\-]{1,127}$"
+"""RocketMQ's topic names (``TopicValidator``): also what keeps a name inside the store."""
+_TOPIC = re.compile(TOPIC_PATTERN)
+MAX_QUEUE_ID = 65535
+_FALLBACK_STATUSES = (GetStatus.OFFSET_FOUND_NULL, GetStatus.NO_MATCHED_LOGIC_QUEUE)
+
+
+def check_request(topic: str, queue_id: int, offset: int = 0, max_count: int = 1) -> None:
+    """Refuse impossible read requests.
+
+    Raises:
+        InvalidRequestError: naming the bad value and what is allowed.
+    """
+    if not _TOPIC.fullmatch(topic):
+        raise InvalidRequestError(
+            f"topic={topic!r} is not a RocketMQ topic name (1-127 of A-Z a-z 0-9 % | _ -)"
+        )
+    if not 0 <= queue_id <= MAX_QUEUE_ID:
+        raise InvalidRequestError(f"queue={queue_id!r} must be in 0..{MAX_QUEUE_ID}")
+    if offset < 0:
+        raise InvalidRequestError(f"offset={offset!r} must be >= 0")
+    if max_count < 1:
+        raise InvalidRequestError(f"maxCount={max_count!r} must be >= 1")
+
+
+class TieredMessageStore:
+    """The read facade; thread-safe (the HTTP API calls it from many threads)."""
+
+    def __init__(
+        self,
+        cfg: TieredConfig,
+        flat_store: FlatFileStore,
+        local: LocalSource,
+        *,
+        cache: ReadAheadCache | None = None,
+    ) -> None:
+        self.cfg = cfg
+        self.flat_store = flat_store
+        self.local = local
+        if cache is None and cfg.read_ahead_cache_enable:
+            budget = int(memory_limit_bytes() * cfg.read_ahead_cache_size_threshold_rate)
+            cache = ReadAheadCache(budget, cfg.read_ahead_cache_expire_duration_ms)
+        self.cache = cache
+        self.reader = TieredReader(cfg.read_ahead_message_size_threshold_bytes, _damaged)
+        self.fetcher = Fetcher(self.reader, cache, cfg.read_ahead_message_count_threshold)
+        self._owned: Provider | None = None
+        self._seen = (0, 0)
+        self._stats_lock = threading.Lock()
+        if cache is not None:
+            metrics.READ_AHEAD_CACHE_COUNT.set_function(lambda: len(cache))
+            metrics.READ_AHEAD_CACHE_BYTES.set_function(lambda: cache.used_bytes)
+
+    @classmethod
+    def open_read_only(
+        cls, cfg: TieredConfig, provider: Provider | None = None
+    ) -> TieredMessageStore:
+        """A store for a separate process (``fetch``, ``explain``): the metadata file is parsed
+        as it is (no data-dir lock, no reconciliation, nothing written or moved); the backend is
+        read through ``provider`` (default: the configured one, closed by :meth:`close`).
+
+        Raises:
+            MetadataError: the metadata file and its ``.bak`` are both unreadable.
+        """
+        from .sidecar import build_provider
+        from .status import read_metadata
+
+        document, _ = read_metadata(cfg.tiered_data_dir)
+        metadata = MetadataStore.read_only(cfg.tiered_data_dir, document)
+        backend = provider if provider is not None else build_provider(cfg)
+        flat_store = FlatFileStore.from_config(cfg, backend, metadata)
+        flat_store.load(reconcile_backend=False)
+        store = cls(cfg, flat_store, LocalSource(cfg))
+        store._owned = backend if provider is None else None
+        return store
+
+    def close(self) -> None:
+        """Close the provider :meth:`open_read_only` built."""
+        if self._owned is not None:
+            self._owned.close()
+            self._owned = None
+
+    def __enter__(self) -> TieredMessageStore:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # --- routing ----------------------------------------------------------------------------------
+
+    def _flat(self, topic: str, queue_id: int) -> FlatMessageFile | None:
+        flat = self.flat_store.get(topic, queue_id)
+        return flat if flat is not None and flat.initialized else None
+
+    def route(self, topic: str, queue_id: int, offset: int, batch: int = 1) -> Route:
+        """Which tier would serve ``batch`` messages from ``offset``, and why (spec §9.1)."""
+        flat = self._flat(topic, queue_id)
+        cfg = self.cfg
+        return route(
+            cfg.storage_level_for(topic),
+            self.local,
+            topic,
+            queue_id,
+            offset,
+            batch,
+            flat.commit_offset if flat is not None else -1,
+            system_topic=is_system_topic(topic, cfg.broker_cluster_name, cfg.broker_name),
+        )
+
+    @contextmanager
+    def _timed(self, operation: str, topic: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed_ms = (time.perf_counter() - started) * 1000
+            metrics.API_LATENCY.labels(operation, topic).observe(elapsed_ms)
+
+    # --- messages ---------------------------------------------------------------------------------
+
+    def get_message(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        tags: str | TagFilter | None = None,
+        *,
+        max_bytes: int = DEFAULT_MAX_TRANSFER_BYTES,
+    ) -> GetResult:
+        """Up to ``max_count`` messages matching ``tags`` from ``offset`` and about ``max_bytes``
+        (at least one), from whichever tier the route picks; statuses of spec §9.2.
+
+        ``min_offset`` of the result is the lower of the local and the tiered min; ``max_offset``
+        that of the tier that answered.
+
+        Raises:
+            InvalidRequestError: a bad topic name, queue id, offset, count or tag expression.
+            IntegrityError: a message read from the tier failed its checks (never returned).
+            ProviderError: the backend failed and the broker no longer has the offset.
+        """
+        check_request(topic, queue_id, offset, max_count)
+        filt = tags if isinstance(tags, TagFilter) else TagFilter.parse(tags)
+        with self._timed("get_message", topic):
+            decision = self.route(topic, queue_id, offset, max_count)
+            if decision.tier == "local":
+                result = self._local_get(topic, queue_id, offset, max_count, filt, max_bytes)
+            else:
+                result = self._tiered_get(
+                    decision, topic, queue_id, offset, max_count, filt, max_bytes
+                )
+        local_min = decision.local_min_offset
+        if local_min >= 0:
+            result.min_offset = (
+                local_min if result.min_offset < 0 else min(local_min, result.min_offset)
+            )
+        return result
+
+    def _tiered_get(
+        self,
+        decision: Route,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        filt: TagFilter,
+        max_bytes: int,
+    ) -> GetResult:
+        flat = self.flat_store.get(topic, queue_id)
+        try:
+            result = self.fetcher.get(flat, offset, max_count, filt, max_bytes)
+        except IntegrityError:
+            if decision.level is StorageLevel.FORCE or not self.local.in_store(
+                topic, queue_id, offset
+            ):
+                raise
+            log.error(
+                "serving %s/%d offset %d from the broker's store instead", topic, queue_id, offset
+            )
+        except ProviderError as e:
+            if not self.local.in_store(topic, queue_id, offset):
+                raise
+            log.warning(
+                "%s/%d offset %d: the tier failed (%s); served locally", topic, queue_id, offset, e
+            )
+        else:
+            self._sync_cache_metrics()
+            if self.cfg.record_get_message_result:
+                log.info(
+                    "tiered get %s/%d offset %d max %d: %s, %d messages, next %d",
+                    topic,
+                    queue_id,
+                    offset,
+                    max_count,
+                    result.status.value,
+                    len(result.units),
+                    result.next_begin_offset,
+                )
+            if result.status not in _FALLBACK_STATUSES or not self.local.in_store(
+                topic, queue_id, offset
+            ):
+                if result.status is GetStatus.FOUND:
+                    metrics.MESSAGES_OUT.labels(topic).inc(len(result.units))
+                return result
+        metrics.GET_MESSAGE_FALLBACK.labels("get_message", topic).inc()
+        return self._local_get(topic, queue_id, offset, max_count, filt, max_bytes)
+
+    def _local_get(
+        self,
+        topic: str,
+        queue_id: int,
+        offset: int,
+        max_count: int,
+        filt: TagFilter,
+        max_bytes: int,
+    ) -> GetResult:
+        local = self.local
+        lo, hi = local.queue_min(topic, queue_id), local.queue_max(topic, queue_id)
+
+        def status(s: GetStatus, nxt: int) -> GetResult:
+            return GetResult(s, nxt, lo, hi, tier="local")
+
+        if hi < 0:
+            return status(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset)
+        if hi == 0:
+            return status(GetStatus.NO_MESSAGE_IN_QUEUE, offset)
+        if offset < lo:
+            return status(GetStatus.OFFSET_TOO_SMALL, lo)
+        if offset == hi:
+            return status(GetStatus.OFFSET_OVERFLOW_ONE, hi)
+        if offset > hi:
+            return status(GetStatus.OFFSET_OVERFLOW_BADLY, hi)
+        try:
+            got = local.read(topic, queue_id, offset, min(max_count, hi - offset), max_bytes)
+        except (OffsetNotInStoreError, StoreFileNotFoundError):
+            got = []  # the broker deleted the file meanwhile
+        if not got:
+            return status(GetStatus.OFFSET_FOUND_NULL, offset)
+        units = [Unit(q, data, code) for q, data, code in got]
+        kept = [u for u, ok in zip(units, matching(units, filt), strict=True) if ok]
+        result = status(
+            GetStatus.FOUND if kept else GetStatus.NO_MATCHED_MESSAGE, offset + len(units)
+        )
+        result.units = kept
+        return result
+
+    # --- offsets and times ------------------------------------------------------------------------
+
+    def _serves(self, topic: str) -> bool:
+        """Whether the tier may serve ``topic`` at all (not DISABLE, not a system topic)."""
+        cfg = self.cfg
+        return cfg.storage_level_for(topic) is not StorageLevel.DISABLE and not is_system_topic(
+            topic, cfg.broker_cluster_name, cfg.broker_name
+        )
+
+    def offsets(self, topic: str, queue_id: int) -> dict[str, int]:
+        """``min``/``max`` over both tiers (the broker's alone when the tier may not serve the
+        topic), the tier's ``commit`` offset (-1 when it holds nothing of the queue), and each
+        side's own bounds."""
+        check_request(topic, queue_id)
+        flat = self._flat(topic, queue_id)
+        lmin, lmax = self.local.queue_min(topic, queue_id), self.local.queue_max(topic, queue_id)
+        tmin = flat.min_offset() if flat is not None else -1
+        commit = flat.commit_offset if flat is not None else -1
+        visible = self._serves(topic)
+        return {
+            "min": _lowest(lmin, tmin) if visible else lmin,
+            "max": max(lmax, commit) if visible else lmax,
+            "commit": commit,
+            "localMin": lmin,
+            "localMax": lmax,
+            "tieredMin": tmin,
+        }
+
+    def get_min_offset(self, topic: str, queue_id: int) -> int:
+        """The lowest offset either tier holds (spec §9.6; the broker's alone under DISABLE);
+        -1 when neither knows the queue."""
+        return self.offsets(topic, queue_id)["min"]
+
+    def get_max_offset(self, topic: str, queue_id: int) -> int:
+        """The broker's max offset (the tier is never ahead of it; its commit offset when the
+        broker no longer has the queue); -1 when neither knows the queue."""
+        return self.offsets(topic, queue_id)["max"]
+
+    def get_earliest_message_time(self, topic: str, queue_id: int) -> int:
+        """Store time of the oldest message either tier holds (the broker's alone when the tier
+        may not serve the topic); -1 when none (spec §9.6)."""
+        check_request(topic, queue_id)
+        flat = self._flat(topic, queue_id) if self._serves(topic) else None
+        tiered = flat.min_timestamp() if flat is not None else -1
+        return _lowest(self.local.earliest_time(topic, queue_id), tiered)
+
+    def get_offset_by_time(
+        self,
+        topic: str,
+        queue_id: int,
+        timestamp_ms: int,
+        boundary: Boundary | str = Boundary.LOWER,
+    ) -> int:
+        """The queue offset of the first message stored at or after ``timestamp_ms`` (with
+        ``UPPER``: the last stored exactly then). The tier answers when the broker's oldest
+        message is newer (or the level is FORCE), the broker otherwise (spec §9.6, §9.7).
+
+        Raises:
+            InvalidRequestError: a bad topic, queue id or boundary.
+        """
+        check_request(topic, queue_id)
+        try:
+            edge = Boundary(boundary)
+        except ValueError as e:
+            raise InvalidRequestError(f"boundary={boundary!r} must be LOWER or UPPER") from e
+        with self._timed("get_offset_by_time", topic):
+            level = self.cfg.storage_level_for(topic)
+            flat = self._flat(topic, queue_id) if self._serves(topic) else None
+            local_first = self.local.earliest_time(topic, queue_id)
+            ask_tier = level is StorageLevel.FORCE or local_first < 0 or timestamp_ms < local_first
+            if flat is not None and ask_tier:
+                answer = offset_by_time(flat, timestamp_ms, edge)
+                if level is StorageLevel.FORCE or 0 <= answer < flat.commit_offset:
+                    return answer
+            if not self.local.has_queue(topic, queue_id):
+                return flat.commit_offset if flat is not None else -1
+            return self.local.offset_by_time(
+                topic, queue_id, timestamp_ms, upper=edge is Boundary.UPPER
+            )
+
+    # --- explain ----------------------------------------------------------------------------------
+
+    def explain(self, topic: str, queue_id: int, offset: int) -> dict[str, Any]:
+        """Which tier would serve ``offset`` and why: the level (and where it comes from), the
+        tier's range, the broker's range, and for NOT_IN_MEM the page-cache residency."""
+        check_request(topic, queue_id, offset)
+        decision = self.route(topic, queue_id, offset)
+        flat = self._flat(topic, queue_id)
+        override = next(
+            (e for e in self.cfg.tiered_storage_level_overrides if _matches(topic, e)), None
+        )
+        out: dict[str, Any] = {"topic": topic, "queueId": queue_id, "offset": offset}
+        out.update(decision.as_json())
+        out["levelFrom"] = (
+            f"tieredStorageLevelOverrides {override!r}" if override else "tieredStorageLevel"
+        )
+        out["tieredMinOffset"] = flat.min_offset() if flat is not None else -1
+        out["localMaxOffset"] = self.local.queue_max(topic, queue_id)
+        return out
+
+    # --- integrity and metrics --------------------------------------------------------------------
+
+    def _sync_cache_metrics(self) -> None:
+        cache = self.cache
+        if cache is None:
+            return
+        with self._stats_lock:
+            accesses, hits = cache.stats.accesses, cache.stats.hits
+            seen_accesses, seen_hits = self._seen
+            self._seen = (accesses, hits)
+        if accesses > seen_accesses:
+            metrics.READ_AHEAD_CACHE_ACCESS.inc(accesses - seen_accesses)
+        if hits > seen_hits:
+            metrics.READ_AHEAD_CACHE_HIT.inc(hits - seen_hits)
+
+
+def _damaged(flat: FlatMessageFile, error: IntegrityError) -> None:
+    """Count and log a message that failed its checks (a function: no reference to the store)."""
+    metrics.READ_CRC_FAILURES.labels(flat.topic, str(flat.queue_id)).inc()
+    log.error("tier integrity check failed: %s", error)
+
+
+def _lowest(a: int, b: int) -> int:
+    """The lower of two values where -1 means "none"."""
+    if a < 0 or b < 0:
+        return max(a, b)
+    return min(a, b)
+
+
+def _matches(topic: str, entry: str) -> bool:
+    return fnmatchcase(topic, entry.rpartition(":")[0])

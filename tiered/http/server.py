@@ -1,0 +1,104 @@
+"""The HTTP API's server: uvicorn in a background thread on a socket bound up front.
+
+The socket is bound in :meth:`HttpServer.start` (so a port in use is a clear error at start-up,
+not a log line in another thread) and handed to uvicorn; port 0 picks any free port, which
+:attr:`HttpServer.port` then tells. Signals stay with the main thread (the daemon's).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import socket
+import threading
+
+import uvicorn
+from fastapi import FastAPI
+
+from tiered.errors import ConfigError
+
+log = logging.getLogger(__name__)
+
+START_TIMEOUT_S = 10.0
+STOP_TIMEOUT_S = 10.0
+
+
+class HttpServer:
+    """Serve ``app`` on ``host:port`` from a daemon thread until :meth:`stop`."""
+
+    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+        self.app = app
+        self.host = host
+        self.requested_port = port
+        self.port = port
+        self._server: uvicorn.Server | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """``http://host:port`` (IPv6 hosts bracketed)."""
+        host = f"[{self.host}]" if ":" in self.host else self.host
+        return f"http://{host}:{self.port}"
+
+    def _bind(self) -> socket.socket:
+        try:
+            infos = socket.getaddrinfo(
+                self.host, self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+            )
+            family, kind, proto, _, address = infos[0]
+            sock = socket.socket(family, kind, proto)
+        except OSError as e:
+            raise ConfigError(
+                f"tieredHttpHost={self.host!r} cannot be resolved ({e}): give an address of this "
+                "host, e.g. 127.0.0.1 or 0.0.0.0"
+            ) from e
+        try:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(address)
+        except OSError as e:
+            sock.close()
+            raise ConfigError(
+                f"tieredHttpPort={self.requested_port} on tieredHttpHost={self.host!r} cannot be "
+                f"bound ({e.strerror or e}): choose a free port, or 0 for any"
+            ) from e
+        return sock
+
+    def start(self) -> None:
+        """Bind, start serving, and return once the server accepts connections.
+
+        Raises:
+            ConfigError: the host or port cannot be bound.
+            RuntimeError: the server did not come up within :data:`START_TIMEOUT_S`.
+        """
+        sock = self._bind()
+        self.port = sock.getsockname()[1]
+        config = uvicorn.Config(
+            self.app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=5
+        )
+        server = uvicorn.Server(config)
+        self._server = server
+
+        def serve() -> None:
+            asyncio.run(server.serve(sockets=[sock]))
+
+        self._thread = threading.Thread(target=serve, name="tiered-http", daemon=True)
+        self._thread.start()
+        waited = 0.0
+        while not server.started:
+            if not self._thread.is_alive() or waited > START_TIMEOUT_S:
+                sock.close()
+                raise RuntimeError(f"the HTTP API did not start on {self.url}")
+            self._thread.join(0.01)
+            waited += 0.01
+        log.info("HTTP API listening on %s", self.url)
+
+    def stop(self) -> None:
+        """Stop accepting, finish requests in flight, wait for the thread (bounded)."""
+        if self._server is None or self._thread is None:
+            return
+        self._server.should_exit = True
+        self._thread.join(STOP_TIMEOUT_S)
+        if self._thread.is_alive():
+            self._server.force_exit = True
+            self._thread.join(STOP_TIMEOUT_S)
+        self._server = self._thread = None

@@ -1,0 +1,76 @@
+"""The HTTP API of ``rmq-tiered run``: the app over the daemon's live flat files, its health checks.
+
+``/healthz`` passes while the process and its scheduler run (``starting`` while the sidecar
+restores its queues, which can take a while); ``/readyz`` when the metadata is loaded, the backend
+answers and the broker's store is readable -- the body names each check and what is wrong.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from fastapi import APIRouter
+
+from tiered.core.daemon import Daemon
+from tiered.core.status import collect_status
+from tiered.core.store import TieredMessageStore
+from tiered.errors import TieredStoreError
+from tiered.metadata import mirror_key_for
+
+from .app import create_app
+from .server import HttpServer
+
+
+def liveness(daemon: Daemon) -> dict[str, str]:
+    """``process`` and ``scheduler`` (``ok``, ``starting`` or ``stopping``)."""
+    if daemon.stop.is_set():
+        scheduler = "stopping"
+    elif daemon.scheduler.running:
+        scheduler = "ok"
+    else:
+        scheduler = "starting"
+    return {"process": "ok", "scheduler": scheduler}
+
+
+def readiness(daemon: Daemon) -> dict[str, str]:
+    """``metadata``, ``backend`` and ``brokerStore``: each ``ok`` or what is wrong."""
+    sidecar, cfg = daemon.sidecar, daemon.cfg
+    checks = {
+        "metadata": "ok"
+        if sidecar.metadata.loaded and daemon.scheduler.running
+        else "not loaded yet: restoring queues from tieredStoreMetadata.json"
+    }
+    try:
+        sidecar.provider.exists(mirror_key_for(cfg.broker_cluster_name, cfg.broker_name))
+        checks["backend"] = "ok"
+    except TieredStoreError as e:
+        checks["backend"] = f"unreachable: {e}"
+    try:
+        for directory in (*cfg.commitlog_dirs, cfg.consume_queue_dir):
+            with os.scandir(directory):
+                pass
+        checks["brokerStore"] = "ok"
+    except OSError as e:
+        checks["brokerStore"] = f"not readable: {e.strerror or e}: {e.filename}"
+    return checks
+
+
+def http_service(daemon: Daemon, extra_routers: Sequence[APIRouter] = ()) -> HttpServer:
+    """The HTTP API of ``daemon`` on ``tieredHttpHost:tieredHttpPort`` (started by the daemon)."""
+    cfg = daemon.cfg
+    store = TieredMessageStore(cfg, daemon.sidecar.store, daemon.sidecar.local)
+
+    def status() -> dict[str, Any]:
+        return collect_status(cfg).to_json()
+
+    app = create_app(
+        store,
+        status=status,
+        ready=lambda: readiness(daemon),
+        alive=lambda: liveness(daemon),
+        max_response_bytes=cfg.tiered_http_max_response_bytes,
+        extra_routers=extra_routers,
+    )
+    return HttpServer(app, cfg.tiered_http_host, cfg.tiered_http_port)

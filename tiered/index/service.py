@@ -1,0 +1,513 @@
+"""``IndexService``: the tiered key index of one broker, from dispatch to query (spec §6).
+
+Life of a key:
+
+1. **put** -- the dispatcher tells :meth:`IndexService.on_commit` of every batch once its
+   commitlog and consumequeue uploads succeeded; the batch's keys (``UNIQ_KEY`` and the ``KEYS``
+   tokens) are put in bulk into the UNSEALED file (:mod:`.local_files`); a full file is sealed
+   and the rest goes into a new one;
+2. **compaction and upload** (:meth:`IndexService.compact_sealed`, on the
+   ``tieredIndexCompactionIntervalMs`` schedule or by ``rmq-tiered compact-index``) -- each
+   SEALED file is compacted (numpy, or the PySpark job for large files: :mod:`.compaction`; or
+   staged for a ``spark-submit`` job elsewhere and picked up: :mod:`.staging`), uploaded as an
+   INDEX segment and recorded (:mod:`.uploaded`), then its local copies are deleted;
+3. **expiry** -- uploaded files whose newest item is older than ``tieredStoreFileReservedTime``
+   are deleted, oldest first (spec §10.2);
+4. **query** -- :meth:`IndexService.query` (:mod:`.search`).
+
+Nothing is lost by a crash: the indexed offset of every queue (:mod:`.progress`) is saved after
+the index files are flushed (:meth:`IndexService.checkpoint`, every few seconds), and
+:meth:`IndexService.catch_up` (at start, then with every checkpoint) indexes again, from the tier,
+what the dispatcher uploaded beyond it. Each lifecycle step converges on restart (see
+:mod:`.uploaded`). A read-only instance (:meth:`IndexService.reader`) serves ``rmq-tiered
+query`` beside a running sidecar without changing anything.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+import numpy as np
+import numpy.typing as npt
+
+from tiered import metrics
+from tiered.config import TieredConfig
+from tiered.errors import (
+    InvalidRequestError,
+    ProviderError,
+    ReadPastEndError,
+    SegmentNotFoundError,
+    TieredStoreError,
+)
+from tiered.file.flat_file_store import FlatFileStore
+from tiered.file.flat_message_file import FlatMessageFile, MessageBatch
+from tiered.index.catch_up import reindex
+from tiered.index.compaction import Compacted, Compactor, Engine
+from tiered.index.format import IndexStatus
+from tiered.index.index_file import FILE_DIRECTORY_NAME, IndexStoreFile
+from tiered.index.keys import IndexBatch
+from tiered.index.local_files import LocalIndexFiles
+from tiered.index.progress import IndexProgress
+from tiered.index.search import Collector, KeyHit, newest_first
+from tiered.index.staging import Staging
+from tiered.index.unit_keys import units_batch
+from tiered.index.uploaded import UploadedIndex
+from tiered.javautil import to_i32
+from tiered.metadata import LONG_MAX, MetadataStore, now_ms
+from tiered.providers.base import Provider
+
+log = logging.getLogger(__name__)
+
+MAINTENANCE_INTERVAL_MS: Final = 10_000
+"""Checkpoint, catch-up of gaps and expiry run this often inside ``rmq-tiered run``."""
+EXTERNAL_MASTER: Final = "external"
+"""``tieredIndexSparkMaster=external``: large files are staged for a ``spark-submit`` job."""
+HOUR_MS: Final = 3_600_000
+
+AddJob = Callable[..., None]
+"""``Daemon.add_job(func, interval_ms, name=...)``."""
+
+
+@dataclass
+class CompactionResult:
+    """What :meth:`IndexService.compact_sealed` did with one SEALED file."""
+
+    begin_timestamp: int
+    items: int
+    action: str  # uploaded | staged | waiting | empty | failed
+    engine: str = ""
+    bytes: int = 0
+    base_offset: int = -1
+    seconds: float = 0.0
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The report line of ``rmq-tiered compact-index``."""
+        return {
+            "beginTimestamp": self.begin_timestamp,
+            "items": self.items,
+            "action": self.action,
+            "engine": self.engine,
+            "bytes": self.bytes,
+            "baseOffset": self.base_offset,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+        }
+
+
+class IndexService:
+    """The key index of one broker; see the module docstring. Thread-safe."""
+
+    def __init__(
+        self,
+        cfg: TieredConfig,
+        provider: Provider,
+        metadata: MetadataStore,
+        store: FlatFileStore | None = None,
+        *,
+        readonly: bool = False,
+        engine: Engine = "auto",
+        spark_min_items: int | None = None,
+        clock: Callable[[], int] = now_ms,
+    ) -> None:
+        self.cfg = cfg
+        self.provider = provider
+        self.metadata = metadata
+        self.store = store
+        self.readonly = readonly
+        self.clock = clock
+        slots = cfg.tiered_store_index_file_max_hash_slot_num
+        self.directory = Path(cfg.tiered_data_dir) / FILE_DIRECTORY_NAME
+        self.local = LocalIndexFiles(
+            self.directory,
+            slots=slots,
+            max_items=cfg.tiered_store_index_file_max_index_num,
+            clock=clock,
+            readonly=readonly,
+        )
+        cluster, broker = cfg.broker_cluster_name, cfg.broker_name
+        self.uploaded = UploadedIndex(
+            provider, metadata, cluster=cluster, broker=broker, slots=slots, clock=clock
+        )
+        self.staging = Staging(provider, cluster=cluster, broker=broker, slots=slots)
+        self.progress = IndexProgress(self.directory)
+        master = cfg.tiered_index_spark_master
+        self.external = master == EXTERNAL_MASTER
+        self.compactor = Compactor(
+            spark_master="local[*]" if self.external else master,
+            engine=engine,
+            **({"spark_min_items": spark_min_items} if spark_min_items is not None else {}),
+        )
+        self._lock = threading.RLock()
+        self._open = False
+
+    # --- life cycle -----------------------------------------------------------------------------
+
+    @classmethod
+    def reader(
+        cls, cfg: TieredConfig, provider: Provider, read_metadata: Callable[[], MetadataStore]
+    ) -> IndexService:
+        """A read-only service for queries beside a running sidecar. The local files are opened
+        first and ``read_metadata()`` (a read-only store) is called after, so a file uploaded
+        and deleted meanwhile is in the metadata read."""
+        service = cls(cfg, provider, MetadataStore(cfg.tiered_data_dir), readonly=True)
+        service.local.open()
+        metadata = read_metadata()
+        service.metadata = service.uploaded.metadata = metadata
+        service.store = FlatFileStore.from_config(cfg, provider, metadata)
+        service.store.load(reconcile_backend=False)
+        service._open = True
+        return service
+
+    def start(self, *, catch_up: bool = True) -> IndexService:
+        """Open the index after a restart (``metadata`` loaded): converge local files and
+        uploaded objects, restore the indexed offsets, and catch up (see the module docstring).
+        """
+        with self._lock:
+            self.local.open()
+            sealed = {f.begin_timestamp: f.header for f in self.local.sealed()}
+            report = self.uploaded.converge(sealed)
+            uploaded = self.uploaded.begins()
+            for begin in sorted(uploaded & {f.begin_timestamp for f in self.local.files}):
+                log.info("index file %d is uploaded: local copy deleted", begin)
+                self.local.remove(begin)
+            self.local.floor = max(uploaded, default=0)
+            if report.adopted or report.deleted:
+                log.warning("index objects converged: %d recorded, %d deleted",
+                            len(report.adopted), len(report.deleted))  # fmt: skip
+            if not self.progress.load() and self.store is not None:
+                log.info("no index progress: every queue is indexed from the tier")
+            if self.store is not None:
+                for flat in self.store.files():
+                    if flat.initialized:
+                        start = flat.min_offset()
+                        self.progress.set_default(flat.topic, flat.queue_id, max(start, 0))
+            self._open = True
+        if catch_up:
+            self.catch_up()
+        self.checkpoint()
+        self._update_size()
+        return self
+
+    def close(self) -> None:
+        """Checkpoint and close every local file (after the dispatcher stopped)."""
+        with self._lock:
+            if self._open and not self.readonly:
+                self.checkpoint()
+            self._open = False
+            self.local.close()
+
+    def __enter__(self) -> IndexService:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # --- put ------------------------------------------------------------------------------------
+
+    def topic_id(self, topic: str) -> int | None:
+        """The topic's ``(int) topicId`` from metadata, or None when the topic is unknown."""
+        meta = self.metadata.get_topic(topic)
+        return None if meta is None else to_i32(meta.topic_id)
+
+    def on_commit(
+        self, flat: FlatMessageFile, batch: MessageBatch, flat_offsets: npt.NDArray[np.int64]
+    ) -> None:
+        """The dispatcher's commit listener: index the keys of an uploaded batch."""
+        if not self._open or not len(batch):
+            return
+        topic_id = self.topic_id(flat.topic)
+        if topic_id is None:
+            log.warning("%s: no topic record, batch not indexed", flat.path)
+            return
+        indexed = units_batch(
+            flat.topic, topic_id, flat.queue_id, batch.data, batch.starts, batch.sizes,
+            flat_offsets, batch.timestamps,
+        )  # fmt: skip
+        self.put(indexed, flat.topic, flat.queue_id, batch.queue_offset, len(batch))
+
+    def put(
+        self, batch: IndexBatch, topic: str, queue_id: int, first_offset: int, count: int
+    ) -> None:
+        """Put ``batch`` (queue offsets ``[first_offset, first_offset + count)`` of the queue)
+        and record the queue's progress."""
+        with self._lock:
+            if not self._open:
+                return
+            sealed = self.local.put(batch)
+            if not self.progress.advance(topic, queue_id, first_offset, first_offset + count):
+                log.info("%s/%d: offsets before %d are not indexed yet: the catch-up will",
+                         topic, queue_id, first_offset)  # fmt: skip
+        if sealed:
+            log.info("%d index file(s) sealed; compacted at the next compaction run", len(sealed))
+
+    def seal(self) -> IndexStoreFile | None:
+        """Seal the UNSEALED file now (it is compacted at the next run); None if none."""
+        with self._lock:
+            return self.local.seal_current()
+
+    def checkpoint(self) -> None:
+        """Flush the local files, then save the indexed offsets (never ahead of the files)."""
+        with self._lock:
+            if self.readonly or not self._open:
+                return
+            self.local.flush()
+            if self.progress.dirty:
+                self.progress.save()
+
+    def catch_up(self) -> int:
+        """Index, from the tier, every queue's uploaded messages beyond its indexed offset;
+        returns how many messages were indexed."""
+        if self.store is None or self.readonly:
+            return 0
+        total = 0
+        for flat in self.store.files():
+            indexed = self.progress.get(flat.topic, flat.queue_id)
+            if indexed is None or indexed >= flat.commit_offset:
+                continue
+            topic_id = self.topic_id(flat.topic)
+            if topic_id is None:
+                continue
+            with flat.lock:
+                start, end = max(indexed, flat.min_offset()), flat.commit_offset
+                if start > indexed:  # the tier no longer holds [indexed, start)
+                    self.progress.advance(flat.topic, flat.queue_id, indexed, start)
+                if start >= end:
+                    continue
+                started = time.monotonic()
+
+                def put(
+                    batch: IndexBatch, first: int, stop: int, f: FlatMessageFile = flat
+                ) -> None:
+                    self.put(batch, f.topic, f.queue_id, first, stop - first)
+
+                try:
+                    n = reindex(flat, start, end, topic_id, put)
+                except (TieredStoreError, OSError) as e:
+                    log.warning("%s: index catch-up stopped, retried later: %s", flat.path, e)
+                    continue
+            total += n
+            log.info("%s: %d uploaded messages indexed from the tier (queue offsets %d..%d) "
+                     "in %.2f s", flat.path, n, start, end, time.monotonic() - started)  # fmt: skip
+        return total
+
+    # --- compaction, upload, expiry ---------------------------------------------------------------
+
+    def compact_sealed(self, *, stage_all: bool = False) -> list[CompactionResult]:
+        """Compact and upload every SEALED file (or stage it, or pick up its external result).
+
+        ``stage_all`` stages every SEALED file for a ``spark-submit`` job and changes nothing
+        else (``rmq-tiered compact-index --stage``: safe beside a running sidecar). Otherwise a
+        file whose external result exists is picked up, a staged one without a result is left
+        waiting, a large file is staged with ``tieredIndexSparkMaster=external``, and the rest
+        are compacted here. A failure is reported and ends the run (files are uploaded in order,
+        each at the end of the previous); the file is retried first next run.
+        """
+        with self._lock:
+            sealed = self.local.sealed()
+        results = []
+        for f in sealed:
+            started = time.monotonic()
+            try:
+                result = self._stage(f) if stage_all else self._compact_one(f)
+            except (TieredStoreError, OSError) as e:
+                log.error("index file %s: compaction or upload failed, retried next run: %s",
+                          f.path, e)  # fmt: skip
+                result = CompactionResult(f.begin_timestamp, f.item_count, "failed", error=str(e))
+            if not result.seconds:
+                result.seconds = time.monotonic() - started
+            results.append(result)
+            if result.action == "failed" and not stage_all:
+                break  # files go up in order: a later one must not take this one's base
+        if not stage_all and not self.readonly:
+            self._clean_staging()
+        self._update_size()
+        return results
+
+    def _stage(self, f: IndexStoreFile) -> CompactionResult:
+        if not self.staging.is_staged(f.begin_timestamp):
+            self.staging.stage(f)
+        return CompactionResult(f.begin_timestamp, f.item_count, "staged", engine="external")
+
+    def _compact_one(self, f: IndexStoreFile) -> CompactionResult:
+        begin = f.begin_timestamp
+        fetched = self.staging.result(f, self.local.compacting_dir)
+        if fetched is not None:
+            path, size = fetched
+            compacted = Compacted(f.header, size, path or b"", "external", 0.0)
+        elif self.staging.is_staged(begin):
+            return CompactionResult(begin, f.item_count, "waiting", engine="external")
+        elif self.external and self.compactor.wants_spark(f):
+            return self._stage(f)
+        else:
+            compacted = self.compactor.compact(f, self.local.compacting_dir)
+        result = CompactionResult(
+            begin, f.item_count, "empty", compacted.engine, compacted.size,
+            seconds=compacted.seconds,
+        )  # fmt: skip
+        if compacted.size:
+            record = self.uploaded.upload(f.header, compacted.payload, compacted.size)
+            result.action, result.base_offset = "uploaded", record.base_offset
+        with self._lock:
+            self.local.remove(begin)
+            self.local.floor = max(self.local.floor, begin)
+        if isinstance(compacted.payload, Path):
+            compacted.payload.unlink(missing_ok=True)
+        if fetched is not None:
+            self.staging.clean(begin)
+        log.info("index file %d (%d items): %s (%s, %d bytes, %.2f s)", begin, f.item_count,
+                 result.action, result.engine, result.bytes, result.seconds)  # fmt: skip
+        return result
+
+    def _clean_staging(self) -> None:
+        """Delete staged files whose local file is gone (uploaded, or never to be)."""
+        try:
+            staged = self.staging.staged()
+        except ProviderError as e:
+            log.warning("cannot list the index staging area: %s", e)
+            return
+        with self._lock:
+            local = {f.begin_timestamp for f in self.local.files}
+        for begin in staged:
+            if begin not in local:
+                self.staging.clean(begin)
+
+    def expire(self, now: int) -> int:
+        """Delete uploaded files older than ``tieredStoreFileReservedTime`` (spec §10.2);
+        returns how many (nothing with ``tieredStoreDeleteFileEnable=false``)."""
+        if not self.cfg.tiered_store_delete_file_enable or self.readonly:
+            return 0
+        before = now - self.cfg.tiered_store_file_reserved_time_hours * HOUR_MS
+        deleted = self.uploaded.expire(before)
+        for record in deleted:
+            metrics.EXPIRED_SEGMENTS.labels("index").inc()
+            log.info("uploaded index file %d (end %d) expired", record.begin_timestamp,
+                     record.end_timestamp)  # fmt: skip
+        if deleted:
+            self._update_size()
+        return len(deleted)
+
+    def _update_size(self) -> None:
+        size = sum(r.size for r in self.uploaded.records())
+        metrics.STORAGE_SIZE.labels(self.uploaded.path, "index").set(size)
+
+    # --- scheduling -----------------------------------------------------------------------------
+
+    def schedule(self, add_job: AddJob) -> None:
+        """Add the index jobs to the daemon: maintenance (checkpoint, catch-up, expiry) every
+        10 s, compaction every ``tieredIndexCompactionIntervalMs`` (0 = never)."""
+        add_job(self.maintain, MAINTENANCE_INTERVAL_MS, name="index-maintenance")
+        interval = self.cfg.tiered_index_compaction_interval_ms
+        if interval > 0:
+            add_job(self.compact_job, interval, name="index-compaction")
+
+    def maintain(self) -> None:
+        """One maintenance run (exceptions are logged: the next run retries)."""
+        try:
+            self.checkpoint()
+            self.catch_up()
+            self.checkpoint()
+            self.expire(self.clock())
+        except Exception:  # a bug must not kill the scheduler thread; logged in full
+            log.exception("index maintenance failed")
+
+    def compact_job(self) -> None:
+        """One scheduled compaction run (exceptions are logged)."""
+        try:
+            self.compact_sealed()
+        except Exception:  # as above
+            log.exception("index compaction failed")
+
+    # --- query ----------------------------------------------------------------------------------
+
+    def query(
+        self,
+        topic: str,
+        key: str,
+        begin_ms: int = 0,
+        end_ms: int = LONG_MAX,
+        max_count: int = 32,
+    ) -> list[KeyHit]:
+        """The newest ``max_count`` messages of ``topic`` with ``key`` stored in
+        ``[begin_ms, end_ms]`` (see :mod:`.search`).
+
+        Raises:
+            InvalidRequestError: ``max_count < 1`` or ``begin_ms > end_ms``.
+            IntegrityError: a message read back fails its body CRC.
+            ProviderError: the backend failed.
+        """
+        if max_count < 1:
+            raise _invalid(f"maxCount={max_count!r} must be at least 1", "maxCount")
+        if begin_ms > end_ms:
+            raise _invalid(f"begin={begin_ms!r} is after end={end_ms!r}", "begin")
+        started = time.monotonic()
+        topic_id = self.topic_id(topic)
+        collector = Collector(topic, key, max_count, self._read)
+        if topic_id is not None:
+            args = (topic, key, begin_ms, end_ms, max_count, topic_id)
+            with self._lock:
+                local = [f.query(*args) for f in newest_first(self.local.files, begin_ms)]
+            for items in local:
+                if collector.add(items):
+                    break
+            for cf in newest_first(self.uploaded.files(), begin_ms):
+                if collector.full:
+                    break
+                try:
+                    collector.add(cf.query(*args))
+                except (SegmentNotFoundError, ReadPastEndError):
+                    continue  # expired meanwhile
+        elapsed_ms = (time.monotonic() - started) * 1000
+        metrics.API_LATENCY.labels("query_message", topic).observe(elapsed_ms)
+        return collector.result()
+
+    def _read(self, topic: str, queue_id: int, offset: int, size: int) -> bytes | None:
+        flat = self._flat(topic, queue_id)
+        if flat is None:
+            return None
+        try:
+            data = flat.commitlog.read(offset, size)
+        except (ReadPastEndError, SegmentNotFoundError):
+            return None
+        return data if len(data) == size else None
+
+    def _flat(self, topic: str, queue_id: int) -> FlatMessageFile | None:
+        return self.store.get(topic, queue_id) if self.store is not None else None
+
+    # --- status ---------------------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        """Local files by status, uploaded files, indexed offsets (for ``status`` and tests)."""
+        with self._lock:
+            local = [
+                {"beginTimestamp": f.begin_timestamp, "status": f.status.value,
+                 "items": f.item_count, "endTimestamp": f.end_timestamp}
+                for f in self.local.files
+            ]  # fmt: skip
+        records = self.uploaded.records()
+        return {
+            "local": local,
+            "unsealed": sum(1 for f in local if f["status"] == IndexStatus.UNSEALED.value),
+            "uploaded": [
+                {
+                    "beginTimestamp": r.begin_timestamp,
+                    "endTimestamp": r.end_timestamp,
+                    "baseOffset": r.base_offset,
+                    "size": r.size,
+                }
+                for r in records
+            ],
+            "indexedOffsets": {f"{t}/{q}": o for (t, q), o in self.progress.items().items()},
+        }
+
+
+def _invalid(message: str, parameter: str) -> InvalidRequestError:
+    error = InvalidRequestError(message)
+    error.parameter = parameter  # type: ignore[attr-defined]
+    return error
