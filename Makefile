@@ -18,7 +18,7 @@ $(VENV)/.pkgfiles: FORCE | $(BIN)/python
 	@rm -f $@.new
 
 $(VENV)/.installed: pyproject.toml $(VENV)/.pkgfiles | $(BIN)/python
-	$(BIN)/python -m pip install -q -e '.' $(EDITABLE)
+	$(BIN)/python -m pip install -q -e '.[spark]' $(EDITABLE)
 	@touch $@
 
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.pkgfiles | $(BIN)/python

@@ -2,7 +2,8 @@
 
 Each step runs a real ``rmq-tiered`` command in this process and shows it as an operator would
 type it: generate a broker store, offload it to a local posix tier, show ``status``, read cold
-messages back under ``tieredStorageLevel=FORCE`` and query a key.
+messages back under ``tieredStorageLevel=FORCE``, query a key, seal and compact the key index with
+local Spark and query the key again from the uploaded index.
 """
 
 from __future__ import annotations
@@ -89,7 +90,7 @@ def _write_config(run: _Run) -> None:
     help="Messages in the generated store.",
 )
 def demo(workdir: Path | None, messages: int) -> None:
-    """Generate a broker store, offload it to a posix tier, read it back cold, query a key."""
+    """Generate a broker store, offload it, read it back cold, query a key, compact the index."""
     tmp = None
     if workdir is None:
         tmp = tempfile.mkdtemp(prefix="rmq-tiered-demo-")
@@ -149,11 +150,76 @@ def _demo(run: _Run, messages: int) -> None:
     )
     console.print_json(data=summary)
     run.command("3. status", "status", "--config", str(run.config))
+    cfg = ("--config", str(run.config))
+    fetched = [
+        json.loads(line)
+        for line in run.command(
+            "4. cold messages by offset (tieredStorageLevel=FORCE: read from the tier)",
+            "fetch",
+            *cfg,
+            "--topic",
+            "GenTopic0",
+            "--queue",
+            "0",
+            "--offset",
+            "0",
+            "--max-count",
+            "3",
+            "--json",
+            capture=True,
+        ).splitlines()
+    ]
+    for m in fetched:
+        console.print(
+            f"{m['topic']}/{m['queueId']}@{m['queueOffset']} tier={m['tier']} keys={m['keys']} "
+            f"crcOk={m['crcOk']} physicalOffset(flat)={m['physicalOffset']}"
+        )
+    key = fetched[0]["keys"][0] if fetched else "GenTopic0-0-0-0"
+    hits = [
+        json.loads(line)
+        for line in run.command(
+            "5. a message by key",
+            "query",
+            *cfg,
+            "--topic",
+            "GenTopic0",
+            "--key",
+            key,
+            "--json",
+            capture=True,
+        ).splitlines()
+    ]
+    for m in hits:
+        console.print(f"{key} → {m['topic']}/{m['queueId']}@{m['queueOffset']} keys={m['keys']}")
+    compaction = run.command(
+        "6. seal the key index and compact it with local Spark, then upload it",
+        "compact-index",
+        *cfg,
+        "--seal",
+        "--engine",
+        "spark",
+        "--json",
+        capture=True,
+    )
+    console.print(compaction.strip())
+    hits_after = run.command(
+        "7. the same key, now from the uploaded (compacted) index",
+        "query",
+        *cfg,
+        "--topic",
+        "GenTopic0",
+        "--key",
+        key,
+        "--json",
+        capture=True,
+    ).splitlines()
     console.rule("report")
     console.print(
         f"offloaded {summary['messages']} messages ({summary['bytes'] / 1e6:.1f} MB) of "
         f"{summary['queues']} queues with {summary['requests']['total']} backend requests; "
-        + ", ".join(f"{k} {v:.2f} s" for k, v in run.timings.items())
+        f"fetched {len(fetched)} cold messages; key {key!r}: {len(hits)} hit(s) before and "
+        f"{len(hits_after)} after compaction; "
+        + ", ".join(f"{k.split('.')[0]}: {v:.2f} s" for k, v in run.timings.items())
     )
-    if summary["messages"] != messages:
+    if summary["messages"] != messages or not fetched or not hits or len(hits_after) != len(hits):
         raise SystemExit(EXIT_DATA_ERROR)
