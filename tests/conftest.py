@@ -1,10 +1,12 @@
-"""Session-wide fixtures: where the shared real broker files are."""
+"""Session-wide fixtures: the shared real broker files and the one moto S3 server of a run."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REAL_DATA = SHARED / "testdata" / "real"
@@ -16,3 +18,40 @@ def real_data() -> Path:
     if not REAL_DATA.is_dir():
         pytest.fail(f"real broker files missing: {REAL_DATA} (clone the repo next to ../shared)")
     return REAL_DATA
+
+
+@pytest.fixture(scope="session")
+def http_faults_session() -> HttpFaults:
+    """The fault layer in front of the session's moto server (empty unless a test fills it)."""
+    return HttpFaults()
+
+
+@pytest.fixture
+def http_faults(http_faults_session: HttpFaults) -> Iterator[HttpFaults]:
+    """Inject S3 errors into moto's answers for one test."""
+    http_faults_session.clear()
+    yield http_faults_session
+    http_faults_session.clear()
+
+
+@pytest.fixture(scope="session")
+def moto_s3(http_faults_session: HttpFaults) -> Iterator[S3Endpoint]:
+    """One moto S3 server over HTTP on 127.0.0.1 (port 0), for the whole test run."""
+    server = moto_server(http_faults_session)
+    server.start()
+    host, port = server.get_host_and_port()
+    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
+    server.stop()
+
+
+@pytest.fixture
+def s3_keys(moto_s3: S3Endpoint) -> dict[str, str]:
+    """Configuration keys of an S3 backend in a fresh bucket of the session's moto server."""
+    return {
+        "objectStoreEndpoint": moto_s3.url,
+        "objectStoreBucket": moto_s3.new_bucket(),
+        "objectStoreAccessKey": moto_s3.access_key,
+        "objectStoreSecretKey": moto_s3.secret_key,
+        "objectStoreRegion": moto_s3.region,
+        "objectStorePathStyle": "true",
+    }

@@ -8,7 +8,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pytest
-from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
 
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import list_files, scan_file
@@ -128,29 +127,6 @@ def index_config(tmp_path: Path, index_spec: GenSpec) -> ConfigFactory:
         return load_config([], env={}, overrides=settings)
 
     return make
-
-
-@pytest.fixture(scope="session")
-def index_s3() -> Iterator[S3Endpoint]:
-    """One moto S3 server over HTTP on 127.0.0.1, port 0, for the index tests."""
-    server = moto_server(HttpFaults())
-    server.start()
-    host, port = server.get_host_and_port()
-    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
-    server.stop()
-
-
-@pytest.fixture
-def index_s3_keys(index_s3: S3Endpoint) -> dict[str, str]:
-    """Configuration keys of an S3 backend in a fresh bucket of the moto server."""
-    return {
-        "objectStoreEndpoint": index_s3.url,
-        "objectStoreBucket": index_s3.new_bucket(),
-        "objectStoreAccessKey": index_s3.access_key,
-        "objectStoreSecretKey": index_s3.secret_key,
-        "objectStoreRegion": index_s3.region,
-        "objectStorePathStyle": "true",
-    }
 
 
 KeyTable = dict[tuple[str, str], tuple[int, int, int]]

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+from tiered.providers.testing.servers import S3Endpoint
 
 from tiered.errors import IndexFileError
 from tiered.index import (
@@ -85,10 +86,16 @@ def v6_local(tmp_path: Path) -> IndexStoreFile:
     f = IndexStoreFile.create(tmp_path, T0, slots=5, max_items=20)
     f.put_many(
         IndexBatch.for_queue(
-            "TopicTest", 7, 1, [0, 100], [100, 120], [T0 + 1500, T0 + 2500], [None, None],
+            "TopicTest",
+            7,
+            1,
+            [0, 100],
+            [100, 120],
+            [T0 + 1500, T0 + 2500],
+            [None, None],
             ["k1", "k2"],
         )
-    )  # fmt: skip
+    )
     f.put_many(IndexBatch.for_queue("TopicTest", 7, 2, [220], [130], [T0 + 3999], [None], ["k1"]))
     return f
 
@@ -125,10 +132,16 @@ def test_min_value_items_are_counted_but_not_compacted(tmp_path: Path) -> None:
     with IndexStoreFile.create(tmp_path, T0, slots=5, max_items=20) as f:
         f.put_many(
             IndexBatch.for_queue(
-                "TopicTest", 1, 0, [0, 10, 20], [10, 10, 10], [T0, T0, T0], [None] * 3,
+                "TopicTest",
+                1,
+                0,
+                [0, 10, 20],
+                [10, 10, 10],
+                [T0, T0, T0],
+                [None] * 3,
                 ["a", "ogaQmc", "b"],
             )
-        )  # fmt: skip
+        )
         data = local_bytes(f)
     assert struct.unpack_from(">i", data, 24)[0] == 3
     expected = reference_compaction(data, 5)
@@ -200,9 +213,25 @@ def test_job_constants_are_the_format() -> None:
 
 def test_job_file_imports_only_what_executors_have() -> None:
     tree = ast.parse(JOB_FILE.read_text())
-    allowed = {"__future__", "argparse", "functools", "json", "math", "os", "shutil", "struct",
-               "sys", "time", "collections", "dataclasses", "typing", "numpy", "pyarrow",
-               "pyspark", "fsspec"}  # fmt: skip
+    allowed = {
+        "__future__",
+        "argparse",
+        "functools",
+        "json",
+        "math",
+        "os",
+        "shutil",
+        "struct",
+        "sys",
+        "time",
+        "collections",
+        "dataclasses",
+        "typing",
+        "numpy",
+        "pyarrow",
+        "pyspark",
+        "fsspec",
+    }
     for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = (
@@ -213,10 +242,14 @@ def test_job_file_imports_only_what_executors_have() -> None:
             for name in names:
                 assert name.split(".")[0] in allowed | {"tiered"}, name
     tiered_users = [
-        f.name for f in ast.walk(tree) if isinstance(f, ast.FunctionDef)
-        and any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tiered")
-                for n in ast.walk(f))
-    ]  # fmt: skip
+        f.name
+        for f in ast.walk(tree)
+        if isinstance(f, ast.FunctionDef)
+        and any(
+            isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tiered")
+            for n in ast.walk(f)
+        )
+    ]
     assert tiered_users == ["_index_error"]  # the driver only, and only when installed
 
 
@@ -267,10 +300,16 @@ def test_spark_job_v6_min_value_and_empty_files(spark: SparkSession, tmp_path: P
     with IndexStoreFile.create(tmp_path / "min", T0, slots=5, max_items=20) as f:
         f.put_many(
             IndexBatch.for_queue(
-                "TopicTest", 1, 0, [0, 1, 2], [1, 1, 1], [T0, T0, T0], [None] * 3,
+                "TopicTest",
+                1,
+                0,
+                [0, 1, 2],
+                [1, 1, 1],
+                [T0, T0, T0],
+                [None] * 3,
                 ["a", "ogaQmc", "b"],
             )
-        )  # fmt: skip
+        )
         data, path = local_bytes(f), f.path
     assert spark_compact(spark, path, tmp_path / "min.out", slots=5, items_per_task=1) == (
         reference_compaction(data, 5)
@@ -335,41 +374,41 @@ def test_spark_job_main_prints_one_report_per_file(
 @pytest.mark.spark
 @pytest.mark.s3
 def test_spark_job_on_s3_urls(
-    spark: SparkSession, sealed_file: SealedFactory, tmp_path: Path
+    spark: SparkSession, sealed_file: SealedFactory, moto_s3: S3Endpoint
 ) -> None:
     from tiered.jobs.compact_index import compact_index_file
-    from tiered.providers.testing.servers import HttpFaults, moto_server
 
-    server = moto_server(HttpFaults())
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        options = {
-            "key": "testing",
-            "secret": "testing",
-            "client_kwargs": {"endpoint_url": endpoint, "region_name": "us-east-1"},
-        }
-        import boto3
+    options = {
+        "key": moto_s3.access_key,
+        "secret": moto_s3.secret_key,
+        "client_kwargs": {"endpoint_url": moto_s3.url, "region_name": moto_s3.region},
+    }
+    import boto3
 
-        s3 = boto3.client(
-            "s3", endpoint_url=endpoint, aws_access_key_id="testing",
-            aws_secret_access_key="testing", region_name="us-east-1",
-        )  # fmt: skip
-        s3.create_bucket(Bucket="rmq-index")
-        _, data = sealed_file(3000, 40, 4000)
-        s3.put_object(Bucket="rmq-index", Key="staging/1700000000000", Body=data)
-        report = compact_index_file(
-            spark, "s3://rmq-index/staging/1700000000000", "s3://rmq-index/compacted/1700000000000",
-            slots=40, max_items=4000, storage_options=options, items_per_task=700,
-        )  # fmt: skip
-        body = s3.get_object(Bucket="rmq-index", Key="compacted/1700000000000")["Body"].read()
-        assert body == reference_compaction(data, 40)
-        assert report.output_bytes == len(body)
-        listed = s3.list_objects_v2(Bucket="rmq-index", Prefix="compacted/")["Contents"]
-        assert [o["Key"] for o in listed] == ["compacted/1700000000000"]  # parts removed
-    finally:
-        server.stop()
+    s3 = boto3.client(
+        "s3",
+        endpoint_url=moto_s3.url,
+        aws_access_key_id=moto_s3.access_key,
+        aws_secret_access_key=moto_s3.secret_key,
+        region_name=moto_s3.region,
+    )
+    bucket = moto_s3.new_bucket()
+    _, data = sealed_file(3000, 40, 4000)
+    s3.put_object(Bucket=bucket, Key="staging/1700000000000", Body=data)
+    report = compact_index_file(
+        spark,
+        f"s3://{bucket}/staging/1700000000000",
+        f"s3://{bucket}/compacted/1700000000000",
+        slots=40,
+        max_items=4000,
+        storage_options=options,
+        items_per_task=700,
+    )
+    body = s3.get_object(Bucket=bucket, Key="compacted/1700000000000")["Body"].read()
+    assert body == reference_compaction(data, 40)
+    assert report.output_bytes == len(body)
+    listed = s3.list_objects_v2(Bucket=bucket, Prefix="compacted/")["Contents"]
+    assert [o["Key"] for o in listed] == ["compacted/1700000000000"]  # parts removed
 
 
 @pytest.mark.spark
@@ -380,11 +419,29 @@ def test_spark_submit_runs_the_job_file(sealed_file: SealedFactory, tmp_path: Pa
     env.pop("PYTHONPATH", None)
     spark_submit = Path(sys.executable).parent / "spark-submit"
     result = subprocess.run(
-        [str(spark_submit), "--master", "local[1]", "--conf", "spark.ui.enabled=false",
-         str(JOB_FILE), "--input", str(path), "--output", str(tmp_path / "out"),
-         "--slots", "17", "--items-per-task", "500"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=False,
-    )  # fmt: skip
+        [
+            str(spark_submit),
+            "--master",
+            "local[1]",
+            "--conf",
+            "spark.ui.enabled=false",
+            str(JOB_FILE),
+            "--input",
+            str(path),
+            "--output",
+            str(tmp_path / "out"),
+            "--slots",
+            "17",
+            "--items-per-task",
+            "500",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     report = json.loads(result.stdout.strip().splitlines()[-1])
     assert report["partitions"] == 4 and report["compacted_items"] == 2000

@@ -51,7 +51,7 @@ def check_hit(hits: list[KeyHit], topic: str, key: str, where: tuple[int, int, i
 def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     """The provider name and its extra keys (a fresh moto bucket for s3)."""
     if request.param == "s3":
-        yield {"provider": "s3", **request.getfixturevalue("index_s3_keys")}
+        yield {"provider": "s3", **request.getfixturevalue("s3_keys")}
     else:
         yield {"provider": request.param}
 

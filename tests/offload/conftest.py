@@ -6,12 +6,11 @@ with the offload path.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
 
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig, load_config
@@ -111,26 +110,3 @@ def write_conf(tmp_path: Path) -> Callable[[TieredConfig], Path]:
         return path
 
     return write
-
-
-@pytest.fixture(scope="session")
-def offload_s3() -> Iterator[S3Endpoint]:
-    """One moto S3 server over HTTP on 127.0.0.1, port 0, for the offload tests."""
-    server = moto_server(HttpFaults())
-    server.start()
-    host, port = server.get_host_and_port()
-    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
-    server.stop()
-
-
-@pytest.fixture
-def s3_keys(offload_s3: S3Endpoint) -> dict[str, str]:
-    """Configuration keys of an S3 backend in a fresh bucket of the moto server."""
-    return {
-        "objectStoreEndpoint": offload_s3.url,
-        "objectStoreBucket": offload_s3.new_bucket(),
-        "objectStoreAccessKey": offload_s3.access_key,
-        "objectStoreSecretKey": offload_s3.secret_key,
-        "objectStoreRegion": offload_s3.region,
-        "objectStorePathStyle": "true",
-    }

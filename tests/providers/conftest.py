@@ -13,16 +13,13 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 from tiered.providers.testing.servers import (
     CephStartError,
-    HttpFaults,
     S3Endpoint,
-    moto_server,
     start_ceph,
 )
 
@@ -63,29 +60,6 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         start_new_session=True,
         check=False,
     )
-
-
-@pytest.fixture(scope="session")
-def http_faults_session() -> HttpFaults:
-    return HttpFaults()
-
-
-@pytest.fixture
-def http_faults(http_faults_session: HttpFaults) -> Iterator[HttpFaults]:
-    """Inject S3 errors into moto's answers for one test."""
-    http_faults_session.clear()
-    yield http_faults_session
-    http_faults_session.clear()
-
-
-@pytest.fixture(scope="session")
-def moto_s3(http_faults_session: HttpFaults) -> Iterator[S3Endpoint]:
-    """One moto S3 server over HTTP on 127.0.0.1 (port 0), for the whole session."""
-    server = moto_server(http_faults_session)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
-    server.stop()
 
 
 @pytest.fixture(scope="session")

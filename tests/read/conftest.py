@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
 
 from tiered.broker.generator import GenSpec
 from tiered.config import TieredConfig
@@ -76,26 +75,3 @@ def module_tier(
     tier = build_sample_tier(tmp_path_factory.mktemp("tier"), read_spec, "posix")
     yield tier
     tier.sidecar.close()
-
-
-@pytest.fixture(scope="session")
-def read_s3() -> Iterator[S3Endpoint]:
-    """One moto S3 server over HTTP on 127.0.0.1, port 0, for the read tests."""
-    server = moto_server(HttpFaults())
-    server.start()
-    host, port = server.get_host_and_port()
-    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
-    server.stop()
-
-
-@pytest.fixture
-def s3_keys(read_s3: S3Endpoint) -> dict[str, str]:
-    """Configuration keys of an S3 backend in a fresh bucket of the moto server."""
-    return {
-        "objectStoreEndpoint": read_s3.url,
-        "objectStoreBucket": read_s3.new_bucket(),
-        "objectStoreAccessKey": read_s3.access_key,
-        "objectStoreSecretKey": read_s3.secret_key,
-        "objectStoreRegion": read_s3.region,
-        "objectStorePathStyle": "true",
-    }
