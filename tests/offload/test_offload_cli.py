@@ -124,6 +124,42 @@ def test_recover_from_the_mirror_then_from_the_segments(
     assert check.problems == [] and check.messages == 3500
 
 
+def test_a_lost_data_dir_is_restored_from_the_mirror_at_start(
+    make_store: StoreFactory,
+    offload_config: ConfigFactory,
+    write_conf: ConfWriter,
+    small_spec: GenSpec,
+) -> None:
+    """A new data volume (an emptyDir after the pod moved): the next start restores the metadata
+    from the backend mirror by itself and goes on where the lost copy stopped."""
+    store = make_store()
+    cfg = offload_config(store, "posix")
+    conf = write_conf(cfg)
+    cli("dispatch", "--config", conf, "--once", "--flush")
+    original = read_document(cfg)
+    shutil.rmtree(cfg.tiered_data_dir)
+    generate_store(store, dataclasses.replace(small_spec, seed=5, messages=300, append=True))
+    assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 300
+    restored = read_document(cfg)
+    assert restored.topic_metadata_table.keys() == original.topic_metadata_table.keys()
+    check = check_tier(cfg, build_provider(cfg))
+    assert check.problems == [] and check.messages == 3300
+    # without a mirror nothing is guessed: queues whose objects exist are refused, not re-uploaded
+    shutil.rmtree(cfg.tiered_data_dir)
+    build_provider(cfg).delete(mirror_key_for(cfg.broker_cluster_name, cfg.broker_name))
+    tier = Path(cfg.tiered_store_file_path)
+
+    def sizes() -> dict[Path, int]:
+        files = (f for f in tier.rglob("*") if f.is_file() and "config" not in f.parts)
+        return {f: f.stat().st_size for f in files}
+
+    before = sizes()
+    status = cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
+    assert status["messages"] == 0
+    assert "rmq-tiered recover" in cli("status", "--config", conf)
+    assert sizes() == before
+
+
 def _wait(predicate: Callable[[], bool], seconds: float = 30.0) -> None:
     deadline = time.monotonic() + seconds
     while not predicate():

@@ -28,6 +28,7 @@ from .dispatcher import Dispatcher
 from .expiry import ExpiryReport, expire
 from .local_source import LocalSource
 from .queue_state import StateFile
+from .rebuild import merge_listing
 
 log = logging.getLogger(__name__)
 
@@ -111,6 +112,8 @@ class Sidecar:
         if self._lock is not None:
             self._lock.acquire()
         try:
+            if self.uploading:
+                self._restore_lost_metadata()
             self.metadata.load()
             if self.uploading:
                 self.reports = self.store.load(self.local.units_lookup)
@@ -128,6 +131,34 @@ class Sidecar:
                 self._lock.release()
             raise
         return self
+
+    def _restore_lost_metadata(self) -> None:
+        """Restore a lost metadata file from the backend mirror before loading it.
+
+        Only when neither the file nor its ``.bak`` exists (a new data volume, e.g. an emptyDir
+        after the pod moved) and the backend holds this broker's mirror; segments uploaded after
+        the mirror's last copy are added from a listing, as ``rmq-tiered recover`` does. Without
+        a mirror the sidecar starts empty, and a queue whose objects already exist is refused
+        with a pointer to ``rmq-tiered recover --from-backend``.
+        """
+        if self.metadata.path.exists() or self.metadata.bak_path.exists():
+            return
+        key = mirror_key_for(self.cfg.broker_cluster_name, self.cfg.broker_name)
+        if not self.provider.exists(key):
+            return
+        restored = MetadataStore.recover_from_mirror(self.cfg.tiered_data_dir, self.provider, key)
+        added = merge_listing(
+            self.provider, restored, self.cfg.broker_cluster_name, self.cfg.broker_name
+        )
+        log.warning(
+            "no tiered metadata in %s: restored it from the backend mirror %r (%d topics, "
+            "%d queues, %d segments added from a listing)",
+            self.metadata.path.parent,
+            key,
+            len(restored.topics()),
+            len(restored.queues()),
+            added,
+        )
 
     def _start_index(self) -> IndexService | None:
         index = IndexService(self.cfg, self.provider, self.metadata, self.store)
