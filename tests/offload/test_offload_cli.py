@@ -59,6 +59,7 @@ def test_dispatch_once_then_status(
         "lagBytes": 0,
         "tieredBytes": status["totals"]["tieredBytes"],
         "gapMessages": 0,
+        "indexLagMessages": 0,
     }
     for q in status["queues"]:
         assert q["tieredCommit"] == q["localMax"] and q["tieredMin"] == q["localMin"] == 0
@@ -85,6 +86,34 @@ def test_status_of_a_slave_says_standby(
     assert summary["messages"] == 0 and summary["role"] == "standby"
     assert cli_json("status", "--config", conf, "--json")["role"] == "standby"
     assert "stands by" in cli("status", "--config", conf)
+
+
+def test_status_shows_the_key_index(
+    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
+) -> None:
+    cfg = offload_config(
+        make_store(),
+        "posix",
+        messageIndexEnable="true",
+        tieredStoreIndexFileMaxHashSlotNum=1000,
+        tieredStoreIndexFileMaxIndexNum=100000,
+    )
+    conf = write_conf(cfg)
+    cli("dispatch", "--config", conf, "--once", "--flush")
+    index = cli_json("status", "--config", conf, "--json")["index"]
+    assert index["enabled"] and index["lagMessages"] == 0 and index["uploadedFiles"] == 0
+    [open_file] = index["localFiles"]
+    assert open_file["status"] == "UNSEALED" and open_file["items"] >= 3000  # KEYS + UNIQ_KEY
+    assert "key index: 1 open file" in cli("status", "--config", conf)
+    cli("compact-index", "--config", conf, "--seal", "--engine", "numpy")
+    status = cli_json("status", "--config", conf, "--json")
+    after = status["index"]
+    assert after["uploadedFiles"] == 1 and after["uploadedBytes"] > 0
+    assert [f["status"] for f in after["localFiles"]] in ([], ["UNSEALED"])
+    assert all(q["indexedOffset"] == q["tieredCommit"] for q in status["queues"])
+    assert "1 uploaded" in cli("status", "--config", conf)
+    off = write_conf(offload_config(make_store(name="other"), "posix", messageIndexEnable="false"))
+    assert cli_json("status", "--config", off, "--json")["index"]["enabled"] is False
 
 
 def test_recover_from_the_mirror_then_from_the_segments(

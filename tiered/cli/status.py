@@ -12,7 +12,7 @@ from rich.table import Table
 
 from tiered.cli.common import console, emit_json
 from tiered.cli.config_option import config_option, load
-from tiered.core.status import StatusReport, collect_status
+from tiered.core.status import IndexStatusReport, StatusReport, collect_status
 
 
 @click.command("status")
@@ -69,6 +69,9 @@ def _print(report: StatusReport) -> None:
     table.add_column("in tier", justify="right")
     table.add_column("gaps", justify="right")
     table.add_column("last upload (UTC)", no_wrap=True)
+    indexed = report.index.enabled
+    if indexed:
+        table.add_column("index lag", justify="right")
     table.add_column("note")
     for q in report.queues:
         tiered = f"[{q.tiered_min}, {q.tiered_commit})" if q.tiered_commit >= 0 else "-"
@@ -82,6 +85,7 @@ def _print(report: StatusReport) -> None:
             _size(q.tiered_bytes),
             f"{q.gap_messages} in {len(q.gaps)}" if q.gaps else "0",
             _when(q.last_upload_ms),
+            *([str(q.index_lag) if q.indexed_offset >= 0 else "-"] if indexed else []),
             note,
         )
     out.print(table)
@@ -90,3 +94,24 @@ def _print(report: StatusReport) -> None:
         f"{t['queues']} queues; lag {t['lagMessages']} messages ({_size(t['lagBytes'])}); "
         f"{_size(t['tieredBytes'])} in the tier; {t['gapMessages']} messages in gaps"
     )
+    if indexed:
+        out.print(_index_line(report.index))
+
+
+def _index_line(index: IndexStatusReport) -> str:
+    sealed = [f for f in index.local_files if f.status == "SEALED"]
+    unsealed = [f for f in index.local_files if f.status != "SEALED"]
+    parts = [
+        f"{len(unsealed)} open file ({sum(f.items for f in unsealed)} keys)"
+        if len(unsealed) == 1
+        else f"{len(unsealed)} open files ({sum(f.items for f in unsealed)} keys)",
+        f"{len(sealed)} sealed waiting for compaction",
+        f"{index.uploaded_files} uploaded ({_size(index.uploaded_bytes)}"
+        + (
+            f", keys stored {_when(index.uploaded_begin_ms)} .. {_when(index.uploaded_end_ms)})"
+            if index.uploaded_files
+            else ")"
+        ),
+        f"{index.lag_messages} uploaded messages not yet indexed",
+    ]
+    return "key index: " + "; ".join(parts) + (f"; {index.error}" if index.error else "")

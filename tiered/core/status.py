@@ -3,6 +3,8 @@
 Read-only and lock-free, so it works while ``run`` is running: the metadata file is parsed
 directly (falling back to ``.bak``; nothing is moved or rewritten), the broker store is read
 through :mod:`tiered.broker`, and the dispatcher's state file gives gaps and upload times.
+The key index is summarised from the local index files' headers, ``progress.json`` (how far each
+queue is indexed) and the metadata's INDEX segments.
 The tiered min is the first consumequeue segment's first offset (after expiry removed commitlog
 segments, the first *readable* offset can be higher).
 """
@@ -18,9 +20,12 @@ from typing import Any
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.config import TieredConfig
 from tiered.errors import MetadataError, TieredStoreError
+from tiered.index.format import END_MAGIC_CODE, HEADER_SIZE, IndexHeader
+from tiered.index.index_file import FILE_DIRECTORY_NAME, local_index_files
+from tiered.index.progress import IndexProgress
 from tiered.metadata import FileSegmentType, MetadataDocument, parse_metadata
 from tiered.metadata.store import FILE_NAME
-from tiered.providers.layout import logical_path
+from tiered.providers.layout import index_logical_path, logical_path
 
 from .local_source import LocalSource
 from .queue_state import StateFile
@@ -49,6 +54,33 @@ class QueueStatus:
     last_upload_ms: int = 0
     error: str = ""
     offloaded: bool = True
+    indexed_offset: int = -1
+    index_lag: int = 0
+
+
+@dataclass
+class IndexFileStatus:
+    """One local index file, from its header (as of its last flush)."""
+
+    name: str
+    status: str
+    items: int
+    begin_ms: int
+    end_ms: int
+
+
+@dataclass
+class IndexStatusReport:
+    """The key index: local files waiting, uploaded files, how far the queues are indexed."""
+
+    enabled: bool
+    local_files: list[IndexFileStatus] = field(default_factory=list)
+    uploaded_files: int = 0
+    uploaded_bytes: int = 0
+    uploaded_begin_ms: int = 0
+    uploaded_end_ms: int = 0
+    lag_messages: int = 0
+    error: str = ""
 
 
 @dataclass
@@ -63,6 +95,7 @@ class StatusReport:
     state_updated_ms: int
     metadata: str
     queues: list[QueueStatus] = field(default_factory=list)
+    index: IndexStatusReport = field(default_factory=lambda: IndexStatusReport(False))
 
     def totals(self) -> dict[str, int]:
         """Sums over all queues."""
@@ -72,6 +105,7 @@ class StatusReport:
             "lagBytes": sum(q.lag_bytes for q in self.queues),
             "tieredBytes": sum(q.tiered_bytes for q in self.queues),
             "gapMessages": sum(q.gap_messages for q in self.queues),
+            "indexLagMessages": sum(q.index_lag for q in self.queues),
         }
 
     def to_json(self) -> dict[str, Any]:
@@ -90,7 +124,16 @@ class StatusReport:
             "metadata": self.metadata,
             "totals": self.totals(),
             "queues": [{camel(k): v for k, v in asdict(q).items()} for q in self.queues],
+            "index": _camel_tree(asdict(self.index), camel),
         }
+
+
+def _camel_tree(value: Any, camel: Any) -> Any:
+    if isinstance(value, dict):
+        return {camel(k): _camel_tree(v, camel) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_camel_tree(v, camel) for v in value]
+    return value
 
 
 def read_metadata(data_dir: Path) -> tuple[MetadataDocument, str]:
@@ -180,6 +223,49 @@ def collect_status(cfg: TieredConfig) -> StatusReport:
             row.last_upload_ms = state.last_upload_ms
             row.error = row.error or state.error
         report.queues.append(row)
+    if cfg.message_index_enable and cfg.uploads:
+        report.index = _index(cfg, doc, report.queues)
+    return report
+
+
+def _index(
+    cfg: TieredConfig, doc: MetadataDocument, queues: list[QueueStatus]
+) -> IndexStatusReport:
+    """The key index's state, read-only: headers of the local files, progress, INDEX segments."""
+    report = IndexStatusReport(True)
+    directory = Path(cfg.tiered_data_dir) / FILE_DIRECTORY_NAME
+    for path in local_index_files(directory):
+        try:
+            with path.open("rb") as f:
+                header = IndexHeader.parse(f.read(HEADER_SIZE).ljust(HEADER_SIZE, b"\0"))
+        except OSError as e:
+            report.error = f"{path}: {e.strerror or e}"
+            continue
+        sealed = header.magic == END_MAGIC_CODE
+        report.local_files.append(
+            IndexFileStatus(
+                path.name,
+                "SEALED" if sealed else "UNSEALED",
+                header.item_count,
+                header.begin_timestamp,
+                header.end_timestamp,
+            )
+        )
+    uploaded = doc.segment_table(FileSegmentType.INDEX).get(index_logical_path(cfg.broker_name), {})
+    report.uploaded_files = len(uploaded)
+    report.uploaded_bytes = sum(s.size for s in uploaded.values())
+    if uploaded:
+        report.uploaded_begin_ms = min(s.begin_timestamp for s in uploaded.values())
+        report.uploaded_end_ms = max(s.end_timestamp for s in uploaded.values())
+    progress = IndexProgress(directory)
+    progress.load()
+    for row in queues:
+        indexed = progress.get(row.topic, row.queue_id)
+        if indexed is None or row.tiered_commit < 0:
+            continue
+        row.indexed_offset = indexed
+        row.index_lag = max(row.tiered_commit - max(indexed, row.tiered_min), 0)
+    report.lag_messages = sum(q.index_lag for q in queues)
     return report
 
 
