@@ -212,12 +212,12 @@ class Provider(abc.ABC):
         self._listeners_lock = threading.Lock()
 
 
-def check_range(position: int, length: int | None = None) -> None:
-    """Raise :class:`InvalidRangeError` for a negative position or length."""
+def check_range(position: int, length: int | None = None, *, key: str | None = None) -> None:
+    """Raise :class:`InvalidRangeError` (naming ``key``) for a negative position or length."""
     if position < 0:
-        raise InvalidRangeError(f"position {position!r} is negative; positions start at 0")
+        raise InvalidRangeError(f"position {position!r} is negative; positions start at 0", key=key)
     if length is not None and length < 0:
-        raise InvalidRangeError(f"length {length!r} is negative; ask for 0 or more bytes")
+        raise InvalidRangeError(f"length {length!r} is negative; ask for 0 or more bytes", key=key)
 
 
 def iter_payload(data: Payload, piece_bytes: int) -> Iterator[BytesLike]:

@@ -59,18 +59,18 @@ def _translate(e: OSError, key: str) -> ProviderError:
     """Map the built-in errors file systems raise (s3fs translates S3 codes to them)."""
     what = f"fsspec operation on key {key!r} failed: {e}"
     if isinstance(e, FileNotFoundError):
-        return SegmentNotFoundError(what)
+        return SegmentNotFoundError(what, key=key)
     if isinstance(e, FileExistsError):
-        return SegmentExistsError(what)
+        return SegmentExistsError(what, key=key)
     if isinstance(e, PermissionError):
-        return AccessDeniedError(what)
+        return AccessDeniedError(what, key=key)
     if isinstance(e, TimeoutError):
-        return ProviderTimeoutError(what)
+        return ProviderTimeoutError(what, key=key)
     if isinstance(e, ConnectionError) or e.errno == errno.EREMOTEIO:
-        return ProviderUnavailableError(what)
+        return ProviderUnavailableError(what, key=key)
     if e.errno in (errno.EBUSY, errno.EAGAIN):
-        return ThrottledError(what)
-    return ProviderError(what)
+        return ThrottledError(what, key=key)
+    return ProviderError(what, key=key)
 
 
 @contextlib.contextmanager
@@ -257,12 +257,12 @@ class FsspecProvider(Provider):
             state = self._state(key)
             size = state.size if state.exists else None
         if size is None:
-            raise SegmentNotFoundError(f"no object {key!r} at {self.url!r}")
+            raise SegmentNotFoundError(f"no object {key!r} at {self.url!r}", key=key)
         return size
 
     def read(self, key: str, position: int, length: int) -> bytes:
         check_key(key)
-        check_range(position, length)
+        check_range(position, length, key=key)
         if length > 0:
             try:  # the common case, a whole object: one ranged read
                 data = self._cat(key, position, position + length, key)
@@ -277,7 +277,7 @@ class FsspecProvider(Provider):
             else:
                 state = self._state(key)
                 if not state.exists:
-                    raise SegmentNotFoundError(f"no object {key!r} at {self.url!r}")
+                    raise SegmentNotFoundError(f"no object {key!r} at {self.url!r}", key=key)
                 size = state.size
                 if state.sealed:
                     names = [(key, position, min(position + length, size))]
@@ -286,7 +286,7 @@ class FsspecProvider(Provider):
                     names = [(p.name, p.start, p.end) for p in pieces]
             if position >= size:
                 raise ReadPastEndError(
-                    f"read of {key!r} at {position} is past its end ({size} bytes)"
+                    f"read of {key!r} at {position} is past its end ({size} bytes)", key=key
                 )
             if length == 0:
                 return b""
@@ -300,7 +300,7 @@ class FsspecProvider(Provider):
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         check_key(key)
-        check_range(position)
+        check_range(position, key=key)
         view = as_bytes_view(data)
         strays: tuple[Chunk, ...] = ()
         if self.append_mode == "native":
@@ -311,10 +311,11 @@ class FsspecProvider(Provider):
             current = state.size
             exists, sealed, strays = state.exists, state.sealed, state.strays
         if sealed:
-            raise SegmentSealedError(f"object {key!r} is sealed; start a new segment")
+            raise SegmentSealedError(f"object {key!r} is sealed; start a new segment", key=key)
         if not exists and position != 0:
             raise SegmentNotFoundError(
-                f"append to absent object {key!r} at {position}; create it at position 0"
+                f"append to absent object {key!r} at {position}; create it at position 0",
+                key=key,
             )
         if exists and position != current:
             raise PositionMismatchError(
@@ -353,7 +354,7 @@ class FsspecProvider(Provider):
             return
         state = self._state(key)
         if not state.exists:
-            raise SegmentNotFoundError(f"no object {key!r} at {self.url!r}")
+            raise SegmentNotFoundError(f"no object {key!r} at {self.url!r}", key=key)
         if not state.sealed:
             path = self._path(key)
             if len(state.run) == 1 and self.protocol not in _LOCAL_PROTOCOLS:
@@ -373,7 +374,9 @@ class FsspecProvider(Provider):
             state = self._state(key)
             exists, leftovers = state.exists, state.chunk_names
         if exists and not overwrite:
-            raise SegmentExistsError(f"object {key!r} exists; pass overwrite=True to replace")
+            raise SegmentExistsError(
+                f"object {key!r} exists; pass overwrite=True to replace", key=key
+            )
         self._write_whole(key, iter_payload(data, _PIECE_BYTES))
         self._remove(leftovers, key)
 

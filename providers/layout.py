@@ -95,8 +95,12 @@ def check_key(key: str) -> str:
     """Return ``key`` if every slash-separated component is safe, else raise InvalidKeyError."""
     if not isinstance(key, str) or not key:
         raise InvalidKeyError(f"key {key!r} is empty or not a string")
-    for part in key.split("/"):
-        check_component(part, f"component {part!r} of key")
+    try:
+        for part in key.split("/"):
+            check_component(part, f"component {part!r} of key")
+    except InvalidKeyError as e:
+        e.key = key
+        raise
     return key
 
 

@@ -40,7 +40,7 @@ class MemoryProvider(Provider):
     def _get(self, key: str) -> bytearray:
         data = self._objects.get(key)
         if data is None:
-            raise SegmentNotFoundError(f"no object {key!r} in the memory provider")
+            raise SegmentNotFoundError(f"no object {key!r} in the memory provider", key=key)
         return data
 
     def size(self, key: str) -> int:
@@ -51,32 +51,33 @@ class MemoryProvider(Provider):
 
     def read(self, key: str, position: int, length: int) -> bytes:
         check_key(key)
-        check_range(position, length)
+        check_range(position, length, key=key)
         with self._lock:
             self._request("GET")
             data = self._get(key)
             if position >= len(data):
                 raise ReadPastEndError(
-                    f"read of {key!r} at {position} is past its end ({len(data)} bytes)"
+                    f"read of {key!r} at {position} is past its end ({len(data)} bytes)", key=key
                 )
             return bytes(memoryview(data)[position : position + length])
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         check_key(key)
-        check_range(position)
+        check_range(position, key=key)
         view = as_bytes_view(data)
         with self._lock:
             current = self._objects.get(key)
             if current is None:
                 if position != 0:
                     raise SegmentNotFoundError(
-                        f"append to absent object {key!r} at {position}; create it at position 0"
+                        f"append to absent object {key!r} at {position}; create it at position 0",
+                        key=key,
                     )
                 self._request("PUT")
                 self._objects[key] = bytearray(view)
                 return len(view)
             if key in self._sealed:
-                raise SegmentSealedError(f"object {key!r} is sealed; start a new segment")
+                raise SegmentSealedError(f"object {key!r} is sealed; start a new segment", key=key)
             if position != len(current):
                 raise PositionMismatchError(
                     f"append to {key!r} at {position}, but it holds {len(current)} bytes",
@@ -100,7 +101,9 @@ class MemoryProvider(Provider):
         content = bytearray(read_payload(data))
         with self._lock:
             if not overwrite and key in self._objects:
-                raise SegmentExistsError(f"object {key!r} exists; pass overwrite=True to replace")
+                raise SegmentExistsError(
+                    f"object {key!r} exists; pass overwrite=True to replace", key=key
+                )
             self._request("PUT")
             self._objects[key] = content
             self._sealed.add(key)

@@ -38,10 +38,10 @@ _NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EML
 def _translate(e: OSError, key: str) -> ProviderError:
     """Map an ``OSError`` on ``key`` to the error tree (the caller chains it)."""
     if isinstance(e, FileNotFoundError | NotADirectoryError | IsADirectoryError):
-        return SegmentNotFoundError(f"no file for key {key!r} ({e.strerror})")
+        return SegmentNotFoundError(f"no file for key {key!r} ({e.strerror})", key=key)
     if isinstance(e, PermissionError):
-        return AccessDeniedError(f"permission denied on {e.filename!r} for key {key!r}")
-    return ProviderError(f"file operation on key {key!r} failed: {e}")
+        return AccessDeniedError(f"permission denied on {e.filename!r} for key {key!r}", key=key)
+    return ProviderError(f"file operation on key {key!r} failed: {e}", key=key)
 
 
 @contextlib.contextmanager
@@ -83,12 +83,12 @@ class PosixProvider(Provider):
         with _os_errors(key):
             st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
-            raise SegmentNotFoundError(f"key {key!r} names a directory, not an object")
+            raise SegmentNotFoundError(f"key {key!r} names a directory, not an object", key=key)
         return st.st_size
 
     def read(self, key: str, position: int, length: int) -> bytes:
         path = self.path(key)
-        check_range(position, length)
+        check_range(position, length, key=key)
         with _os_errors(key):
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
@@ -100,10 +100,10 @@ class PosixProvider(Provider):
         with _os_errors(key):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise SegmentNotFoundError(f"key {key!r} names a directory, not an object")
+                raise SegmentNotFoundError(f"key {key!r} names a directory, not an object", key=key)
             if position >= st.st_size:
                 raise ReadPastEndError(
-                    f"read of {key!r} at {position} is past its end ({st.st_size} bytes)"
+                    f"read of {key!r} at {position} is past its end ({st.st_size} bytes)", key=key
                 )
             want = min(length, st.st_size - position)
             parts: list[bytes] = []
@@ -119,7 +119,7 @@ class PosixProvider(Provider):
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         path = self.path(key)
-        check_range(position)
+        check_range(position, key=key)
         view = as_bytes_view(data)
         with _os_errors(key):
             fd, created = self._open_for_append(path, key, position)
@@ -157,7 +157,8 @@ class PosixProvider(Provider):
                 return os.open(path, flags), False
             except FileNotFoundError as e:
                 raise SegmentNotFoundError(
-                    f"append to absent object {key!r} at {position}; create it at position 0"
+                    f"append to absent object {key!r} at {position}; create it at position 0",
+                    key=key,
                 ) from e
         self._makedirs(path.parent)
         try:
@@ -193,7 +194,9 @@ class PosixProvider(Provider):
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
         path = self.path(key)
         if not overwrite and path.exists():
-            raise SegmentExistsError(f"object {key!r} exists; pass overwrite=True to replace")
+            raise SegmentExistsError(
+                f"object {key!r} exists; pass overwrite=True to replace", key=key
+            )
         with _os_errors(key):
             self._makedirs(path.parent)
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
@@ -228,7 +231,7 @@ class PosixProvider(Provider):
             os.link(tmp, path)
         except FileExistsError as e:
             raise SegmentExistsError(
-                f"object {key!r} exists; pass overwrite=True to replace"
+                f"object {key!r} exists; pass overwrite=True to replace", key=key
             ) from e
         except OSError as e:
             if e.errno not in _NO_LINK:
@@ -236,7 +239,7 @@ class PosixProvider(Provider):
             # no hard links on this file system: check, then rename (one writer per key)
             if path.exists():
                 raise SegmentExistsError(
-                    f"object {key!r} exists; pass overwrite=True to replace"
+                    f"object {key!r} exists; pass overwrite=True to replace", key=key
                 ) from e
             os.rename(tmp, path)
 

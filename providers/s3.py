@@ -52,7 +52,7 @@ from .chunks import (
     plan_parts,
     state_from_listing,
 )
-from .layout import check_key, check_prefix, is_key
+from .layout import RESERVED_CHAR, check_key, check_prefix, is_key
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -143,8 +143,9 @@ def _boto_errors() -> tuple[type[Exception], ...]:
     return (bx.ClientError, bx.BotoCoreError)
 
 
-def _translate(e: Exception, operation: str, name: str, bucket: str) -> ProviderError:
-    """Map a botocore error to the error tree through ``_ERRORS`` (the caller chains it)."""
+def _translate(e: Exception, operation: str, name: str, bucket: str, key: str) -> ProviderError:
+    """Map a botocore error on ``name`` (of provider key ``key``) to the error tree through
+    ``_ERRORS`` (the caller chains it)."""
     response: Any = getattr(e, "response", None)
     if isinstance(response, dict):
         error = response.get("Error", {})
@@ -161,7 +162,7 @@ def _translate(e: Exception, operation: str, name: str, bucket: str) -> Provider
         detail = f"{type(e).__name__}: {e}"
     hint = _HINTS.get(code)
     message = f"s3 {operation} of {name!r} in bucket {bucket!r} failed with {detail}"
-    return cls(f"{message}; {hint}" if hint else message)
+    return cls(f"{message}; {hint}" if hint else message, key=key)
 
 
 class S3Provider(Provider):
@@ -278,7 +279,7 @@ class S3Provider(Provider):
             try:
                 return fn()
             except errors as e:
-                err = _translate(e, operation, name, self.bucket)
+                err = _translate(e, operation, name, self.bucket, self._key_of(name))
                 if not err.retriable or attempt >= self._max_attempts:
                     raise err from e
                 base, cap = self._backoff
@@ -286,10 +287,16 @@ class S3Provider(Provider):
                 log.debug("retrying s3 %s of %r in %.3f s: %s", operation, name, delay, err)
             time.sleep(delay)
 
+    def _key_of(self, name: str) -> str:
+        """The provider key a backend name belongs to (a chunk's or temporary object's key)."""
+        return name.removeprefix(self._root).partition(RESERVED_CHAR)[0]
+
     def _full(self, key: str) -> str:
         full = self._root + check_key(key)
         if len(full.encode()) + len(chunk_name("", 0)) > MAX_KEY_BYTES:
-            raise InvalidKeyError(f"key {key!r} with prefix is longer than S3's 1024 bytes")
+            raise InvalidKeyError(
+                f"key {key!r} with prefix is longer than S3's 1024 bytes", key=key
+            )
         return full
 
     # --- listing and state ------------------------------------------------------------------------
@@ -361,7 +368,8 @@ class S3Provider(Provider):
                 first = errors[0]
                 raise ProviderError(
                     f"s3 DELETE of {len(errors)} objects in bucket {self.bucket!r} failed, "
-                    f"first {first.get('Key')!r}: {first.get('Code')} {first.get('Message')}"
+                    f"first {first.get('Key')!r}: {first.get('Code')} {first.get('Message')}",
+                    key=self._key_of(str(first.get("Key", ""))),
                 )
 
     # --- the contract -----------------------------------------------------------------------------
@@ -369,11 +377,11 @@ class S3Provider(Provider):
     def size(self, key: str) -> int:
         state = self._state(key)
         if not state.exists:
-            raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}")
+            raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
         return state.size
 
     def read(self, key: str, position: int, length: int) -> bytes:
-        check_range(position, length)
+        check_range(position, length, key=key)
         full = self._full(key)
         if length > 0:
             try:  # the common case, a sealed segment: one ranged GET
@@ -383,10 +391,10 @@ class S3Provider(Provider):
         for attempt in (1, 2):
             state = self._state(key)
             if not state.exists:
-                raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}")
+                raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
             if position >= state.size:
                 raise ReadPastEndError(
-                    f"read of {full!r} at {position} is past its end ({state.size} bytes)"
+                    f"read of {full!r} at {position} is past its end ({state.size} bytes)", key=key
                 )
             if length == 0:
                 return b""
@@ -402,14 +410,15 @@ class S3Provider(Provider):
         raise AssertionError("unreachable")  # pragma: no cover
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
-        check_range(position)
+        check_range(position, key=key)
         view = as_bytes_view(data)
         state = self._state(key)
         if state.sealed:
-            raise SegmentSealedError(f"object {key!r} is sealed; start a new segment")
+            raise SegmentSealedError(f"object {key!r} is sealed; start a new segment", key=key)
         if not state.exists and position != 0:
             raise SegmentNotFoundError(
-                f"append to absent object {key!r} at {position}; create it at position 0"
+                f"append to absent object {key!r} at {position}; create it at position 0",
+                key=key,
             )
         if state.exists and position != state.size:
             raise PositionMismatchError(
@@ -428,7 +437,7 @@ class S3Provider(Provider):
     def seal(self, key: str) -> None:
         state = self._state(key)
         if not state.exists:
-            raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}")
+            raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
         if not state.sealed:
             self._consolidate(key, state.run)
         self._delete_names(state.chunk_names)
@@ -436,7 +445,9 @@ class S3Provider(Provider):
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
         state = self._state(key)
         if state.exists and not overwrite:
-            raise SegmentExistsError(f"object {key!r} exists; pass overwrite=True to replace")
+            raise SegmentExistsError(
+                f"object {key!r} exists; pass overwrite=True to replace", key=key
+            )
         self._upload(key, data)
         self._delete_names(state.chunk_names)
 

@@ -34,7 +34,7 @@ from typing import Any, BinaryIO, Literal, TypeVar
 
 from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
-from tiered.errors import InjectedFaultError
+from tiered.errors import InjectedFaultError, ProviderError
 
 from .base import BytesLike, Payload, Provider, RequestListener
 from .layout import SegmentAddress
@@ -299,10 +299,10 @@ class FaultInjectingProvider(WrappedProvider):
             time.sleep(plan.delay_s)
         message = f"injected fault in {operation} #{number} of {key!r}"
         if fail and plan.when == "before":
-            raise plan.error(message)
+            raise _keyed(plan.error(message), key)
         result = call()
         if fail:
-            raise plan.error(message + " (after the call took effect)")
+            raise _keyed(plan.error(message + " (after the call took effect)"), key)
         return result
 
     def __getstate__(self) -> dict[str, Any]:
@@ -313,6 +313,13 @@ class FaultInjectingProvider(WrappedProvider):
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._fault_lock = threading.Lock()
+
+
+def _keyed(error: BaseException, key: str) -> BaseException:
+    """``error``, naming ``key`` when it is a ProviderError that names no object yet."""
+    if isinstance(error, ProviderError) and error.key is None:
+        error.key = key
+    return error
 
 
 class LatencyProvider(WrappedProvider):

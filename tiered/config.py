@@ -40,6 +40,8 @@ from tiered.properties import entries, parse_properties
 
 __all__ = [
     "ENV_PREFIX",
+    "LOG_FORMATS",
+    "LOG_LEVELS",
     "PROVIDER_NAMES",
     "BrokerRole",
     "DispatchStartPolicy",
@@ -276,6 +278,22 @@ def _level_overrides(value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
+LOG_FORMATS = ("text", "json")
+
+
+def _log_level(value: object) -> str:
+    if isinstance(value, str) and value.strip().upper() in LOG_LEVELS:
+        return value.strip().upper()
+    raise ValueError(f"is not one of {', '.join(LOG_LEVELS)} (any case)")
+
+
+def _log_format(value: object) -> str:
+    if isinstance(value, str) and value.strip().lower() in LOG_FORMATS:
+        return value.strip().lower()
+    raise ValueError(f"is not one of {', '.join(LOG_FORMATS)} (any case)")
+
+
 def _host_name() -> str:
     try:
         return socket.gethostname() or "DEFAULT_BROKER"
@@ -315,6 +333,8 @@ Bucket = Annotated[str, BeforeValidator(_bucket)]
 PendingLimit = Annotated[int, BeforeValidator(_int(4, INT_MAX))]  # upstream semaphores get 1/4
 IndexItems = Annotated[int, BeforeValidator(_int(2, INT_MAX))]  # item 0 is never used
 Rate = Annotated[float, BeforeValidator(_rate)]
+LogLevel = Annotated[str, BeforeValidator(_log_level)]
+LogFormat = Annotated[str, BeforeValidator(_log_format)]
 
 
 # --- the model -----------------------------------------------------------------------------------
@@ -488,6 +508,12 @@ class TieredConfig(BaseModel):
         "tieredDataDir",
         "sidecar metadata and index files; never inside the broker store",
         default_factory=lambda: Path.home() / "rmq-tiered",
+    )
+    tiered_log_level: LogLevel = _key(
+        "tieredLogLevel", "log level: DEBUG, INFO, WARNING or ERROR (any case)", "INFO"
+    )
+    tiered_log_format: LogFormat = _key(
+        "tieredLogFormat", "stderr log lines: text, or json (one object per line)", "text"
     )
 
     @model_validator(mode="after")

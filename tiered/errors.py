@@ -62,7 +62,18 @@ class ReadOnlyViolationError(BrokerStoreError, PermissionError):
 
 
 class ProviderError(TieredStoreError):
-    """Raised when a storage backend operation fails."""
+    """Raised when a storage backend operation fails.
+
+    ``key`` names the object the operation was about (the provider key, without any backend
+    prefix; for a listing, its prefix), ``None`` when nothing names it; log lines about the
+    failure carry it as ``objectKey``.
+    """
+
+    key: str | None = None
+
+    def __init__(self, message: str = "", *, key: str | None = None) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class SegmentNotFoundError(ProviderError, FileNotFoundError):
@@ -80,8 +91,7 @@ class PositionMismatchError(ProviderError, ValueError):
     """
 
     def __init__(self, message: str, *, key: str, expected: int, given: int):
-        super().__init__(message)
-        self.key = key
+        super().__init__(message, key=key)
         self.expected = expected
         self.given = given
 

@@ -1,42 +1,83 @@
 """The sidecar's Prometheus metrics: plain metric objects in prometheus_client's default registry.
 
 Upstream names (spec §13) are kept where upstream has the metric; the sidecar's own additions are
-marked below. Provider metrics (rpc latency, upload/download bytes, request counts) live in
-:mod:`tiered.providers.wrappers`; the read-path metrics are recorded by
-:class:`~tiered.core.store.TieredMessageStore`.
+marked (+). Every family the package registers is below (names as exposed: counters end in
+``_total``); :func:`families` lists them with their types and labels, and README.md's "Metrics"
+table documents each one (a test holds the three together).
 
-===================================================  =======  ========  ===========================
+====================================================  =======  ========  ==========================
 name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
-===================================================  =======  ========  ===========================
-``dispatch_behind``                                  gauge    messages  topic, queue_id, file_type
-``dispatch_behind_bytes`` (+)                        gauge    bytes     topic, queue_id
-``dispatch_latency``                                 gauge    ms        topic, queue_id, file_type
-``messages_dispatch_total``                          counter  messages  topic, queue_id, file_type
-``dispatch_bytes_total`` (+)                         counter  bytes     topic, queue_id
-``dispatch_errors_total`` (+)                        counter            topic, queue_id
-``dispatch_gap_messages_total`` (+)                  counter  messages  topic, queue_id
-``dispatch_rounds_total`` (+)                        counter
-``dispatch_standby`` (+)                             gauge              (1 = not uploading)
-``expired_segments_total`` (+)                       counter            file_type
-``rocketmq_storage_size``                            gauge    bytes     topic (= path), file_type
-``rocketmq_storage_message_reserve_time``            gauge    ms        topic, queue_id
-``api_latency``                                      hist.    ms        operation, topic
-``messages_out_total``                               counter  messages  topic
-``get_message_fallback_total``                       counter            operation, topic
-``read_ahead_cache_count``                           gauge    messages
-``read_ahead_cache_bytes``                           gauge    bytes
-``read_ahead_cache_access_total``                    counter
-``read_ahead_cache_hit_total``                       counter
-``read_crc_failures_total`` (+)                      counter  messages  topic, queue_id
-===================================================  =======  ========  ===========================
+====================================================  =======  ========  ==========================
+*dispatch* (:mod:`tiered.core.queue_step`, :mod:`tiered.core.dispatcher`, :mod:`tiered.core.expiry`)
+---------------------------------------------------------------------------------------------------
+``dispatch_behind``                                   gauge    messages  topic, queue_id, file_type
+``dispatch_behind_bytes`` (+)                         gauge    bytes     topic, queue_id
+``dispatch_latency``                                  gauge    ms        topic, queue_id, file_type
+``messages_dispatch_total``                           counter  messages  topic, queue_id, file_type
+``dispatch_bytes_total`` (+)                          counter  bytes     topic, queue_id
+``dispatch_errors_total`` (+)                         counter            topic, queue_id
+``dispatch_gap_messages_total`` (+)                   counter  messages  topic, queue_id
+``dispatch_rounds_total`` (+)                         counter
+``dispatch_standby`` (+)                              gauge    0/1
+``expired_segments_total`` (+)                        counter            file_type
+*storage*
+---------------------------------------------------------------------------------------------------
+``rocketmq_storage_size``                             gauge    bytes     topic (= path), file_type
+``rocketmq_storage_message_reserve_time``             gauge    ms        topic, queue_id
+*read* (:class:`~tiered.core.store.TieredMessageStore`, :class:`~tiered.index.service.IndexService`)
+---------------------------------------------------------------------------------------------------
+``api_latency``                                       hist.    ms        operation, topic
+``messages_out_total``                                counter  messages  topic
+``get_message_fallback_total``                        counter            operation, topic
+``read_ahead_cache_count``                            gauge    messages
+``read_ahead_cache_bytes``                            gauge    bytes
+``read_ahead_cache_access_total``                     counter
+``read_ahead_cache_hit_total``                        counter
+``read_crc_failures_total`` (+)                       counter  messages  topic, queue_id
+*key index* (+) (:mod:`tiered.index`)
+---------------------------------------------------------------------------------------------------
+``index_keys_total``                                  counter  keys
+``index_files_sealed_total``                          counter  files
+``index_files_compacted_total``                       counter  files     engine
+``index_compaction_duration_seconds``                 hist.    s         engine
+``index_files_uploaded_total``                        counter  files
+``index_files_waiting``                               gauge    files
+``index_failures_total``                              counter            stage
+*metadata* (+) (:class:`~tiered.metadata.store.MetadataStore`)
+---------------------------------------------------------------------------------------------------
+``metadata_persist_total``                            counter            result
+``metadata_mirror_total``                             counter            result
+``metadata_last_persist_timestamp_seconds``           gauge    s
+``metadata_last_mirror_timestamp_seconds``            gauge    s
+*provider* (:class:`tiered.providers.wrappers.ProviderMetrics`, recorded by ``MetricsProvider``)
+---------------------------------------------------------------------------------------------------
+``provider_rpc_latency``                              hist.    ms        path, file_type,
+                                                                         operation, success
+``provider_upload_bytes``                             hist.    bytes     path, file_type, operation
+``provider_download_bytes``                           hist.    bytes     path, file_type, operation
+``provider_requests_total`` (+)                       counter  requests  provider, operation
+*HTTP* (+) (:mod:`tiered.http.accounting`)
+---------------------------------------------------------------------------------------------------
+``http_requests_total``                               counter            method, route, status
+``http_request_duration``                             hist.    ms        method, route
+====================================================  =======  ========  ==========================
 
-(+) = the sidecar's own. ``dispatch_latency`` is in milliseconds (upstream declares seconds but
-records milliseconds; we keep its values). ``file_type`` is ``commit_log`` or ``consume_queue``.
+``dispatch_latency`` is in milliseconds (upstream declares seconds but records milliseconds; we keep
+its values). ``file_type`` is ``commit_log``, ``consume_queue`` or ``index``. ``engine`` is
+``numpy``, ``spark`` or ``external`` (a ``spark-submit`` job's result, counted when picked up; its
+duration is not known here). ``stage`` is one of :data:`INDEX_STAGES`. ``result`` is ``ok`` or
+``failed``. ``route`` is the path template (``/v1/topics/{topic}/queues/{queueId}/messages``),
+``other`` for paths no route matches, so the label stays bounded.
 """
 
 from __future__ import annotations
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram
+import functools
+from collections.abc import Callable
+from typing import Final, ParamSpec, TypeVar
+
+from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client.metrics import MetricWrapperBase
 
 __all__ = [
     "API_LATENCY",
@@ -50,8 +91,22 @@ __all__ = [
     "DISPATCH_STANDBY",
     "EXPIRED_SEGMENTS",
     "GET_MESSAGE_FALLBACK",
+    "HTTP_REQUESTS",
+    "HTTP_REQUEST_DURATION",
+    "INDEX_COMPACTION_DURATION",
+    "INDEX_FAILURES",
+    "INDEX_FILES_COMPACTED",
+    "INDEX_FILES_SEALED",
+    "INDEX_FILES_UPLOADED",
+    "INDEX_FILES_WAITING",
+    "INDEX_KEYS",
+    "INDEX_STAGES",
     "MESSAGES_DISPATCH",
     "MESSAGES_OUT",
+    "METADATA_LAST_MIRROR",
+    "METADATA_LAST_PERSIST",
+    "METADATA_MIRROR",
+    "METADATA_PERSIST",
     "READ_AHEAD_CACHE_ACCESS",
     "READ_AHEAD_CACHE_BYTES",
     "READ_AHEAD_CACHE_COUNT",
@@ -60,7 +115,15 @@ __all__ = [
     "REGISTRY",
     "STORAGE_MESSAGE_RESERVE_TIME",
     "STORAGE_SIZE",
+    "counts_index_failures",
+    "families",
 ]
+
+# No ``*_created`` series: they double the series count and no dashboard or alert reads them.
+disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 _QUEUE = ["topic", "queue_id"]
 
@@ -143,7 +206,7 @@ READ_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 200, 400, 600, 800, 1000, 1500, 
 
 API_LATENCY = Histogram(
     "rocketmq_tiered_store_api_latency",
-    "Latency of read API calls (get_message, get_offset_by_time, ...), milliseconds",
+    "Latency of read API calls (get_message, get_offset_by_time, query_message), milliseconds",
     ["operation", "topic"],
     buckets=READ_LATENCY_BUCKETS_MS,
     registry=REGISTRY,
@@ -186,3 +249,143 @@ READ_CRC_FAILURES = Counter(
     ["topic", "queue_id"],
     registry=REGISTRY,
 )
+
+# --- the key index (the sidecar's own) ------------------------------------------------------------
+
+INDEX_STAGES: Final = ("put", "catch_up", "compact", "stage", "pickup", "upload", "expire", "start")
+"""Values of ``index_failures_total{stage}``: putting a dispatched batch's keys, indexing from the
+tier after a restart, compacting, staging for a ``spark-submit`` job, picking its result up,
+uploading, expiring, starting the index service."""
+COMPACTION_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
+
+INDEX_KEYS = Counter(
+    "rocketmq_tiered_store_index_keys",
+    "Keys put into the local index files (UNIQ_KEY and KEYS tokens; re-indexed ones again)",
+    registry=REGISTRY,
+)
+INDEX_FILES_SEALED = Counter(
+    "rocketmq_tiered_store_index_files_sealed",
+    "Local index files sealed (full, sealed on request, or left unsealed by a restart)",
+    registry=REGISTRY,
+)
+INDEX_FILES_COMPACTED = Counter(
+    "rocketmq_tiered_store_index_files_compacted",
+    "SEALED index files compacted, by engine (external: a spark-submit result picked up)",
+    ["engine"],
+    registry=REGISTRY,
+)
+INDEX_COMPACTION_DURATION = Histogram(
+    "rocketmq_tiered_store_index_compaction_duration_seconds",
+    "Time to compact one SEALED index file in the sidecar, seconds",
+    ["engine"],
+    buckets=COMPACTION_BUCKETS_S,
+    registry=REGISTRY,
+)
+INDEX_FILES_UPLOADED = Counter(
+    "rocketmq_tiered_store_index_files_uploaded",
+    "Compacted index files uploaded as INDEX segments and recorded",
+    registry=REGISTRY,
+)
+INDEX_FILES_WAITING = Gauge(
+    "rocketmq_tiered_store_index_files_waiting",
+    "SEALED local index files waiting for compaction and upload (staged ones included)",
+    registry=REGISTRY,
+)
+INDEX_FAILURES = Counter(
+    "rocketmq_tiered_store_index_failures",
+    "Failed key index steps, by stage (each is retried later)",
+    ["stage"],
+    registry=REGISTRY,
+)
+for _stage in INDEX_STAGES:  # every stage's series exists from the start (0), for alerts
+    INDEX_FAILURES.labels(_stage)
+
+
+def counts_index_failures(stage: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Decorate an index step: an exception it raises is counted in
+    ``index_failures_total{stage}``, then propagates unchanged.
+
+    Raises:
+        ValueError: ``stage`` is not one of :data:`INDEX_STAGES`.
+    """
+    if stage not in INDEX_STAGES:
+        raise ValueError(f"stage={stage!r} is not one of {', '.join(INDEX_STAGES)}")
+    failures = INDEX_FAILURES.labels(stage)
+
+    def decorate(func: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(func)
+        def counted(*args: P.args, **kwargs: P.kwargs) -> R:
+            try:
+                return func(*args, **kwargs)
+            except Exception:
+                failures.inc()
+                raise
+
+        return counted
+
+    return decorate
+
+
+# --- tiered metadata (the sidecar's own) ----------------------------------------------------------
+
+METADATA_PERSIST = Counter(
+    "rocketmq_tiered_store_metadata_persist",
+    "Local writes of tieredStoreMetadata.json (result=failed: the write raised, old file kept)",
+    ["result"],
+    registry=REGISTRY,
+)
+METADATA_MIRROR = Counter(
+    "rocketmq_tiered_store_metadata_mirror",
+    "Puts of the metadata file to its backend mirror (result=failed: retried at the next persist)",
+    ["result"],
+    registry=REGISTRY,
+)
+METADATA_LAST_PERSIST = Gauge(
+    "rocketmq_tiered_store_metadata_last_persist_timestamp_seconds",
+    "When the metadata file was last written locally, seconds since the epoch (0: not yet)",
+    registry=REGISTRY,
+)
+METADATA_LAST_MIRROR = Gauge(
+    "rocketmq_tiered_store_metadata_last_mirror_timestamp_seconds",
+    "When the metadata mirror was last put to the backend, seconds since the epoch (0: not yet)",
+    registry=REGISTRY,
+)
+for _result in ("ok", "failed"):
+    METADATA_PERSIST.labels(_result)
+    METADATA_MIRROR.labels(_result)
+
+# --- HTTP API (the sidecar's own; recorded by tiered.http.accounting) -----------------------------
+
+HTTP_REQUESTS = Counter(
+    "rocketmq_tiered_store_http_requests",
+    "HTTP requests answered, by method, route template and status code",
+    ["method", "route", "status"],
+    registry=REGISTRY,
+)
+HTTP_REQUEST_DURATION = Histogram(
+    "rocketmq_tiered_store_http_request_duration",
+    "Time from request to the end of the response body, milliseconds",
+    ["method", "route"],
+    buckets=READ_LATENCY_BUCKETS_MS,
+    registry=REGISTRY,
+)
+
+
+def families() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """Every metric family the package registers -- this module's and the provider wrapper's
+    (:class:`~tiered.providers.wrappers.ProviderMetrics`) -- by the name it is exposed under
+    (counters with ``_total``): its type and label names."""
+    from tiered.providers.wrappers import ProviderMetrics
+
+    provider = ProviderMetrics.default()
+    found: list[MetricWrapperBase] = [
+        m for m in globals().values() if isinstance(m, MetricWrapperBase)
+    ]
+    found += [provider.rpc_latency, provider.upload_bytes, provider.download_bytes]
+    found += [provider.requests]
+    out: dict[str, tuple[str, tuple[str, ...]]] = {}
+    for metric in found:
+        (family,) = metric.describe()
+        name = f"{family.name}_total" if family.type == "counter" else family.name
+        out[name] = (family.type, tuple(metric._labelnames))  # no public accessor
+    return out

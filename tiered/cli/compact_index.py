@@ -10,7 +10,7 @@ from typing import cast
 import click
 
 from tiered.cli.common import console, emit_json, fail
-from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.cli.config_option import config_option, load, setup_logging, verbosity
 from tiered.config import TieredConfig
 from tiered.core.sidecar import DataDirLock, build_provider
 from tiered.core.status import read_metadata
@@ -37,7 +37,12 @@ from tiered.metadata import MetadataStore, mirror_key_for
     help="auto: numpy below 1M items, the PySpark job (tieredIndexSparkMaster) above.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON report per file.")
-@click.option("-v", "--verbose", count=True, help="Log at INFO (-v) or DEBUG (-vv) level.")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log at INFO (-v) or DEBUG (-vv) level (default: WARNING, or tieredLogLevel if set).",
+)
 def compact_index(
     configs: tuple[Path, ...], seal: bool, stage: bool, engine: str, as_json: bool, verbose: int
 ) -> None:
@@ -47,8 +52,8 @@ def compact_index(
 
     Stop `rmq-tiered run` first (except for --stage alone): this takes the data-dir lock.
     """
-    setup_logging(max(verbose - 1, 0), quiet=verbose == 0)
     cfg = load(configs)
+    setup_logging(cfg, verbose_level=verbosity(verbose), quiet=True)
     if not cfg.uploads:
         fail(
             f"brokerRole={cfg.broker_role} brokerId={cfg.broker_id}: only the master's sidecar "

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from tiered import logs
 from tiered.config import TieredConfig, load_config
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -32,14 +33,22 @@ def load(configs: tuple[Path, ...]) -> TieredConfig:
     return load_config(list(configs))
 
 
-def setup_logging(verbose: int = 0, *, quiet: bool = False) -> None:
-    """Log to stderr: WARNING when quiet, INFO by default, DEBUG with ``-v``."""
-    level = logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO
-    logging.basicConfig(
-        level=level,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        force=True,
-    )
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
-    for noisy in ("botocore", "boto3", "urllib3", "s3transfer"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
+def verbosity(count: int) -> int | None:
+    """The level ``-v`` (INFO) or ``-vv`` (DEBUG) asks for; ``None`` without the flag."""
+    return None if count <= 0 else logging.INFO if count == 1 else logging.DEBUG
+
+
+def setup_logging(
+    cfg: TieredConfig, *, verbose_level: int | None = None, quiet: bool = False
+) -> None:
+    """Log to stderr in ``tieredLogFormat`` at ``tieredLogLevel``.
+
+    ``quiet`` (the one-shot commands): WARNING unless ``tieredLogLevel`` is set explicitly (file
+    or environment). ``verbose_level`` (from ``-v``): at least that verbose, whatever the rest.
+    """
+    level = logs.LEVELS[cfg.tiered_log_level]
+    if quiet and "tiered_log_level" not in cfg.model_fields_set:
+        level = logging.WARNING
+    if verbose_level is not None:
+        level = min(level, verbose_level)
+    logs.configure(level, cfg.tiered_log_format)

@@ -11,7 +11,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from tiered.cli.common import EXIT_DATA_ERROR, console, emit_json, fail, warn
-from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.cli.config_option import config_option, load, setup_logging, verbosity
 from tiered.core.dispatcher import PassReport
 from tiered.core.sidecar import Sidecar, build_provider
 
@@ -27,15 +27,20 @@ from tiered.core.sidecar import Sidecar, build_provider
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option("-v", "--verbose", count=True, help="Log at INFO (-v) or DEBUG (-vv) level.")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log at INFO (-v) or DEBUG (-vv) level (default: WARNING, or tieredLogLevel if set).",
+)
 def dispatch(
     configs: tuple[Path, ...], once: bool, flush: bool, as_json: bool, quiet: bool, verbose: int
 ) -> None:
     """Offload what the local store holds beyond the tier, once, then print a summary."""
     if not once:
         fail("dispatch runs one pass: pass --once (use `rmq-tiered run` to keep offloading)")
-    setup_logging(max(verbose - 1, 0), quiet=verbose == 0)
     cfg = load(configs)
+    setup_logging(cfg, verbose_level=verbosity(verbose), quiet=True)
     provider = build_provider(cfg)
     requests: Counter[str] = Counter()
     lock = threading.Lock()

@@ -28,8 +28,8 @@ def explain(
     configs: tuple[Path, ...], topic: str, queue_id: int, offset: int, as_json: bool
 ) -> None:
     """Say whether TOPIC/QUEUE at --offset is read from the tier or the broker's store, and why."""
-    setup_logging(quiet=True)
     cfg = load(configs)
+    setup_logging(cfg, quiet=True)
     with TieredMessageStore.open_read_only(cfg) as store:
         answer = store.explain(topic, queue_id, offset)
     if as_json:

@@ -46,8 +46,8 @@ def fetch(
 ) -> None:
     """Fetch up to --max-count messages of TOPIC/QUEUE from --offset (tier or broker store, as
     tieredStorageLevel routes them; `explain` says why)."""
-    setup_logging(quiet=True)
     cfg = load(configs)
+    setup_logging(cfg, quiet=True)
     with TieredMessageStore.open_read_only(cfg) as store:
         result = store.get_message(
             topic, queue_id, offset, max_count, tags, max_bytes=cfg.tiered_http_max_response_bytes

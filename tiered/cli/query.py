@@ -53,8 +53,8 @@ def query(
 ) -> None:
     """Find the newest --max-count messages of TOPIC whose key is KEY, stored between --begin
     and --end, in the tiered key index (local index files and uploaded ones)."""
-    setup_logging(quiet=True)
     cfg = load(configs)
+    setup_logging(cfg, quiet=True)
     hits = search(cfg, topic, key, begin, LONG_MAX if end is None else end, max_count)
     if as_json:
         for hit in hits:

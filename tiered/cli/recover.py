@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from tiered.cli.common import console, fail
-from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.cli.config_option import config_option, load, setup_logging, verbosity
 from tiered.core.local_source import LocalSource
 from tiered.core.rebuild import RebuildReport, merge_listing, rebuild_from_backend
 from tiered.core.sidecar import DataDirLock, build_provider
@@ -31,15 +31,20 @@ from tiered.providers import Provider
     is_flag=True,
     help="Replace a valid local metadata file (it is kept beside as a copy).",
 )
-@click.option("-v", "--verbose", count=True, help="Log at INFO (-v) or DEBUG (-vv) level.")
+@click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log at INFO (-v) or DEBUG (-vv) level (default: WARNING, or tieredLogLevel if set).",
+)
 def recover(configs: tuple[Path, ...], from_backend: bool, force: bool, verbose: int) -> None:
     """Rebuild {tieredDataDir}/config/tieredStoreMetadata.json from the backend mirror (or, with
     --from-backend, from the segments themselves), then reconcile every queue with the backend.
 
     Stop `rmq-tiered run` first: recover takes the same data-dir lock.
     """
-    setup_logging(max(verbose - 1, 0), quiet=verbose == 0)
     cfg = load(configs)
+    setup_logging(cfg, verbose_level=verbosity(verbose), quiet=True)
     provider = build_provider(cfg)
     key = mirror_key_for(cfg.broker_cluster_name, cfg.broker_name)
     lock = DataDirLock(cfg.tiered_data_dir)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sys
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from tiered.http.service import http_service
 
 @click.command("run")
 @config_option
-@click.option("-v", "--verbose", count=True, help="Log at DEBUG level.")
+@click.option("-v", "--verbose", count=True, help="Log at DEBUG level (whatever tieredLogLevel).")
 def run(configs: tuple[Path, ...], verbose: int) -> None:
     """Run the sidecar: offload new messages every tieredStoreDispatchIntervalMs, expire old
     tiered data every tieredStoreDeleteFileInterval, and serve the HTTP API (cold reads, status,
@@ -24,8 +25,8 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     SIGTERM (or Ctrl-C) finishes the uploads in flight, persists the metadata and exits 0. Only
     one `run` (or `dispatch`) may use a tieredDataDir at a time.
     """
-    setup_logging(verbose)
     cfg = load(configs)
+    setup_logging(cfg, verbose_level=logging.DEBUG if verbose else None)
     daemon = Daemon(cfg)
     keys = keys_router(
         lambda: daemon.sidecar.index, max_response_bytes=cfg.tiered_http_max_response_bytes

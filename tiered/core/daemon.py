@@ -25,6 +25,8 @@ from typing import Any, Protocol
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tiered.config import TieredConfig
+from tiered.errors import TieredStoreError
+from tiered.logs import error_fields, traceback_if_debug
 from tiered.metadata import now_ms
 from tiered.providers import Provider
 
@@ -39,6 +41,19 @@ class _DropSkipped(logging.Filter):
 
     def filter(self, record: logging.LogRecord) -> bool:
         return "maximum number of running instances" not in str(record.msg)
+
+
+def _failed(what: str, error: BaseException) -> None:
+    """One ERROR line for a failed job run (the object it names; traceback only at DEBUG)."""
+    fields = error_fields(error)
+    log.error(
+        "%s failed (object %s), retried at the next run: %s",
+        what,
+        fields.get("objectKey", "-"),
+        error,
+        extra=fields,
+        exc_info=traceback_if_debug(log, error),
+    )
 
 
 class Service(Protocol):
@@ -88,6 +103,9 @@ class Daemon:
             return
         try:
             report = self.sidecar.dispatcher.run_pass(stop=self.stop)
+        except (TieredStoreError, OSError) as e:  # one line; the next pass retries
+            _failed("dispatch pass", e)
+            return
         except Exception:  # a bug must not kill the scheduler thread; it is logged in full
             log.exception("dispatch pass failed")
             return
@@ -107,6 +125,8 @@ class Daemon:
             return
         try:
             self.sidecar.expire(now_ms())
+        except (TieredStoreError, OSError) as e:
+            _failed("expiry run", e)
         except Exception:  # as above: logged, retried at the next run
             log.exception("expiry run failed")
 

@@ -37,6 +37,7 @@ from tiered.errors import TieredStoreError
 from tiered.file.flat_append_file import durable
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile, MessageBatch
+from tiered.logs import error_fields
 from tiered.metadata import now_ms
 
 from .local_source import BatchRequest, LocalSource
@@ -191,7 +192,8 @@ class Dispatcher:
                 except TieredStoreError as e:
                     failed.add((flat.topic, flat.queue_id))
                     self.state(flat.topic, flat.queue_id).error = str(e)
-                    log.error("%s: %s", flat.path, e)
+                    fields = error_fields(e, topic=flat.topic, queue_id=flat.queue_id)
+                    log.error("%s: %s", flat.path, e, extra=fields)
         return failed
 
     # --- rounds and passes ----------------------------------------------------------------------

@@ -22,6 +22,7 @@ from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
 from tiered.file.flat_append_file import FlatAppendFile
 from tiered.file.flat_file_store import FlatFileStore
+from tiered.logs import error_fields, traceback_if_debug
 from tiered.metadata import LONG_MAX, MetadataStore
 
 log = logging.getLogger(__name__)
@@ -87,7 +88,15 @@ def expire(cfg: TieredConfig, store: FlatFileStore, now: int) -> ExpiryReport:
                         flat.commitlog.forget_first_queue_offset()
             except (TieredStoreError, OSError) as e:
                 report.failures += 1
-                log.warning("%s: expiry failed, retried at the next run: %s", flat.path, e)
+                fields = error_fields(e, topic=flat.topic, queue_id=flat.queue_id)
+                log.warning(
+                    "%s: expiry failed (object %s), retried at the next run: %s",
+                    flat.path,
+                    fields.get("objectKey", "-"),
+                    e,
+                    extra=fields,
+                    exc_info=traceback_if_debug(log, e),
+                )
                 continue
             metrics.STORAGE_SIZE.labels(flat.path, "commit_log").set(flat.commitlog.committed_bytes)
             metrics.STORAGE_SIZE.labels(flat.path, "consume_queue").set(

@@ -22,7 +22,9 @@ Segment records are written by the dispatcher after the round (one persist per r
 
 from __future__ import annotations
 
+import bisect
 import logging
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -30,9 +32,11 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered import metrics
-from tiered.broker.consumequeue import CQ_UNIT_DTYPE, is_blank_unit
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, is_blank_unit
 from tiered.errors import OffsetNotInStoreError, StoreFileNotFoundError, TieredStoreError
+from tiered.file.flat_append_file import FlatAppendFile
 from tiered.file.flat_message_file import CommitResult, FlatMessageFile, MessageBatch
+from tiered.logs import error_fields, traceback_if_debug
 
 from .local_source import LocalSource
 from .queue_state import Gap, QueueState
@@ -130,7 +134,9 @@ def execute(
     flat, state = p.flat, p.state
     try:
         if p.retry:  # a previous upload failed: finish it, from where it stopped
+            started = time.perf_counter()
             done = flat.commit()
+            _log_batches(flat, done, started)
             _count(flat, state, done.messages, done.commitlog_bytes, now)
             state.failures = 0
             _notify(flat, done, listeners)
@@ -140,9 +146,11 @@ def execute(
         assert batch is not None and p.units is not None
         flat.roll_for_batch(p.roll_commitlog, p.roll_consume_queue)
         flat.append_batch(batch)
+        started = time.perf_counter()
         done = flat.commit()
     except (TieredStoreError, OSError) as e:
         return failed(flat, state, e)
+    _log_batches(flat, done, started)
     state.failures = 0
     _count(flat, state, done.messages, done.commitlog_bytes, now)
     _notify(flat, done, listeners)
@@ -169,12 +177,62 @@ def execute(
 
 
 def failed(flat: FlatMessageFile, state: QueueState, error: BaseException) -> StepResult:
-    """Record a failed step (retried next round)."""
+    """Record a failed step (retried next round): one WARNING line naming the object (its
+    traceback only at DEBUG)."""
     state.failures += 1
     state.error = str(error)
     metrics.DISPATCH_ERRORS.labels(flat.topic, str(flat.queue_id)).inc()
-    log.warning("%s: dispatch failed (attempt %d): %s", flat.path, state.failures, error)
+    fields = error_fields(error, topic=flat.topic, queue_id=flat.queue_id)
+    log.warning(
+        "%s: dispatch failed (attempt %d, object %s): %s",
+        flat.path,
+        state.failures,
+        fields.get("objectKey", "-"),
+        error,
+        extra=fields,
+        exc_info=traceback_if_debug(log, error),
+    )
     return StepResult(failed=True)
+
+
+def _log_batches(flat: FlatMessageFile, done: CommitResult, started: float) -> None:
+    """One DEBUG line per batch this commit completed (both files uploaded)."""
+    if not done.batches or not log.isEnabledFor(logging.DEBUG):
+        return
+    ms = round((time.perf_counter() - started) * 1000.0, 1)
+    for batch, offsets in done.batches:
+        n = len(batch)
+        first = batch.queue_offset
+        commitlog_key = _segment_key(flat.commitlog, int(offsets[0]) if n else 0)
+        consume_queue_key = _segment_key(flat.consume_queue, first * CQ_UNIT_SIZE)
+        log.debug(
+            "uploaded batch %s offsets [%d, %d) %d messages %.1f KiB in %.1f ms to %s and %s",
+            flat.path,
+            first,
+            first + n,
+            n,
+            batch.nbytes / 1024,
+            ms,
+            commitlog_key,
+            consume_queue_key,
+            extra={
+                "topic": flat.topic,
+                "queueId": flat.queue_id,
+                "fromOffset": first,
+                "toOffset": first + n,
+                "messages": n,
+                "bytes": batch.nbytes,
+                "commitLogKey": commitlog_key,
+                "consumeQueueKey": consume_queue_key,
+                "ms": ms,
+            },
+        )
+
+
+def _segment_key(part: FlatAppendFile, offset: int) -> str:
+    """The key of ``part``'s segment that holds ``offset`` (a handful of segments: a scan)."""
+    bases = [seg.base for seg in part.segments]
+    return part.key(bases[max(bisect.bisect_right(bases, offset) - 1, 0)])
 
 
 def _plan(

@@ -37,6 +37,7 @@ from tiered.errors import (
 )
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile
+from tiered.logs import error_fields
 from tiered.metadata import MetadataStore
 from tiered.providers import Provider
 
@@ -235,19 +236,32 @@ class TieredMessageStore:
         flat = self.flat_store.get(topic, queue_id)
         try:
             result = self.fetcher.get(flat, offset, max_count, filt, max_bytes)
-        except IntegrityError:
+        except IntegrityError as e:
             if decision.level is StorageLevel.FORCE or not self.local.in_store(
                 topic, queue_id, offset
             ):
                 raise
-            log.error(
-                "serving %s/%d offset %d from the broker's store instead", topic, queue_id, offset
+            # the failed check itself was logged (one ERROR line, _damaged): this is its outcome
+            log.info(
+                "serving %s/%d offset %d from the broker's store instead of object %s",
+                topic,
+                queue_id,
+                offset,
+                e.key,
+                extra=error_fields(e, topic=topic, queue_id=queue_id),
             )
         except ProviderError as e:
             if not self.local.in_store(topic, queue_id, offset):
                 raise
+            fields = error_fields(e, topic=topic, queue_id=queue_id)
             log.warning(
-                "%s/%d offset %d: the tier failed (%s); served locally", topic, queue_id, offset, e
+                "%s/%d offset %d: the tier failed on object %s (%s); served locally",
+                topic,
+                queue_id,
+                offset,
+                fields.get("objectKey", "-"),
+                e,
+                extra=fields,
             )
         else:
             self._sync_cache_metrics()
@@ -429,7 +443,12 @@ class TieredMessageStore:
 def _damaged(flat: FlatMessageFile, error: IntegrityError) -> None:
     """Count and log a message that failed its checks (a function: no reference to the store)."""
     metrics.READ_CRC_FAILURES.labels(flat.topic, str(flat.queue_id)).inc()
-    log.error("tier integrity check failed: %s", error)
+    log.error(
+        "tier integrity check failed on object %s: %s",
+        error.key,
+        error,
+        extra=error_fields(error, topic=flat.topic, queue_id=flat.queue_id),
+    )
 
 
 def _lowest(a: int, b: int) -> int:

@@ -86,8 +86,8 @@ def persist_now(metadata: MetadataStore) -> None:
         return
     try:
         metadata.persist()
-    except ProviderError as e:
-        log.warning("metadata mirror failed (the local file was written): %s", e)
+    except ProviderError as e:  # logged (one WARNING line) by the metadata store
+        log.debug("metadata mirror failed (the local file was written): %s", e)
 
 
 @contextlib.contextmanager
@@ -98,7 +98,7 @@ def durable(metadata: MetadataStore) -> Iterator[None]:
         with metadata.batch():
             yield
     except ProviderError as e:  # the mirror put at the end of the batch; the file was written
-        log.warning("metadata mirror failed (the local file was written): %s", e)
+        log.debug("metadata mirror failed (the local file was written): %s", e)
     persist_now(metadata)
 
 

@@ -153,7 +153,7 @@ class FlatFileStore:
                     with flat.lock:
                         changed += flat.flush_metadata()
         except ProviderError as e:  # only the mirror put can fail this way; the file was written
-            log.warning("metadata mirror failed (the local file was written): %s", e)
+            log.debug("metadata mirror failed (the local file was written): %s", e)
         return changed
 
     def destroy(self, topic: str, queue_id: int) -> None:

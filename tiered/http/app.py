@@ -8,6 +8,7 @@ unreachable a 503. More routes (the key query) come in through ``extra_routers``
 
 from __future__ import annotations
 
+import logging
 import struct
 from collections.abc import Callable, Sequence
 from typing import Annotated, Any, Literal, Protocol
@@ -22,6 +23,11 @@ from tiered.core.fetcher import GetResult, Unit
 from tiered.core.store import MAX_QUEUE_ID, TOPIC_PATTERN, Boundary
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError, InvalidRequestError, TieredStoreError
+from tiered.logs import error_fields
+
+from .accounting import RequestAccounting
+
+log = logging.getLogger(__name__)
 
 MAX_COUNT_LIMIT = 1024
 Checks = Callable[[], dict[str, str]]
@@ -102,6 +108,7 @@ def create_app(
         description="Cold reads of RocketMQ messages offloaded to tiered storage.",
         responses=_ERROR_RESPONSES,
     )
+    app.add_middleware(RequestAccounting)  # http_requests_total, http_request_duration
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
@@ -119,7 +126,16 @@ def create_app(
         return _error(502, str(exc))
 
     @app.exception_handler(TieredStoreError)
-    async def _backend(_: Request, exc: TieredStoreError) -> JSONResponse:
+    async def _backend(request: Request, exc: TieredStoreError) -> JSONResponse:
+        fields = error_fields(exc)
+        log.warning(
+            "%s %s failed (object %s): %s",
+            request.method,
+            request.url.path,
+            fields.get("objectKey", "-"),
+            exc,
+            extra=fields,
+        )
         return _error(503 if exc.retriable else 500, str(exc))
 
     @app.get(

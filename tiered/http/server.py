@@ -16,6 +16,7 @@ import uvicorn
 from fastapi import FastAPI
 
 from tiered.errors import ConfigError
+from tiered.logs import uvicorn_access_log
 
 log = logging.getLogger(__name__)
 
@@ -72,8 +73,13 @@ class HttpServer:
         """
         sock = self._bind()
         self.port = sock.getsockname()[1]
-        config = uvicorn.Config(
-            self.app, log_level="warning", access_log=False, lifespan="off", timeout_keep_alive=5
+        config = uvicorn.Config(  # uvicorn logs through our handler; access lines at DEBUG only
+            self.app,
+            log_config=None,
+            log_level=None,
+            access_log=uvicorn_access_log(),
+            lifespan="off",
+            timeout_keep_alive=5,
         )
         server = uvicorn.Server(config)
         self._server = server

@@ -270,7 +270,13 @@ class CompactedIndexFile:
             )
         data = self.provider.read(self.key, position, length)
         if len(data) % COMPACT_ITEM_SIZE:
-            _LOG.error("%s: %d item bytes at %d are not whole items", self.key, len(data), position)
+            _LOG.error(
+                "%s: %d item bytes at %d are not whole items",
+                self.key,
+                len(data),
+                position,
+                extra={"objectKey": self.key},
+            )
             return []
         items = np.frombuffer(data, COMPACT_ITEM_DTYPE)
         stored = self.begin_timestamp + items["time_diff"].astype(np.int64) * 1000

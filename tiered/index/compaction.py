@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+from tiered import metrics
 from tiered.errors import MissingDependencyError
 from tiered.index.compacted import compact_numpy
 from tiered.index.format import IndexHeader
@@ -59,13 +60,21 @@ class Compactor:
             return self.engine == "spark"
         return f.item_count >= self.spark_min_items and not self._spark_missing
 
+    @metrics.counts_index_failures("compact")
     def compact(self, f: IndexStoreFile, out_dir: Path) -> Compacted:
-        """Compact ``f`` (SEALED) into bytes, or into ``out_dir/{begin}`` with Spark.
+        """Compact ``f`` (SEALED) into bytes, or into ``out_dir/{begin}`` with Spark; counted
+        (and timed) per engine in :mod:`tiered.metrics`.
 
         Raises:
             IndexFileError: the file is corrupt (or was written with other slot counts).
             MissingDependencyError: ``engine="spark"`` without pyspark installed.
         """
+        done = self._compact(f, out_dir)
+        metrics.INDEX_FILES_COMPACTED.labels(done.engine).inc()
+        metrics.INDEX_COMPACTION_DURATION.labels(done.engine).observe(done.seconds)
+        return done
+
+    def _compact(self, f: IndexStoreFile, out_dir: Path) -> Compacted:
         started = time.monotonic()
         if self.wants_spark(f):
             try:

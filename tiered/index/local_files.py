@@ -22,6 +22,7 @@ from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Final
 
+from tiered import metrics
 from tiered.errors import IndexFileError
 from tiered.index.format import IndexStatus
 from tiered.index.index_file import COMPACTED_DIRECTORY_NAME, IndexStoreFile, local_index_files
@@ -92,7 +93,10 @@ class LocalIndexFiles:
             self._files[begin] = f
         if not self.readonly:
             for f in self.files[:-1]:
-                f.seal()
+                if f.status is IndexStatus.UNSEALED:
+                    f.seal()
+                    metrics.INDEX_FILES_SEALED.inc()
+            self._publish()
         return removed
 
     @property
@@ -129,15 +133,26 @@ class LocalIndexFiles:
         """Put every message of ``batch``, sealing full files and creating new ones; returns
         the files this put sealed (flushed to disk)."""
         sealed: list[IndexStoreFile] = []
+        try:
+            self._put(batch, sealed)
+        finally:
+            if sealed:
+                metrics.INDEX_FILES_SEALED.inc(len(sealed))
+                self._publish()
+        return sealed
+
+    def _put(self, batch: IndexBatch, sealed: list[IndexStoreFile]) -> None:
         rest = batch
         for _ in range(_MAX_ROLLS):
             if not rest.messages:
-                return sealed
+                return
             f = self.current()
-            was_empty = f.item_count == 0
+            items = f.item_count
+            was_empty = items == 0
             done = f.put_many(rest)
+            metrics.INDEX_KEYS.inc(f.item_count - items)
             if done == rest.messages:
-                return sealed
+                return
             if f.status is IndexStatus.SEALED:
                 f.flush()
                 sealed.append(f)
@@ -155,6 +170,8 @@ class LocalIndexFiles:
             if f.status is IndexStatus.UNSEALED:
                 f.seal()
                 f.flush()
+                metrics.INDEX_FILES_SEALED.inc()
+                self._publish()
                 return f
         return None
 
@@ -164,6 +181,12 @@ class LocalIndexFiles:
         if f is not None:
             f.close()
             f.path.unlink(missing_ok=True)
+            self._publish()
+
+    def _publish(self) -> None:
+        """Set the gauge of SEALED files waiting for compaction (not from a read-only view)."""
+        if not self.readonly:
+            metrics.INDEX_FILES_WAITING.set(len(self.sealed()))
 
     def flush(self) -> None:
         """Write the UNSEALED files' dirty pages to disk (SEALED ones were flushed when sealed)."""

@@ -59,6 +59,7 @@ from tiered.index.staging import Staging
 from tiered.index.unit_keys import units_batch
 from tiered.index.uploaded import UploadedIndex
 from tiered.javautil import to_i32
+from tiered.logs import error_fields, traceback_if_debug
 from tiered.metadata import LONG_MAX, MetadataStore, now_ms
 from tiered.providers.base import Provider
 
@@ -165,6 +166,7 @@ class IndexService:
         service._open = True
         return service
 
+    @metrics.counts_index_failures("start")
     def start(self, *, catch_up: bool = True) -> IndexService:
         """Open the index after a restart (``metadata`` loaded): converge local files and
         uploaded objects, restore the indexed offsets, and catch up (see the module docstring).
@@ -216,6 +218,7 @@ class IndexService:
         meta = self.metadata.get_topic(topic)
         return None if meta is None else to_i32(meta.topic_id)
 
+    @metrics.counts_index_failures("put")
     def on_commit(
         self, flat: FlatMessageFile, batch: MessageBatch, flat_offsets: npt.NDArray[np.int64]
     ) -> None:
@@ -290,7 +293,11 @@ class IndexService:
                 try:
                     n = reindex(flat, start, end, topic_id, put)
                 except (TieredStoreError, OSError) as e:
-                    log.warning("%s: index catch-up stopped, retried later: %s", flat.path, e)
+                    metrics.INDEX_FAILURES.labels("catch_up").inc()
+                    fields = error_fields(e, topic=flat.topic, queue_id=flat.queue_id)
+                    log.warning("%s: index catch-up stopped (object %s), retried later: %s",
+                                flat.path, fields.get("objectKey", "-"), e,
+                                extra=fields)  # fmt: skip
                     continue
             total += n
             log.info("%s: %d uploaded messages indexed from the tier (queue offsets %d..%d) "
@@ -317,8 +324,10 @@ class IndexService:
             try:
                 result = self._stage(f) if stage_all else self._compact_one(f)
             except (TieredStoreError, OSError) as e:
-                log.error("index file %s: compaction or upload failed, retried next run: %s",
-                          f.path, e)  # fmt: skip
+                fields = error_fields(e)
+                log.error("index file %s: compaction or upload failed (object %s), retried next "
+                          "run: %s", f.path, fields.get("objectKey", "-"), e, extra=fields,
+                          exc_info=traceback_if_debug(log, e))  # fmt: skip
                 result = CompactionResult(f.begin_timestamp, f.item_count, "failed", error=str(e))
             if not result.seconds:
                 result.seconds = time.monotonic() - started
@@ -341,6 +350,7 @@ class IndexService:
         if fetched is not None:
             path, size = fetched
             compacted = Compacted(f.header, size, path or b"", "external", 0.0)
+            metrics.INDEX_FILES_COMPACTED.labels("external").inc()
         elif self.staging.is_staged(begin):
             return CompactionResult(begin, f.item_count, "waiting", engine="external")
         elif self.external and self.compactor.wants_spark(f):
@@ -370,7 +380,8 @@ class IndexService:
         try:
             staged = self.staging.staged()
         except ProviderError as e:
-            log.warning("cannot list the index staging area: %s", e)
+            log.warning("cannot list the index staging area (prefix %s): %s", e.key, e,
+                        extra=error_fields(e))  # fmt: skip
             return
         with self._lock:
             local = {f.begin_timestamp for f in self.local.files}
@@ -414,6 +425,11 @@ class IndexService:
             self.catch_up()
             self.checkpoint()
             self.expire(self.clock())
+        except (TieredStoreError, OSError) as e:  # one line; retried by the next run
+            fields = error_fields(e)
+            log.error("index maintenance failed (object %s), retried next run: %s",
+                      fields.get("objectKey", "-"), e, extra=fields,
+                      exc_info=traceback_if_debug(log, e))  # fmt: skip
         except Exception:  # a bug must not kill the scheduler thread; logged in full
             log.exception("index maintenance failed")
 

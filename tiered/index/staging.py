@@ -24,6 +24,7 @@ import shlex
 from pathlib import Path
 from typing import Final
 
+from tiered import metrics
 from tiered.config import TieredConfig
 from tiered.errors import IndexFileError, ProviderError, SegmentNotFoundError
 from tiered.file.flat_append_file import retrying
@@ -65,6 +66,7 @@ class Staging:
         """Whether the file of ``begin`` is staged."""
         return retrying(lambda: self.provider.exists(self.staged_key(begin)))
 
+    @metrics.counts_index_failures("stage")
     def stage(self, f: IndexStoreFile) -> str:
         """Put the used prefix of the SEALED file ``f``; returns the key."""
         key = self.staged_key(f.begin_timestamp)
@@ -77,6 +79,7 @@ class Staging:
         log.info("index file %s staged at %s (%d bytes)", f.path, key, used)
         return key
 
+    @metrics.counts_index_failures("pickup")
     def result(self, f: IndexStoreFile, into: Path) -> tuple[Path | None, int] | None:
         """The compacted file of ``f`` written by the job, downloaded into ``into/{begin}``:
         ``(path, size)``, ``(None, 0)`` for an empty result of an empty file, or None when there
@@ -96,7 +99,8 @@ class Staging:
                 raise IndexFileError(f"{len(head)} bytes, shorter than a header")
             check_compacted(head, size, self.slots, f.header)
         except IndexFileError as e:
-            log.error("%s: %s; deleted (the file is compacted again)", key, e)
+            log.error("%s: %s; deleted (the file is compacted again)", key, e,
+                      extra={"objectKey": key})  # fmt: skip
             retrying(lambda: self.provider.delete(key))
             return None
         into.mkdir(parents=True, exist_ok=True)
@@ -108,7 +112,7 @@ class Staging:
             out.flush()
             os.fsync(out.fileno())
         if path.stat().st_size != size:
-            raise ProviderError(f"{key}: downloaded {path.stat().st_size} of {size} bytes")
+            raise ProviderError(f"{key}: downloaded {path.stat().st_size} of {size} bytes", key=key)
         return path, size
 
     def clean(self, begin: int) -> None:

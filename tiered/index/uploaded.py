@@ -28,6 +28,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tiered import metrics
 from tiered.errors import IndexFileError, ProviderError, SegmentNotFoundError
 from tiered.file.flat_append_file import durable, retrying
 from tiered.index.compacted import CompactedIndexFile, check_compacted
@@ -112,6 +113,7 @@ class UploadedIndex:
 
     # --- upload ---------------------------------------------------------------------------------
 
+    @metrics.counts_index_failures("upload")
     def upload(self, header: IndexHeader, payload: bytes | Path, size: int) -> FileSegmentMetadata:
         """Upload the compacted form (``payload``: its bytes or a file holding them, ``size``
         bytes) of the SEALED file whose header is ``header``, and record it.
@@ -139,7 +141,9 @@ class UploadedIndex:
             retrying(put_file)
         else:
             retrying(lambda: self.provider.put(key, payload, overwrite=True))
-        return self._record(base, size, header)
+        record = self._record(base, size, header)
+        metrics.INDEX_FILES_UPLOADED.inc()
+        return record
 
     def _record(self, base: int, size: int, header: IndexHeader) -> FileSegmentMetadata:
         now = self.clock()
@@ -169,7 +173,8 @@ class UploadedIndex:
         except SegmentNotFoundError:
             return False
         except (IndexFileError, ProviderError) as e:
-            log.warning("%s: not a usable compacted index file (%s)", key, e)
+            log.warning("%s: not a usable compacted index file (%s)", key, e,
+                        extra={"objectKey": key})  # fmt: skip
             return False
         return found > 0 and (size is None or found == size)
 
@@ -232,7 +237,7 @@ class UploadedIndex:
                 check_compacted(head[:HEADER_SIZE], size, self.slots, sealed)
         except (IndexFileError, ProviderError) as e:
             log.warning("%s: an unrecorded index object that does not check out (%s): left "
-                        "alone", key, e)  # fmt: skip
+                        "alone", key, e, extra={"objectKey": key})  # fmt: skip
             return None
         if size == 0:
             return None
@@ -241,6 +246,7 @@ class UploadedIndex:
                     key, header.begin_timestamp)  # fmt: skip
         return header
 
+    @metrics.counts_index_failures("expire")
     def expire(self, before: int) -> list[FileSegmentMetadata]:
         """Delete uploaded files from the oldest while their end timestamp is below ``before``:
         the record first (persisted), then the object. Returns the records deleted."""

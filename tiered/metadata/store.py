@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from tiered import metrics
 from tiered.errors import MetadataError, ProviderError, ReadPastEndError, SegmentNotFoundError
 from tiered.providers.base import Provider
 from tiered.providers.layout import check_component, check_key, cluster_dir_name
@@ -82,8 +83,9 @@ class MetadataStore:
 
     Call :meth:`load` before anything else (a store that was never loaded refuses to persist,
     so it can never overwrite a file it has not read). Getters return copies; change a record
-    through its ``update_*`` method. Counters for metrics: ``persist_count``,
-    ``mirror_count``, ``mirror_failures``, ``last_persist_bytes``.
+    through its ``update_*`` method. Counters (also exported, :mod:`tiered.metrics`):
+    ``persist_count``, ``persist_failures``, ``mirror_count``, ``mirror_failures``,
+    ``last_persist_bytes``.
     """
 
     def __init__(
@@ -114,6 +116,7 @@ class MetadataStore:
         self._depth = 0
         self._mirror_stale = False
         self.persist_count = 0
+        self.persist_failures = 0
         self.mirror_count = 0
         self.mirror_failures = 0
         self.last_persist_bytes = 0
@@ -211,9 +214,16 @@ class MetadataStore:
         with self._lock:
             self._check_loaded()
             data = dump_metadata(self._doc).encode("utf-8")
-            self._file.write(data)
+            try:
+                self._file.write(data)
+            except OSError:
+                self.persist_failures += 1
+                metrics.METADATA_PERSIST.labels("failed").inc()
+                raise
             self._dirty = False
             self.persist_count += 1
+            metrics.METADATA_PERSIST.labels("ok").inc()
+            metrics.METADATA_LAST_PERSIST.set_to_current_time()
             self.last_persist_bytes = len(data)
             self._mirror_stale = self.mirror is not None
             self._put_mirror(data)
@@ -225,15 +235,19 @@ class MetadataStore:
             self.mirror.put(self.mirror_key, data, overwrite=True)
         except ProviderError as e:
             self.mirror_failures += 1
+            metrics.METADATA_MIRROR.labels("failed").inc()
             log.warning(
                 "metadata persisted locally but its mirror %r on %s failed (%s); retried at the "
                 "next persist",
                 self.mirror_key,
                 self.mirror.name,
                 e,
+                extra={"objectKey": self.mirror_key},
             )
             raise
         self.mirror_count += 1
+        metrics.METADATA_MIRROR.labels("ok").inc()
+        metrics.METADATA_LAST_MIRROR.set_to_current_time()
         self._mirror_stale = False
 
     @contextlib.contextmanager
