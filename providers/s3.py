@@ -6,6 +6,14 @@ server-side multipart copy (``UploadPartCopy``) for chunks of at least 5 MiB and
 re-upload of smaller ones, then deletes the chunks. Large ``put`` payloads go up as multipart
 uploads, one part in memory at a time.
 
+Own writes are remembered: after this instance appends to, seals or puts a key it keeps the
+key's state (its chunk run, or its sealed size), so the next append to it sends one conditional PUT
+(``If-None-Match: *`` on the chunk's name) instead of a LIST plus a PUT, and reads of an unsealed
+segment go straight to its chunks. The condition keeps the check a LIST gave: a chunk another writer
+(or a lost response of ours) already put at that position makes the PUT fail with 412, and the
+provider then lists the key and answers as the listing says (``PositionMismatchError`` with the
+real size). Any failure forgets the key; a pickled copy starts with nothing remembered.
+
 Every request goes through :meth:`S3Provider._call`: it reports the request for accounting,
 retries throttling, 5xx and timeouts with exponential backoff and full jitter (botocore's own
 retries are off, so each attempt is counted), and translates botocore errors through
@@ -24,6 +32,8 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from cachetools import LRUCache
 
 from tiered.errors import (
     AccessDeniedError,
@@ -68,6 +78,8 @@ MAX_COPY_BYTES = 5 << 30
 """S3's largest CopyObject source and UploadPartCopy range."""
 MAX_KEY_BYTES = 1024
 _DELETE_BATCH = 1000
+_KNOWN_KEYS = 65536
+"""How many keys' states of own writes are remembered (least recently used forgotten first)."""
 _INSTALL_HINT = "pip install 'rocketmq-tiered[s3]'"
 
 _SESSIONS: dict[tuple[str | None, str | None, str], Any] = {}
@@ -219,6 +231,8 @@ class S3Provider(Provider):
         self._rng = random.Random()
         self._client_obj: S3Client | None = None
         self._client_lock = threading.Lock()
+        self._known: LRUCache[str, SegmentState] = LRUCache(_KNOWN_KEYS)
+        self._known_lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (
@@ -320,6 +334,19 @@ class S3Provider(Provider):
     def _state(self, key: str) -> SegmentState:
         return state_from_listing(key, self._names(self._full(key)))
 
+    def _remembered(self, key: str) -> SegmentState | None:
+        """The state this instance's own writes left ``key`` in, if it remembers one."""
+        with self._known_lock:
+            return self._known.get(key)
+
+    def _remember(self, key: str, state: SegmentState | None) -> None:
+        """Remember ``state`` for ``key`` (None forgets it)."""
+        with self._known_lock:
+            if state is None:
+                self._known.pop(key, None)
+            else:
+                self._known[key] = state
+
     # --- object requests --------------------------------------------------------------------------
 
     def _get(self, name: str, start: int, end: int) -> bytes:
@@ -334,13 +361,14 @@ class S3Provider(Provider):
 
         return self._call("GET", full, get)
 
-    def _put_object(self, full: str, body: BytesLike) -> None:
+    def _put_object(self, full: str, body: BytesLike, *, if_absent: bool = False) -> None:
+        """PUT ``body`` at ``full``; ``if_absent``: only if no object has that name (412 ->
+        SegmentExistsError), also when a retry finds its own first attempt's object."""
         data = body if isinstance(body, bytes) else bytes(body)
-        self._call(
-            "PUT",
-            full,
-            functools.partial(self.client.put_object, Bucket=self.bucket, Key=full, Body=data),
-        )
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": data}
+        if if_absent:
+            kwargs["IfNoneMatch"] = "*"
+        self._call("PUT", full, functools.partial(self.client.put_object, **kwargs))
 
     def _delete_names(self, names: Iterable[str]) -> None:
         """Delete relative names; the first alone (chunk 0 must go first), the rest in batches."""
@@ -375,7 +403,7 @@ class S3Provider(Provider):
     # --- the contract -----------------------------------------------------------------------------
 
     def size(self, key: str) -> int:
-        state = self._state(key)
+        state = self._remembered(key) or self._state(key)
         if not state.exists:
             raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
         return state.size
@@ -383,7 +411,16 @@ class S3Provider(Provider):
     def read(self, key: str, position: int, length: int) -> bytes:
         check_range(position, length, key=key)
         full = self._full(key)
-        if length > 0:
+        known = self._remembered(key)
+        if length > 0 and known is not None and position + length <= known.size:
+            try:  # an own write: its sealed object, or straight to its chunks
+                if known.sealed:
+                    return self._get(key, position, position + length)
+                pieces = pieces_for_read(known.run, position, length)
+                return b"".join(self._get(p.name, p.start, p.end) for p in pieces)
+            except SegmentNotFoundError:
+                pass  # sealed or deleted meanwhile: as below
+        elif length > 0:
             try:  # the common case, a sealed segment: one ranged GET
                 return self._get(key, position, position + length)
             except SegmentNotFoundError:
@@ -412,6 +449,23 @@ class S3Provider(Provider):
     def append(self, key: str, data: BytesLike, position: int) -> int:
         check_range(position, key=key)
         view = as_bytes_view(data)
+        known = self._remembered(key)
+        if known is not None and known.exists and not known.sealed and position == known.size:
+            if not view:
+                return position
+            name = chunk_name(key, position)
+            try:
+                self._put_object(self._root + name, view, if_absent=True)
+            except SegmentExistsError:
+                self._remember(key, None)  # another write got there first: ask the listing
+            except BaseException:
+                self._remember(key, None)
+                raise
+            else:
+                chunk = Chunk(name, position, len(view))
+                self._remember(key, SegmentState(key, run=(*known.run, chunk)))
+                return position + len(view)
+        self._remember(key, None)
         state = self._state(key)
         if state.sealed:
             raise SegmentSealedError(f"object {key!r} is sealed; start a new segment", key=key)
@@ -431,27 +485,40 @@ class S3Provider(Provider):
             self._delete_names(c.name for c in state.strays)
         if state.exists and not view:
             return position
-        self._put_object(self._root + chunk_name(key, position), view)
+        name = chunk_name(key, position)
+        self._put_object(self._root + name, view)
+        self._remember(key, SegmentState(key, run=(*state.run, Chunk(name, position, len(view)))))
         return position + len(view)
 
     def seal(self, key: str) -> None:
+        self._remember(key, None)
         state = self._state(key)
         if not state.exists:
             raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
         if not state.sealed:
             self._consolidate(key, state.run)
         self._delete_names(state.chunk_names)
+        self._remember(key, SegmentState(key, sealed_size=state.size))
 
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
+        known = self._remembered(key)
+        self._remember(key, None)
+        if overwrite and known is not None and known.sealed:
+            # our own object, no chunks beside it (e.g. the metadata mirror): just replace it
+            size = self._upload(key, data)
+            self._remember(key, SegmentState(key, sealed_size=size))
+            return
         state = self._state(key)
         if state.exists and not overwrite:
             raise SegmentExistsError(
                 f"object {key!r} exists; pass overwrite=True to replace", key=key
             )
-        self._upload(key, data)
+        size = self._upload(key, data)
         self._delete_names(state.chunk_names)
+        self._remember(key, SegmentState(key, sealed_size=size))
 
     def delete(self, key: str) -> None:
+        self._remember(key, None)
         state = self._state(key)
         names = state.chunk_names
         if names and names[0] == chunk_name(key, 0):
@@ -500,15 +567,25 @@ class S3Provider(Provider):
     def _download(self, part: Part) -> bytes:
         return b"".join(self._get(p.name, p.start, p.end) for p in part.pieces)
 
-    def _upload(self, key: str, data: Payload) -> None:
+    def _upload(self, key: str, data: Payload) -> int:
+        """PUT ``data`` as the object ``key`` (multipart when large); returns its size."""
         full = self._full(key)
-        pieces = iter_payload(data, self.part_size_bytes)
+        size = 0
+
+        def counted() -> Iterator[BytesLike]:
+            nonlocal size
+            for piece in iter_payload(data, self.part_size_bytes):
+                size += len(piece)
+                yield piece
+
+        pieces = counted()
         first = next(pieces)
         second = next(pieces, None)
         if second is None:
             self._put_object(full, first)
-            return
+            return size
         self._multipart(full, _chain(first, second, pieces), key)
+        return size
 
     def _multipart(self, full: str, parts: Iterator[Part | BytesLike], key: str) -> None:
         """One multipart upload of ``parts`` (planned copies/downloads, or payload pieces)."""
@@ -626,11 +703,15 @@ class S3Provider(Provider):
         state = super().__getstate__()
         state["_client_obj"] = None
         state.pop("_client_lock", None)
+        state.pop("_known", None)  # another process must not trust this one's writes
+        state.pop("_known_lock", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._client_lock = threading.Lock()
+        self._known = LRUCache(_KNOWN_KEYS)
+        self._known_lock = threading.Lock()
 
 
 def _chain(first: BytesLike, second: BytesLike, rest: Iterator[BytesLike]) -> Iterator[BytesLike]:

@@ -8,6 +8,7 @@ credentials from the AWS chain, and a missing boto3.
 from __future__ import annotations
 
 import io
+import pickle
 import sys
 import uuid
 from collections import Counter
@@ -15,6 +16,7 @@ from typing import ClassVar
 
 import pytest
 from tiered.providers import S3Provider
+from tiered.providers.chunks import chunk_name
 from tiered.providers.testing import (
     REMOTE_SETTINGS,
     BotoOracle,
@@ -31,9 +33,11 @@ from tiered.errors import (
     ConfigError,
     InvalidKeyError,
     MissingDependencyError,
+    PositionMismatchError,
     ProviderError,
     ProviderTimeoutError,
     ProviderUnavailableError,
+    SegmentExistsError,
     SegmentNotFoundError,
     ThrottledError,
 )
@@ -134,6 +138,63 @@ class S3ProviderTests(ChunkedProviderTests):
         provider.append(seg(0), b"ok", 0)
         assert provider.read(seg(0), 0, 2) == b"ok"
 
+    def test_own_appends_cost_one_put_each(self, provider: S3Provider, oracle: BotoOracle) -> None:
+        key = seg(93)
+        first = Counter(requests_of(provider, lambda: provider.append(key, b"a" * 100, 0)))
+        assert first == {"LIST": 1, "PUT": 1}  # a key this instance has not written: listed
+        later = Counter(
+            requests_of(
+                provider, lambda: [provider.append(key, b"b" * 10, 100 + 10 * i) for i in range(5)]
+            )
+        )
+        assert later == {"PUT": 5}
+        assert Counter(requests_of(provider, lambda: provider.size(key))) == {}
+        reads = Counter(requests_of(provider, lambda: provider.read(key, 95, 15)))
+        assert reads == {"GET": 2}  # straight to the two chunks, no failed GET, no LIST
+        assert provider.read(key, 0, 150) == oracle.content(key) == b"a" * 100 + b"b" * 50
+        provider.seal(key)
+        assert Counter(requests_of(provider, lambda: provider.read(key, 0, 150))) == {"GET": 1}
+
+    def test_replacing_an_own_object_costs_one_put(
+        self, provider: S3Provider, oracle: BotoOracle
+    ) -> None:
+        key = "cluster/broker/config/tieredStoreMetadata.json"
+        assert Counter(requests_of(provider, lambda: provider.put(key, b"v1"))) == {
+            "LIST": 1,
+            "PUT": 1,
+        }
+        again = Counter(requests_of(provider, lambda: provider.put(key, b"v2!", overwrite=True)))
+        assert again == {"PUT": 1}
+        assert provider.size(key) == 3 and oracle.content(key) == b"v2!"
+        with pytest.raises(SegmentExistsError):
+            provider.put(key, b"v3")  # without overwrite the listing decides, as before
+
+    def test_another_writer_is_never_overwritten(
+        self, endpoint: S3Endpoint, bucket: str, key_prefix: str, oracle: BotoOracle
+    ) -> None:
+        """Two instances append to one key: the stale one's conditional PUT fails, it lists the
+        key and reports the real size; nothing the other wrote is replaced."""
+        key = seg(94)
+        mine = make_provider(endpoint, bucket, key_prefix)
+        other = make_provider(endpoint, bucket, key_prefix)
+        mine.append(key, b"1" * 10, 0)
+        assert other.append(key, b"2" * 5, 10) == 15  # other lists: it sees 10 bytes
+        with pytest.raises(PositionMismatchError) as info:
+            mine.append(key, b"3" * 7, 10)  # mine still believes 10 bytes
+        assert (info.value.expected, info.value.given) == (15, 10)
+        assert oracle.content(key) == b"1" * 10 + b"2" * 5
+        assert mine.append(key, b"3" * 7, 15) == 22  # after the mismatch it knows the truth
+        assert other.read(key, 0, 22) == b"1" * 10 + b"2" * 5 + b"3" * 7
+
+    def test_a_pickled_copy_trusts_nothing(self, provider: S3Provider, oracle: BotoOracle) -> None:
+        key = seg(95)
+        provider.append(key, b"x" * 10, 0)
+        copy = pickle.loads(pickle.dumps(provider))
+        assert Counter(requests_of(copy, lambda: copy.size(key))) == {"LIST": 1}
+        oracle.client.delete_object(Bucket=oracle.bucket, Key=oracle.root + chunk_name(key, 0))
+        with pytest.raises(SegmentNotFoundError):
+            copy.size(key)
+
 
 @pytest.mark.s3
 class TestS3ProviderMoto(S3ProviderTests):
@@ -219,7 +280,8 @@ def test_exhausted_retries_raise_a_retriable_error(
 def test_timeouts_are_retried(moto_provider: S3Provider, http_faults: HttpFaults) -> None:
     moto_provider.append(seg(0), b"abc", 0)
     rule = http_faults.add(0, "", count=1, method="GET", delay_s=1.0)
-    assert moto_provider.size(seg(0)) == 3
+    fresh = pickle.loads(pickle.dumps(moto_provider))  # lists: it has not written the key
+    assert fresh.size(seg(0)) == 3
     assert rule.hits == 1
     http_faults.add(0, "", count=100, method="GET", delay_s=0.7)
     slow = make_provider(
