@@ -177,6 +177,16 @@ def _translate(e: Exception, operation: str, name: str, bucket: str, key: str) -
     return cls(f"{message}; {hint}" if hint else message, key=key)
 
 
+def _condition_unsupported(error: ProviderError) -> bool:
+    """Whether ``error`` says the server does not implement a conditional PUT."""
+    response: Any = getattr(error.__cause__, "response", None)
+    if not isinstance(response, dict):
+        return False
+    code = str(response.get("Error", {}).get("Code", ""))
+    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
+    return code == "NotImplemented" or status == 501
+
+
 class S3Provider(Provider):
     """Segments in ``bucket`` under ``prefix``; see the module docstring."""
 
@@ -233,6 +243,7 @@ class S3Provider(Provider):
         self._client_lock = threading.Lock()
         self._known: LRUCache[str, SegmentState] = LRUCache(_KNOWN_KEYS)
         self._known_lock = threading.Lock()
+        self._conditional = True  # False once the server refused If-None-Match
 
     def __repr__(self) -> str:
         return (
@@ -449,7 +460,7 @@ class S3Provider(Provider):
     def append(self, key: str, data: BytesLike, position: int) -> int:
         check_range(position, key=key)
         view = as_bytes_view(data)
-        known = self._remembered(key)
+        known = self._remembered(key) if self._conditional else None
         if known is not None and known.exists and not known.sealed and position == known.size:
             if not view:
                 return position
@@ -458,6 +469,18 @@ class S3Provider(Provider):
                 self._put_object(self._root + name, view, if_absent=True)
             except SegmentExistsError:
                 self._remember(key, None)  # another write got there first: ask the listing
+            except ProviderError as e:
+                self._remember(key, None)
+                if not _condition_unsupported(e):
+                    raise
+                self._conditional = False
+                log.warning(
+                    "the S3 server at %s does not support conditional PUTs (If-None-Match): "
+                    "every append lists its key first from now on (%s)",
+                    self.endpoint or "AWS",
+                    e,
+                    extra={"objectKey": key},
+                )
             except BaseException:
                 self._remember(key, None)
                 raise

@@ -277,6 +277,20 @@ def test_exhausted_retries_raise_a_retriable_error(
 
 
 @pytest.mark.s3
+def test_a_server_without_conditional_puts_falls_back_to_listing(
+    moto_provider: S3Provider, http_faults: HttpFaults
+) -> None:
+    key = seg(7)
+    moto_provider.append(key, b"abc", 0)
+    rule = http_faults.add(501, "NotImplemented", count=6, method="PUT")  # every retry refused
+    assert moto_provider.append(key, b"def", 3) == 6
+    assert rule.hits == 6
+    ops = Counter(requests_of(moto_provider, lambda: moto_provider.append(key, b"ghi", 6)))
+    assert ops == {"LIST": 1, "PUT": 1}  # unconditional from now on
+    assert moto_provider.read(key, 0, 9) == b"abcdefghi"
+
+
+@pytest.mark.s3
 def test_timeouts_are_retried(moto_provider: S3Provider, http_faults: HttpFaults) -> None:
     moto_provider.append(seg(0), b"abc", 0)
     rule = http_faults.add(0, "", count=1, method="GET", delay_s=1.0)
