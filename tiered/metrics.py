@@ -20,6 +20,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``dispatch_rounds_total`` (+)                         counter
 ``dispatch_standby`` (+)                              gauge    0/1
 ``expired_segments_total`` (+)                        counter            file_type
+``expiry_failures_total`` (+)                         counter            file_type
 *storage*
 ---------------------------------------------------------------------------------------------------
 ``rocketmq_storage_size``                             gauge    bytes     topic (= path), file_type
@@ -65,9 +66,12 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``dispatch_latency`` is in milliseconds (upstream declares seconds but records milliseconds; we keep
 its values). ``file_type`` is ``commit_log``, ``consume_queue`` or ``index``. ``engine`` is
 ``numpy``, ``spark`` or ``external`` (a ``spark-submit`` job's result, counted when picked up; its
-duration is not known here). ``stage`` is one of :data:`INDEX_STAGES`. ``result`` is ``ok`` or
-``failed``. ``route`` is the path template (``/v1/topics/{topic}/queues/{queueId}/messages``),
-``other`` for paths no route matches, so the label stays bounded.
+duration is not known here). ``expiry_failures_total`` counts the queues' segments (commitlog,
+consumequeue); its ``index`` series stays 0: the key index counts a failed expiry as
+``index_failures_total{stage="expire"}``. ``stage`` is one of :data:`INDEX_STAGES`. ``result``
+is ``ok`` or ``failed``. ``route`` is the path template
+(``/v1/topics/{topic}/queues/{queueId}/messages``), ``other`` for paths no route matches, so the
+label stays bounded.
 """
 
 from __future__ import annotations
@@ -90,6 +94,7 @@ __all__ = [
     "DISPATCH_ROUNDS",
     "DISPATCH_STANDBY",
     "EXPIRED_SEGMENTS",
+    "EXPIRY_FAILURES",
     "GET_MESSAGE_FALLBACK",
     "HTTP_REQUESTS",
     "HTTP_REQUEST_DURATION",
@@ -185,6 +190,15 @@ EXPIRED_SEGMENTS = Counter(
     ["file_type"],
     registry=REGISTRY,
 )
+EXPIRY_FAILURES = Counter(
+    "rocketmq_tiered_store_expiry_failures",
+    "Failed expiries of a queue's segment, retried at the next run (the key index's are "
+    'index_failures_total{stage="expire"})',
+    ["file_type"],
+    registry=REGISTRY,
+)
+for _file_type in ("commit_log", "consume_queue", "index"):  # every series from the start (0)
+    EXPIRY_FAILURES.labels(_file_type)
 STORAGE_SIZE = Gauge(
     "rocketmq_storage_size",
     "Bytes in the tier per flat file (label topic holds the logical path broker/topic/queue)",

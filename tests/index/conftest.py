@@ -12,7 +12,8 @@ import pytest
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import list_files, scan_file
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import TieredConfig, load_config
+from tiered.config import TieredConfig
+from tiered.core.sample_tier import sample_config
 from tiered.index import IndexBatch, IndexStoreFile
 
 if TYPE_CHECKING:
@@ -105,26 +106,16 @@ def index_config(tmp_path: Path, index_spec: GenSpec) -> ConfigFactory:
     and no group-commit hold; ``keys`` (upstream names) override."""
 
     def make(store: Path, provider: str = "memory", **keys: Any) -> TieredConfig:
-        settings = {
-            "storePathRootDir": str(store),
-            "mappedFileSizeCommitLog": str(index_spec.commitlog_file_size),
-            "mappedFileSizeConsumeQueue": str(index_spec.cq_file_entries * 20),
-            "brokerClusterName": "DefaultCluster",
-            "brokerName": "broker-a",
-            "tieredDataDir": str(tmp_path / "data"),
-            "tieredBackendServiceProvider": provider,
-            "tieredStoreFilePath": str(tmp_path / "tier"),
-            "tieredStoreCommitLogMaxSize": str(64 << 10),
-            "tieredStoreConsumeQueueMaxSize": str(150 * 20),
-            "tieredStoreGroupCommitCount": "100",
-            "tieredStoreGroupCommitSize": str(32 << 10),
-            "tieredStoreGroupCommitTimeout": "0",
-            "tieredStoreIndexFileMaxHashSlotNum": "97",
-            "tieredStoreIndexFileMaxIndexNum": "500",
-            "tieredIndexCompactionIntervalMs": "0",
+        settings: dict[str, Any] = {
+            "tieredStoreCommitLogMaxSize": 64 << 10,
+            "tieredStoreConsumeQueueMaxSize": 150 * 20,
+            "tieredStoreGroupCommitCount": 100,
+            "tieredStoreGroupCommitSize": 32 << 10,
+            "tieredStoreIndexFileMaxHashSlotNum": 97,
+            "tieredStoreIndexFileMaxIndexNum": 500,
+            "tieredIndexCompactionIntervalMs": 0,
         }
-        settings.update({k: str(v) for k, v in keys.items()})
-        return load_config([], env={}, overrides=settings)
+        return sample_config(store, tmp_path, index_spec, provider, **(settings | keys))
 
     return make
 

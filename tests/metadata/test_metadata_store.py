@@ -244,7 +244,10 @@ def test_both_corrupt_raises_naming_both_files_and_the_fix(tmp_path: Path) -> No
     message = str(info.value)
     assert str(store.path) in message
     assert str(store.bak_path) in message
-    assert "rmq-tiered recover --from-backend" in message
+    # the mirror first (it keeps topic ids), the listing only when the mirror is gone too
+    first, rest = message.split("`rmq-tiered recover`", 1)
+    assert "--from-backend" not in first and "if the mirror is gone too" in rest
+    assert "`rmq-tiered recover --from-backend`" in rest
     # nothing moved: the next start fails the same way instead of starting empty
     assert store.path.read_bytes() == b"{broken"
     assert store.bak_path.read_bytes() == b"[]"
@@ -254,7 +257,7 @@ def test_corrupt_main_without_bak_raises(tmp_path: Path) -> None:
     store = _store(tmp_path)
     store.add_topic("A")
     store.path.write_bytes(b"nope")
-    with pytest.raises(MetadataError, match=r"is missing.*recover --from-backend"):
+    with pytest.raises(MetadataError, match=r"is missing.*`rmq-tiered recover` \(keeps topic"):
         MetadataStore(tmp_path).load()
     assert store.path.read_bytes() == b"nope"
 
@@ -480,6 +483,20 @@ def test_recover_moves_a_damaged_local_file_aside(tmp_path: Path) -> None:
     aside = list(damaged.parent.glob(f"{FILE_NAME}.corrupt-*"))
     assert len(aside) == 1
     assert aside[0].read_bytes() == b"\x00torn"
+
+
+def test_the_advised_recover_restores_when_both_files_are_damaged(tmp_path: Path) -> None:
+    mirror = MemoryProvider()
+    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
+    _fill(store, 3)
+    store.path.write_bytes(b"{broken")
+    store.bak_path.write_bytes(b"[]")
+    with pytest.raises(MetadataError, match=r"`rmq-tiered recover` \(keeps topic ids\)"):
+        MetadataStore(tmp_path).load()
+    rebuilt = MetadataStore.recover_from_mirror(tmp_path, mirror, KEY)  # what `recover` runs
+    assert rebuilt.document() == store.document()
+    assert MetadataStore(tmp_path).load().used == "main"
+    assert [p.read_bytes() for p in tmp_path.glob(f"config/{FILE_NAME}.corrupt-*")] == [b"{broken"]
 
 
 def test_recover_without_a_mirror_object_fails_clearly(tmp_path: Path) -> None:

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import TieredConfig, load_config
+from tiered.config import TieredConfig
+from tiered.core.sample_tier import sample_config
 
 ConfigFactory = Callable[..., TieredConfig]
 
@@ -65,27 +66,15 @@ def offload_config(tmp_path: Path, small_spec: GenSpec) -> ConfigFactory:
         work: Path | None = None,
         **keys: Any,
     ) -> TieredConfig:
-        spec = spec or small_spec
-        work = work or tmp_path
-        settings = {
-            "storePathRootDir": str(store),
-            "mappedFileSizeCommitLog": str(spec.commitlog_file_size),
-            "mappedFileSizeConsumeQueue": str(spec.cq_file_entries * 20),
-            "brokerClusterName": "DefaultCluster",
-            "brokerName": "broker-a",
-            "tieredDataDir": str(work / "data"),
-            "tieredBackendServiceProvider": provider,
-            "tieredStoreFilePath": str(work / "tier"),
-            "tieredStoreCommitLogMaxSize": str(64 << 10),
-            "tieredStoreConsumeQueueMaxSize": str(200 * 20),
-            "tieredStoreGroupCommitCount": "128",
-            "tieredStoreGroupCommitSize": str(32 << 10),
-            "tieredStoreGroupCommitTimeout": "0",
-            "tieredStoreDispatchIntervalMs": "50",
-            "tieredHttpPort": "0",  # `run` serves the HTTP API: any free port
+        settings: dict[str, Any] = {
+            "tieredStoreCommitLogMaxSize": 64 << 10,
+            "tieredStoreConsumeQueueMaxSize": 200 * 20,
+            "tieredStoreGroupCommitCount": 128,
+            "tieredStoreGroupCommitSize": 32 << 10,
         }
-        settings.update({k: str(v) for k, v in keys.items()})
-        return load_config([], env={}, overrides=settings)
+        return sample_config(
+            store, work or tmp_path, spec or small_spec, provider, **(settings | keys)
+        )
 
     return make
 

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+from prometheus_client import REGISTRY
 from tiered.providers import MemoryProvider, WrappedProvider
 from tiered.providers.layout import FileType, segment_key
 
@@ -15,6 +17,7 @@ from tiered.config import TieredConfig
 from tiered.core.expiry import HOUR_MS, expire, reserve_hours
 from tiered.core.sidecar import Sidecar
 from tiered.core.tier_check import check_tier, read_document
+from tiered.errors import AccessDeniedError
 from tiered.metadata import LONG_MAX, FileSegmentType
 
 ConfigFactory = Callable[..., TieredConfig]
@@ -182,3 +185,51 @@ def test_expiry_can_be_disabled(make_store: StoreFactory, offload_config: Config
     with Sidecar(cfg, provider) as sidecar:
         assert sidecar.expire(10**15).segments == 0
     assert check_tier(cfg, provider).messages == 3000
+
+
+class FailingDeletes(WrappedProvider):
+    """Refuses deletes of keys holding ``marker`` (e.g. ``/COMMIT_LOG/``), as a backend would
+    (AccessDenied: not retriable)."""
+
+    def __init__(self, inner: MemoryProvider) -> None:
+        super().__init__(inner)
+        self.marker: str | None = None
+        self.refused: list[str] = []
+
+    def _around(self, operation: str, key: str, call: Callable[[], Any]) -> Any:
+        if operation == "delete" and self.marker is not None and self.marker in key:
+            self.refused.append(key)
+            raise AccessDeniedError(f"delete of {key!r} refused", key=key)
+        return call()
+
+
+def expiry_failures(file_type: str) -> float:
+    value = REGISTRY.get_sample_value(
+        "rocketmq_tiered_store_expiry_failures_total", {"file_type": file_type}
+    )
+    assert value is not None, f"no expiry_failures_total{{file_type={file_type!r}}} series"
+    return value
+
+
+@pytest.mark.parametrize(("marker", "file_type"), [("/CONSUME_QUEUE/", "consume_queue"),
+                                                   ("/COMMIT_LOG/", "commit_log")])  # fmt: skip
+def test_a_failed_segment_expiry_is_counted_by_file_type(
+    make_store: StoreFactory, offload_config: ConfigFactory, marker: str, file_type: str
+) -> None:
+    cfg = offload_config(make_store())
+    provider = FailingDeletes(MemoryProvider())
+    offload(cfg, provider)
+    before = {t: expiry_failures(t) for t in ("commit_log", "consume_queue", "index")}
+    provider.marker = marker
+    with Sidecar(cfg, provider) as sidecar:
+        queues = len(sidecar.store.files())
+        report = sidecar.expire(10**15)  # everything is expired
+        assert report.failures == queues  # each queue stops at its first refused delete
+        assert len(provider.refused) == queues
+        assert expiry_failures(file_type) - before[file_type] == queues
+        others = {t for t in before if t != file_type}
+        assert all(expiry_failures(t) == before[t] for t in others)  # index: its own metric
+        provider.marker = None  # the backend recovers: the next run goes on
+        again = sidecar.expire(10**15)
+        assert again.failures == 0 and again.segments > 0
+        assert expiry_failures(file_type) - before[file_type] == queues

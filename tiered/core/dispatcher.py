@@ -236,12 +236,18 @@ class Dispatcher:
         return results
 
     def _start_wave(self, wave: list[Plan], now: int) -> list[tuple[Plan, Future[StepResult]]]:
-        """Read the wave's batches (one pread per commitlog range) and hand them to workers."""
+        """Read the wave's batches (one pread per commitlog range; the header of the message
+        after each batch comes with them, for the dispatch latency) and hand them to workers."""
         sends = [(p, p.units) for p in wave if p.units is not None]
-        requests = [BatchRequest(p.flat.topic, p.flat.queue_id, p.current, u) for p, u in sends]
+        requests = [
+            BatchRequest(p.flat.topic, p.flat.queue_id, p.current, u, p.read_ahead)
+            for p, u in sends
+        ]
         batches: dict[int, MessageBatch | TieredStoreError] = {}
-        for (p, _), got in zip(sends, self.local.read_batches(requests), strict=True):
+        read, next_times = self.local.read_batches_and_next(requests)
+        for (p, _), got, next_time in zip(sends, read, next_times, strict=True):
             batches[id(p)] = got
+            p.next_store_time = next_time
         listeners = tuple(self.commit_listeners)
         return [
             (p, self._pool.submit(execute, p, batches.get(id(p)), now, listeners)) for p in wave

@@ -2,9 +2,10 @@
 
 For each queue, under its lock, the consumequeue first and the commitlog second: while the first
 segment's newest message (its end timestamp) is older than ``now - reserve hours`` -- or unset --
-its record is removed (and persisted) and then its object is deleted. Reserve hours of a topic:
-the first matching ``tieredStoreFileReservedTimeOverrides`` pattern, else the topic's metadata
-``reserveTime`` when above 0, else ``tieredStoreFileReservedTime``.
+its record is removed (and persisted) and then its object is deleted. A failure ends the queue's
+run (logged, counted in ``expiry_failures_total{file_type}``); the next run retries. Reserve hours
+of a topic: the first matching ``tieredStoreFileReservedTimeOverrides`` pattern, else the topic's
+metadata ``reserveTime`` when above 0, else ``tieredStoreFileReservedTime``.
 
 Unlike upstream, the writable last segment is never deleted while it holds the queue's position:
 an expired last segment is first sealed and a new empty one started at the same offset, so an
@@ -79,15 +80,17 @@ def expire(cfg: TieredConfig, store: FlatFileStore, now: int) -> ExpiryReport:
     for flat in store.files():
         before = now - reserve_hours(cfg, store.metadata, flat.topic) * HOUR_MS
         with flat.lock:
+            part: FlatAppendFile = flat.consume_queue
             try:
-                for f in (flat.consume_queue, flat.commitlog):
-                    n, b = expire_file(f, before)
+                for part in (flat.consume_queue, flat.commitlog):
+                    n, b = expire_file(part, before)
                     report.segments += n
                     report.bytes += b
-                    if n and f is flat.commitlog:
+                    if n and part is flat.commitlog:
                         flat.commitlog.forget_first_queue_offset()
             except (TieredStoreError, OSError) as e:
                 report.failures += 1
+                metrics.EXPIRY_FAILURES.labels(part.file_type.label).inc()
                 fields = error_fields(e, topic=flat.topic, queue_id=flat.queue_id)
                 log.warning(
                     "%s: expiry failed (object %s), retried at the next run: %s",

@@ -217,7 +217,9 @@ class Fetcher:
 
         Raises:
             IntegrityError: a message read from the tier failed its checks.
-            ProviderError: the backend failed.
+            ProviderError: the backend failed (a :class:`~tiered.errors.SegmentNotFoundError` or
+                a :class:`~tiered.errors.ReadPastEndError` naming its ``key`` included: the
+                object is gone or shorter than its record, e.g. expired during the read).
         """
         if flat is None or not flat.initialized:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, -1, -1)
@@ -236,7 +238,9 @@ class Fetcher:
                 units, nxt = self._through_cache(flat, offset, hi, want)
             else:
                 units, nxt = self._direct(flat, offset, hi, want)
-        except ReadPastEndError:
+        except ReadPastEndError as e:
+            if e.key is not None:  # the backend's object is shorter than its record: not a gap
+                raise
             after_gap = next_readable(flat, offset)
             return GetResult(GetStatus.OFFSET_FOUND_NULL, after_gap or offset, lo, hi)
         if nxt == offset:

@@ -50,12 +50,14 @@ REFRESH_S = 1.0
 
 @dataclass(frozen=True)
 class BatchRequest:
-    """Consecutive consumequeue ``units`` of a queue, from ``queue_offset``, to read."""
+    """Consecutive consumequeue ``units`` of a queue, from ``queue_offset``, to read; ``after``
+    the units past them, when known (the store time of the first is read too)."""
 
     topic: str
     queue_id: int
     queue_offset: int
     units: Units
+    after: Units | None = None
 
 
 class LocalSource:
@@ -177,14 +179,29 @@ class LocalSource:
         :mod:`tiered.broker.coalesce`), then each batch's units gathered in queue order, checked
         against their consumequeue units and timestamped. A batch whose bytes could not be read
         (the broker deleted the file) or do not match its units is an error in its place."""
+        return self.read_batches_and_next(requests)[0]
+
+    def read_batches_and_next(
+        self, requests: list[BatchRequest]
+    ) -> tuple[list[MessageBatch | BrokerStoreError], list[int | None]]:
+        """:meth:`read_batches`, and the store time of each request's first ``after`` unit
+        (``None`` without one, or when its header could not be read or does not match it). The
+        headers are gathered with the batches, in the same preads: the message after a batch
+        usually lies inside a range read anyway."""
         if not requests:
-            return []
+            return [], []
         offs = [r.units["offset"].astype(np.int64) for r in requests]
         sizes = [r.units["size"].astype(np.int64) for r in requests]
-        got = coalesce.gather(self.commitlog, offs, sizes)
+        nexts = [_first_after(r) for r in requests]
+        got = coalesce.gather(
+            self.commitlog, offs + [o for o, _ in nexts], sizes + [z for _, z in nexts]
+        )
         self.preads += got.calls
+        n = len(requests)
         out: list[MessageBatch | BrokerStoreError] = []
-        for r, data, error, o, z in zip(requests, got.data, got.errors, offs, sizes, strict=True):
+        for r, data, error, o, z in zip(
+            requests, got.data[:n], got.errors[:n], offs, sizes, strict=True
+        ):
             if error is not None:
                 out.append(error)
                 continue
@@ -192,7 +209,15 @@ class LocalSource:
                 out.append(self._batch(r, data, o, z))
             except BrokerStoreError as e:
                 out.append(e)
-        return out
+        times = [
+            _head_time(head, r.queue_offset + len(r.units), int(o[0]), int(r.after["size"][0]))
+            if error is None and len(o) and r.after is not None
+            else None
+            for r, head, error, (o, _) in zip(
+                requests, got.data[n:], got.errors[n:], nexts, strict=True
+            )
+        ]
+        return out, times
 
     def _batch(self, r: BatchRequest, data: bytearray, offs: Int64s, sizes: Int64s) -> MessageBatch:
         starts = np.zeros(len(sizes), dtype=np.int64)
@@ -347,3 +372,30 @@ class LocalSource:
     def path(self) -> Path:
         """The store root."""
         return self.root
+
+
+_NO_UNIT = np.zeros(0, dtype=np.int64)
+
+
+def _first_after(r: BatchRequest) -> tuple[Int64s, Int64s]:
+    """Where the header of the unit after ``r``'s batch is: (offsets, lengths) of 0 or 1 range."""
+    after = r.after
+    if after is None or not len(after) or cqmod.is_blank_unit(after[:1])[0]:
+        return _NO_UNIT, _NO_UNIT
+    offset, size = int(after["offset"][0]), int(after["size"][0])
+    if offset < 0 or size < msgcodec.MIN_UNIT_SIZE:
+        return _NO_UNIT, _NO_UNIT
+    return np.array([offset], np.int64), np.array([min(size, _HEADER_BYTES)], np.int64)
+
+
+def _head_time(head: bytearray, queue_offset: int, physical: int, size: int) -> int | None:
+    """The store time in a message header, ``None`` when the header is not the unit's."""
+    q, p = msgcodec.QUEUE_OFFSET_POSITION, msgcodec.PHYSICAL_OFFSET_POSITION
+    found = (
+        int.from_bytes(head[0:4], "big", signed=True),
+        int.from_bytes(head[q : q + 8], "big", signed=True),
+        int.from_bytes(head[p : p + 8], "big", signed=True),
+    )
+    if found != (size, queue_offset, physical):
+        return None
+    return msgcodec.store_timestamp_of(memoryview(head))

@@ -15,7 +15,9 @@ lock throughout. In order:
    ``tieredStoreGroupCommitSize`` bytes, or on flush (or with ``tieredStoreGroupCommit=false``);
 5. the batch (up to the count, stopping before the message that reaches the size, at least one
    message) is read with one pread per contiguous commitlog run, appended to the flat commitlog
-   (offsets rewritten) and consumequeue, and uploaded: commitlog first, then consumequeue.
+   (offsets rewritten) and consumequeue, and uploaded: commitlog first, then consumequeue;
+6. ``dispatch_latency`` is then the age of the first message left waiting (its header is read
+   with the batch, from the one consumequeue unit read past it), 0 when none waits.
 
 Segment records are written by the dispatcher after the round (one persist per round).
 """
@@ -84,6 +86,7 @@ class Plan:
     read_ahead: npt.NDArray[np.void] | None = None  # the units after the batch (for metrics)
     roll_commitlog: bool = False
     roll_consume_queue: bool = False
+    next_store_time: int | None = None  # of read_ahead[0], read with the batch (dispatch latency)
 
     @property
     def retry(self) -> bool:
@@ -164,9 +167,8 @@ def execute(
         state.next_physical = int(units["offset"][-1]) + int(units["size"][-1])
     else:
         state.next_physical = None
-    newest = int(batch.timestamps.max()) if n else now
     ahead = after["size"].astype(np.int64) if after is not None else np.zeros(0, np.int64)
-    _behind(flat, state, remaining, ahead, now - newest if remaining else 0)
+    _behind(flat, state, remaining, ahead, _waiting_ms(p, batch, remaining, now))
     return StepResult(
         messages=n,
         bytes=batch.nbytes,
@@ -174,6 +176,17 @@ def execute(
         physical=units["offset"].astype(np.int64),
         timestamps=batch.timestamps,
     )
+
+
+def _waiting_ms(p: Plan, batch: MessageBatch, remaining: int, now: int) -> int:
+    """Dispatch latency after a batch (spec §13): the age of the first message not yet
+    offloaded, 0 when none waits. Its store time was read with the batch; should it be unknown
+    (the broker was rewriting it), the newest message just sent gives a lower bound."""
+    if remaining <= 0:
+        return 0
+    if p.next_store_time is not None:
+        return now - p.next_store_time
+    return now - int(batch.timestamps.max()) if len(batch) else 0
 
 
 def failed(flat: FlatMessageFile, state: QueueState, error: BaseException) -> StepResult:
@@ -260,8 +273,8 @@ def _plan(
         _caught_up(flat, state)
         return StepResult()
     want = min(limits.count, lmax - current)
-    try:
-        units = local.read_units(topic, qid, current, want)
+    try:  # one unit more when there is one: where the messages left waiting begin (latency)
+        units = local.read_units(topic, qid, current, min(want + 1, lmax - current))
         gone = (units["offset"] < local.commitlog.min_offset) | is_blank_unit(units)
     except (OffsetNotInStoreError, StoreFileNotFoundError):
         units, gone = np.empty(0, dtype=CQ_UNIT_DTYPE), None
@@ -269,7 +282,7 @@ def _plan(
         return _skip_deleted(flat, state, local, now, current)
     if not len(units):
         return StepResult()  # the broker has not finished writing the unit at `current`
-    sizes = units["size"].astype(np.int64)
+    sizes = units["size"][:want].astype(np.int64)
     state.next_physical = int(units["offset"][0])
     ready = (
         flush

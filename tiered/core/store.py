@@ -379,10 +379,15 @@ class TieredMessageStore:
     ) -> int:
         """The queue offset of the first message stored at or after ``timestamp_ms`` (with
         ``UPPER``: the last stored exactly then). The tier answers when the broker's oldest
-        message is newer (or the level is FORCE), the broker otherwise (spec §9.6, §9.7).
+        message is newer (or the level is FORCE), the broker otherwise (spec §9.6, §9.7). When
+        the tier is asked but its answer is not used (it holds nothing of that time, or it failed
+        while the broker holds that time), the broker answers and a
+        ``get_message_fallback_total{operation="get_offset_by_time"}`` is counted.
 
         Raises:
             InvalidRequestError: a bad topic, queue id or boundary.
+            ProviderError: the tier failed and the broker does not hold that time (its answer
+                could skip what only the tier holds).
         """
         check_request(topic, queue_id)
         try:
@@ -394,12 +399,32 @@ class TieredMessageStore:
             flat = self._flat(topic, queue_id) if self._serves(topic) else None
             local_first = self.local.earliest_time(topic, queue_id)
             ask_tier = level is StorageLevel.FORCE or local_first < 0 or timestamp_ms < local_first
+            fallback = flat is not None and ask_tier
             if flat is not None and ask_tier:
-                answer = offset_by_time(flat, timestamp_ms, edge)
-                if level is StorageLevel.FORCE or 0 <= answer < flat.commit_offset:
-                    return answer
+                try:
+                    answer = offset_by_time(flat, timestamp_ms, edge)
+                except ProviderError as e:
+                    # the broker's answer stands in only where it is exact: it holds that time
+                    if not 0 <= local_first <= timestamp_ms:
+                        raise
+                    fields = error_fields(e, topic=topic, queue_id=queue_id)
+                    log.warning(
+                        "%s/%d offset by time %d: the tier failed on object %s (%s); answered "
+                        "by the broker",
+                        topic,
+                        queue_id,
+                        timestamp_ms,
+                        fields.get("objectKey", "-"),
+                        e,
+                        extra=fields,
+                    )
+                else:
+                    if level is StorageLevel.FORCE or 0 <= answer < flat.commit_offset:
+                        return answer
             if not self.local.has_queue(topic, queue_id):
                 return flat.commit_offset if flat is not None else -1
+            if fallback:
+                metrics.GET_MESSAGE_FALLBACK.labels("get_offset_by_time", topic).inc()
             return self.local.offset_by_time(
                 topic, queue_id, timestamp_ms, upper=edge is Boundary.UPPER
             )

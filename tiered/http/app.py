@@ -3,7 +3,11 @@
 Every user mistake is a 4xx whose JSON body names the parameter (``{"error": ..., "parameter":
 ...}``); a 500 only ever means a bug. Responses are capped by ``maxCount`` and by bytes. A message
 that fails its integrity checks is a 502 naming the segment and offset; a backend that is
-unreachable a 503. More routes (the key query) come in through ``extra_routers``.
+unreachable a 503. An object that vanished (or shrank) under a read the broker cannot answer
+instead -- a segment expired or rewritten after the read looked at the metadata -- is a 503 too,
+``{"error", "objectKey", "retry": true}`` with ``Retry-After``: the metadata has moved on and the
+same request asked again gets the current answer (e.g. OFFSET_TOO_SMALL). More routes (the key
+query) come in through ``extra_routers``.
 """
 
 from __future__ import annotations
@@ -22,7 +26,14 @@ from tiered.broker import message as msgcodec
 from tiered.core.fetcher import GetResult, Unit
 from tiered.core.store import MAX_QUEUE_ID, TOPIC_PATTERN, Boundary
 from tiered.core.tag_filter import TagFilter
-from tiered.errors import IntegrityError, InvalidRequestError, TieredStoreError
+from tiered.errors import (
+    IntegrityError,
+    InvalidRequestError,
+    ProviderError,
+    ReadPastEndError,
+    SegmentNotFoundError,
+    TieredStoreError,
+)
 from tiered.logs import error_fields
 
 from .accounting import RequestAccounting
@@ -30,6 +41,8 @@ from .accounting import RequestAccounting
 log = logging.getLogger(__name__)
 
 MAX_COUNT_LIMIT = 1024
+RETRY_AFTER_S = 1
+"""``Retry-After`` of a 503 for an object that vanished under a read."""
 Checks = Callable[[], dict[str, str]]
 """Named checks, each ``"ok"`` (or ``"starting"``, also passing) or what is wrong."""
 
@@ -86,7 +99,10 @@ def _checked(checks: dict[str, str]) -> JSONResponse:
 _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"description": "A bad parameter, named in the body"},
     502: {"description": "A message in the tier failed its integrity checks"},
-    503: {"description": "The backend is unreachable; retry"},
+    503: {
+        "description": "The backend is unreachable, or an object vanished under the read "
+        "(expired meanwhile: objectKey names it); retry"
+    },
 }
 
 
@@ -124,6 +140,31 @@ def create_app(
     @app.exception_handler(IntegrityError)
     async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:
         return _error(502, str(exc))
+
+    @app.exception_handler(SegmentNotFoundError)
+    @app.exception_handler(ReadPastEndError)
+    async def _vanished(request: Request, exc: ProviderError) -> JSONResponse:
+        key = exc.key
+        log.warning(
+            "%s %s: object %s vanished under the read (%s); answered 503, retry",
+            request.method,
+            request.url.path,
+            key or "-",
+            exc,
+            extra=error_fields(exc),
+        )
+        what = (
+            "the object is gone from the backend"
+            if isinstance(exc, SegmentNotFoundError)
+            else "the tier holds less than its metadata said"
+        )
+        body = {
+            "error": f"{exc}; {what}, most likely expired or rewritten during the read (the "
+            "tier's metadata has moved on): retry the request",
+            "objectKey": key,
+            "retry": True,
+        }
+        return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
 
     @app.exception_handler(TieredStoreError)
     async def _backend(request: Request, exc: TieredStoreError) -> JSONResponse:

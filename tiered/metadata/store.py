@@ -170,8 +170,10 @@ class MetadataStore:
             if doc is None:
                 if main_damaged or self.bak_path.exists():
                     raise MetadataError(
-                        f"{'; '.join(problems)}; no usable tiered metadata: rebuild it with "
-                        "`rmq-tiered recover --from-backend` (the damaged files were left in place)"
+                        f"{'; '.join(problems)}; no usable tiered metadata (the damaged files "
+                        "were left in place): restore it from the backend mirror with "
+                        "`rmq-tiered recover` (keeps topic ids), or, if the mirror is gone too, "
+                        "rebuild it from the segments with `rmq-tiered recover --from-backend`"
                     )
                 doc, used = MetadataDocument(), "empty"
                 problems = []  # a first start: nothing was there to lose
