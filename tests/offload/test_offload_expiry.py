@@ -233,3 +233,53 @@ def test_a_failed_segment_expiry_is_counted_by_file_type(
         again = sidecar.expire(10**15)
         assert again.failures == 0 and again.segments > 0
         assert expiry_failures(file_type) - before[file_type] == queues
+
+
+def test_objects_whose_delete_failed_are_deleted_by_a_later_run(
+    make_store: StoreFactory, offload_config: ConfigFactory
+) -> None:
+    """The record goes first, so a refused delete would leave the object in the backend for
+    good; the orphan log keeps its key and the next run deletes it -- also after a restart."""
+    cfg = offload_config(make_store())
+    memory = MemoryProvider()
+    provider = FailingDeletes(memory)
+    offload(cfg, provider)
+    provider.marker = "/COMMIT_LOG/"
+    with Sidecar(cfg, provider) as sidecar:
+        sidecar.expire(10**15)
+        refused = sorted(set(provider.refused))
+        assert refused and sidecar.metadata.orphans.keys() == refused
+        assert all(memory.exists(key) for key in refused)
+    provider.marker = None
+    with Sidecar(cfg, provider) as sidecar:  # a restart: the log is read back from disk
+        report = sidecar.expire(10**15)
+        assert report.orphans_deleted == len(refused)
+        assert not any(memory.exists(key) for key in refused)
+        assert sidecar.metadata.orphans.keys() == []
+    doc = read_document(cfg)
+    recorded = set()
+    for kind, file_type in TYPES.items():
+        for path, segments in doc.segment_table(kind).items():
+            broker, topic, qid = path.split("/")
+            for base in segments:
+                recorded.add(
+                    segment_key("DefaultCluster", broker, topic, int(qid), file_type, base)
+                )
+    stored = {k for k in memory.list("") if "/COMMIT_LOG/" in k or "/CONSUME_QUEUE/" in k}
+    assert stored <= recorded  # no object without a record is left behind
+
+
+def test_a_logged_key_whose_record_survived_is_never_deleted(
+    make_store: StoreFactory, offload_config: ConfigFactory
+) -> None:
+    """A crash after logging the key but before removing the record: the object is live."""
+    cfg = offload_config(make_store())
+    memory = MemoryProvider()
+    offload(cfg, memory)
+    with Sidecar(cfg, memory) as sidecar:
+        flat = sidecar.store.files()[0]
+        live = flat.commitlog.key(flat.commitlog.segments[0].base)
+        sidecar.metadata.orphans.add([live])
+        assert sidecar.expire(0).orphans_deleted == 0  # nothing is old enough at time 0
+        assert memory.exists(live) and sidecar.metadata.orphans.keys() == []
+    assert check_tier(cfg, memory).problems == []

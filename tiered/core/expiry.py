@@ -21,10 +21,12 @@ from fnmatch import fnmatchcase
 from tiered import metrics
 from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
-from tiered.file.flat_append_file import FlatAppendFile
+from tiered.file.flat_append_file import SEGMENT_TYPES, FlatAppendFile, retrying
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.logs import error_fields, traceback_if_debug
 from tiered.metadata import LONG_MAX, MetadataStore
+from tiered.providers.base import Provider
+from tiered.providers.layout import SegmentAddress
 
 log = logging.getLogger(__name__)
 
@@ -38,6 +40,26 @@ class ExpiryReport:
     segments: int = 0
     bytes: int = 0
     failures: int = 0
+    orphans_deleted: int = 0
+    """Objects of earlier runs whose delete had failed (or was interrupted), deleted now."""
+
+
+def sweep_orphans(metadata: MetadataStore, provider: Provider) -> int:
+    """Delete the objects :attr:`MetadataStore.orphans` still lists whose records are gone."""
+
+    def recorded(key: str) -> bool:
+        address = SegmentAddress.parse(key)
+        return address is not None and (
+            metadata.get_segment(
+                SEGMENT_TYPES[address.file_type], address.logical_path, address.base_offset
+            )
+            is not None
+        )
+
+    deleted = metadata.orphans.sweep(lambda key: retrying(lambda: provider.delete(key)), recorded)
+    if deleted:
+        log.info("deleted %d expired objects left behind by earlier failures", deleted)
+    return deleted
 
 
 def reserve_hours(cfg: TieredConfig, metadata: MetadataStore, topic: str) -> int:
@@ -77,6 +99,7 @@ def expire(cfg: TieredConfig, store: FlatFileStore, now: int) -> ExpiryReport:
     report = ExpiryReport()
     if not cfg.tiered_store_delete_file_enable:
         return report
+    report.orphans_deleted = sweep_orphans(store.metadata, store.provider)
     for flat in store.files():
         before = now - reserve_hours(cfg, store.metadata, flat.topic) * HOUR_MS
         with flat.lock:

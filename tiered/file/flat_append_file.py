@@ -493,19 +493,25 @@ class FlatAppendFile:
     def delete_first(self) -> Segment:
         """Remove the first segment: its record (persisted) first, then its object."""
         seg = self._segments[0]
+        key = self.key(seg.base)
+        self.metadata.orphans.add([key])  # so a failed or interrupted delete is retried
         self._segments = self._segments[1:]
         self._dirty.discard(seg.base)
         with durable(self.metadata):
             self.metadata.delete_segment(self.segment_type, self.path, seg.base)
-        retrying(lambda: self.provider.delete(self.key(seg.base)))
+        retrying(lambda: self.provider.delete(key))
+        self.metadata.orphans.remove([key])
         return seg
 
     def destroy(self) -> None:
         """Remove every segment (records first, persisted, then objects)."""
         segs = self._segments
+        keys = [self.key(seg.base) for seg in segs]
+        self.metadata.orphans.add(keys)
         self._segments = []
         self._dirty.clear()
         with durable(self.metadata):
             self.metadata.delete_segments(self.segment_type, self.path)
-        for seg in segs:
-            retrying(lambda s=seg: self.provider.delete(self.key(s.base)))  # type: ignore[misc]
+        for key in keys:
+            retrying(lambda k=key: self.provider.delete(k))  # type: ignore[misc]
+        self.metadata.orphans.remove(keys)

@@ -254,9 +254,12 @@ class UploadedIndex:
         for record in self.records():
             if record.end_timestamp >= before:
                 break
+            key = self.key(record.base_offset)
+            self.metadata.orphans.add([key])  # so a failed or interrupted delete is retried
             with durable(self.metadata):
                 self.metadata.delete_segment(FileSegmentType.INDEX, self.path, record.base_offset)
-            retrying(lambda r=record: self.provider.delete(self.key(r.base_offset)))  # type: ignore[misc]
+            retrying(lambda k=key: self.provider.delete(k))  # type: ignore[misc]
+            self.metadata.orphans.remove([key])
             deleted.append(record)
         return deleted
 

@@ -42,6 +42,7 @@ from .models import (
     dump_metadata,
     parse_metadata,
 )
+from .orphans import OrphanLog
 
 __all__ = ["FILE_NAME", "LoadReport", "MetadataStore", "mirror_key_for", "now_ms"]
 
@@ -106,6 +107,8 @@ class MetadataStore:
         self._file = AtomicFile(Path(data_dir) / "config" / FILE_NAME)
         self.path: Path = self._file.path
         self.bak_path: Path = self._file.bak_path
+        self.orphans = OrphanLog(self.path.parent)
+        """Objects whose records are removed but which are not deleted yet (expiry)."""
         self.mirror = mirror
         self.mirror_key = mirror_key
         self._clock = clock
