@@ -20,6 +20,7 @@ from tiered.providers import PosixProvider, unwrap
 
 from tiered.broker import message as msgcodec
 from tiered.core.sample_tier import SampleTier
+from tiered.errors import AccessDeniedError
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
@@ -153,3 +154,25 @@ def test_offset_by_time_is_a_fallback_when_the_tier_holds_nothing_then(
     tier.sidecar.expire(10**15)  # the tier keeps nothing (the queue keeps its position)
     assert store.get_offset_by_time(TOPIC, QID, first) == lmin  # the broker's oldest
     assert fallbacks("get_offset_by_time") == was + 1
+
+
+def test_a_backend_that_refuses_access_is_a_503_naming_the_object(
+    served: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Permissions cannot be taken from root here, so the posix provider's read is made to fail
+    the way a backend that refuses access does (a non-retriable AccessDeniedError)."""
+    cold = 1
+    key, _ = served.segment_of(cold)
+
+    original = served.posix.read
+
+    def refuse(k: str, position: int, length: int) -> bytes:
+        if "/COMMIT_LOG/" not in k:
+            return original(k, position, length)
+        raise AccessDeniedError(f"read of {k!r} refused: check the backend's permissions", key=k)
+
+    monkeypatch.setattr(served.posix, "read", refuse)
+    r = get(served.url, MESSAGES, offset=cold, maxCount=1)
+    assert r.status == 503, r.body
+    assert r.body["objectKey"] == key and r.body["retry"] is False
+    assert "check the backend's permissions" in r.body["error"]

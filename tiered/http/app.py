@@ -2,12 +2,14 @@
 
 Every user mistake is a 4xx whose JSON body names the parameter (``{"error": ..., "parameter":
 ...}``); a 500 only ever means a bug. Responses are capped by ``maxCount`` and by bytes. A message
-that fails its integrity checks is a 502 naming the segment and offset; a backend that is
-unreachable a 503. An object that vanished (or shrank) under a read the broker cannot answer
-instead -- a segment expired or rewritten after the read looked at the metadata -- is a 503 too,
-``{"error", "objectKey", "retry": true}`` with ``Retry-After``: the metadata has moved on and the
-same request asked again gets the current answer (e.g. OFFSET_TOO_SMALL). More routes (the key
-query) come in through ``extra_routers``.
+that fails its integrity checks is a 502 naming the segment and offset. A backend that is
+unreachable or refuses (e.g. access denied) is a 503 ``{"error", "objectKey", "retry"}``
+(``retry`` false when asking again will not help until the backend is fixed). An object that
+vanished (or shrank) under a read the broker cannot answer instead -- a segment expired or
+rewritten after the read looked at the metadata -- is a 503 too, ``{"error", "objectKey",
+"retry": true}`` with ``Retry-After``: the metadata has moved on and the same request asked again
+gets the current answer (e.g. OFFSET_TOO_SMALL). More routes (the key query) come in through
+``extra_routers``.
 """
 
 from __future__ import annotations
@@ -100,8 +102,8 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"description": "A bad parameter, named in the body"},
     502: {"description": "A message in the tier failed its integrity checks"},
     503: {
-        "description": "The backend is unreachable, or an object vanished under the read "
-        "(expired meanwhile: objectKey names it); retry"
+        "description": "The backend is unreachable or refused the read, or an object vanished "
+        "under it (expired meanwhile); objectKey names the object, retry says whether to retry"
     },
 }
 
@@ -177,6 +179,9 @@ def create_app(
             exc,
             extra=fields,
         )
+        if isinstance(exc, ProviderError):  # the backend refused or failed: not a bug of ours
+            body = {"error": str(exc), "objectKey": fields.get("objectKey"), "retry": exc.retriable}
+            return JSONResponse(body, status_code=503)
         return _error(503 if exc.retriable else 500, str(exc))
 
     @app.get(
