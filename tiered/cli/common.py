@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import json
 import sys
 from typing import Any, NoReturn
@@ -9,6 +10,7 @@ from typing import Any, NoReturn
 import click
 from rich.console import Console
 
+from tiered.broker import message as msgcodec
 from tiered.errors import TieredStoreError
 
 EXIT_DATA_ERROR = 1
@@ -48,3 +50,23 @@ def emit_json(obj: dict[str, Any]) -> None:
 def wide_console() -> Console:
     """The console, or a wide one when stdout is not a terminal (no folded columns in a pipe)."""
     return console if console.is_terminal else Console(width=200, highlight=False)
+
+
+MESSAGE_COLUMNS = ("msgId", "store time (UTC)", "size", "tags", "keys", "body")
+"""The columns :func:`message_cells` fills, for the message tables of ``fetch`` and ``query``."""
+
+
+def message_cells(data: bytes) -> list[str]:
+    """The :data:`MESSAGE_COLUMNS` cells of one stored message (the body shortened to 32 bytes)."""
+    m = msgcodec.decode(data)
+    body = m.decompressed_body()
+    preview = body[:32].decode("utf-8", "replace") + ("…" if len(body) > 32 else "")
+    when = dt.datetime.fromtimestamp(m.store_timestamp / 1000, dt.UTC)
+    return [
+        m.properties.get(msgcodec.PROPERTY_UNIQ_KEY) or m.offset_msg_id,
+        when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
+        str(m.total_size),
+        m.tags or "",
+        " ".join(m.keys),
+        repr(preview),
+    ]

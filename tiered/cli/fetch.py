@@ -7,14 +7,12 @@ the HTTP API; the status line (status, tier, next offset) goes to stderr.
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import click
 from rich.table import Table
 
-from tiered.broker import message as msgcodec
-from tiered.cli.common import emit_json, wide_console
+from tiered.cli.common import MESSAGE_COLUMNS, emit_json, message_cells, wide_console
 from tiered.cli.config_option import config_option, load, setup_logging
 from tiered.core.fetcher import GetResult
 from tiered.core.store import TieredMessageStore
@@ -69,21 +67,8 @@ def _summary(r: GetResult) -> str:
 
 def _table(r: GetResult) -> Table:
     table = Table()
-    for name in ("q offset", "tier", "msgId", "store time (UTC)", "size", "tags", "keys", "body"):
+    for name in ("q offset", "tier", *MESSAGE_COLUMNS):
         table.add_column(name, overflow="fold")
     for unit in r.units:
-        m = msgcodec.decode(unit.data)
-        body = m.decompressed_body()
-        preview = body[:32].decode("utf-8", "replace") + ("…" if len(body) > 32 else "")
-        when = dt.datetime.fromtimestamp(m.store_timestamp / 1000, dt.UTC)
-        table.add_row(
-            str(unit.queue_offset),
-            r.tier,
-            m.properties.get(msgcodec.PROPERTY_UNIQ_KEY) or m.offset_msg_id,
-            when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-            str(m.total_size),
-            m.tags or "",
-            " ".join(m.keys),
-            repr(preview),
-        )
+        table.add_row(str(unit.queue_offset), r.tier, *message_cells(unit.data))
     return table

@@ -8,14 +8,13 @@ of the HTTP API; the summary goes to stderr.
 
 from __future__ import annotations
 
-import datetime as dt
 from pathlib import Path
 
 import click
 from rich.table import Table
 
 from tiered.broker import message as msgcodec
-from tiered.cli.common import console, emit_json
+from tiered.cli.common import MESSAGE_COLUMNS, console, emit_json, message_cells
 from tiered.cli.config_option import config_option, load, setup_logging
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
@@ -82,21 +81,10 @@ def search(
 
 def _table(hits: list[KeyHit]) -> Table:
     table = Table()
-    for name in ("queue", "q offset", "msgId", "store time (UTC)", "size", "tags", "keys", "body"):
+    for name in ("queue", "q offset", *MESSAGE_COLUMNS):
         table.add_column(name, overflow="fold")
     for hit in hits:
-        m = msgcodec.decode(hit.data)
-        body = m.decompressed_body()
-        preview = body[:32].decode("utf-8", "replace") + ("…" if len(body) > 32 else "")
-        when = dt.datetime.fromtimestamp(m.store_timestamp / 1000, dt.UTC)
-        table.add_row(
-            str(hit.queue_id),
-            str(m.queue_offset),
-            m.properties.get(msgcodec.PROPERTY_UNIQ_KEY) or m.offset_msg_id,
-            when.strftime("%Y-%m-%d %H:%M:%S.%f")[:-3],
-            str(m.total_size),
-            m.tags or "",
-            " ".join(m.keys),
-            repr(preview),
-        )
+        pos = msgcodec.QUEUE_OFFSET_POSITION
+        queue_offset = int.from_bytes(hit.data[pos : pos + 8], "big", signed=True)
+        table.add_row(str(hit.queue_id), str(queue_offset), *message_cells(hit.data))
     return table
