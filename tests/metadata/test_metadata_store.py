@@ -367,7 +367,12 @@ def _kill_round(data_dir: Path, acked: int, delay: float) -> int:
         time.sleep(delay)
     finally:
         os.kill(child.pid, signal.SIGKILL)
-        out, _ = child.communicate(timeout=30)
+        # read the rest through the same file object: readline() may already have buffered acks
+        # that communicate(timeout=...) would skip (it reads the raw pipe)
+        assert child.stdout is not None
+        with child.stdout:
+            out = child.stdout.read()
+        child.wait(timeout=30)
     assert child.returncode == -signal.SIGKILL
     acks = [int(line) for line in out.split()]
     assert acks == list(range(acked + 1, acked + 1 + len(acks)))
