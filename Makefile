@@ -25,12 +25,19 @@ $(VENV)/.installed-dev: pyproject.toml $(VENV)/.pkgfiles | $(BIN)/python
 	$(BIN)/python -m pip install -q -e '.[dev,helm]' $(EDITABLE)
 	@touch $@ $(VENV)/.installed
 
+# ali-ons (a real third-party RocketMQ remoting client, pinned in package-lock.json) for the
+# replay endpoint's tests; Node 20 and npm are on the PATH of these machines and of CI.
+JS := tests/remoting/js
+$(JS)/node_modules/.installed: $(JS)/package.json $(JS)/package-lock.json
+	npm ci --prefix $(JS) --no-audit --no-fund --loglevel=error
+	@touch $@
+
 venv: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(BIN)/rmq-tiered demo
 
-test: lint
+test: lint $(JS)/node_modules/.installed
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # mypy runs inside the editable link tree, where tiered.providers and tiered.jobs resolve;
@@ -43,7 +50,7 @@ lint: $(VENV)/.installed-dev
 	    $(MYPY) $(CURDIR)/tests/*.py && \
 	    for d in $(CURDIR)/tests/*/; do $(MYPY) $$d || exit 1; done
 
-bench: $(VENV)/.installed-dev
+bench: $(VENV)/.installed-dev $(JS)/node_modules/.installed
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/bench/bench_*.py
 
 clean:

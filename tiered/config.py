@@ -278,6 +278,25 @@ def _level_overrides(value: object) -> tuple[str, ...]:
     return tuple(out)
 
 
+def _advertised(value: object) -> str:
+    text = value.strip() if isinstance(value, str) else None
+    if text == "":
+        return text
+    host, sep, port = (text or "").rpartition(":")
+    if (
+        text is None
+        or not sep
+        or not host
+        or not port.isdigit()
+        or not 1 <= int(port) <= 65535
+        or re.search(r"[\s/]", host)
+    ):
+        raise ValueError(
+            "is not ip:port (e.g. 10.0.0.7:10941); leave it empty to advertise the listen address"
+        )
+    return text
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
 
@@ -326,6 +345,9 @@ CqFileSize = Annotated[
     int, BeforeValidator(_int(CQ_UNIT_SIZE, INT_MAX // CQ_UNIT_SIZE * CQ_UNIT_SIZE))
 ]
 Level = Annotated[StorageLevel, BeforeValidator(_storage_level)]
+AdvertisedAddress = Annotated[str, BeforeValidator(_advertised)]
+FrameBytes = Annotated[int, BeforeValidator(_int(1024, INT_MAX))]
+NewGroupOffset = Annotated[str, BeforeValidator(_choice(("EARLIEST", "CLIENT")))]
 Provider = Annotated[str, BeforeValidator(_provider)]
 MetadataStore = Annotated[str, BeforeValidator(_metadata_provider)]
 Endpoint = Annotated[str, BeforeValidator(_endpoint)]
@@ -504,6 +526,36 @@ class TieredConfig(BaseModel):
     tiered_http_max_response_bytes: Int = _key(
         "tieredHttpMaxResponseBytes", "message bytes per HTTP response at most", 16 << 20
     )
+    # replay endpoint (RocketMQ remoting protocol)
+    tiered_remoting_enable: Bool = _key(
+        "tieredRemotingEnable", "serve the RocketMQ remoting protocol in run", True
+    )
+    tiered_remoting_host: Text = _key(
+        "tieredRemotingHost", "address the replay endpoint binds", "127.0.0.1"
+    )
+    tiered_remoting_port: Port = _key(
+        "tieredRemotingPort", "replay endpoint port; 0 = any free port", 10941
+    )
+    tiered_remoting_advertised_address: AdvertisedAddress = _key(
+        "tieredRemotingAdvertisedAddress", "ip:port put in routes; empty = the listen address", ""
+    )
+    tiered_remoting_max_frame_bytes: FrameBytes = _key(
+        "tieredRemotingMaxFrameBytes", "largest request frame accepted, bytes", 16 << 20
+    )
+    tiered_remoting_max_connections: Int = _key(
+        "tieredRemotingMaxConnections", "open client connections at most", 1024
+    )
+    tiered_remoting_new_group_offset: NewGroupOffset = _key(
+        "tieredRemotingNewGroupOffset",
+        "offset answered to a group the sidecar never saw: EARLIEST or CLIENT",
+        "EARLIEST",
+    )
+    tiered_remoting_acl_enable: Bool = _key(
+        "tieredRemotingAclEnable", "require signed requests (plain_acl.yml accounts)", False
+    )
+    tiered_remoting_acl_file: str = _key(
+        "tieredRemotingAclFile", "the plain_acl.yml read when tieredRemotingAclEnable", ""
+    )
     tiered_data_dir: DirPath = _key(
         "tieredDataDir",
         "sidecar metadata and index files; never inside the broker store",
@@ -526,6 +578,11 @@ class TieredConfig(BaseModel):
             problems.append(
                 "tieredBackendServiceProvider=fsspec needs tieredStoreFsspecUrl: set it to a base "
                 "URL such as s3://bucket/prefix or file:///mnt/tiered"
+            )
+        if self.tiered_remoting_acl_enable and not self.tiered_remoting_acl_file.strip():
+            problems.append(
+                "tieredRemotingAclEnable=true needs tieredRemotingAclFile: set it to a file in "
+                "the broker's plain_acl.yml format (accounts with accessKey, secretKey, topicPerms)"
             )
         writable = [("tieredDataDir", self.tiered_data_dir)]
         if provider == "posix" and self.tiered_store_file_path:

@@ -166,3 +166,22 @@ class InvalidRequestError(TieredStoreError, ValueError):
 
 class IndexFileError(TieredStoreError, ValueError):
     """Raised when an index file (the broker's or a tiered one) is malformed."""
+
+
+# --- the replay endpoint (RocketMQ remoting protocol) --------------------------------------
+
+
+class ProtocolError(TieredStoreError, ValueError):
+    """Raised when a remoting frame or header does not decode (the connection cannot go on).
+
+    ``reason`` is a short fixed word for the metric label (``too_large``, ``bad_length``,
+    ``bad_header``, ``serialize_type``, ``not_json``).
+    """
+
+    def __init__(self, message: str, reason: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+
+
+class AclError(TieredStoreError, PermissionError):
+    """Raised when a remoting request is not signed by an account allowed to read the topic."""

@@ -61,6 +61,13 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ---------------------------------------------------------------------------------------------------
 ``http_requests_total``                               counter            method, route, status
 ``http_request_duration``                             hist.    ms        method, route
+*replay endpoint* (+) (:mod:`tiered.remoting`)
+---------------------------------------------------------------------------------------------------
+``remoting_requests_total``                           counter  requests  code, result
+``remoting_pull_latency``                             hist.    ms
+``remoting_connections``                              gauge    conns
+``remoting_messages_served_total``                    counter  messages  tier
+``remoting_rejected_total``                           counter            reason
 ====================================================  =======  ========  ==========================
 
 ``dispatch_latency`` is in milliseconds (upstream declares seconds but records milliseconds; we keep
@@ -71,7 +78,12 @@ consumequeue); its ``index`` series stays 0: the key index counts a failed expir
 ``index_failures_total{stage="expire"}``. ``stage`` is one of :data:`INDEX_STAGES`. ``result``
 is ``ok`` or ``failed``. ``route`` is the path template
 (``/v1/topics/{topic}/queues/{queueId}/messages``), ``other`` for paths no route matches, so the
-label stays bounded.
+label stays bounded. ``code`` is the request code's upstream name (``PULL_MESSAGE``, ``OTHER``
+for codes the endpoint does not know), ``result`` the response code's (``SUCCESS``,
+``PULL_NOT_FOUND``, ...; ``ONEWAY`` when no response is sent). ``tier`` is ``tiered`` or ``local``.
+``reason`` is ``too_large``, ``bad_length``, ``bad_header``, ``serialize_type``, ``not_json``,
+``idle`` (a connection silent past the idle timeout, or stalled inside a frame) or
+``too_many_connections``.
 """
 
 from __future__ import annotations
@@ -118,6 +130,11 @@ __all__ = [
     "READ_AHEAD_CACHE_HIT",
     "READ_CRC_FAILURES",
     "REGISTRY",
+    "REMOTING_CONNECTIONS",
+    "REMOTING_MESSAGES_SERVED",
+    "REMOTING_PULL_LATENCY",
+    "REMOTING_REJECTED",
+    "REMOTING_REQUESTS",
     "STORAGE_MESSAGE_RESERVE_TIME",
     "STORAGE_SIZE",
     "counts_index_failures",
@@ -381,6 +398,38 @@ HTTP_REQUEST_DURATION = Histogram(
     "Time from request to the end of the response body, milliseconds",
     ["method", "route"],
     buckets=READ_LATENCY_BUCKETS_MS,
+    registry=REGISTRY,
+)
+
+# --- replay endpoint (the sidecar's own; recorded by tiered.remoting) ---------------------------
+
+REMOTING_REQUESTS = Counter(
+    "rocketmq_tiered_store_remoting_requests",
+    "Remoting requests answered, by request code name and response code name",
+    ["code", "result"],
+    registry=REGISTRY,
+)
+REMOTING_PULL_LATENCY = Histogram(
+    "rocketmq_tiered_store_remoting_pull_latency",
+    "Time to read the messages of one pull (not the long-polling hold), milliseconds",
+    buckets=READ_LATENCY_BUCKETS_MS,
+    registry=REGISTRY,
+)
+REMOTING_CONNECTIONS = Gauge(
+    "rocketmq_tiered_store_remoting_connections",
+    "Open client connections of the replay endpoint",
+    registry=REGISTRY,
+)
+REMOTING_MESSAGES_SERVED = Counter(
+    "rocketmq_tiered_store_remoting_messages_served",
+    "Messages returned by pulls, by the tier that served them (tiered or local)",
+    ["tier"],
+    registry=REGISTRY,
+)
+REMOTING_REJECTED = Counter(
+    "rocketmq_tiered_store_remoting_rejected",
+    "Connections closed or refused for bad input, by reason",
+    ["reason"],
     registry=REGISTRY,
 )
 

@@ -45,6 +45,7 @@ def _cfg(store: Path, work: Path, **keys: str) -> TieredConfig:
         "tieredBackendServiceProvider": "memory",
         "tieredStoreGroupCommitTimeout": "0",
         "tieredHttpPort": "0",
+        "tieredRemotingPort": "0",
         **keys,
     }
     return load_config([], env={}, overrides=settings)

@@ -10,6 +10,7 @@ import click
 
 from tiered.cli.config_option import config_option, load, setup_logging
 from tiered.core.daemon import Daemon
+from tiered.core.store import TieredMessageStore
 from tiered.http.keys import keys_router
 from tiered.http.service import http_service
 
@@ -19,8 +20,10 @@ from tiered.http.service import http_service
 @click.option("-v", "--verbose", count=True, help="Log at DEBUG level (whatever tieredLogLevel).")
 def run(configs: tuple[Path, ...], verbose: int) -> None:
     """Run the sidecar: offload new messages every tieredStoreDispatchIntervalMs, expire old
-    tiered data every tieredStoreDeleteFileInterval, and serve the HTTP API (cold reads, status,
-    /metrics, /healthz, /readyz) on tieredHttpHost:tieredHttpPort.
+    tiered data every tieredStoreDeleteFileInterval, serve the HTTP API (cold reads, status,
+    /metrics, /healthz, /readyz) on tieredHttpHost:tieredHttpPort, and the RocketMQ remoting
+    protocol (replay with unmodified consumers and mqadmin; tieredRemotingEnable) on
+    tieredRemotingHost:tieredRemotingPort.
 
     SIGTERM (or Ctrl-C) finishes the uploads in flight, persists the metadata and exits 0. Only
     one `run` (or `dispatch`) may use a tieredDataDir at a time.
@@ -31,5 +34,11 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     keys = keys_router(
         lambda: daemon.sidecar.index, max_response_bytes=cfg.tiered_http_max_response_bytes
     )
-    daemon.services.append(http_service(daemon, extra_routers=[keys]))
+    # one read facade (and one read-ahead cache) behind both front doors
+    store = TieredMessageStore(cfg, daemon.sidecar.store, daemon.sidecar.local)
+    daemon.services.append(http_service(daemon, extra_routers=[keys], store=store))
+    if cfg.tiered_remoting_enable:
+        from tiered.remoting.service import remoting_service
+
+        daemon.services.append(remoting_service(daemon, store))
     sys.exit(daemon.run())

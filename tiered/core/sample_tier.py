@@ -31,7 +31,7 @@ def sample_config(
     store: Path, work: Path, spec: GenSpec, provider: str, **keys: Any
 ) -> TieredConfig:
     """A configuration over ``store`` with small flat segments (both files roll), no
-    group-commit hold, the HTTP API on any free port; ``keys`` (upstream names) override."""
+    group-commit hold, the HTTP API and the replay endpoint on any free port; ``keys`` (upstream names) override."""
     values = {
         "storePathRootDir": str(store),
         "mappedFileSizeCommitLog": str(spec.commitlog_file_size),
@@ -48,6 +48,7 @@ def sample_config(
         "tieredStoreGroupCommitTimeout": "0",
         "tieredStoreDispatchIntervalMs": "50",
         "tieredHttpPort": "0",
+        "tieredRemotingPort": "0",
     }
     values.update({k: str(v) for k, v in keys.items()})
     return load_config([], env={}, overrides=values)

@@ -57,10 +57,16 @@ def readiness(daemon: Daemon) -> dict[str, str]:
     return checks
 
 
-def http_service(daemon: Daemon, extra_routers: Sequence[APIRouter] = ()) -> HttpServer:
-    """The HTTP API of ``daemon`` on ``tieredHttpHost:tieredHttpPort`` (started by the daemon)."""
+def http_service(
+    daemon: Daemon,
+    extra_routers: Sequence[APIRouter] = (),
+    store: TieredMessageStore | None = None,
+) -> HttpServer:
+    """The HTTP API of ``daemon`` on ``tieredHttpHost:tieredHttpPort`` (started by the daemon),
+    reading through ``store`` (default: a new one over the daemon's flat files)."""
     cfg = daemon.cfg
-    store = TieredMessageStore(cfg, daemon.sidecar.store, daemon.sidecar.local)
+    if store is None:
+        store = TieredMessageStore(cfg, daemon.sidecar.store, daemon.sidecar.local)
 
     def status() -> dict[str, Any]:
         return collect_status(cfg).to_json()

@@ -1,0 +1,276 @@
+"""Fixtures of the replay-endpoint tests: offloaded stores whose oldest history only the tier
+holds, the endpoint in-process (over a :class:`SampleTier`) or as a real ``rmq-tiered run``, and
+ali-ons -- a real third-party RocketMQ remoting client (``js/``, pinned in package-lock.json,
+installed by ``make test``) -- driven through ``js/consume.js``.
+
+The stores hold V1 messages with IPv4 hosts and uncompressed bodies: what ali-ons decodes (a
+broker serves those clients the same bytes; the endpoint serves stored bytes unchanged).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tiered.broker import message as msgcodec
+from tiered.broker.generator import GenSpec
+from tiered.core.sample_tier import SampleTier, build_sample_tier
+from tiered.remoting.client import RemotingClient
+from tiered.remoting.groups import ReplayOffsets
+from tiered.remoting.handlers import Replay
+from tiered.remoting.naming import Naming
+from tiered.remoting.server import RemotingServer
+
+RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
+JS = Path(__file__).parent / "js"
+CONSUME_JS = JS / "consume.js"
+TOPIC = "GenTopic0"
+
+
+@pytest.fixture(scope="session")
+def replay_spec() -> GenSpec:
+    """4000 messages in 2 topics x 4 queues, 256 KiB commitlog files, 2 keys each, the broker's
+    own index files written; V1, IPv4, uncompressed (what ali-ons decodes)."""
+    return GenSpec(
+        seed=31,
+        topics=2,
+        queues=4,
+        messages=4000,
+        min_body=16,
+        max_body=600,
+        commitlog_file_size=256 << 10,
+        cq_file_entries=400,
+        keys_per_message=2,
+        with_index=True,
+        index_slots=1000,
+        index_max_items=20000,
+    )
+
+
+def build_history(work: Path, spec: GenSpec, **keys: Any) -> SampleTier:
+    """A posix tier of ``spec`` with the broker's 3 oldest commitlog files deleted; expiry off."""
+    keys.setdefault("tieredStoreFileReservedTime", 1_000_000)
+    return build_sample_tier(work, spec, "posix", deleted_files=3, **keys)
+
+
+@pytest.fixture(scope="module")
+def history(tmp_path_factory: pytest.TempPathFactory, replay_spec: GenSpec) -> Iterator[SampleTier]:
+    """One tier for a module's in-process tests (read-only ones share it)."""
+    tier = build_history(tmp_path_factory.mktemp("history"), replay_spec)
+    yield tier
+    tier.sidecar.close()
+
+
+@dataclass
+class Endpoint:
+    """An in-process endpoint over a tier, and a way to talk to it."""
+
+    server: RemotingServer
+    replay: Replay
+    offsets: ReplayOffsets
+
+    def client(self, **kw: Any) -> RemotingClient:
+        return RemotingClient("127.0.0.1", self.server.port, **kw)
+
+
+EndpointFactory = Callable[..., Endpoint]
+
+
+@pytest.fixture
+def endpoint(tmp_path: Path) -> Iterator[EndpointFactory]:
+    """``endpoint(tier, level=None, cfg_changes..., server=dict(...), acl=None)``: the replay
+    endpoint over ``tier`` on a free port (stopped at the end of the test)."""
+    started: list[RemotingServer] = []
+
+    def make(
+        tier: SampleTier,
+        level: str | None = None,
+        *,
+        server: dict[str, Any] | None = None,
+        acl: Any = None,
+        **changes: Any,
+    ) -> Endpoint:
+        store = tier.store(level, **changes)
+        offsets = ReplayOffsets(tmp_path / f"offsets-{len(started)}")
+        offsets.load()
+        holder: list[RemotingServer] = []
+        replay = Replay(
+            store.cfg,
+            store,
+            Naming(store.cfg, store, lambda: holder[0].address),
+            index=lambda: tier.sidecar.index,
+            offsets=offsets,
+            acl=acl,
+        )
+        srv = RemotingServer(replay, "127.0.0.1", 0, flush=offsets.flush, **(server or {}))
+        holder.append(srv)
+        srv.start()
+        started.append(srv)
+        return Endpoint(srv, replay, offsets)
+
+    yield make
+    for srv in started:
+        srv.stop()
+
+
+def store_snapshot(root: Path) -> dict[str, tuple[str, int]]:
+    """Every file of a broker store: its sha256 and mtime (the endpoint must change neither)."""
+    out = {}
+    for path in sorted(p for p in root.rglob("*") if p.is_file()):
+        out[str(path.relative_to(root))] = (
+            hashlib.sha256(path.read_bytes()).hexdigest(),
+            path.stat().st_mtime_ns,
+        )
+    return out
+
+
+def expected_messages(tier: SampleTier, topic: str) -> dict[tuple[int, int], msgcodec.Message]:
+    """``(queueId, queueOffset) -> message`` of every message of ``topic``."""
+    return {(q, o): msgcodec.decode(d) for (t, q, o), d in tier.expected.items() if t == topic}
+
+
+# --- a real `rmq-tiered run` ----------------------------------------------------------------
+
+
+def _get(url: str) -> tuple[int, bytes]:
+    try:
+        with urllib.request.urlopen(url, timeout=10) as r:
+            return r.status, r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read()
+
+
+@dataclass
+class Sidecar:
+    """``rmq-tiered run`` as a subprocess, with its HTTP URL and replay port."""
+
+    conf: Path
+    log: Path
+    proc: subprocess.Popen[bytes] | None = None
+    http: str = ""
+    port: int = 0
+    starts: int = field(default=0)
+
+    def start(self, timeout_s: float = 90.0) -> None:
+        self.starts += 1
+        log = self.log.with_suffix(f".{self.starts}.log")
+        with log.open("wb") as err:
+            self.proc = subprocess.Popen([RMQ_TIERED, "run", "--config", self.conf], stderr=err)
+        deadline = time.monotonic() + timeout_s
+        while True:
+            text = log.read_text(errors="replace")
+            http = re.search(r"HTTP API listening on (http://\S+)", text)
+            remoting = re.search(
+                r"replay endpoint \(RocketMQ remoting\) listening on \S+:(\d+)", text
+            )
+            if http and remoting and _get(f"{http.group(1)}/readyz")[0] == 200:
+                self.http, self.port = http.group(1), int(remoting.group(1))
+                return
+            assert self.proc.poll() is None, f"run exited {self.proc.returncode}:\n{text}"
+            assert time.monotonic() < deadline, f"run did not become ready:\n{text}"
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        if self.proc is None:
+            return
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            assert self.proc.wait(timeout=60) == 0
+        finally:
+            if self.proc.poll() is None:
+                self.proc.kill()
+                self.proc.wait()
+            self.proc = None
+
+    def metric(self, sample: str, **labels: str) -> float:
+        """The sum of ``sample``'s series whose labels include ``labels``, from /metrics."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        status, body = _get(f"{self.http}/metrics")
+        assert status == 200
+        return sum(
+            s.value
+            for family in text_string_to_metric_families(body.decode())
+            for s in family.samples
+            if s.name == sample and labels.items() <= s.labels.items()
+        )
+
+    @property
+    def name_server(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def sidecar_conf(tier: SampleTier, path: Path, **keys: Any) -> Path:
+    """``tier``'s configuration as a properties file for ``run`` (``keys`` override)."""
+    props = tier.cfg.as_properties()
+    props.update({"tieredStoreDispatchIntervalMs": "200"}, **{k: str(v) for k, v in keys.items()})
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items() if v != ""), "utf-8")
+    return path
+
+
+@pytest.fixture
+def sidecar(tmp_path: Path) -> Iterator[Callable[..., Sidecar]]:
+    """``sidecar(tier, **keys)``: ``rmq-tiered run`` over ``tier``'s store and data dir (the tier's
+    own sidecar is closed first: one process per data dir); started, stopped at the end."""
+    made: list[Sidecar] = []
+
+    def make(tier: SampleTier, **keys: Any) -> Sidecar:
+        tier.sidecar.close()
+        conf = sidecar_conf(tier, tmp_path / f"sidecar-{len(made)}.conf", **keys)
+        car = Sidecar(conf, tmp_path / f"run-{len(made)}")
+        made.append(car)
+        car.start()
+        return car
+
+    yield make
+    for car in made:
+        car.stop()
+
+
+@dataclass
+class Consumed:
+    """What one ali-ons run consumed."""
+
+    messages: list[dict[str, Any]]
+    done: dict[str, Any]
+
+    @property
+    def positions(self) -> list[tuple[int, int]]:
+        return [(m["queueId"], m["queueOffset"]) for m in self.messages]
+
+
+def ali_ons(name_server: str, group: str, topic: str = TOPIC, **opts: Any) -> Consumed:
+    """Run ali-ons' push consumer (``js/consume.js``) until it has ``expect`` messages and
+    nothing more for ``settleMs``; what it consumed."""
+    node = shutil.which("node")
+    assert node is not None, "node (Node.js 20) must be on the PATH for the ali-ons tests"
+    assert (JS / "node_modules" / "ali-ons").is_dir(), "run `make test` (it installs ali-ons)"
+    options = {"nameSrv": name_server, "group": group, "topic": topic, **opts}
+    env = dict(os.environ, TZ="UTC")
+    done = subprocess.run(
+        [node, CONSUME_JS, json.dumps(options)],
+        capture_output=True,
+        text=True,
+        timeout=opts.get("maxMs", 120_000) / 1000 + 60,
+        env=env,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    assert lines and lines[-1].get("done"), done.stdout[-2000:] + done.stderr
+    return Consumed(lines[:-1], lines[-1])

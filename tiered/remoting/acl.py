@@ -1,0 +1,162 @@
+"""Access control of the replay endpoint: accounts in the broker's ``plain_acl.yml`` format.
+
+With ``tieredRemotingAclEnable=true`` every request must carry ``AccessKey`` and ``Signature``
+extFields, signed as RocketMQ's ``AclClientRPCHook`` signs: the values of all extFields except
+``Signature``, sorted by key and concatenated, then the body; HMAC-SHA1 with the account's
+``secretKey``, base64. A request that names a topic needs ``SUB`` on it (``topicPerms`` entry,
+else ``defaultTopicPerm``), one that names a consumer group ``SUB`` on the group (``groupPerms``,
+else ``defaultGroupPerm``); ``admin: true`` accounts may read everything. IP allow-lists
+(``globalWhiteRemoteAddresses``, ``whiteRemoteAddress``) are not honoured: every request must be
+signed, which is stricter than the broker.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from tiered.errors import AclError, ConfigError
+
+log = logging.getLogger(__name__)
+
+ACCESS_KEY, SIGNATURE = "AccessKey", "Signature"
+_PERMS = {"DENY": set(), "ANY": {"PUB", "SUB"}, "PUB": {"PUB"}, "SUB": {"SUB"},
+          "PUB|SUB": {"PUB", "SUB"}, "SUB|PUB": {"PUB", "SUB"}}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Account:
+    """One ``accounts`` entry."""
+
+    access_key: str
+    secret_key: str
+    admin: bool = False
+    default_topic_perm: frozenset[str] = frozenset()
+    default_group_perm: frozenset[str] = frozenset()
+    topic_perms: tuple[tuple[str, frozenset[str]], ...] = ()
+    group_perms: tuple[tuple[str, frozenset[str]], ...] = ()
+
+    def may_read_topic(self, topic: str) -> bool:
+        return self.admin or "SUB" in dict(self.topic_perms).get(topic, self.default_topic_perm)
+
+    def may_read_group(self, group: str) -> bool:
+        return self.admin or "SUB" in dict(self.group_perms).get(group, self.default_group_perm)
+
+
+def sign(content: bytes, secret_key: str) -> str:
+    """``AclSigner.calSignature``: base64 of HMAC-SHA1 over ``content``."""
+    digest = hmac.new(secret_key.encode("utf-8"), content, hashlib.sha1).digest()
+    return base64.b64encode(digest).decode("ascii")
+
+
+def request_content(ext_fields: dict[str, str], body: bytes) -> bytes:
+    """``AclUtils.combineRequestContent``: the sorted extFields' values (not the signature's),
+    then the body."""
+    text = "".join(v for k, v in sorted(ext_fields.items()) if k != SIGNATURE)
+    return text.encode("utf-8") + body
+
+
+def _perm(value: object, where: str) -> frozenset[str]:
+    name = str(value).strip().upper() if value is not None else "DENY"
+    if name not in _PERMS:
+        raise ConfigError(f"{where}={value!r} is not one of DENY, PUB, SUB, PUB|SUB, ANY")
+    return frozenset(_PERMS[name])
+
+
+def _entries(items: object, where: str) -> tuple[tuple[str, frozenset[str]], ...]:
+    out = []
+    for item in items or []:  # type: ignore[attr-defined]
+        name, sep, perm = str(item).partition("=")
+        if not sep or not name.strip():
+            raise ConfigError(f"{where} entry {item!r} is not name=PERM (e.g. TopicA=SUB)")
+        out.append((name.strip(), _perm(perm, f"{where} {name.strip()}")))
+    return tuple(out)
+
+
+class Acl:
+    """The accounts of one ``plain_acl.yml``."""
+
+    def __init__(self, accounts: dict[str, Account], source: str = "") -> None:
+        self.accounts = accounts
+        self.source = source
+
+    @classmethod
+    def load(cls, path: Path) -> Acl:
+        """Parse ``path``.
+
+        Raises:
+            ConfigError: the file is missing, not YAML, or an account is malformed (named).
+        """
+        try:
+            document: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except OSError as e:
+            raise ConfigError(
+                f"tieredRemotingAclFile={str(path)!r} cannot be read ({e.strerror or e}): point it "
+                "at the broker's plain_acl.yml"
+            ) from e
+        except yaml.YAMLError as e:
+            raise ConfigError(f"tieredRemotingAclFile={str(path)!r} is not YAML: {e}") from e
+        if not isinstance(document, dict) or not isinstance(document.get("accounts"), list):
+            raise ConfigError(
+                f"tieredRemotingAclFile={str(path)!r} has no 'accounts' list (plain_acl.yml format)"
+            )
+        accounts: dict[str, Account] = {}
+        for i, raw in enumerate(document["accounts"]):
+            where = f"{path} accounts[{i}]"
+            if not isinstance(raw, dict) or not raw.get("accessKey") or not raw.get("secretKey"):
+                raise ConfigError(f"{where} needs accessKey and secretKey")
+            key = str(raw["accessKey"])
+            accounts[key] = Account(
+                access_key=key,
+                secret_key=str(raw["secretKey"]),
+                admin=str(raw.get("admin", False)).lower() == "true",
+                default_topic_perm=_perm(raw.get("defaultTopicPerm"), f"{where} defaultTopicPerm"),
+                default_group_perm=_perm(raw.get("defaultGroupPerm"), f"{where} defaultGroupPerm"),
+                topic_perms=_entries(raw.get("topicPerms"), f"{where} topicPerms"),
+                group_perms=_entries(raw.get("groupPerms"), f"{where} groupPerms"),
+            )
+        if document.get("globalWhiteRemoteAddresses") or any(
+            isinstance(a, dict) and a.get("whiteRemoteAddress") for a in document["accounts"]
+        ):
+            log.warning(
+                "%s: IP allow-lists are not honoured by the replay endpoint; every request must "
+                "be signed",
+                path,
+            )
+        return cls(accounts, str(path))
+
+    def check(
+        self, ext_fields: dict[str, str], body: bytes, topic: str | None, group: str | None
+    ) -> Account:
+        """The account that signed the request, allowed to read ``topic`` and ``group``.
+
+        Raises:
+            AclError: unsigned, unknown access key, bad signature, or no SUB permission (named).
+        """
+        access_key = ext_fields.get(ACCESS_KEY)
+        signature = ext_fields.get(SIGNATURE)
+        if not access_key or not signature:
+            raise AclError(
+                "the replay endpoint requires signed requests (AccessKey and Signature): "
+                "configure the client with an AclClientRPCHook / accessKey and secretKey"
+            )
+        account = self.accounts.get(access_key)
+        if account is None:
+            raise AclError(f"AccessKey {access_key!r} is not an account of {self.source}")
+        expected = sign(request_content(ext_fields, body), account.secret_key)
+        if not hmac.compare_digest(expected, signature):
+            raise AclError(
+                f"the signature of AccessKey {access_key!r} does not match: check its secretKey"
+            )
+        if topic and not account.may_read_topic(topic):
+            raise AclError(f"AccessKey {access_key!r} has no SUB permission on topic {topic!r}")
+        if group and not account.may_read_group(group):
+            raise AclError(f"AccessKey {access_key!r} has no SUB permission on group {group!r}")
+        return account

@@ -1,0 +1,109 @@
+"""A small blocking remoting client: one connection, one request at a time.
+
+What the tests, the benchmark and operators' scripts use to talk to the replay endpoint (or a
+broker): :meth:`RemotingClient.call` sends a request with a JSON or ROCKETMQ header and returns
+the response whose ``opaque`` matches; :func:`split_messages` cuts a pull or query body into the
+stored messages. Optional signing with an access key and secret key (as ``AclClientRPCHook``).
+"""
+
+from __future__ import annotations
+
+import itertools
+import socket
+import struct
+from types import TracebackType
+
+from .acl import ACCESS_KEY, SIGNATURE, request_content, sign
+from .codes import ONEWAY_FLAG
+from .frame import JSON, Command, decode, encode
+
+_LEN = struct.Struct(">i")
+
+
+class RemotingClient:
+    """``with RemotingClient("127.0.0.1", 10941) as c: c.call(105, topic="T")``."""
+
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        *,
+        timeout_s: float = 30.0,
+        serialize_type: int = JSON,
+        credentials: tuple[str, str] | None = None,
+    ) -> None:
+        self.sock = socket.create_connection((host, port), timeout=timeout_s)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.serialize_type = serialize_type
+        self.credentials = credentials
+        self._opaque = itertools.count(1)
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RemotingClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def _recv_exact(self, n: int) -> bytes:
+        chunks, left = [], n
+        while left:
+            chunk = self.sock.recv(min(left, 1 << 20))
+            if not chunk:
+                raise ConnectionError("the server closed the connection")
+            chunks.append(chunk)
+            left -= len(chunk)
+        return b"".join(chunks)
+
+    def receive(self) -> Command:
+        """The next frame the server sends."""
+        (length,) = _LEN.unpack(self._recv_exact(4))
+        return decode(self._recv_exact(length))
+
+    def send(self, command: Command) -> None:
+        """Sign (when credentials are set) and send ``command``."""
+        if self.credentials is not None:
+            access_key, secret_key = self.credentials
+            command.ext_fields[ACCESS_KEY] = access_key
+            content = request_content(command.ext_fields, command.body)
+            command.ext_fields[SIGNATURE] = sign(content, secret_key)
+        self.sock.sendall(encode(command, self.serialize_type))
+
+    def call(
+        self, code: int, body: bytes = b"", *, oneway: bool = False, **fields: object
+    ) -> Command:
+        """Send request ``code`` with ``fields`` as extFields; its response (``oneway``: an
+        empty command, nothing is read)."""
+        command = Command(
+            code,
+            opaque=next(self._opaque),
+            flag=ONEWAY_FLAG if oneway else 0,
+            ext_fields={k: str(v) for k, v in fields.items()},
+            body=body,
+        )
+        self.send(command)
+        if oneway:
+            return Command(code)
+        while True:
+            response = self.receive()
+            if response.opaque == command.opaque:
+                return response
+
+
+def split_messages(body: bytes) -> list[bytes]:
+    """The stored messages of a pull or query body, each whole (TOTALSIZE-prefixed)."""
+    out, pos = [], 0
+    while pos + 4 <= len(body):
+        (size,) = _LEN.unpack_from(body, pos)
+        if size <= 0 or pos + size > len(body):
+            raise ValueError(f"a message at {pos} claims {size} bytes of {len(body) - pos}")
+        out.append(body[pos : pos + size])
+        pos += size
+    return out

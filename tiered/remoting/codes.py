@@ -1,0 +1,98 @@
+"""Request and response codes, flags and permissions of RocketMQ's remoting protocol.
+
+The numbers are upstream's (``RequestCode``, ``ResponseCode``, ``RemotingSysResponseCode``,
+``PullSysFlag``, ``PermName``); only the codes the replay endpoint answers or refuses by name are
+listed.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class RequestCode(enum.IntEnum):
+    """Requests the endpoint answers (or refuses by name)."""
+
+    SEND_MESSAGE = 10
+    PULL_MESSAGE = 11
+    QUERY_MESSAGE = 12
+    QUERY_CONSUMER_OFFSET = 14
+    UPDATE_CONSUMER_OFFSET = 15
+    UPDATE_AND_CREATE_TOPIC = 17
+    SEARCH_OFFSET_BY_TIMESTAMP = 29
+    GET_MAX_OFFSET = 30
+    GET_MIN_OFFSET = 31
+    GET_EARLIEST_MSG_STORETIME = 32
+    VIEW_MESSAGE_BY_ID = 33
+    HEART_BEAT = 34
+    UNREGISTER_CLIENT = 35
+    CONSUMER_SEND_MSG_BACK = 36
+    END_TRANSACTION = 37
+    GET_CONSUMER_LIST_BY_GROUP = 38
+    LOCK_BATCH_MQ = 41
+    UNLOCK_BATCH_MQ = 42
+    CHECK_CLIENT_CONFIG = 46
+    GET_ROUTEINFO_BY_TOPIC = 105
+    GET_BROKER_CLUSTER_INFO = 106
+    QUERY_TOPIC_CONSUME_BY_WHO = 300
+    SEND_MESSAGE_V2 = 310
+    SEND_BATCH_MESSAGE = 320
+    LITE_PULL_MESSAGE = 361
+
+
+WRITES = frozenset(
+    {
+        RequestCode.SEND_MESSAGE,
+        RequestCode.SEND_MESSAGE_V2,
+        RequestCode.SEND_BATCH_MESSAGE,
+        RequestCode.CONSUMER_SEND_MSG_BACK,
+        RequestCode.END_TRANSACTION,
+        RequestCode.UPDATE_AND_CREATE_TOPIC,
+    }
+)
+"""Requests that would write to the broker: refused (the endpoint is read-only)."""
+
+
+class ResponseCode(enum.IntEnum):
+    """Response codes the endpoint sends."""
+
+    SUCCESS = 0
+    SYSTEM_ERROR = 1
+    SYSTEM_BUSY = 2
+    REQUEST_CODE_NOT_SUPPORTED = 3
+    NO_PERMISSION = 16
+    TOPIC_NOT_EXIST = 17
+    PULL_NOT_FOUND = 19
+    PULL_RETRY_IMMEDIATELY = 20
+    PULL_OFFSET_MOVED = 21
+    QUERY_NOT_FOUND = 22
+    SUBSCRIPTION_PARSE_FAILED = 23
+    INVALID_PARAMETER = 29
+
+
+def code_name(code: int) -> str:
+    """A request code's upstream name, or ``OTHER`` (bounded metric labels)."""
+    try:
+        return RequestCode(code).name
+    except ValueError:
+        return "OTHER"
+
+
+# PullSysFlag bits
+FLAG_COMMIT_OFFSET = 1 << 0
+FLAG_SUSPEND = 1 << 1
+FLAG_SUBSCRIPTION = 1 << 2
+FLAG_CLASS_FILTER = 1 << 3
+FLAG_LITE_PULL = 1 << 4
+
+# RemotingCommand flag bits
+RESPONSE_FLAG = 1 << 0
+ONEWAY_FLAG = 1 << 1
+
+# PermName
+PERM_READ = 1 << 2
+PERM_WRITE = 1 << 1
+
+MASTER_ID = 0
+RETRY_GROUP_TOPIC_PREFIX = "%RETRY%"
+UNIQUE_KEY_QUERY = "_UNIQUE_KEY_QUERY"

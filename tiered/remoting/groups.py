@@ -1,0 +1,230 @@
+"""Consumer groups as the replay endpoint sees them: live clients and committed offsets.
+
+:class:`Clients` records each group's client ids from ``HEART_BEAT`` (a rebalancing client takes
+no queue unless ``GET_CONSUMER_LIST_BY_GROUP`` lists it) and the subscription each group sent
+(a Java push consumer pulls without one and the broker uses the heartbeat's); a client that has
+not sent a heartbeat for :data:`CLIENT_EXPIRY_S` is dropped, as the broker does.
+
+:class:`ReplayOffsets` keeps the replay groups' committed offsets in
+``{tieredDataDir}/config/replayConsumerOffset.json`` -- never in the broker's store, whose groups
+are the broker's business. The file has the broker's ``consumerOffset.json`` shape
+(``{"offsetTable": {"topic@group": {"queueId": offset}}}``) plus a ``version``; it is written
+atomically (temp, fsync, rename, ``.bak`` kept) by :meth:`ReplayOffsets.flush`, which ``run``
+calls every second and at shutdown, so a ``kill -9`` loses at most the last second of commits
+(the consumer then re-reads those messages: at-least-once, as with a broker). A damaged file
+falls back to its ``.bak``; when both are damaged they are moved aside, a warning names them and
+the groups start over (each re-reads from its ``tieredRemotingNewGroupOffset``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tiered.metadata.atomic import AtomicFile
+
+log = logging.getLogger(__name__)
+
+CLIENT_EXPIRY_S = 120.0
+OFFSETS_FILE = "replayConsumerOffset.json"
+VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Subscription:
+    """What a group subscribed to on a topic (``subString`` and ``expressionType``)."""
+
+    expression: str
+    expression_type: str = "TAG"
+
+
+@dataclass(slots=True)
+class _Group:
+    clients: dict[str, float] = field(default_factory=dict)  # client id -> last heartbeat
+    subscriptions: dict[str, Subscription] = field(default_factory=dict)
+
+
+class Clients:
+    """Live consumer clients per group (thread-safe)."""
+
+    def __init__(self, expiry_s: float = CLIENT_EXPIRY_S) -> None:
+        self.expiry_s = expiry_s
+        self._groups: dict[str, _Group] = {}
+        self._lock = threading.Lock()
+
+    def heartbeat(self, data: dict[str, Any], now: float | None = None) -> list[str]:
+        """Record a ``HeartbeatData`` body; returns the consumer groups it named.
+
+        Raises:
+            ValueError: the body is not a heartbeat (no ``clientID``).
+        """
+        client = data.get("clientID")
+        if not isinstance(client, str) or not client:
+            raise ValueError("the heartbeat has no clientID")
+        stamp = time.monotonic() if now is None else now
+        groups: list[str] = []
+        with self._lock:
+            for consumer in data.get("consumerDataSet") or []:
+                name = consumer.get("groupName") if isinstance(consumer, dict) else None
+                if not isinstance(name, str) or not name:
+                    continue
+                group = self._groups.setdefault(name, _Group())
+                group.clients[client] = stamp
+                for sub in consumer.get("subscriptionDataSet") or []:
+                    if isinstance(sub, dict) and isinstance(sub.get("topic"), str):
+                        group.subscriptions[sub["topic"]] = Subscription(
+                            str(sub.get("subString") or "*"),
+                            str(sub.get("expressionType") or "TAG"),
+                        )
+                groups.append(name)
+        return groups
+
+    def unregister(self, client: str, group: str | None) -> None:
+        """Forget ``client`` in ``group`` (in every group when ``group`` is empty)."""
+        with self._lock:
+            for name, g in self._groups.items():
+                if not group or name == group:
+                    g.clients.pop(client, None)
+
+    def clients(self, group: str, now: float | None = None) -> list[str]:
+        """The group's clients heard from within the expiry, sorted."""
+        stamp = time.monotonic() if now is None else now
+        with self._lock:
+            g = self._groups.get(group)
+            if g is None:
+                return []
+            for client, seen in list(g.clients.items()):
+                if stamp - seen > self.expiry_s:
+                    del g.clients[client]
+            return sorted(g.clients)
+
+    def subscription(self, group: str, topic: str) -> Subscription | None:
+        """The subscription ``group`` last sent for ``topic`` in a heartbeat."""
+        with self._lock:
+            g = self._groups.get(group)
+            return g.subscriptions.get(topic) if g is not None else None
+
+    def groups(self) -> dict[str, int]:
+        """Group name -> live clients (for status)."""
+        with self._lock:
+            names = list(self._groups)
+        return {name: len(self.clients(name)) for name in names}
+
+
+class ReplayOffsets:
+    """Committed offsets of replay groups, by ``(group, topic, queue id)`` (thread-safe)."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self.file = AtomicFile(Path(config_dir) / OFFSETS_FILE)
+        self._table: dict[str, dict[int, int]] = {}
+        self._dirty = False
+        self._lock = threading.Lock()
+        self._write_lock = threading.Lock()
+
+    @property
+    def path(self) -> Path:
+        return self.file.path
+
+    def load(self) -> None:
+        """Read the file (or its ``.bak``); a damaged pair is moved aside and warned about."""
+        self.file.drop_stale_temp()
+        damaged: list[tuple[Path, str]] = []
+        for candidate in (self.file.path, self.file.bak_path):
+            if not candidate.exists():
+                continue
+            try:
+                table = _parse(candidate.read_bytes())
+            except (OSError, ValueError) as e:
+                damaged.append((candidate, str(e)))
+                continue
+            with self._lock:
+                self._table = table
+            if damaged:
+                log.warning(
+                    "%s is damaged (%s); replay offsets read from %s",
+                    damaged[0][0],
+                    damaged[0][1],
+                    candidate,
+                )
+            return
+        for path, why in damaged:
+            aside = AtomicFile.move_aside(path, int(time.time()))
+            log.warning(
+                "%s is damaged (%s) and was moved to %s; replay groups start again from "
+                "tieredRemotingNewGroupOffset",
+                path,
+                why,
+                aside,
+            )
+
+    def get(self, group: str, topic: str, queue_id: int) -> int | None:
+        with self._lock:
+            return self._table.get(f"{topic}@{group}", {}).get(queue_id)
+
+    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
+        """Remember ``offset`` (written by the next :meth:`flush`)."""
+        with self._lock:
+            queues = self._table.setdefault(f"{topic}@{group}", {})
+            if queues.get(queue_id) != offset:
+                queues[queue_id] = offset
+                self._dirty = True
+
+    def flush(self) -> bool:
+        """Write the table if it changed since the last flush; returns whether it wrote.
+
+        Raises:
+            OSError: the write failed (the table stays dirty and is written next time).
+        """
+        with self._write_lock:
+            with self._lock:
+                if not self._dirty:
+                    return False
+                document = {
+                    "version": VERSION,
+                    "offsetTable": {
+                        k: {str(q): o for q, o in sorted(v.items())}
+                        for k, v in sorted(self._table.items())
+                    },
+                }
+                self._dirty = False
+            try:
+                self.file.write(json.dumps(document, indent=1).encode())
+            except OSError:
+                with self._lock:
+                    self._dirty = True
+                raise
+            return True
+
+    def groups(self) -> list[str]:
+        with self._lock:
+            return sorted({k.rpartition("@")[2] for k in self._table})
+
+
+def _parse(data: bytes) -> dict[str, dict[int, int]]:
+    try:
+        document = json.loads(data)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ValueError(f"not JSON: {e}") from e
+    if not isinstance(document, dict):
+        raise ValueError("not a JSON object")
+    if document.get("version") != VERSION:
+        raise ValueError(f"version {document.get('version')!r} is not {VERSION}")
+    table = document.get("offsetTable")
+    if not isinstance(table, dict):
+        raise ValueError("offsetTable is not an object")
+    out: dict[str, dict[int, int]] = {}
+    for key, queues in table.items():
+        if "@" not in key or not isinstance(queues, dict):
+            raise ValueError(f"entry {key!r} is not topic@group with a queue map")
+        row: dict[int, int] = {}
+        for queue, offset in queues.items():
+            if not str(queue).isdigit() or isinstance(offset, bool) or not isinstance(offset, int):
+                raise ValueError(f"entry {key!r} has queue {queue!r} -> {offset!r}")
+            row[int(queue)] = offset
+        out[key] = row
+    return out

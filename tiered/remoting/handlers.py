@@ -1,0 +1,462 @@
+"""The broker half of the endpoint: one method per request code, over the access layer.
+
+Every read goes through :class:`~tiered.core.store.TieredMessageStore` (storage levels, per-topic
+overrides, CRC checks, the read-ahead cache) -- offsets the broker still holds are read from its
+store, read-only -- and key queries through the key index (plus the broker's own index files for
+what is only local). Writes are refused: the endpoint is read-only.
+
+Status mapping of a pull (as the broker's ``PullMessageProcessor``): FOUND -> SUCCESS with the
+messages as stored, back to back; NO_MATCHED_MESSAGE -> PULL_RETRY_IMMEDIATELY; OFFSET_OVERFLOW_ONE
+and OFFSET_FOUND_NULL -> PULL_NOT_FOUND (held up to ``suspendTimeoutMillis`` when the request
+carries the suspend flag: :class:`Suspend`); OFFSET_TOO_SMALL and OFFSET_OVERFLOW_BADLY ->
+PULL_OFFSET_MOVED with a corrected ``nextBeginOffset``; an unknown or empty queue -> PULL_NOT_FOUND
+at offset 0, PULL_OFFSET_MOVED elsewhere.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from tiered import metrics
+from tiered.broker import message as msgcodec
+from tiered.broker.indexfile import lookup_index_files
+from tiered.config import TieredConfig
+from tiered.core.fetcher import GetStatus
+from tiered.core.store import TieredMessageStore
+from tiered.core.tag_filter import TagFilter
+from tiered.errors import (
+    AclError,
+    BrokerStoreError,
+    IndexFileError,
+    IntegrityError,
+    InvalidRequestError,
+    ProviderError,
+)
+from tiered.index.search import message_keys
+from tiered.index.service import IndexService
+from tiered.metadata import LONG_MAX
+
+from .acl import Acl
+from .codes import (
+    FLAG_COMMIT_OFFSET,
+    FLAG_SUBSCRIPTION,
+    FLAG_SUSPEND,
+    UNIQUE_KEY_QUERY,
+    WRITES,
+    RequestCode,
+    ResponseCode,
+)
+from .frame import Command
+from .groups import Clients, ReplayOffsets
+from .naming import Naming
+
+log = logging.getLogger(__name__)
+
+MAX_PULL_COUNT = 4096
+MAX_PULL_BYTES = 4 << 20
+"""Message bytes one pull returns at most (at least one message); a Java client refuses frames
+over 16 MiB."""
+MAX_SUSPEND_MS = 60_000
+DEFAULT_QUERY_MAX = 32
+MAX_QUERY_NUM = 1024
+_QUEUE_ID, _QUEUE_OFFSET = 12, 20  # message header positions
+
+
+@dataclass(frozen=True, slots=True)
+class Suspend:
+    """A pull that found nothing new and may be held (long polling) until ``deadline``."""
+
+    request: Command
+    topic: str
+    queue_id: int
+    offset: int
+    deadline: float  # time.monotonic()
+
+
+Response = Command | Suspend
+_PULLS = frozenset({RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE})
+_BEFORE_READY = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT})
+"""Requests answered while the sidecar restores its queues (they read nothing)."""
+
+
+def _field(ext: dict[str, str], name: str) -> str:
+    value = ext.get(name)
+    if value is None or value == "":
+        raise InvalidRequestError(f"the request has no {name} field")
+    return value
+
+
+def _int(ext: dict[str, str], name: str, default: int | None = None) -> int:
+    raw = ext.get(name)
+    if raw is None or raw == "":
+        if default is None:
+            raise InvalidRequestError(f"the request has no {name} field")
+        return default
+    try:
+        return int(raw)
+    except ValueError as e:
+        raise InvalidRequestError(f"{name}={raw!r} is not a whole number") from e
+
+
+class Replay:
+    """Answers one request at a time (thread-safe; the server calls it from a thread pool)."""
+
+    def __init__(
+        self,
+        cfg: TieredConfig,
+        store: TieredMessageStore,
+        naming: Naming,
+        *,
+        index: Callable[[], IndexService | None] = lambda: None,
+        clients: Clients | None = None,
+        offsets: ReplayOffsets,
+        acl: Acl | None = None,
+        ready: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.cfg = cfg
+        self.ready = ready
+        self.store = store
+        self.naming = naming
+        self.index = index
+        self.clients = clients or Clients()
+        self.offsets = offsets
+        self.acl = acl
+        self._handlers: dict[int, Callable[[Command], Response]] = {
+            RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
+            RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
+            RequestCode.HEART_BEAT: self.heartbeat,
+            RequestCode.UNREGISTER_CLIENT: self.unregister,
+            RequestCode.GET_CONSUMER_LIST_BY_GROUP: self.consumer_list,
+            RequestCode.CHECK_CLIENT_CONFIG: self.check_client_config,
+            RequestCode.QUERY_CONSUMER_OFFSET: self.query_offset,
+            RequestCode.UPDATE_CONSUMER_OFFSET: self.update_offset,
+            RequestCode.PULL_MESSAGE: self.pull,
+            RequestCode.LITE_PULL_MESSAGE: self.pull,
+            RequestCode.GET_MAX_OFFSET: self.max_offset,
+            RequestCode.GET_MIN_OFFSET: self.min_offset,
+            RequestCode.SEARCH_OFFSET_BY_TIMESTAMP: self.search_offset,
+            RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_time,
+            RequestCode.QUERY_MESSAGE: self.query_message,
+            RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
+            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
+        }
+
+    # --- dispatch ---------------------------------------------------------------------------------
+
+    def handle(self, request: Command, *, may_suspend: bool = True) -> Response:
+        """The response to ``request`` (or, with ``may_suspend``, a :class:`Suspend` for a pull
+        that found nothing new); never raises for bad input: the response code and remark say
+        what is wrong."""
+        code = request.code
+        if code in WRITES:
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"{RequestCode(code).name} refused: this is a read-only replay endpoint "
+                "(rocketmq-tiered); send messages to the broker",
+            )
+        handler = self._handlers.get(code)
+        if handler is None:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"request code {code} is not supported by the rocketmq-tiered replay endpoint "
+                "(it answers routes, heartbeats, pulls, offsets, and queries by key, time and "
+                "id; orderly-consumer locks and admin commands are not served)",
+            )
+        if code not in _BEFORE_READY and not self.ready():
+            return request.response(
+                ResponseCode.SYSTEM_BUSY,
+                "the sidecar is still restoring its queues from tieredStoreMetadata.json; retry "
+                "shortly (answering now could skip what only the tier holds)",
+            )
+        try:
+            self._authorize(request)
+            if code in _PULLS:
+                return self.pull(request, may_suspend=may_suspend)
+            return handler(request)
+        except AclError as e:
+            return request.response(ResponseCode.NO_PERMISSION, str(e))
+        except InvalidRequestError as e:
+            return request.response(ResponseCode.INVALID_PARAMETER, str(e))
+        except IntegrityError as e:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"tier data damaged: {e}")
+        except ProviderError as e:
+            code_out = ResponseCode.SYSTEM_BUSY if e.retriable else ResponseCode.SYSTEM_ERROR
+            return request.response(code_out, f"the tier's backend failed: {e}")
+        except BrokerStoreError as e:
+            return request.response(ResponseCode.SYSTEM_ERROR, f"the broker's store: {e}")
+
+    def _authorize(self, request: Command) -> None:
+        if self.acl is None:
+            return
+        ext = request.ext_fields
+        topic = ext.get("topic")
+        if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
+            topic = None  # a route reveals queue counts only; reads are checked
+        self.acl.check(ext, request.body, topic, ext.get("consumerGroup"))
+
+    # --- name server ------------------------------------------------------------------------------
+
+    def route(self, request: Command) -> Response:
+        topic = _field(request.ext_fields, "topic")
+        body = self.naming.route(topic)
+        if body is None:
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"No topic route info in name server for the topic: {topic} (neither the tier "
+                "nor the broker's store holds it)",
+            )
+        return request.response(ResponseCode.SUCCESS, body=body)
+
+    def cluster_info(self, request: Command) -> Response:
+        return request.response(ResponseCode.SUCCESS, body=self.naming.cluster_info())
+
+    # --- clients and groups -----------------------------------------------------------------------
+
+    def heartbeat(self, request: Command) -> Response:
+        try:
+            data = json.loads(request.body or b"{}")
+            if not isinstance(data, dict):
+                raise ValueError("not a JSON object")
+            self.clients.heartbeat(data)
+        except (UnicodeDecodeError, ValueError) as e:
+            raise InvalidRequestError(f"the heartbeat body is not HeartbeatData JSON: {e}") from e
+        return request.response(ResponseCode.SUCCESS)
+
+    def unregister(self, request: Command) -> Response:
+        ext = request.ext_fields
+        self.clients.unregister(_field(ext, "clientID"), ext.get("consumerGroup"))
+        return request.response(ResponseCode.SUCCESS)
+
+    def consumer_list(self, request: Command) -> Response:
+        group = _field(request.ext_fields, "consumerGroup")
+        found = self.clients.clients(group)
+        if not found:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR, f"no consumer of group {group} has sent a heartbeat"
+            )
+        return request.response(
+            ResponseCode.SUCCESS, body=json.dumps({"consumerIdList": found}).encode()
+        )
+
+    def check_client_config(self, request: Command) -> Response:
+        try:
+            body = json.loads(request.body or b"{}")
+            sub = body.get("subscriptionData") or {}
+            kind = str(sub.get("expressionType") or "TAG")
+        except (UnicodeDecodeError, ValueError, AttributeError) as e:
+            raise InvalidRequestError(f"the CHECK_CLIENT_CONFIG body is not JSON: {e}") from e
+        if kind.upper() != "TAG":
+            return request.response(ResponseCode.SYSTEM_ERROR, _sql92_refused(kind))
+        return request.response(ResponseCode.SUCCESS)
+
+    def query_offset(self, request: Command) -> Response:
+        ext = request.ext_fields
+        group, topic = _field(ext, "consumerGroup"), _field(ext, "topic")
+        queue_id = _int(ext, "queueId")
+        offset = self.offsets.get(group, topic, queue_id)
+        if offset is None:
+            if self.cfg.tiered_remoting_new_group_offset == "CLIENT":
+                return request.response(
+                    ResponseCode.QUERY_NOT_FOUND,
+                    f"no committed offset of group {group} on {topic}/{queue_id} "
+                    "(tieredRemotingNewGroupOffset=CLIENT: the consumer's consumeFromWhere "
+                    "decides)",
+                )
+            offset = max(self.store.get_min_offset(topic, queue_id), 0)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(offset)})
+
+    def update_offset(self, request: Command) -> Response:
+        ext = request.ext_fields
+        self.offsets.commit(
+            _field(ext, "consumerGroup"),
+            _field(ext, "topic"),
+            _int(ext, "queueId"),
+            _int(ext, "commitOffset"),
+        )
+        return request.response(ResponseCode.SUCCESS)
+
+    # --- pull -------------------------------------------------------------------------------------
+
+    def pull(self, request: Command, *, may_suspend: bool = True) -> Response:
+        ext = request.ext_fields
+        topic, queue_id = _field(ext, "topic"), _int(ext, "queueId")
+        offset, sys_flag = _int(ext, "queueOffset"), _int(ext, "sysFlag", 0)
+        group = ext.get("consumerGroup") or ""
+        max_count = min(max(_int(ext, "maxMsgNums", 32), 1), MAX_PULL_COUNT)
+        if sys_flag & FLAG_COMMIT_OFFSET and group:
+            committed = _int(ext, "commitOffset", -1)
+            if committed >= 0:
+                self.offsets.commit(group, topic, queue_id, committed)
+        if sys_flag & FLAG_SUBSCRIPTION:
+            expression = ext.get("subscription") or "*"
+            kind = ext.get("expressionType") or "TAG"
+        else:
+            sub = self.clients.subscription(group, topic)
+            expression, kind = (sub.expression, sub.expression_type) if sub else ("*", "TAG")
+        if kind.upper() != "TAG":
+            return request.response(ResponseCode.SYSTEM_ERROR, _sql92_refused(kind))
+        try:
+            tags = TagFilter.parse(expression)
+        except InvalidRequestError as e:
+            return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
+        max_bytes = min(_int(ext, "maxMsgBytes", MAX_PULL_BYTES), MAX_PULL_BYTES)
+        started = time.perf_counter()
+        result = self.store.get_message(
+            topic, queue_id, offset, max_count, tags, max_bytes=max(max_bytes, 1)
+        )
+        metrics.REMOTING_PULL_LATENCY.observe((time.perf_counter() - started) * 1000)
+        status = result.status
+        header = {
+            "suggestWhichBrokerId": "0",
+            "nextBeginOffset": str(result.next_begin_offset),
+            "minOffset": str(max(result.min_offset, 0)),
+            "maxOffset": str(max(result.max_offset, result.next_begin_offset, 0)),
+        }
+        if status is GetStatus.FOUND:
+            metrics.REMOTING_MESSAGES_SERVED.labels(result.tier).inc(len(result.units))
+            body = b"".join(u.data for u in result.units)
+            return request.response(ResponseCode.SUCCESS, ext_fields=header, body=body)
+        if status is GetStatus.NO_MATCHED_MESSAGE:
+            return request.response(ResponseCode.PULL_RETRY_IMMEDIATELY, ext_fields=header)
+        moved = status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY) or (
+            status in (GetStatus.NO_MATCHED_LOGIC_QUEUE, GetStatus.NO_MESSAGE_IN_QUEUE)
+            and offset != 0
+        )
+        if moved:
+            return request.response(
+                ResponseCode.PULL_OFFSET_MOVED,
+                f"offset {offset} of {topic}/{queue_id} is not in the queue ({status.value}); "
+                f"next {result.next_begin_offset}",
+                ext_fields=header,
+            )
+        suspend_ms = min(max(_int(ext, "suspendTimeoutMillis", 0), 0), MAX_SUSPEND_MS)
+        if may_suspend and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
+            return Suspend(request, topic, queue_id, offset, time.monotonic() + suspend_ms / 1000)
+        return request.response(ResponseCode.PULL_NOT_FOUND, ext_fields=header)
+
+    def has_new(self, held: Suspend) -> bool:
+        """Whether a held pull may now find something (the queue's max moved past its offset)."""
+        return self.store.get_max_offset(held.topic, held.queue_id) > held.offset
+
+    # --- offsets and times ------------------------------------------------------------------------
+
+    def _queue(self, request: Command) -> tuple[str, int]:
+        return _field(request.ext_fields, "topic"), _int(request.ext_fields, "queueId")
+
+    def max_offset(self, request: Command) -> Response:
+        value = max(self.store.get_max_offset(*self._queue(request)), 0)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(value)})
+
+    def min_offset(self, request: Command) -> Response:
+        value = max(self.store.get_min_offset(*self._queue(request)), 0)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(value)})
+
+    def search_offset(self, request: Command) -> Response:
+        topic, queue_id = self._queue(request)
+        ext = request.ext_fields
+        boundary = (ext.get("boundaryType") or "LOWER").upper()
+        value = self.store.get_offset_by_time(topic, queue_id, _int(ext, "timestamp"), boundary)
+        return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(max(value, 0))})
+
+    def earliest_time(self, request: Command) -> Response:
+        value = self.store.get_earliest_message_time(*self._queue(request))
+        return request.response(ResponseCode.SUCCESS, ext_fields={"timestamp": str(value)})
+
+    # --- messages by key and by id ----------------------------------------------------------------
+
+    def query_message(self, request: Command) -> Response:
+        ext = request.ext_fields
+        topic, key = _field(ext, "topic"), _field(ext, "key")
+        max_num = min(max(_int(ext, "maxNum", DEFAULT_QUERY_MAX), 1), MAX_QUERY_NUM)
+        begin, end = _int(ext, "beginTimestamp", 0), _int(ext, "endTimestamp", LONG_MAX)
+        if ext.get(UNIQUE_KEY_QUERY) == "true":
+            begin, end = 0, LONG_MAX  # a msgId query: the caller's time range is a guess
+        found: dict[tuple[int, int], bytes] = {}
+        for data in self._local_by_key(topic, key, begin, end, max_num):
+            found.setdefault(_queue_position(data), data)
+        service = self.index()
+        if service is not None and len(found) < max_num:
+            for hit in service.query(topic, key, begin, max(begin, end), max_num):
+                found.setdefault(_queue_position(hit.data), hit.data)
+        if not found:
+            return request.response(
+                ResponseCode.QUERY_NOT_FOUND,
+                f"can not find message with key {key!r} in topic {topic} (tier and broker "
+                "index), maybe time range not correct",
+            )
+        newest = sorted(found.values(), key=msgcodec.store_timestamp_of, reverse=True)[:max_num]
+        header = {"indexLastUpdateTimestamp": str(int(time.time() * 1000)),
+                  "indexLastUpdatePhyoffset": "0"}  # fmt: skip
+        return request.response(ResponseCode.SUCCESS, ext_fields=header, body=b"".join(newest))
+
+    def _local_by_key(self, topic: str, key: str, begin: int, end: int, limit: int) -> list[bytes]:
+        """Messages of ``topic`` with ``key`` found through the broker's own index files."""
+        index_dir = self.cfg.store_index_dir
+        try:
+            paths = sorted(p for p in Path(index_dir).iterdir() if p.is_file())
+        except OSError:
+            return []
+        try:
+            hits = lookup_index_files(paths, topic, key, begin, end, max_num=limit)
+        except (IndexFileError, BrokerStoreError, OSError) as e:
+            log.warning("the broker's index files under %s are not usable: %s", index_dir, e)
+            return []
+        out = []
+        for hit in hits:
+            data = self._local_message(hit.phys_offset)
+            if data is None:
+                continue
+            message = msgcodec.decode(data)
+            if message.topic == topic and key in message_keys(message):
+                out.append(data)
+        return out
+
+    def _local_message(self, phys: int) -> bytes | None:
+        """The stored unit at commitlog offset ``phys``, while the broker holds it."""
+        commitlog = self.store.local.commitlog
+        for attempt in range(2):
+            try:
+                size = int.from_bytes(commitlog.read(phys, 4), "big", signed=True)
+                if size <= 0:
+                    return None
+                data = commitlog.read(phys, size)
+                msgcodec.decode(data)
+                return data
+            except (BrokerStoreError, OSError, ValueError):
+                if attempt == 0:
+                    self.store.local.refresh()
+        return None
+
+    def view_message(self, request: Command) -> Response:
+        phys = _int(request.ext_fields, "offset")
+        data = self._local_message(phys)
+        if data is None:
+            return request.response(
+                ResponseCode.SYSTEM_ERROR,
+                f"can not find message by the offset {phys}: the broker no longer holds it; "
+                "tiered copies are found by their unique key (QUERY_MESSAGE with "
+                "_UNIQUE_KEY_QUERY=true, which mqadmin queryMsgById falls back to)",
+            )
+        return request.response(ResponseCode.SUCCESS, body=data)
+
+    def consumed_by(self, request: Command) -> Response:
+        return request.response(ResponseCode.SUCCESS, body=b'{"groupList":[]}')
+
+
+def _sql92_refused(kind: str) -> str:
+    return (
+        f"expressionType {kind} is not supported by the replay endpoint: subscribe with tags "
+        "(TAG expressions such as 'TagA || TagB' or '*')"
+    )
+
+
+def _queue_position(data: bytes) -> tuple[int, int]:
+    return (
+        int.from_bytes(data[_QUEUE_ID : _QUEUE_ID + 4], "big"),
+        int.from_bytes(data[_QUEUE_OFFSET : _QUEUE_OFFSET + 8], "big"),
+    )

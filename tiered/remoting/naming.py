@@ -1,0 +1,87 @@
+"""The name-server half of the endpoint: routes and cluster info that point back at the sidecar.
+
+A topic is known when the tier or the broker's store holds any of its queues; its route has one
+read-only queue-data entry (``perm`` = read) with ``readQueueNums`` = highest queue id + 1, and
+one broker-data entry whose master (``brokerAddrs["0"]``) is the sidecar's advertised address.
+A consumer group's retry topic (``%RETRY%<group>``) gets an empty one-queue read-only route, so
+push consumers that subscribe to it start without errors.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from tiered.config import TieredConfig
+from tiered.core.store import TieredMessageStore
+from tiered.errors import StoreFileNotFoundError
+
+from .codes import MASTER_ID, PERM_READ, RETRY_GROUP_TOPIC_PREFIX
+
+
+class Naming:
+    """Topics and their routes, computed from what the tier and the broker's store hold."""
+
+    def __init__(
+        self, cfg: TieredConfig, store: TieredMessageStore, address: Callable[[], str]
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.address = address
+
+    def queues(self) -> dict[str, set[int]]:
+        """Topic -> queue ids, from the tier's queues and the broker's consumequeue."""
+        out: dict[str, set[int]] = {}
+        for flat in self.store.flat_store.files():
+            out.setdefault(flat.topic, set()).add(flat.queue_id)
+        try:
+            local = self.store.local.queues()
+        except StoreFileNotFoundError:
+            local = []
+        for topic, queue_id in local:
+            out.setdefault(topic, set()).add(queue_id)
+        return out
+
+    def queue_count(self, topic: str) -> int:
+        """``readQueueNums`` of ``topic``: highest queue id + 1 (0 when unknown)."""
+        found = self.queues().get(topic)
+        if not found:
+            return 1 if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else 0
+        return max(found) + 1
+
+    def _broker_data(self) -> dict[str, Any]:
+        return {
+            "cluster": self.cfg.broker_cluster_name,
+            "brokerName": self.cfg.broker_name,
+            "brokerAddrs": {str(MASTER_ID): self.address()},
+        }
+
+    def route(self, topic: str) -> bytes | None:
+        """``TopicRouteData`` JSON of ``topic``, or ``None`` when it is not known."""
+        count = self.queue_count(topic)
+        if count == 0:
+            return None
+        route: dict[str, Any] = {
+            "orderTopicConf": None,
+            "queueDatas": [
+                {
+                    "brokerName": self.cfg.broker_name,
+                    "readQueueNums": count,
+                    "writeQueueNums": 0,
+                    "perm": PERM_READ,
+                    "topicSysFlag": 0,
+                }
+            ],
+            "brokerDatas": [self._broker_data()],
+            "filterServerTable": {},
+        }
+        return json.dumps(route, separators=(",", ":")).encode()
+
+    def cluster_info(self) -> bytes:
+        """``ClusterInfo`` JSON: this one broker in its cluster."""
+        info = {
+            "brokerAddrTable": {self.cfg.broker_name: self._broker_data()},
+            "clusterAddrTable": {self.cfg.broker_cluster_name: [self.cfg.broker_name]},
+        }
+        return json.dumps(info, separators=(",", ":")).encode()
