@@ -396,6 +396,9 @@ class TieredConfig(BaseModel):
     )
     message_index_enable: Bool = _key("messageIndexEnable", "build the tiered key index", True)
     enable_consume_queue_ext: Bool = _key("enableConsumeQueueExt", "broker writes CQ ext", False)
+    max_hash_slot_num: Int = _key(
+        "maxHashSlotNum", "hash slots of the broker's own index files", 5000000
+    )
 
     # tiered storage and providers
     tiered_storage_level: Level = _key(

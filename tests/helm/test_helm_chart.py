@@ -445,11 +445,17 @@ def test_rendered_configuration_loads(
     for name, props in files.items():
         paths.append(tmp_path / name)
         paths[-1].write_text("".join(f"{k}={v}\n" for k, v in props.items()))
-    env = {k: v.replace("$(POD_INDEX)", "0") for k, v in env.items()}
+    env = {
+        k: v.replace("$(POD_INDEX)", "0").replace("$(POD_IP)", "10.1.2.3") for k, v in env.items()
+    }
     cfg = load_config(paths, env=env)
     effective = cfg.as_properties()
     assert effective["tieredHttpHost"] == "0.0.0.0"
     assert effective["tieredHttpPort"] == "8081"
+    remoting = merged(chart.values["remoting"], values.get("remoting", {}))
+    assert cfg.tiered_remoting_enable is remoting["enabled"]
+    assert (cfg.tiered_remoting_host, cfg.tiered_remoting_port) == ("0.0.0.0", remoting["port"])
+    assert cfg.tiered_remoting_advertised_address == f"10.1.2.3:{remoting['port']}"
     assert effective["tieredDataDir"] == "/var/lib/rmq-tiered"
     assert cfg.broker_id == 0 and cfg.uploads
     for key, value in values.get("config", {}).items():
@@ -537,17 +543,31 @@ def test_sidecar_is_locked_down(chart: helm.Chart, values: dict[str, Any]) -> No
         assert pod["securityContext"]["fsGroup"] == 3000
         assert pod["securityContext"]["runAsUser"] == 3000
 
-    # probes on the named HTTP port, which is tieredHttpPort; the Service reaches it
-    (port,) = sidecar["ports"]
+    # probes on the named HTTP port, which is tieredHttpPort; the Service reaches it, and not the
+    # replay endpoint's port unless asked (it serves every message to whoever reaches it)
+    port, replay = sidecar["ports"]
     assert (port["name"], str(port["containerPort"])) == ("http", conf["tieredHttpPort"])
+    assert (replay["name"], str(replay["containerPort"])) == (
+        "remoting",
+        conf["tieredRemotingPort"],
+    )
     assert sidecar["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "http"}
     assert sidecar["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert conf["tieredHttpHost"] == "0.0.0.0"
     service = rendered.one("Service", FULLNAME)
-    assert service["spec"]["ports"][0]["targetPort"] == "http"
+    assert [p["targetPort"] for p in service["spec"]["ports"]] == ["http"]
     pod_labels = statefulset["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= pod_labels.items()
     assert sidecar["resources"]["limits"]["memory"]
+
+
+def test_the_replay_port_is_on_the_service_only_when_asked(chart: helm.Chart) -> None:
+    exposed = render(chart, {"remoting": {"service": {"enabled": True, "port": 9876}}})
+    ports = {p["name"]: p for p in exposed.one("Service", FULLNAME)["spec"]["ports"]}
+    assert (ports["remoting"]["port"], ports["remoting"]["targetPort"]) == (9876, "remoting")
+    off = render(chart, {"remoting": {"enabled": False, "service": {"enabled": True, "port": 1}}})
+    assert [p["name"] for p in off.container()["ports"]] == ["http"]
+    assert [p["name"] for p in off.one("Service", FULLNAME)["spec"]["ports"]] == ["http"]
 
 
 def test_sidecar_runs_as_the_configured_broker_user(chart: helm.Chart) -> None:

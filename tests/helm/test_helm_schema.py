@@ -28,6 +28,10 @@ MANAGED_KEYS = frozenset(
         "tieredDataDir",
         "tieredHttpHost",
         "tieredHttpPort",
+        "tieredRemotingEnable",
+        "tieredRemotingHost",
+        "tieredRemotingPort",
+        "tieredRemotingAdvertisedAddress",
         "objectStoreAccessKey",
         "objectStoreSecretKey",
     }

@@ -62,10 +62,12 @@ def replay_spec() -> GenSpec:
     )
 
 
-def build_history(work: Path, spec: GenSpec, **keys: Any) -> SampleTier:
-    """A posix tier of ``spec`` with the broker's 3 oldest commitlog files deleted; expiry off."""
+def build_history(work: Path, spec: GenSpec, deleted_files: int = 3, **keys: Any) -> SampleTier:
+    """A posix tier of ``spec`` with the broker's oldest commitlog files deleted; expiry off; the
+    broker's index geometry (``maxHashSlotNum``, ``maxIndexNum``) given as in its broker.conf."""
     keys.setdefault("tieredStoreFileReservedTime", 1_000_000)
-    return build_sample_tier(work, spec, "posix", deleted_files=3, **keys)
+    keys.setdefault("maxHashSlotNum", spec.index_slots)
+    return build_sample_tier(work, spec, "posix", deleted_files=deleted_files, **keys)
 
 
 @pytest.fixture(scope="module")
@@ -105,7 +107,7 @@ def endpoint(tmp_path: Path) -> Iterator[EndpointFactory]:
         acl: Any = None,
         **changes: Any,
     ) -> Endpoint:
-        store = tier.store(level, **changes)
+        store = tier.store(level or tier.cfg.tiered_storage_level, **changes)
         offsets = ReplayOffsets(tmp_path / f"offsets-{len(started)}")
         offsets.load()
         holder: list[RemotingServer] = []

@@ -31,7 +31,8 @@ def sample_config(
     store: Path, work: Path, spec: GenSpec, provider: str, **keys: Any
 ) -> TieredConfig:
     """A configuration over ``store`` with small flat segments (both files roll), no
-    group-commit hold, the HTTP API and the replay endpoint on any free port; ``keys`` (upstream names) override."""
+    group-commit hold, the HTTP API and the replay endpoint on any free port; ``keys``
+    (upstream names) override."""
     values = {
         "storePathRootDir": str(store),
         "mappedFileSizeCommitLog": str(spec.commitlog_file_size),

@@ -76,21 +76,24 @@ class RemotingClient:
             command.ext_fields[SIGNATURE] = sign(content, secret_key)
         self.sock.sendall(encode(command, self.serialize_type))
 
-    def call(
-        self, code: int, body: bytes = b"", *, oneway: bool = False, **fields: object
-    ) -> Command:
-        """Send request ``code`` with ``fields`` as extFields; its response (``oneway``: an
-        empty command, nothing is read)."""
+    def _request(self, code: int, body: bytes, flag: int, fields: dict[str, object]) -> Command:
         command = Command(
             code,
             opaque=next(self._opaque),
-            flag=ONEWAY_FLAG if oneway else 0,
+            flag=flag,
             ext_fields={k: str(v) for k, v in fields.items()},
             body=body,
         )
         self.send(command)
-        if oneway:
-            return Command(code)
+        return command
+
+    def oneway(self, code: int, body: bytes = b"", /, **fields: object) -> None:
+        """Send request ``code`` with the oneway flag (the server answers nothing)."""
+        self._request(code, body, ONEWAY_FLAG, fields)
+
+    def call(self, code: int, body: bytes = b"", /, **fields: object) -> Command:
+        """Send request ``code`` with ``fields`` as extFields; its response."""
+        command = self._request(code, body, 0, fields)
         while True:
             response = self.receive()
             if response.opaque == command.opaque:

@@ -402,7 +402,9 @@ class Replay:
         except OSError:
             return []
         try:
-            hits = lookup_index_files(paths, topic, key, begin, end, max_num=limit)
+            hits = lookup_index_files(
+                paths, topic, key, begin, end, max_num=limit, slots=self.cfg.max_hash_slot_num
+            )
         except (IndexFileError, BrokerStoreError, OSError) as e:
             log.warning("the broker's index files under %s are not usable: %s", index_dir, e)
             return []

@@ -89,6 +89,7 @@ class RemotingServer:
         self._thread: threading.Thread | None = None
         self._started = threading.Event()
         self._failure: BaseException | None = None
+        self._open: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
 
     # --- addresses --------------------------------------------------------------------------------
 
@@ -195,9 +196,12 @@ class RemotingServer:
             await self._stopping.wait()
             server.close()
             flusher.cancel()
-            for task in asyncio.all_tasks():
-                if task is not asyncio.current_task():
-                    task.cancel()
+            # closing a connection's transport ends its coroutine normally (cancelling the
+            # stream callback's task would make asyncio log it as an error)
+            for writer in list(self._open.values()):
+                writer.close()
+            if self._open:
+                await asyncio.wait(list(self._open), timeout=STOP_TIMEOUT_S / 2)
 
     async def _flush_loop(self) -> None:
         loop = asyncio.get_running_loop()
@@ -220,6 +224,9 @@ class RemotingServer:
             return
         self.connections += 1
         metrics.REMOTING_CONNECTIONS.inc()
+        me = asyncio.current_task()
+        if me is not None:
+            self._open[me] = writer
         frames = FrameReader(self.max_frame_bytes)
         tasks: set[asyncio.Task[None]] = set()
         try:
@@ -259,6 +266,8 @@ class RemotingServer:
         finally:
             for task in tasks:
                 task.cancel()
+            if me is not None:
+                self._open.pop(me, None)
             self.connections -= 1
             metrics.REMOTING_CONNECTIONS.dec()
             writer.close()

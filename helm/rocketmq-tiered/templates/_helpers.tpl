@@ -82,6 +82,9 @@ JSON) or int64 (from --set); whole floats must not come out as 1.073741824e+09. 
 {{- end }}
 {{- end }}
 {{- end }}
+{{- if eq (int .Values.remoting.port) 10911 10909 10912 (int .Values.http.port) }}
+{{- fail (printf "remoting.port %d is a broker port (10909, 10911, 10912) or http.port: choose another, e.g. 10941" (int .Values.remoting.port)) }}
+{{- end }}
 {{- if eq (int .Values.http.port) 10911 10909 10912 }}
 {{- fail (printf "http.port %d is a broker port (10909, 10911, 10912): choose another, e.g. 8081" (int .Values.http.port)) }}
 {{- end }}
@@ -99,6 +102,9 @@ mappedFileSizeConsumeQueue={{ include "rocketmq-tiered.prop" .Values.broker.mapp
 tieredDataDir={{ .Values.data.mountPath }}
 tieredHttpHost=0.0.0.0
 tieredHttpPort={{ include "rocketmq-tiered.prop" .Values.http.port }}
+tieredRemotingEnable={{ .Values.remoting.enabled }}
+tieredRemotingHost=0.0.0.0
+tieredRemotingPort={{ include "rocketmq-tiered.prop" .Values.remoting.port }}
 {{- range $key, $value := .Values.config }}
 {{ $key }}={{ include "rocketmq-tiered.prop" $value }}
 {{- end }}
@@ -143,6 +149,12 @@ flushDiskType={{ .Values.broker.flushDiskType }}
       valueFrom:
         fieldRef:
           fieldPath: metadata.name
+    - name: POD_IP
+      valueFrom:
+        fieldRef:
+          fieldPath: status.podIP
+    - name: RMQ_TIERED_tieredRemotingAdvertisedAddress
+      value: "$(POD_IP):{{ include "rocketmq-tiered.prop" .Values.remoting.port }}"
     - name: POD_INDEX
       valueFrom:
         fieldRef:
@@ -170,6 +182,11 @@ flushDiskType={{ .Values.broker.flushDiskType }}
     - name: http
       containerPort: {{ include "rocketmq-tiered.prop" .Values.http.port }}
       protocol: TCP
+    {{- if .Values.remoting.enabled }}
+    - name: remoting
+      containerPort: {{ include "rocketmq-tiered.prop" .Values.remoting.port }}
+      protocol: TCP
+    {{- end }}
   livenessProbe:
     httpGet:
       path: /healthz

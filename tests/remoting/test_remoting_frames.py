@@ -1,0 +1,172 @@
+"""The frame codec (hypothesis over the decoder and both header formats) and malformed input over
+the wire: every bad frame is answered with one error or closes its connection, is counted, and
+the endpoint keeps serving other connections."""
+
+from __future__ import annotations
+
+import json
+import socket
+import struct
+import time
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tiered import metrics
+from tiered.core.sample_tier import SampleTier
+from tiered.errors import ProtocolError
+from tiered.remoting.codes import RESPONSE_FLAG, RequestCode, ResponseCode
+from tiered.remoting.frame import JSON, ROCKETMQ, Command, FrameReader, decode, encode
+
+from .conftest import TOPIC, EndpointFactory
+
+texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
+commands = st.builds(
+    Command,
+    code=st.integers(-(2**15), 2**15 - 1),
+    opaque=st.integers(-(2**31), 2**31 - 1),
+    flag=st.integers(0, 3),
+    remark=st.none() | texts.filter(bool),
+    ext_fields=st.dictionaries(texts.filter(bool), texts, max_size=6),
+    body=st.binary(max_size=200),
+    version=st.integers(0, 2**15 - 1),
+)
+
+
+@given(commands, st.sampled_from([JSON, ROCKETMQ]))
+def test_a_command_survives_encoding_in_either_header_format(cmd: Command, kind: int) -> None:
+    frame = encode(cmd, kind)
+    (length,) = struct.unpack_from(">i", frame)
+    assert length == len(frame) - 4
+    (got,) = FrameReader(1 << 20).feed(frame)
+    back = decode(got)
+    assert (back.code, back.opaque, back.flag, back.body) == (
+        cmd.code,
+        cmd.opaque,
+        cmd.flag,
+        cmd.body,
+    )
+    assert back.ext_fields == cmd.ext_fields and back.remark == cmd.remark
+    assert back.serialize_type == kind
+
+
+@given(st.binary(max_size=300), st.integers(1, 64))
+@settings(max_examples=300)
+def test_the_decoder_never_fails_but_with_a_protocol_error(data: bytes, cut: int) -> None:
+    reader = FrameReader(256)
+    reason = "none"
+    try:
+        for i in range(0, len(data), cut):  # arbitrary chunking of the stream
+            for frame in reader.feed(data[i : i + cut]):
+                decode(frame)
+    except ProtocolError as e:
+        reason = e.reason
+    assert reason in {"none", "too_large", "bad_length", "bad_header", "serialize_type", "not_json"}
+
+
+@given(st.lists(commands, min_size=1, max_size=5), st.integers(1, 50))
+def test_frames_cut_anywhere_are_reassembled(cmds: list[Command], cut: int) -> None:
+    stream = b"".join(encode(c) for c in cmds)
+    reader = FrameReader(1 << 20)
+    frames = []
+    for i in range(0, len(stream), cut):
+        frames += reader.feed(stream[i : i + cut])
+    assert [decode(f).opaque for f in frames] == [c.opaque for c in cmds]
+    assert reader.pending == 0
+
+
+def test_json_values_are_read_as_java_would_send_them() -> None:
+    header = json.dumps(
+        {"code": 30, "opaque": "7", "flag": 0,
+         "extFields": {"queueId": 3, "ok": True, "big": 1.0, "none": None}}
+    ).encode()  # fmt: skip
+    cmd = decode(struct.pack(">i", len(header)) + header)
+    assert cmd.opaque == 7
+    assert cmd.ext_fields == {"queueId": "3", "ok": "true", "big": "1"}
+
+
+# --- over the wire --------------------------------------------------------------------------
+
+
+def rejected(reason: str) -> float:
+    value: float = metrics.REMOTING_REJECTED.labels(reason)._value.get()
+    return value
+
+
+def exchange(port: int, data: bytes, wait_s: float = 5.0) -> bytes:
+    """Send ``data``, read until the server closes the connection; what it sent."""
+    with socket.create_connection(("127.0.0.1", port), timeout=wait_s) as s:
+        s.sendall(data)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+        return out
+
+
+def works(port: int) -> bool:
+    frame = encode(
+        Command(RequestCode.GET_ROUTEINFO_BY_TOPIC, opaque=1, ext_fields={"topic": TOPIC})
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        s.sendall(frame)
+        (length,) = struct.unpack(">i", s.recv(4, socket.MSG_WAITALL))
+        return decode(s.recv(length, socket.MSG_WAITALL)).code == ResponseCode.SUCCESS
+
+
+def header_frame(word: int, header: bytes, length: int | None = None) -> bytes:
+    size = 4 + len(header) if length is None else length
+    return struct.pack(">ii", size, word) + header
+
+
+GOOD = json.dumps({"code": 105, "opaque": 1, "extFields": {"topic": TOPIC}}).encode()
+BAD_FRAMES = {
+    "too_large": struct.pack(">i", 1 << 30) + b"x" * 100,
+    "bad_length": header_frame(1000, b"{}"),  # header length beyond the frame
+    "not_json": header_frame(9, b"not json!"),
+    "serialize_type": header_frame((7 << 24) | len(GOOD), GOOD),
+    "bad_header": header_frame((ROCKETMQ << 24) | 3, b"\x00\x01\x02"),
+}
+
+
+@pytest.mark.parametrize("reason", sorted(BAD_FRAMES))
+def test_a_malformed_frame_is_answered_once_closed_and_counted(
+    history: SampleTier, endpoint: EndpointFactory, reason: str
+) -> None:
+    ep = endpoint(history, server={"max_frame_bytes": 1 << 20})
+    before = rejected(reason)
+    answer = exchange(ep.server.port, BAD_FRAMES[reason])
+    (length,) = struct.unpack_from(">i", answer)
+    error = decode(answer[4 : 4 + length])
+    assert error.code == ResponseCode.SYSTEM_ERROR and error.flag & RESPONSE_FLAG
+    assert error.remark
+    assert rejected(reason) == before + 1
+    assert works(ep.server.port), "other connections go on"
+
+
+def test_stalled_idle_and_surplus_connections_are_closed(
+    history: SampleTier, endpoint: EndpointFactory
+) -> None:
+    ep = endpoint(
+        history,
+        server={"max_connections": 2, "frame_stall_s": 0.5, "idle_timeout_s": 1.0},
+    )
+    port = ep.server.port
+    idle = rejected("idle")
+    started = time.monotonic()
+    assert exchange(port, b"\x00\x00\x01\x00half a frame") == b""  # stalled inside a frame
+    assert 0.4 < time.monotonic() - started < 5
+    started = time.monotonic()
+    assert exchange(port, b"") == b""  # silent
+    assert 0.9 < time.monotonic() - started < 5
+    assert rejected("idle") == idle + 2
+    surplus = rejected("too_many_connections")
+    with (
+        socket.create_connection(("127.0.0.1", port)),
+        socket.create_connection(("127.0.0.1", port)),
+    ):
+        time.sleep(0.2)
+        assert exchange(port, b"") == b""
+        assert rejected("too_many_connections") == surplus + 1
+    time.sleep(0.2)
+    assert works(port)
