@@ -15,6 +15,7 @@ coalesced reads (:meth:`LocalSource.read`).
 
 from __future__ import annotations
 
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -46,6 +47,8 @@ MIN_OFFSET_TTL_S = 1.0
 """How long the read path reuses a queue's local min offset (it scans the first CQ file)."""
 REFRESH_S = 1.0
 """The read path re-lists the commitlog files when the listing is older than this."""
+HAS_QUEUE_TTL_S = 1.0
+"""How long a queue directory once seen is taken to exist (the broker removes a topic rarely)."""
 
 
 @dataclass(frozen=True)
@@ -72,6 +75,7 @@ class LocalSource:
         self._queues: dict[tuple[str, int], cqmod.ConsumeQueue] = {}
         self._max_hint: dict[tuple[str, int], int] = {}
         self._min_memo: dict[tuple[str, int], tuple[float, int, int]] = {}
+        self._has_memo: dict[tuple[str, int], float] = {}
         self._listed = time.monotonic()
         self._lock = threading.Lock()
         self.preads = 0
@@ -249,8 +253,15 @@ class LocalSource:
     # --- the read path ----------------------------------------------------------------------------
 
     def has_queue(self, topic: str, queue_id: int) -> bool:
-        """Whether the broker has a consumequeue directory for the queue."""
-        return (self.cq_root / topic / str(queue_id)).is_dir()
+        """Whether the broker has a consumequeue directory for the queue (a yes is remembered for
+        :data:`HAS_QUEUE_TTL_S`: every read asks, and a stat per read showed in profiles)."""
+        key, now = (topic, queue_id), time.monotonic()
+        if self._has_memo.get(key, 0.0) > now:
+            return True
+        found = os.path.isdir(os.path.join(self.cq_root, topic, str(queue_id)))
+        if found:
+            self._has_memo[key] = now + HAS_QUEUE_TTL_S
+        return found
 
     def queue_min(self, topic: str, queue_id: int) -> int:
         """:meth:`min_offset` for the read path: -1 for an unknown queue; reused for

@@ -1,12 +1,13 @@
-"""The endpoint's TCP server: asyncio in a background thread, handlers in a thread pool.
+"""The endpoint's TCP server: a thread per connection that reads, answers and writes in place.
 
-One coroutine per connection cuts frames (:class:`~.frame.FrameReader`) and starts one task per
-request, so a client's pulls of many queues over one connection proceed side by side and are
-answered as each completes (matched by ``opaque``). Handlers run in a thread pool (store reads
-block). A pull that finds nothing new and carries the suspend flag is held (long polling): every
-:data:`POLL_INTERVAL_S` the queue's max offset is checked and the pull re-run as soon as it moved,
-or answered PULL_NOT_FOUND at its ``suspendTimeoutMillis`` -- an idle consumer costs one request
-per suspend timeout, not a spin.
+A connection's requests are decoded (:class:`~.frame.FrameReader`) and answered in order by its
+own thread -- no hand-off between threads on the hot path: a pull costs one ``recv``, the store
+read and one ``sendall``. A pull that finds nothing new and carries the suspend flag is handed to
+the holder thread instead (long polling): every :data:`POLL_INTERVAL_S` it checks each held
+queue's max offset and re-runs the pull (in a small pool) as soon as it moved, or answers
+PULL_NOT_FOUND at the pull's ``suspendTimeoutMillis`` -- an idle consumer costs one request per
+suspend timeout, not a spin, and holds no thread. Responses to one connection are written under
+its lock, matched by ``opaque`` (held pulls may be answered after later requests).
 
 Bad input never takes the endpoint down: a frame over ``tieredRemotingMaxFrameBytes``, a header
 length that does not fit, a header that does not decode, an unknown serialize type -- the
@@ -18,7 +19,6 @@ connection and counted (``remoting_rejected_total{reason}``); other connections 
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import socket
@@ -40,9 +40,9 @@ IDLE_TIMEOUT_S = 120.0  # the broker's serverChannelMaxIdleTimeSeconds
 FRAME_STALL_S = 30.0
 POLL_INTERVAL_S = 0.2
 FLUSH_INTERVAL_S = 1.0
-START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 16
+HELD_WORKERS = 4
 
 
 def _result_name(code: int) -> str:
@@ -50,6 +50,72 @@ def _result_name(code: int) -> str:
         return ResponseCode(code).name
     except ValueError:
         return str(code)
+
+
+class _Connection:
+    """One client connection: its socket, its write lock, its reader thread."""
+
+    def __init__(self, server: RemotingServer, sock: socket.socket, peer: object) -> None:
+        self.server = server
+        self.sock = sock
+        self.peer = peer
+        self.write_lock = threading.Lock()
+        self.closed = False
+        self.thread = threading.Thread(target=self.run, name=f"tiered-remoting {peer}", daemon=True)
+
+    def send(self, command: Command) -> None:
+        """Write one frame; a connection the client closed meanwhile is ignored."""
+        frame = encode(command)
+        with self.write_lock, contextlib.suppress(OSError):
+            self.sock.sendall(frame)
+
+    def answer(self, request: Command, response: Command) -> None:
+        result = "ONEWAY" if request.is_oneway else _result_name(response.code)
+        metrics.REMOTING_REQUESTS.labels(code_name(request.code), result).inc()
+        if not request.is_oneway:
+            self.send(response)
+
+    def close(self) -> None:
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+    def run(self) -> None:
+        server = self.server
+        frames = FrameReader(server.max_frame_bytes)
+        try:
+            while not self.closed:
+                timeout = server.frame_stall_s if frames.pending else server.idle_timeout_s
+                self.sock.settimeout(timeout)
+                try:
+                    data = self.sock.recv(READ_CHUNK)
+                except TimeoutError:
+                    metrics.REMOTING_REJECTED.labels("idle").inc()
+                    log.info(
+                        "replay connection from %s closed: %s for %.0f s",
+                        self.peer,
+                        "stalled inside a frame" if frames.pending else "idle",
+                        timeout,
+                    )
+                    return
+                if not data:
+                    return
+                try:
+                    for frame in frames.feed(data):
+                        request = decode(frame)
+                        if not request.is_response:  # nothing is ever asked of a client
+                            server.serve(self, request)
+                except ProtocolError as e:
+                    metrics.REMOTING_REJECTED.labels(e.reason).inc()
+                    log.warning("replay connection from %s closed: %s", self.peer, e)
+                    self.send(Command(ResponseCode.SYSTEM_ERROR, flag=RESPONSE_FLAG, remark=str(e)))
+                    return
+        except OSError:
+            return
+        finally:
+            server.forget(self)
+            with contextlib.suppress(OSError):
+                self.sock.close()
 
 
 class RemotingServer:
@@ -68,7 +134,6 @@ class RemotingServer:
         frame_stall_s: float = FRAME_STALL_S,
         poll_interval_s: float = POLL_INTERVAL_S,
         flush: Callable[[], object] | None = None,
-        workers: int = 8,
     ) -> None:
         self.replay = replay
         self.host = host
@@ -81,15 +146,18 @@ class RemotingServer:
         self.frame_stall_s = frame_stall_s
         self.poll_interval_s = poll_interval_s
         self.flush = flush
-        self.workers = workers
-        self.connections = 0
+        self._sock: socket.socket | None = None
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._open: set[_Connection] = set()
+        self._held: list[tuple[Suspend, _Connection]] = []
+        self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-        self._thread: threading.Thread | None = None
-        self._started = threading.Event()
-        self._failure: BaseException | None = None
-        self._open: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+
+    @property
+    def connections(self) -> int:
+        with self._lock:
+            return len(self._open)
 
     # --- addresses --------------------------------------------------------------------------------
 
@@ -129,30 +197,24 @@ class RemotingServer:
                 f"tieredRemotingPort={self.requested_port} on tieredRemotingHost={self.host!r} "
                 f"cannot be bound ({e.strerror or e}): choose a free port, or 0 for any"
             ) from e
-        sock.setblocking(False)
         return sock
 
     # --- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
-        """Bind, start serving, return once connections are accepted.
+        """Bind and start accepting.
 
         Raises:
             ConfigError: the host or port cannot be bound.
-            RuntimeError: the server did not come up within :data:`START_TIMEOUT_S`.
         """
-        sock = self._bind()
-        self.port = sock.getsockname()[1]
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tiered-remoting")
-        self._thread = threading.Thread(
-            target=lambda: asyncio.run(self._main(sock)), name="tiered-remoting", daemon=True
-        )
-        self._thread.start()
-        if not self._started.wait(START_TIMEOUT_S) or self._failure is not None:
-            sock.close()
-            raise RuntimeError(
-                f"the replay endpoint did not start on {self.host}:{self.port}: {self._failure}"
-            )
+        self._sock = self._bind()
+        self.port = self._sock.getsockname()[1]
+        self._stop.clear()
+        self._pool = ThreadPoolExecutor(HELD_WORKERS, thread_name_prefix="tiered-remoting-held")
+        for target, name in ((self._accept, "accept"), (self._hold_loop, "held")):
+            thread = threading.Thread(target=target, name=f"tiered-remoting-{name}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
         log.info(
             "replay endpoint (RocketMQ remoting) listening on %s:%d, advertised as %s",
             self.host,
@@ -162,16 +224,24 @@ class RemotingServer:
 
     def stop(self) -> None:
         """Stop accepting, close connections, write the replay offsets, wait (bounded)."""
-        loop, stopping, thread = self._loop, self._stopping, self._thread
-        if loop is None or stopping is None or thread is None:
+        if self._sock is None:
             return
-        with contextlib.suppress(RuntimeError):  # the loop already ended
-            loop.call_soon_threadsafe(stopping.set)
-        thread.join(STOP_TIMEOUT_S)
+        self._stop.set()
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        with self._lock:
+            open_now = list(self._open)
+        for conn in open_now:
+            conn.close()
+        deadline = time.monotonic() + STOP_TIMEOUT_S
+        for thread in [*self._threads, *(c.thread for c in open_now)]:
+            thread.join(max(deadline - time.monotonic(), 0.1))
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
         self._flush()
-        self._loop = self._stopping = self._thread = self._pool = None
+        self._sock = self._pool = None
+        self._threads = []
 
     def _flush(self) -> None:
         if self.flush is None:
@@ -181,130 +251,89 @@ class RemotingServer:
         except OSError as e:
             log.error("writing the replay consumer offsets failed (retried): %s", e)
 
-    async def _main(self, sock: socket.socket) -> None:
+    def _accept(self) -> None:
+        sock = self._sock
+        assert sock is not None
+        while not self._stop.is_set():
+            try:
+                client, peer = sock.accept()
+            except OSError:
+                return  # the listening socket was closed: stopping
+            with self._lock:
+                full = len(self._open) >= self.max_connections
+                conn = None if full else _Connection(self, client, peer)
+                if conn is not None:
+                    self._open.add(conn)
+            if conn is None:
+                metrics.REMOTING_REJECTED.labels("too_many_connections").inc()
+                log.warning(
+                    "replay connection from %s refused: %d open (tieredRemotingMaxConnections)",
+                    peer,
+                    self.max_connections,
+                )
+                client.close()
+                continue
+            client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            metrics.REMOTING_CONNECTIONS.inc()
+            conn.thread.start()
+
+    def forget(self, conn: _Connection) -> None:
+        """A connection ended."""
+        with self._lock:
+            if conn in self._open:
+                self._open.discard(conn)
+                metrics.REMOTING_CONNECTIONS.dec()
+
+    # --- requests ---------------------------------------------------------------------------------
+
+    def _handle(self, request: Command, *, may_suspend: bool = True) -> Response:
         try:
-            self._loop = asyncio.get_running_loop()
-            self._stopping = asyncio.Event()
-            server = await asyncio.start_server(self._connection, sock=sock)
-        except BaseException as e:
-            self._failure = e
-            self._started.set()
-            raise
-        self._started.set()
-        flusher = asyncio.create_task(self._flush_loop())
-        async with server:
-            await self._stopping.wait()
-            server.close()
-            flusher.cancel()
-            # closing a connection's transport ends its coroutine normally (cancelling the
-            # stream callback's task would make asyncio log it as an error)
-            for writer in list(self._open.values()):
-                writer.close()
-            if self._open:
-                await asyncio.wait(list(self._open), timeout=STOP_TIMEOUT_S / 2)
-
-    async def _flush_loop(self) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            await asyncio.sleep(FLUSH_INTERVAL_S)
-            await loop.run_in_executor(self._pool, self._flush)
-
-    # --- connections ------------------------------------------------------------------------------
-
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = writer.get_extra_info("peername")
-        if self.connections >= self.max_connections:
-            metrics.REMOTING_REJECTED.labels("too_many_connections").inc()
-            log.warning(
-                "replay connection from %s refused: %d open (tieredRemotingMaxConnections)",
-                peer,
-                self.connections,
-            )
-            writer.close()
-            return
-        self.connections += 1
-        metrics.REMOTING_CONNECTIONS.inc()
-        me = asyncio.current_task()
-        if me is not None:
-            self._open[me] = writer
-        frames = FrameReader(self.max_frame_bytes)
-        tasks: set[asyncio.Task[None]] = set()
-        try:
-            while True:
-                timeout = self.frame_stall_s if frames.pending else self.idle_timeout_s
-                try:
-                    data = await asyncio.wait_for(reader.read(READ_CHUNK), timeout)
-                except TimeoutError:
-                    metrics.REMOTING_REJECTED.labels("idle").inc()
-                    log.info(
-                        "replay connection from %s closed: %s for %.0f s",
-                        peer,
-                        "stalled inside a frame" if frames.pending else "idle",
-                        timeout,
-                    )
-                    break
-                if not data:
-                    break
-                try:
-                    for frame in frames.feed(data):
-                        request = decode(frame)
-                        if request.is_response:
-                            continue  # nothing is ever asked of a client
-                        task = asyncio.create_task(self._request(request, writer))
-                        tasks.add(task)
-                        task.add_done_callback(tasks.discard)
-                except ProtocolError as e:
-                    metrics.REMOTING_REJECTED.labels(e.reason).inc()
-                    log.warning("replay connection from %s closed: %s", peer, e)
-                    error = Command(ResponseCode.SYSTEM_ERROR, flag=RESPONSE_FLAG, remark=str(e))
-                    with contextlib.suppress(ConnectionError):
-                        writer.write(encode(error))
-                        await writer.drain()
-                    break
-        except (ConnectionError, asyncio.IncompleteReadError):
-            pass
-        finally:
-            for task in tasks:
-                task.cancel()
-            if me is not None:
-                self._open.pop(me, None)
-            self.connections -= 1
-            metrics.REMOTING_CONNECTIONS.dec()
-            writer.close()
-            with contextlib.suppress(ConnectionError, asyncio.CancelledError):
-                await writer.wait_closed()
-
-    async def _request(self, request: Command, writer: asyncio.StreamWriter) -> None:
-        loop = asyncio.get_running_loop()
-        replay = self.replay
-        try:
-            response: Response = await loop.run_in_executor(self._pool, replay.handle, request)
-            while isinstance(response, Suspend):
-                response = await self._hold(response)
+            return self.replay.handle(request, may_suspend=may_suspend)
         except Exception:  # a bug: answered, logged in full, the connection goes on
             log.exception("replay request code %d failed", request.code)
-            response = request.response(
+            return request.response(
                 ResponseCode.SYSTEM_ERROR, "internal error of the replay endpoint (logged)"
             )
-        result = "ONEWAY" if request.is_oneway else _result_name(response.code)
-        metrics.REMOTING_REQUESTS.labels(code_name(request.code), result).inc()
-        if request.is_oneway or writer.is_closing():
-            return
-        with contextlib.suppress(ConnectionError):
-            writer.write(encode(response))
-            await writer.drain()
 
-    async def _hold(self, held: Suspend) -> Response:
-        """Wait until the queue has something past the held offset (or the deadline), then pull
-        again without suspending."""
-        loop = asyncio.get_running_loop()
-        while (left := held.deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(self.poll_interval_s, left))
-            try:
-                if await loop.run_in_executor(self._pool, self.replay.has_new, held):
-                    break
-            except Exception:  # the pull itself will say what is wrong
-                break
-        return await loop.run_in_executor(
-            self._pool, lambda: self.replay.handle(held.request, may_suspend=False)
-        )
+    def serve(self, conn: _Connection, request: Command) -> None:
+        """Answer ``request`` now, or hold it (a suspended pull)."""
+        response = self._handle(request)
+        if isinstance(response, Suspend):
+            with self._lock:
+                self._held.append((response, conn))
+            return
+        conn.answer(request, response)
+
+    def _resume(self, held: Suspend, conn: _Connection) -> None:
+        response = self._handle(held.request, may_suspend=False)
+        assert isinstance(response, Command)
+        if not conn.closed:
+            conn.answer(held.request, response)
+
+    def _hold_loop(self) -> None:
+        """Long polling: re-run each held pull once its queue moved or its time is up; write the
+        replay offsets every :data:`FLUSH_INTERVAL_S`."""
+        flushed = time.monotonic()
+        while not self._stop.wait(self.poll_interval_s):
+            now = time.monotonic()
+            with self._lock:
+                held, self._held = self._held, []
+            keep = []
+            for item in held:
+                suspend, conn = item
+                if conn.closed:
+                    continue
+                try:
+                    ready = now >= suspend.deadline or self.replay.has_new(suspend)
+                except Exception:  # the pull itself will say what is wrong
+                    ready = True
+                if ready and self._pool is not None:
+                    self._pool.submit(self._resume, suspend, conn)
+                else:
+                    keep.append(item)
+            if keep:
+                with self._lock:
+                    self._held[:0] = keep
+            if now - flushed >= FLUSH_INTERVAL_S:
+                flushed = now
+                self._flush()

@@ -1,0 +1,212 @@
+"""Benchmark: replaying a ~1 GiB queue through the RocketMQ protocol vs the HTTP API.
+
+Run with ``make bench`` (not part of the test run; about 3 GB of free disk). One generated queue of
+:data:`SIZE_BYTES` (1 KiB bodies) is offloaded to a posix tier; then a real ``rmq-tiered run``
+(``tieredStorageLevel=FORCE``: every read comes from the tier) serves it, and this process reads
+the whole queue from offset 0 the way a consumer catching up does, ``nextBeginOffset`` after
+``nextBeginOffset``, on one connection:
+
+* over the replay endpoint (PULL_MESSAGE, :class:`~tiered.remoting.client.RemotingClient`) with
+  32 messages per pull (Java's default ``pullBatchSize``) and 1024;
+* over HTTP ``format=raw`` with the same batch sizes -- the baseline each ratio divides by.
+
+Both front doors are the same process and the same read path, so the ratio is the protocol's cost.
+Runs alternate; before each, the page cache of the tier's files is dropped and the sidecar's
+read-ahead cache has expired (``readAheadCacheExpireDuration`` 2 s, 3 s apart), so every run reads
+the backend. Figures are medians of :data:`REPEAT` runs; the sidecar's CPU-seconds per GiB read
+(from /proc) are reported too. Goals: protocol at 1024 per pull >= 0.8 of HTTP raw at 1024;
+>= 50 000 messages/s at 32 per pull.
+"""
+
+from __future__ import annotations
+
+import http.client
+import os
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tiered.broker.generator import GenSpec, generate_store
+from tiered.core.sample_tier import sample_config
+from tiered.core.sidecar import Sidecar, build_provider
+from tiered.remoting.client import RemotingClient
+from tiered.remoting.codes import RequestCode, ResponseCode
+
+SIZE_BYTES = int(float(os.environ.get("RMQ_BENCH_REPLAY_GIB", "1")) * (1 << 30))
+UNIT_BYTES = 1024 + 190
+REPEAT = int(os.environ.get("RMQ_BENCH_REPEAT", "3"))
+TOPIC, QID = "GenTopic0", 0
+MIB, GIB = 1 << 20, 1 << 30
+RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
+
+
+@dataclass
+class Run:
+    seconds: float
+    nbytes: int
+    messages: int
+    cpu_s: float
+
+    @property
+    def mb_s(self) -> float:
+        return self.nbytes / 1e6 / self.seconds
+
+    @property
+    def msgs_s(self) -> float:
+        return self.messages / self.seconds
+
+    @property
+    def cpu_per_gib(self) -> float:
+        return self.cpu_s / (self.nbytes / GIB)
+
+
+def drop_cache(directory: Path) -> None:
+    os.sync()
+    for root, _, files in os.walk(directory):
+        for name in files:
+            fd = os.open(os.path.join(root, name), os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+
+
+def cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen[bytes]
+    http_port: int
+    replay_port: int
+    tier: Path
+    end: int
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
+    root = tmp_path_factory.mktemp("bench-replay")
+    spec = GenSpec(
+        seed=11, topics=1, queues=1, messages=SIZE_BYTES // UNIT_BYTES,
+        min_body=1024, max_body=1024, commitlog_file_size=1 << 30,
+    )  # fmt: skip
+    generate_store(root / "store", spec)
+    cfg = sample_config(
+        root / "store", root, spec, "posix",
+        tieredStorageLevel="FORCE",
+        tieredStoreCommitLogMaxSize=str(256 * MIB),
+        tieredStoreConsumeQueueMaxSize=str(100 * MIB),
+        tieredStoreGroupCommitCount="4096",
+        tieredStoreGroupCommitSize=str(4 * MIB),
+        tieredStoreFileReservedTime="1000000",
+        readAheadCacheExpireDuration="2000",
+        messageIndexEnable="false",
+    )  # fmt: skip
+    sidecar = Sidecar(cfg, build_provider(cfg)).open()
+    assert sidecar.dispatcher.run_pass(flush=True).messages == spec.messages
+    sidecar.close()
+    conf = root / "sidecar.conf"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in cfg.as_properties().items() if v != ""))
+    log = root / "run.log"
+    with log.open("wb") as err:
+        proc = subprocess.Popen([RMQ_TIERED, "run", "--config", conf], stderr=err)
+    deadline = time.monotonic() + 120
+    while not (
+        (h := re.search(r"HTTP API listening on http://[^:]+:(\d+)", log.read_text()))
+        and (r := re.search(r"\(RocketMQ remoting\) listening on \S+:(\d+)", log.read_text()))
+    ):
+        assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
+        time.sleep(0.2)
+    time.sleep(2)  # the first dispatch pass (nothing to do) and restore are over
+    yield Served(proc, int(h.group(1)), int(r.group(1)), root / "tier", spec.messages)
+    proc.send_signal(signal.SIGTERM)
+    proc.wait(60)
+
+
+def replay(served: Served, batch: int) -> tuple[int, int]:
+    offset = nbytes = 0
+    with RemotingClient("127.0.0.1", served.replay_port) as c:
+        while offset < served.end:
+            r = c.call(
+                RequestCode.PULL_MESSAGE, consumerGroup="bench", topic=TOPIC, queueId=QID,
+                queueOffset=offset, maxMsgNums=batch, sysFlag=0, commitOffset=0,
+                suspendTimeoutMillis=0,
+            )  # fmt: skip
+            assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+            nxt = int(r.ext_fields["nextBeginOffset"])
+            assert nxt > offset
+            nbytes += len(r.body)
+            offset = nxt
+    return nbytes, offset
+
+
+def http_raw(served: Served, batch: int) -> tuple[int, int]:
+    conn = http.client.HTTPConnection("127.0.0.1", served.http_port, timeout=120)
+    offset = nbytes = 0
+    try:
+        while offset < served.end:
+            path = f"/v1/topics/{TOPIC}/queues/{QID}/messages?offset={offset}&maxCount={batch}"
+            conn.request("GET", f"{path}&format=raw")
+            response = conn.getresponse()
+            body = response.read()
+            assert response.status == 200, body[:200]
+            nxt = int(response.getheader("X-Next-Begin-Offset") or offset)
+            assert nxt > offset
+            nbytes += len(body)
+            offset = nxt
+    finally:
+        conn.close()
+    return nbytes, offset
+
+
+def measure(served: Served, read: Callable[[Served, int], tuple[int, int]], batch: int) -> Run:
+    drop_cache(served.tier)
+    time.sleep(3)  # the sidecar's read-ahead windows of the last run have expired
+    cpu = cpu_seconds(served.proc.pid)
+    started = time.perf_counter()
+    nbytes, messages = read(served, batch)
+    seconds = time.perf_counter() - started
+    return Run(seconds, nbytes, messages, cpu_seconds(served.proc.pid) - cpu)
+
+
+def test_replay_through_the_protocol_vs_http_raw(served: Served) -> None:
+    cases = {
+        "protocol 32/pull": (replay, 32),
+        "http raw 32/call": (http_raw, 32),
+        "protocol 1024/pull": (replay, 1024),
+        "http raw 1024/call": (http_raw, 1024),
+    }
+    runs: dict[str, list[Run]] = {name: [] for name in cases}
+    for _ in range(REPEAT):
+        for name, (read, batch) in cases.items():
+            runs[name].append(measure(served, read, batch))
+    med = {name: {
+        "msgs_s": statistics.median(r.msgs_s for r in rs),
+        "mb_s": statistics.median(r.mb_s for r in rs),
+        "cpu": statistics.median(r.cpu_per_gib for r in rs),
+    } for name, rs in runs.items()}  # fmt: skip
+    gib = served.end * UNIT_BYTES / GIB
+    print(f"\nreplay of one {gib:.2f} GiB queue ({served.end} messages of 1 KiB), posix tier, "
+          f"FORCE, medians of {REPEAT}")  # fmt: skip
+    print(f"{'reader':<22}{'msgs/s':>10}{'MB/s':>9}{'sidecar CPU-s/GiB':>19}")
+    for name, m in med.items():
+        print(f"{name:<22}{m['msgs_s']:>10.0f}{m['mb_s']:>9.1f}{m['cpu']:>19.2f}")
+    for batch in (32, 1024):
+        proto = med[f"protocol {batch}/pull"]
+        http = med[f"http raw {batch}/call"]
+        print(f"protocol/http raw at {batch}: {proto['mb_s'] / http['mb_s']:.2f} (MB/s), "
+              f"{proto['msgs_s'] / http['msgs_s']:.2f} (msgs/s)")  # fmt: skip
+    ratio = med["protocol 1024/pull"]["mb_s"] / med["http raw 1024/call"]["mb_s"]
+    print(f"protocol 1024/pull vs http raw 1024: {ratio:.2f} (goal >= 0.8); protocol 32/pull: "
+          f"{med['protocol 32/pull']['msgs_s']:.0f} msgs/s (goal >= 50000)")  # fmt: skip
+    assert all(r.messages == served.end for rs in runs.values() for r in rs)
