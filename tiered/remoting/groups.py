@@ -109,12 +109,6 @@ class Clients:
             g = self._groups.get(group)
             return g.subscriptions.get(topic) if g is not None else None
 
-    def groups(self) -> dict[str, int]:
-        """Group name -> live clients (for status)."""
-        with self._lock:
-            names = list(self._groups)
-        return {name: len(self.clients(name)) for name in names}
-
 
 class ReplayOffsets:
     """Committed offsets of replay groups, by ``(group, topic, queue id)`` (thread-safe)."""
@@ -199,10 +193,6 @@ class ReplayOffsets:
                     self._dirty = True
                 raise
             return True
-
-    def groups(self) -> list[str]:
-        with self._lock:
-            return sorted({k.rpartition("@")[2] for k in self._table})
 
 
 def _parse(data: bytes) -> dict[str, dict[int, int]]:
