@@ -122,7 +122,11 @@ def test_consume_from_where_decides_for_new_groups_with_client_offsets(
 
     reader = threading.Thread(target=consume_new)
     reader.start()
-    time.sleep(3)  # the consumer has started at the max offsets
+    deadline = time.monotonic() + 60
+    while car.metric(PULLS, code="GET_MAX_OFFSET") < replay_spec.queues:  # it starts at the max
+        assert time.monotonic() < deadline, "the consumer never asked for the max offsets"
+        time.sleep(0.1)
+    time.sleep(0.5)
     generate_store(tier.cfg.store_path_root_dir, spec)
     reader.join(120)
     (new,) = news
