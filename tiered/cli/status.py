@@ -10,6 +10,7 @@ from rich import box
 from rich.console import Console
 from rich.table import Table
 
+from tiered.broker.store_layout import check_store
 from tiered.cli.common import console, emit_json
 from tiered.cli.config_option import config_option, load
 from tiered.core.status import IndexStatusReport, StatusReport, collect_status
@@ -23,7 +24,9 @@ def status(configs: tuple[Path, ...], as_json: bool) -> None:
 
     Read-only and lock-free: safe while `rmq-tiered run` is running.
     """
-    report = collect_status(load(configs))
+    cfg = load(configs)
+    check_store(cfg.store_path_root_dir, cfg.commitlog_dirs, cfg.consume_queue_dir)
+    report = collect_status(cfg)
     if as_json:
         emit_json(report.to_json())
         return

@@ -114,6 +114,8 @@ class Dispatcher:
         self.released_upto = 0
         self.released_bytes = 0
         self.commit_listeners: list[CommitListener] = []
+        self.unreadable: dict[str, str] = {}
+        """Queues skipped because their local files cannot be read: queue path -> why."""
         metrics.DISPATCH_STANDBY.set(0 if self.uploading else 1)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
@@ -159,7 +161,9 @@ class Dispatcher:
             if not flat.initialized:
                 start = self._start_offset(flat.topic, flat.queue_id)
                 if start is None:
+                    self.unreadable[flat.path] = self.state(flat.topic, flat.queue_id).error
                     continue
+                self.unreadable.pop(flat.path, None)
                 fresh.append((flat, start))
             found.append(flat)
         if fresh:
@@ -296,6 +300,8 @@ class Dispatcher:
                     break
                 if retry and not progressed:
                     time.sleep(_BACKOFF_S * min(report.rounds, 20))
+        for path, why in self.unreadable.items():  # skipped, not offloaded: the caller must know
+            report.errors.setdefault(path, why)
         report.seconds = time.perf_counter() - started
         return report
 

@@ -28,6 +28,7 @@ from tiered.broker import coalesce, pagecache
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
+from tiered.broker.store_layout import mapped_sizes
 from tiered.config import TieredConfig
 from tiered.core.residency import Residency, residency
 from tiered.errors import (
@@ -68,10 +69,23 @@ class LocalSource:
 
     def __init__(self, cfg: TieredConfig) -> None:
         self.root = cfg.store_path_root_dir
-        self.commitlog = CommitLog(cfg.commitlog_dirs, cfg.mapped_file_size_commit_log_bytes)
+        explicit = cfg.model_fields_set
+        cl_size, cq_size = mapped_sizes(
+            cfg.commitlog_dirs,
+            cfg.consume_queue_dir,
+            commitlog=(
+                cfg.mapped_file_size_commit_log_bytes,
+                "mapped_file_size_commit_log_bytes" in explicit,
+            ),
+            consume_queue=(
+                cfg.effective_cq_file_size_bytes,
+                "mapped_file_size_consume_queue_bytes" in explicit,
+            ),
+        )
+        self.commitlog = CommitLog(cfg.commitlog_dirs, cl_size)
         self.cq_root = cfg.consume_queue_dir
         self.ext_root = self.root / "consumequeue_ext"
-        self.cq_file_size = cfg.effective_cq_file_size_bytes
+        self.cq_file_size = cq_size
         self._queues: dict[tuple[str, int], cqmod.ConsumeQueue] = {}
         self._max_hint: dict[tuple[str, int], int] = {}
         self._min_memo: dict[tuple[str, int], tuple[float, int, int]] = {}

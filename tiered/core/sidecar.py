@@ -16,6 +16,7 @@ import os
 from pathlib import Path
 from types import TracebackType
 
+from tiered.broker.store_layout import check_store
 from tiered.config import TieredConfig
 from tiered.errors import ConfigError, TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
@@ -108,7 +109,14 @@ class Sidecar:
         self.index: IndexService | None = None  # the key index, when messageIndexEnable
 
     def open(self) -> Sidecar:
-        """Lock the data dir, load metadata, restore and reconcile every queue."""
+        """Lock the data dir, load metadata, restore and reconcile every queue.
+
+        Raises:
+            ConfigError: ``storePathRootDir`` is missing or not a broker store; the data dir is
+                locked by another process.
+        """
+        cfg = self.cfg
+        check_store(cfg.store_path_root_dir, cfg.commitlog_dirs, cfg.consume_queue_dir)
         if self._lock is not None:
             self._lock.acquire()
         try:
