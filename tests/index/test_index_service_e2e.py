@@ -185,8 +185,7 @@ def test_reader_beside_a_running_sidecar(
 ) -> None:
     """A read-only service sees the writer's local files (mapped read-only) and uploads, and
     changes nothing."""
-    from tiered.core.status import read_metadata
-    from tiered.metadata import MetadataStore
+    from tiered.metadata import MetadataStore, read_metadata
 
     cfg = index_config(index_store, provider="posix")
     expected = store_keys(index_store)

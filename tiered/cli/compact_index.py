@@ -13,11 +13,10 @@ from tiered.cli.common import console, emit_json, fail
 from tiered.cli.config_option import config_option, load, setup_logging, verbosity
 from tiered.config import TieredConfig
 from tiered.core.sidecar import DataDirLock, build_provider
-from tiered.core.status import read_metadata
 from tiered.index.compaction import Engine
 from tiered.index.service import CompactionResult, IndexService
 from tiered.index.staging import submit_command
-from tiered.metadata import MetadataStore, mirror_key_for
+from tiered.metadata import MetadataStore, mirror_key_for, read_metadata
 
 
 @click.command("compact-index")

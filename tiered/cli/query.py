@@ -18,11 +18,10 @@ from tiered.cli.common import MESSAGE_COLUMNS, console, emit_json, message_cells
 from tiered.cli.config_option import config_option, load, setup_logging
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
-from tiered.core.status import read_metadata
 from tiered.http.app import MAX_COUNT_LIMIT, message_json
 from tiered.index.search import KeyHit
 from tiered.index.service import IndexService
-from tiered.metadata import LONG_MAX, MetadataStore
+from tiered.metadata import LONG_MAX, MetadataStore, read_metadata
 
 
 @click.command("query")

@@ -3,19 +3,19 @@
 ``{tieredDataDir}/status/dispatcher.json`` is the sidecar's own file (not upstream's): the role,
 and per queue the last upload time, the gaps (queue offsets the broker deleted before they were
 offloaded, never in the tier), the last error and the local offsets last seen. It is replaced
-atomically (temp file + rename) after each round that changed something, so a reader never sees a
-torn file; it is fsync'd when a gap was recorded (gaps must survive a crash). Losing it loses only
-history shown by ``status``, never data.
+atomically (a :class:`~tiered.metadata.state_file.JsonStateFile`) after each round that changed
+something, so a reader never sees a torn file; it is fsync'd when a gap was recorded (gaps must
+survive a crash). Losing it, or a damaged copy moved aside, loses only history shown by
+``status``, never data.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tiered.metadata.state_file import JsonStateFile
 
 STATE_VERSION = 1
 
@@ -71,7 +71,7 @@ class QueueState:
     def from_json(cls, obj: dict[str, Any]) -> QueueState:
         """Read back :meth:`to_json`."""
         return cls(
-            topic=str(obj["topic"]),
+            topic=_text(obj["topic"]),
             queue_id=int(obj["queueId"]),
             local_min=int(obj.get("localMin", -1)),
             local_max=int(obj.get("localMax", -1)),
@@ -92,60 +92,53 @@ class StateSnapshot:
     queues: dict[tuple[str, int], QueueState] = field(default_factory=dict)
 
 
+def _text(value: object) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f"{value!r} is not a string")
+    return value
+
+
 class StateFile:
     """``{tieredDataDir}/status/dispatcher.json``."""
 
     def __init__(self, data_dir: Path) -> None:
-        self.path = Path(data_dir) / "status" / "dispatcher.json"
-
-    def load(self) -> StateSnapshot:
-        """The last saved state; empty when there is none or it does not parse."""
-        try:
-            obj = json.loads(self.path.read_text(encoding="utf-8"))
-        except (FileNotFoundError, ValueError):
-            return StateSnapshot()
-        if not isinstance(obj, dict) or obj.get("version") != STATE_VERSION:
-            return StateSnapshot()
-        queues = {}
-        for raw in obj.get("queues", []):
-            state = QueueState.from_json(raw)
-            queues[(state.topic, state.queue_id)] = state
-        return StateSnapshot(
-            role=str(obj.get("role", "unknown")),
-            pid=int(obj.get("pid", 0)),
-            updated_ms=int(obj.get("updatedMs", 0)),
-            rounds=int(obj.get("rounds", 0)),
-            queues=queues,
+        self._file = JsonStateFile(
+            Path(data_dir) / "status" / "dispatcher.json",
+            STATE_VERSION,
+            _parse_snapshot,
+            "status shows no upload times, gaps or errors of earlier runs (data is untouched)",
         )
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def load(self, *, owner: bool = True) -> StateSnapshot:
+        """The last saved state; empty when there is none or it is damaged (see
+        :class:`JsonStateFile`; ``owner=False`` for a reader beside the daemon)."""
+        return self._file.load(owner=owner) or StateSnapshot()
 
     def save(self, snapshot: StateSnapshot, *, sync: bool = False) -> None:
         """Replace the file atomically; ``sync`` makes it durable (fsync file and directory)."""
-        obj = {
-            "version": STATE_VERSION,
+        body = {
             "role": snapshot.role,
             "pid": snapshot.pid,
             "updatedMs": snapshot.updated_ms,
             "rounds": snapshot.rounds,
             "queues": [snapshot.queues[k].to_json() for k in sorted(snapshot.queues)],
         }
-        data = json.dumps(obj, separators=(",", ":")).encode("utf-8")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-        try:
-            os.write(fd, data)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
-        try:
-            os.replace(tmp, self.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        if sync:
-            dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-            try:
-                os.fsync(dfd)
-            finally:
-                os.close(dfd)
+        self._file.save(body, sync=sync)
+
+
+def _parse_snapshot(obj: dict[str, Any]) -> StateSnapshot:
+    queues = {}
+    for raw in obj.get("queues", []):
+        state = QueueState.from_json(raw)
+        queues[(state.topic, state.queue_id)] = state
+    return StateSnapshot(
+        role=str(obj.get("role", "unknown")),
+        pid=int(obj.get("pid", 0)),
+        updated_ms=int(obj.get("updatedMs", 0)),
+        rounds=int(obj.get("rounds", 0)),
+        queues=queues,
+    )

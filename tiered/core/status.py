@@ -19,12 +19,11 @@ from typing import Any
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.config import TieredConfig
-from tiered.errors import MetadataError, TieredStoreError
+from tiered.errors import TieredStoreError
 from tiered.index.format import END_MAGIC_CODE, HEADER_SIZE, IndexHeader
 from tiered.index.index_file import FILE_DIRECTORY_NAME, local_index_files
 from tiered.index.progress import IndexProgress
-from tiered.metadata import FileSegmentType, MetadataDocument, parse_metadata
-from tiered.metadata.store import FILE_NAME
+from tiered.metadata import FileSegmentType, MetadataDocument, read_metadata
 from tiered.providers.layout import index_logical_path, logical_path
 
 from .local_source import LocalSource
@@ -136,25 +135,6 @@ def _camel_tree(value: Any, camel: Any) -> Any:
     return value
 
 
-def read_metadata(data_dir: Path) -> tuple[MetadataDocument, str]:
-    """The metadata document without touching the files; and which file it came from."""
-    directory = Path(data_dir) / "config"
-    problems = []
-    for name in (FILE_NAME, FILE_NAME + ".bak"):
-        path = directory / name
-        try:
-            text = path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            continue
-        try:
-            return parse_metadata(text, source=str(path)), str(path)
-        except (MetadataError, UnicodeDecodeError) as e:
-            problems.append(str(e))
-    if problems:
-        raise MetadataError("; ".join(problems))
-    return MetadataDocument(), "none (nothing offloaded yet)"
-
-
 def _daemon(data_dir: Path) -> tuple[int | None, bool]:
     """(pid, running) of the process holding the data-dir lock, without touching the lock.
 
@@ -195,7 +175,7 @@ def collect_status(cfg: TieredConfig) -> StatusReport:
     """Everything ``status`` shows (see the module docstring)."""
     doc, source = read_metadata(cfg.tiered_data_dir)
     pid, running = _daemon(cfg.tiered_data_dir)
-    snapshot = StateFile(cfg.tiered_data_dir).load()
+    snapshot = StateFile(cfg.tiered_data_dir).load(owner=False)
     report = StatusReport(
         cluster=cfg.broker_cluster_name,
         broker=cfg.broker_name,
@@ -258,7 +238,7 @@ def _index(
         report.uploaded_begin_ms = min(s.begin_timestamp for s in uploaded.values())
         report.uploaded_end_ms = max(s.end_timestamp for s in uploaded.values())
     progress = IndexProgress(directory)
-    progress.load()
+    progress.load(owner=False)
     for row in queues:
         indexed = progress.get(row.topic, row.queue_id)
         if indexed is None or row.tiered_commit < 0:

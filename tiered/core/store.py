@@ -38,7 +38,7 @@ from tiered.errors import (
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.logs import error_fields
-from tiered.metadata import MetadataStore
+from tiered.metadata import MetadataStore, read_metadata
 from tiered.providers import Provider
 
 from .fetcher import (
@@ -125,7 +125,6 @@ class TieredMessageStore:
             MetadataError: the metadata file and its ``.bak`` are both unreadable.
         """
         from .sidecar import build_provider
-        from .status import read_metadata
 
         document, _ = read_metadata(cfg.tiered_data_dir)
         metadata = MetadataStore.read_only(cfg.tiered_data_dir, document)

@@ -20,8 +20,7 @@ import numpy as np
 from tiered.broker.commitlog import CommitLog
 from tiered.broker.consumequeue import CQ_UNIT_DTYPE, ConsumeQueue, list_queues
 from tiered.config import TieredConfig
-from tiered.metadata import FileSegmentType, MetadataDocument, parse_metadata
-from tiered.metadata.store import FILE_NAME
+from tiered.metadata import FileSegmentType, MetadataDocument, read_metadata
 from tiered.providers.base import Provider
 from tiered.providers.layout import FileType, logical_path, segment_key
 
@@ -44,10 +43,7 @@ class TierCheck:
 
 def read_document(cfg: TieredConfig) -> MetadataDocument:
     """The metadata file as written (an empty document when there is none)."""
-    path = cfg.tiered_data_dir / "config" / FILE_NAME
-    if not path.exists():
-        return MetadataDocument()
-    return parse_metadata(path.read_text(encoding="utf-8"), source=str(path))
+    return read_metadata(cfg.tiered_data_dir)[0]
 
 
 class _FlatQueue:

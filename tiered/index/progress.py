@@ -14,13 +14,12 @@ items twice, which queries collapse -- but never leads them: nothing indexed is 
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
-import os
 import threading
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
+
+from tiered.metadata.state_file import JsonStateFile
 
 log = logging.getLogger(__name__)
 
@@ -32,26 +31,29 @@ class IndexProgress:
     """The indexed offset of each ``(topic, queue id)``; thread-safe."""
 
     def __init__(self, directory: Path) -> None:
-        self.path = Path(directory) / PROGRESS_NAME
+        self._file = JsonStateFile(
+            Path(directory) / PROGRESS_NAME,
+            _VERSION,
+            _parse,
+            "every queue is indexed again from the tier (keys already indexed are put twice, "
+            "which queries collapse)",
+        )
         self._offsets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._dirty = False
 
-    def load(self) -> bool:
-        """Read the saved offsets; False (and empty) when there is no usable file."""
-        try:
-            obj = json.loads(self.path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return False
-        except ValueError as e:
-            log.warning("%s does not parse (%s): every queue is indexed again from the tier",
-                        self.path, e)  # fmt: skip
-            return False
-        if not isinstance(obj, dict) or obj.get("version") != _VERSION:
-            log.warning("%s has an unknown version: every queue is indexed again", self.path)
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def load(self, *, owner: bool = True) -> bool:
+        """Read the saved offsets; False (and empty) when there is no usable file (a damaged
+        one is moved aside by the owner, see :class:`JsonStateFile`)."""
+        offsets = self._file.load(owner=owner)
+        if offsets is None:
             return False
         with self._lock:
-            self._offsets = {(str(t), int(q)): int(o) for t, q, o in obj.get("queues", [])}
+            self._offsets = offsets
             self._dirty = False
         return True
 
@@ -99,27 +101,22 @@ class IndexProgress:
         return self._dirty
 
     def save(self) -> None:
-        """Replace the file atomically and durably (temp file, fsync, rename, directory fsync).
+        """Replace the file atomically and durably.
 
         Call it only after the index files holding the recorded items were flushed.
         """
         with self._lock:
             rows = [[t, q, o] for (t, q), o in sorted(self._offsets.items())]
             self._dirty = False
-        data = json.dumps({"version": _VERSION, "queues": rows}, separators=(",", ":"))
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_name(f".{self.path.name}.{os.getpid()}.tmp")
-        with open(tmp, "wb") as fh:
-            fh.write(data.encode("utf-8"))
-            fh.flush()
-            os.fsync(fh.fileno())
-        try:
-            os.replace(tmp, self.path)
-        finally:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-        dfd = os.open(self.path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
+        self._file.save({"queues": rows})
+
+
+def _parse(document: dict[str, Any]) -> dict[tuple[str, int], int]:
+    out = {}
+    for topic, queue_id, offset in document["queues"]:
+        if not isinstance(topic, str) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in (queue_id, offset)
+        ):
+            raise TypeError(f"row {[topic, queue_id, offset]!r} is not [topic, queueId, offset]")
+        out[(topic, queue_id)] = offset
+    return out

@@ -17,7 +17,7 @@ from .models import (
     dump_metadata,
     parse_metadata,
 )
-from .store import LoadReport, MetadataStore, mirror_key_for, now_ms
+from .store import LoadReport, MetadataStore, mirror_key_for, now_ms, read_metadata
 
 __all__ = [
     "LONG_MAX",
@@ -33,4 +33,5 @@ __all__ = [
     "mirror_key_for",
     "now_ms",
     "parse_metadata",
+    "read_metadata",
 ]

@@ -58,8 +58,9 @@ class AtomicFile:
         if self.step_hook is not None:
             self.step_hook(name)
 
-    def write(self, data: bytes) -> None:
-        """Replace the file with ``data``, keeping the current file as ``.bak``.
+    def write(self, data: bytes, *, sync: bool = True) -> None:
+        """Replace the file with ``data``, keeping the current file as ``.bak``; without
+        ``sync`` nothing is fsync'd (whole after a process crash, not after a power loss).
 
         Steps (reported to ``step_hook``): ``tmp-written``, ``bak-kept`` (only when the file
         existed), ``renamed``.
@@ -70,17 +71,22 @@ class AtomicFile:
         directory = self.path.parent
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
-            fsync_dir(directory.parent)
-        write_synced(self._tmp, data)
+            if sync:
+                fsync_dir(directory.parent)
+        if sync:
+            write_synced(self._tmp, data)
+        else:
+            self._tmp.write_bytes(data)
         self._step("tmp-written")
         if self.path.exists():
-            self._keep_previous()
+            self._keep_previous(sync)
             self._step("bak-kept")
         os.replace(self._tmp, self.path)
         self._step("renamed")
-        fsync_dir(directory)
+        if sync:
+            fsync_dir(directory)
 
-    def _keep_previous(self) -> None:
+    def _keep_previous(self, sync: bool = True) -> None:
         # X is only ever replaced by rename, never rewritten in place, so a hard link to it keeps
         # the previous version's bytes; .bak is swapped in by rename, so it too is always whole.
         with contextlib.suppress(FileNotFoundError):
@@ -88,7 +94,11 @@ class AtomicFile:
         try:
             os.link(self.path, self._bak_tmp)
         except OSError:  # a filesystem without hard links
-            write_synced(self._bak_tmp, self.path.read_bytes())
+            previous = self.path.read_bytes()
+            if sync:
+                write_synced(self._bak_tmp, previous)
+            else:
+                self._bak_tmp.write_bytes(previous)
         os.replace(self._bak_tmp, self.bak_path)
 
     def drop_stale_temp(self) -> None:

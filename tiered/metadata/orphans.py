@@ -8,24 +8,22 @@ record is removed, and taken out once the object is gone; every expiry run retri
 before removing the record) is dropped from the log, never deleted.
 
 The log is ``{tieredDataDir}/config/tieredOrphanObjects.json``: a JSON object
-``{"version": 1, "keys": [...]}``, written atomically (temp file, fsync, rename); a damaged file
-is moved aside and the log starts empty (the worst case is an object left in the backend, listed
-in the warning). Thread-safe.
+``{"version": 1, "keys": [...]}``, a :class:`~tiered.metadata.state_file.JsonStateFile`: written
+atomically and durably; a damaged file (and ``.bak``) is moved aside and the log starts empty (the
+worst case is an object left in the backend). Thread-safe.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from tiered.errors import ProviderError, SegmentNotFoundError
 
-from .atomic import AtomicFile
+from .state_file import JsonStateFile
 
 log = logging.getLogger(__name__)
 
@@ -37,7 +35,12 @@ class OrphanLog:
     """The keys whose objects still have to be deleted; see the module docstring."""
 
     def __init__(self, directory: Path) -> None:
-        self._file = AtomicFile(Path(directory) / FILE_NAME)
+        self._file = JsonStateFile(
+            Path(directory) / FILE_NAME,
+            _VERSION,
+            _parse,
+            "objects it listed may be left in the backend",
+        )
         self._lock = threading.Lock()
         self._keys: list[str] | None = None  # read on first use
 
@@ -97,34 +100,17 @@ class OrphanLog:
         return deleted
 
     def _load(self) -> list[str]:
-        if self._keys is not None:
-            return self._keys
-        try:
-            raw = self._file.path.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            self._keys = []
-            return self._keys
-        try:
-            obj = json.loads(raw)
-            if not isinstance(obj, dict) or obj.get("version") != _VERSION:
-                raise ValueError(f"unknown version {obj.get('version')!r}")
-            keys = obj.get("keys")
-            if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
-                raise ValueError("'keys' is not a list of strings")
-        except ValueError as e:
-            moved = AtomicFile.move_aside(self._file.path, time.time_ns() // 1_000_000)
-            log.warning(
-                "%s is damaged (%s): moved to %s; objects it listed may be left in the backend",
-                self._file.path,
-                e,
-                moved,
-            )
-            keys = []
-        self._keys = list(keys)
+        if self._keys is None:
+            self._keys = self._file.load() or []
         return self._keys
 
     def _save(self, keys: list[str]) -> None:
-        data = json.dumps({"version": _VERSION, "keys": keys}, indent=1).encode("utf-8")
-        self._file.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file.write(data)
+        self._file.save({"keys": keys})
         self._keys = keys
+
+
+def _parse(document: dict[str, Any]) -> list[str]:
+    keys = document["keys"]
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys):
+        raise TypeError("'keys' is not a list of strings")
+    return keys

@@ -44,7 +44,14 @@ from .models import (
 )
 from .orphans import OrphanLog
 
-__all__ = ["FILE_NAME", "LoadReport", "MetadataStore", "mirror_key_for", "now_ms"]
+__all__ = [
+    "FILE_NAME",
+    "LoadReport",
+    "MetadataStore",
+    "mirror_key_for",
+    "now_ms",
+    "read_metadata",
+]
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +171,11 @@ class MetadataStore:
             self._file.drop_stale_temp()
             problems: list[str] = []
             main_damaged = False
-            doc = self._read(self.path, problems)
+            doc = _read_document(self.path, problems)
             used: Literal["main", "bak", "empty"] = "main"
             if doc is None:
                 main_damaged = self.path.exists()
-                doc = self._read(self.bak_path, problems)
+                doc = _read_document(self.bak_path, problems)
                 used = "bak"
             if doc is None:
                 if main_damaged or self.bak_path.exists():
@@ -191,21 +198,8 @@ class MetadataStore:
                     f", damaged file moved to {moved[0]}" if moved else "",
                 )
             self._doc, self._loaded, self._dirty = doc, True, False
-            return LoadReport(used=used, moved_aside=moved, problems=problems)
-
-    def _read(self, path: Path, problems: list[str]) -> MetadataDocument | None:
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            problems.append(f"{path} is missing")
-            return None
-        try:
-            return parse_metadata(raw.decode("utf-8"), source=str(path))
-        except UnicodeDecodeError as e:
-            problems.append(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})")
-        except MetadataError as e:
-            problems.append(str(e))
-        return None
+        self.orphans.keys()  # read (or set aside, if damaged) the orphan log at start
+        return LoadReport(used=used, moved_aside=moved, problems=problems)
 
     def persist(self) -> None:
         """Write the document atomically, keep the previous file as ``.bak``, then mirror it.
@@ -496,7 +490,7 @@ class MetadataStore:
         store = cls(data_dir, mirror=mirror, mirror_key=mirror_key, clock=clock)
         with store._lock:
             if store.path.exists():
-                if store._read(store.path, []) is None:
+                if _read_document(store.path, []) is None:
                     moved = AtomicFile.move_aside(store.path, clock())
                     log.warning("moved the damaged %s to %s before recovery", store.path, moved)
                 elif not force:
@@ -507,3 +501,41 @@ class MetadataStore:
             store._file.write(dump_metadata(doc).encode("utf-8"))
             store.load()
         return store
+
+
+def _read_document(path: Path, problems: list[str]) -> MetadataDocument | None:
+    """``path`` parsed, or None with the reason appended to ``problems``."""
+    try:
+        raw = path.read_bytes()
+    except FileNotFoundError:
+        problems.append(f"{path} is missing")
+        return None
+    try:
+        return parse_metadata(raw.decode("utf-8"), source=str(path))
+    except UnicodeDecodeError as e:
+        problems.append(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})")
+    except MetadataError as e:
+        problems.append(str(e))
+    return None
+
+
+def read_metadata(data_dir: Path) -> tuple[MetadataDocument, str]:
+    """The metadata as its files hold it, read without touching them -- the main file, else its
+    ``.bak`` -- and which file it came from. For processes beside a running sidecar (``fetch``,
+    ``query``, ``status``, ``explain``); :meth:`MetadataStore.load` is the owner's reader.
+
+    Raises:
+        MetadataError: a file exists but neither it nor ``.bak`` parses.
+    """
+    directory = Path(data_dir) / "config"
+    problems: list[str] = []
+    for name in (FILE_NAME, FILE_NAME + ".bak"):
+        path = directory / name
+        if not path.exists():
+            continue
+        doc = _read_document(path, problems)
+        if doc is not None:
+            return doc, str(path)
+    if problems:
+        raise MetadataError("; ".join(problems))
+    return MetadataDocument(), "none (nothing offloaded yet)"

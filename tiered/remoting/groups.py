@@ -18,7 +18,6 @@ the groups start over (each re-reads from its ``tieredRemotingNewGroupOffset``).
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tiered.metadata.atomic import AtomicFile
+from tiered.metadata.state_file import JsonStateFile
 
 log = logging.getLogger(__name__)
 
@@ -114,7 +114,12 @@ class ReplayOffsets:
     """Committed offsets of replay groups, by ``(group, topic, queue id)`` (thread-safe)."""
 
     def __init__(self, config_dir: Path) -> None:
-        self.file = AtomicFile(Path(config_dir) / OFFSETS_FILE)
+        self._file = JsonStateFile(
+            Path(config_dir) / OFFSETS_FILE,
+            VERSION,
+            _parse,
+            "replay groups start again from tieredRemotingNewGroupOffset",
+        )
         self._table: dict[str, dict[int, int]] = {}
         self._dirty = False
         self._lock = threading.Lock()
@@ -122,39 +127,17 @@ class ReplayOffsets:
 
     @property
     def path(self) -> Path:
-        return self.file.path
+        return self._file.path
+
+    @property
+    def file(self) -> AtomicFile:
+        return self._file.file
 
     def load(self) -> None:
         """Read the file (or its ``.bak``); a damaged pair is moved aside and warned about."""
-        self.file.drop_stale_temp()
-        damaged: list[tuple[Path, str]] = []
-        for candidate in (self.file.path, self.file.bak_path):
-            if not candidate.exists():
-                continue
-            try:
-                table = _parse(candidate.read_bytes())
-            except (OSError, ValueError) as e:
-                damaged.append((candidate, str(e)))
-                continue
-            with self._lock:
-                self._table = table
-            if damaged:
-                log.warning(
-                    "%s is damaged (%s); replay offsets read from %s",
-                    damaged[0][0],
-                    damaged[0][1],
-                    candidate,
-                )
-            return
-        for path, why in damaged:
-            aside = AtomicFile.move_aside(path, int(time.time()))
-            log.warning(
-                "%s is damaged (%s) and was moved to %s; replay groups start again from "
-                "tieredRemotingNewGroupOffset",
-                path,
-                why,
-                aside,
-            )
+        table = self._file.load()
+        with self._lock:
+            self._table = table or {}
 
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._lock:
@@ -178,16 +161,13 @@ class ReplayOffsets:
             with self._lock:
                 if not self._dirty:
                     return False
-                document = {
-                    "version": VERSION,
-                    "offsetTable": {
-                        k: {str(q): o for q, o in sorted(v.items())}
-                        for k, v in sorted(self._table.items())
-                    },
+                table = {
+                    k: {str(q): o for q, o in sorted(v.items())}
+                    for k, v in sorted(self._table.items())
                 }
                 self._dirty = False
             try:
-                self.file.write(json.dumps(document, indent=1).encode())
+                self._file.save({"offsetTable": table})
             except OSError:
                 with self._lock:
                     self._dirty = True
@@ -195,18 +175,10 @@ class ReplayOffsets:
             return True
 
 
-def _parse(data: bytes) -> dict[str, dict[int, int]]:
-    try:
-        document = json.loads(data)
-    except (UnicodeDecodeError, ValueError) as e:
-        raise ValueError(f"not JSON: {e}") from e
-    if not isinstance(document, dict):
-        raise ValueError("not a JSON object")
-    if document.get("version") != VERSION:
-        raise ValueError(f"version {document.get('version')!r} is not {VERSION}")
-    table = document.get("offsetTable")
+def _parse(document: dict[str, Any]) -> dict[str, dict[int, int]]:
+    table = document["offsetTable"]
     if not isinstance(table, dict):
-        raise ValueError("offsetTable is not an object")
+        raise TypeError("offsetTable is not an object")
     out: dict[str, dict[int, int]] = {}
     for key, queues in table.items():
         if "@" not in key or not isinstance(queues, dict):
