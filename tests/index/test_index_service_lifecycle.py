@@ -97,7 +97,8 @@ def test_failed_put_is_retried_next_run(
         sidecar.dispatcher.run_pass(flush=True)
         index = index_of(sidecar)
         sealed = len(index.local.sealed())
-        memory.set_plan(FaultPlan(nth=[3], operations={"put"}, error=ProviderError))  # file 2
+        # puts: file 1, the metadata mirror, the index progress copy, file 2 (fails)
+        memory.set_plan(FaultPlan(nth=[4], operations={"put"}, error=ProviderError))
         first = index.compact_sealed()
         assert [r.action for r in first] == ["uploaded", "failed"]  # the run stops there
         assert len(index.local.sealed()) == sealed - 1
@@ -126,7 +127,8 @@ def test_put_landed_but_unrecorded_is_recorded_without_a_second_put(
     with Sidecar(cfg, faulty) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
         index = index_of(sidecar)
-        faulty.set_plan(FaultPlan(nth=[3], operations={"put"}, error=ProviderError, when="after"))
+        # puts: file 1, the metadata mirror, the index progress copy, file 2 (lands, then fails)
+        faulty.set_plan(FaultPlan(nth=[4], operations={"put"}, error=ProviderError, when="after"))
         sealed = len(index.local.sealed())
         first = index.compact_sealed()
         assert [r.action for r in first] == ["uploaded", "failed"]

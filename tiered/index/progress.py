@@ -7,24 +7,84 @@ indexes ``[indexed offset, commit offset)`` again from the tier (:mod:`tiered.in
 
 The indexed offset only moves over contiguous ranges (:meth:`IndexProgress.advance`): a batch
 that starts beyond it (an earlier batch was not indexed) leaves it where it is, for the catch-up.
-It is saved only after the index files holding those items were flushed (:meth:`save` is called
-by the service's checkpoint), so the saved value may lag the files -- the catch-up then puts some
-items twice, which queries collapse -- but never leads them: nothing indexed is lost.
+The saved value may lag the index files -- the catch-up then puts some items twice, which queries
+collapse -- but never leads them: nothing indexed is lost. Two copies keep the lag small:
+
+* ``progress.json`` is written durably (fsync) only after the index files were flushed
+  (:meth:`IndexProgress.save`, the service's checkpoint, every few seconds): it holds after a
+  power loss;
+* ``progress.fast.json`` is written without fsync as keys are put, at most every
+  :data:`FAST_SAVE_INTERVAL_S` (:meth:`IndexProgress.save_fast`), stamped with the kernel's boot
+  id. Items are put
+  into the memory-mapped index files before the progress moves, and a killed process's mapped
+  pages stay in the page cache, so within the same boot the fast copy never leads the files;
+  after a reboot it is ignored. A ``kill -9`` (a crash loop, a catch-up killed half-way) then
+  re-indexes at most the last fraction of a second instead of everything since the last
+  checkpoint.
+
+Two more copies serve a lost data volume (:mod:`tiered.index.service`): when a file is sealed,
+the offsets of everything put before it are kept beside it (:meth:`IndexProgress.rows`); once it
+is uploaded they go to the backend, so a new volume restarts from the uploaded files' coverage.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
+import time
 from pathlib import Path
 from typing import Any, Final
 
+from tiered.metadata import mirror_key_for
 from tiered.metadata.state_file import JsonStateFile
 
 log = logging.getLogger(__name__)
 
 PROGRESS_NAME: Final = "progress.json"
+FAST_NAME: Final = "progress.fast.json"
+FAST_SAVE_INTERVAL_S: Final = 0.02
+"""The fast copy is written at most this often -- or, with many queues (a longer write), at
+most 10 % of the time: the interval grows to 10 x the last write's duration."""
 _VERSION: Final = 1
+_BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+Rows = list[list[Any]]
+"""``[[topic, queueId, indexed offset], ...]``: the files' and the backend copy's body."""
+
+
+BACKEND_NAME: Final = "tieredIndexProgress.json"
+
+
+def backend_key(cluster: str, broker: str) -> str:
+    """The backend copy's key: beside the metadata mirror,
+    ``{md5(cluster)[:8]}_{cluster}/{broker}/config/tieredIndexProgress.json``."""
+    return f"{mirror_key_for(cluster, broker).rpartition('/')[0]}/{BACKEND_NAME}"
+
+
+def encode_rows(rows: Rows) -> bytes:
+    """The backend copy's bytes."""
+    return json.dumps({"version": _VERSION, "queues": rows}, separators=(",", ":")).encode()
+
+
+def decode_rows(data: bytes) -> Rows:
+    """The rows of a backend copy.
+
+    Raises:
+        ValueError: not a progress document of this version (TypeError: wrong row shapes).
+    """
+    document = json.loads(data)
+    if not isinstance(document, dict) or document.get("version") != _VERSION:
+        raise ValueError("not an index progress document of version 1")
+    _parse(document)
+    return list(document["queues"])
+
+
+def boot_id() -> str:
+    """The kernel's boot id ("" where there is none: the fast copy is then never trusted)."""
+    try:
+        return _BOOT_ID.read_text(encoding="ascii").strip()
+    except OSError:
+        return ""
 
 
 class IndexProgress:
@@ -38,24 +98,55 @@ class IndexProgress:
             "every queue is indexed again from the tier (keys already indexed are put twice, "
             "which queries collapse)",
         )
+        self._fast = JsonStateFile(
+            Path(directory) / FAST_NAME,
+            _VERSION,
+            _parse_fast,
+            "the durable progress.json is used (more keys are indexed twice)",
+        )
         self._offsets: dict[tuple[str, int], int] = {}
         self._lock = threading.Lock()
         self._dirty = False
+        self._fast_dirty = False
+        self._fast_saved = 0.0
+        self._fast_interval = FAST_SAVE_INTERVAL_S
+        self._boot = boot_id()
 
     @property
     def path(self) -> Path:
         return self._file.path
 
     def load(self, *, owner: bool = True) -> bool:
-        """Read the saved offsets; False (and empty) when there is no usable file (a damaged
-        one is moved aside by the owner, see :class:`JsonStateFile`)."""
-        offsets = self._file.load(owner=owner)
+        """Read the saved offsets -- the fast copy when it was written in this boot, else the
+        durable one; False (and empty) when there is no usable file (a damaged one is moved
+        aside by the owner, see :class:`JsonStateFile`)."""
+        durable = self._file.load(owner=owner)
+        fast = self._fast.load(owner=owner)
+        offsets = durable
+        if fast is not None and self._boot and fast[0] == self._boot:
+            offsets = fast[1]  # written after the durable copy, in this boot: never behind it
         if offsets is None:
             return False
         with self._lock:
             self._offsets = offsets
-            self._dirty = False
+            self._dirty = offsets != durable  # the next checkpoint makes it durable
         return True
+
+    def restore(self, rows: Rows) -> None:
+        """Take ``rows`` (e.g. the backend copy after a lost volume) as the offsets.
+
+        Raises:
+            TypeError: a row is not ``[topic, queueId, offset]``.
+        """
+        offsets = _parse({"queues": rows})
+        with self._lock:
+            self._offsets = offsets
+            self._dirty = self._fast_dirty = True
+
+    def rows(self) -> Rows:
+        """The offsets as ``[[topic, queueId, offset], ...]``."""
+        with self._lock:
+            return [[t, q, o] for (t, q), o in sorted(self._offsets.items())]
 
     def get(self, topic: str, queue_id: int) -> int | None:
         """The queue's indexed offset, or None when the queue is not known."""
@@ -86,14 +177,14 @@ class IndexProgress:
                 return False
             if current is None or end > current:
                 self._offsets[key] = end
-                self._dirty = True
+                self._dirty = self._fast_dirty = True
             return True
 
     def forget(self, topic: str, queue_id: int) -> None:
         """Drop a queue (its tiered data was deleted)."""
         with self._lock:
             if self._offsets.pop((topic, queue_id), None) is not None:
-                self._dirty = True
+                self._dirty = self._fast_dirty = True
 
     @property
     def dirty(self) -> bool:
@@ -101,14 +192,37 @@ class IndexProgress:
         return self._dirty
 
     def save(self) -> None:
-        """Replace the file atomically and durably.
+        """Replace ``progress.json`` atomically and durably.
 
         Call it only after the index files holding the recorded items were flushed.
         """
+        rows = self.rows()
         with self._lock:
-            rows = [[t, q, o] for (t, q), o in sorted(self._offsets.items())]
             self._dirty = False
         self._file.save({"queues": rows})
+
+    def save_fast(self, *, force: bool = False) -> bool:
+        """Write ``progress.fast.json`` (no fsync) if the offsets moved and the interval passed
+        since the last write (see :data:`FAST_SAVE_INTERVAL_S`; ``force``: whatever the time);
+        returns whether it wrote. Call it only after the items recorded were put into the
+        (mapped) files.
+        """
+        now = time.monotonic()
+        with self._lock:
+            if not self._boot or not self._fast_dirty:
+                return False
+            if not force and now - self._fast_saved < self._fast_interval:
+                return False
+            self._fast_dirty, self._fast_saved = False, now
+        self._fast.save({"bootId": self._boot, "queues": self.rows()}, sync=False)
+        took = time.monotonic() - now
+        self._fast_interval = max(FAST_SAVE_INTERVAL_S, 10 * took)
+        return True
+
+    @property
+    def fast_interval_s(self) -> float:
+        """The current interval between fast writes."""
+        return self._fast_interval
 
 
 def _parse(document: dict[str, Any]) -> dict[tuple[str, int], int]:
@@ -120,3 +234,10 @@ def _parse(document: dict[str, Any]) -> dict[tuple[str, int], int]:
             raise TypeError(f"row {[topic, queue_id, offset]!r} is not [topic, queueId, offset]")
         out[(topic, queue_id)] = offset
     return out
+
+
+def _parse_fast(document: dict[str, Any]) -> tuple[str, dict[tuple[str, int], int]]:
+    boot = document["bootId"]
+    if not isinstance(boot, str):
+        raise TypeError("bootId is not a string")
+    return boot, _parse(document)

@@ -53,7 +53,13 @@ from tiered.index.format import IndexStatus
 from tiered.index.index_file import FILE_DIRECTORY_NAME, IndexStoreFile
 from tiered.index.keys import IndexBatch
 from tiered.index.local_files import LocalIndexFiles
-from tiered.index.progress import IndexProgress
+from tiered.index.progress import (
+    IndexProgress,
+    Rows,
+    backend_key,
+    decode_rows,
+    encode_rows,
+)
 from tiered.index.search import Collector, KeyHit, newest_first
 from tiered.index.staging import Staging
 from tiered.index.unit_keys import units_batch
@@ -61,6 +67,7 @@ from tiered.index.uploaded import UploadedIndex
 from tiered.javautil import to_i32
 from tiered.logs import error_fields, traceback_if_debug
 from tiered.metadata import LONG_MAX, MetadataStore, now_ms
+from tiered.metadata.state_file import JsonStateFile
 from tiered.providers.base import Provider
 
 log = logging.getLogger(__name__)
@@ -147,6 +154,8 @@ class IndexService:
         )
         self._lock = threading.RLock()
         self._open = False
+        self._saver_stop = threading.Event()
+        self._saver: threading.Thread | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
 
@@ -183,7 +192,13 @@ class IndexService:
             if report.adopted or report.deleted:
                 log.warning("index objects converged: %d recorded, %d deleted",
                             len(report.adopted), len(report.deleted))  # fmt: skip
-            if not self.progress.load() and self.store is not None:
+            restored = (
+                self.progress.load()
+                or self.store is None
+                or self.readonly
+                or self._restore_progress()
+            )
+            if not restored:
                 log.info("no index progress: every queue is indexed from the tier")
             if self.store is not None:
                 for flat in self.store.files():
@@ -191,14 +206,35 @@ class IndexService:
                         start = flat.min_offset()
                         self.progress.set_default(flat.topic, flat.queue_id, max(start, 0))
             self._open = True
+        if not self.readonly:
+            self._start_saver()
         if catch_up:
             self.catch_up()
         self.checkpoint()
         self._update_size()
         return self
 
+    def _start_saver(self) -> None:
+        """Write the fast progress copy every interval while it moved (the puts of a short burst
+        are saved too, not only those followed by another put)."""
+
+        def run() -> None:
+            while not self._saver_stop.wait(self.progress.fast_interval_s):
+                try:
+                    self.progress.save_fast()
+                except OSError as e:  # the durable copy still holds; retried
+                    log.warning("index progress (fast copy) not written: %s", e)
+
+        self._saver_stop.clear()
+        self._saver = threading.Thread(target=run, name="tiered-index-progress", daemon=True)
+        self._saver.start()
+
     def close(self) -> None:
         """Checkpoint and close every local file (after the dispatcher stopped)."""
+        self._saver_stop.set()
+        if self._saver is not None:
+            self._saver.join(5)
+            self._saver = None
         with self._lock:
             if self._open and not self.readonly:
                 self.checkpoint()
@@ -244,16 +280,72 @@ class IndexService:
             if not self._open:
                 return
             sealed = self.local.put(batch)
+            for f in sealed:  # everything put before this batch is in files up to f
+                self._keep_seal_progress(f)
             if not self.progress.advance(topic, queue_id, first_offset, first_offset + count):
                 log.info("%s/%d: offsets before %d are not indexed yet: the catch-up will",
                          topic, queue_id, first_offset)  # fmt: skip
+            self.progress.save_fast()
         if sealed:
             log.info("%d index file(s) sealed; compacted at the next compaction run", len(sealed))
 
     def seal(self) -> IndexStoreFile | None:
         """Seal the UNSEALED file now (it is compacted at the next run); None if none."""
         with self._lock:
-            return self.local.seal_current()
+            f = self.local.seal_current()
+            if f is not None:
+                self._keep_seal_progress(f)
+            return f
+
+    # --- progress copies for a lost data volume -----------------------------------------------
+
+    def _seal_progress(self, begin: int) -> JsonStateFile[Rows]:
+        return JsonStateFile(
+            self.directory / f"progress.sealed-{begin}.json",
+            1,
+            lambda doc: list(doc["queues"]),
+            "a lost data volume re-indexes this file's messages too",
+        )
+
+    def _keep_seal_progress(self, f: IndexStoreFile) -> None:
+        """Keep, beside the sealed ``f``, the offsets everything in files up to it covers."""
+        try:
+            self._seal_progress(f.begin_timestamp).save({"queues": self.progress.rows()})
+        except OSError as e:  # only the lost-volume shortcut is lost
+            log.warning("index file %d: its progress snapshot was not saved: %s",
+                        f.begin_timestamp, e)  # fmt: skip
+
+    def _mirror_seal_progress(self, begin: int) -> None:
+        """After file ``begin`` was uploaded: put its progress snapshot in the backend (what a
+        new data volume starts from), then drop the local snapshot."""
+        snapshot = self._seal_progress(begin)
+        rows = snapshot.load()
+        key = backend_key(self.cfg.broker_cluster_name, self.cfg.broker_name)
+        if rows is not None:
+            try:
+                self.provider.put(key, encode_rows(rows), overwrite=True)
+            except ProviderError as e:  # the next upload puts a newer one
+                log.warning("index progress copy %s not put (a new data volume would re-index "
+                            "more): %s", key, e, extra=error_fields(e))  # fmt: skip
+        snapshot.path.unlink(missing_ok=True)
+        snapshot.file.bak_path.unlink(missing_ok=True)
+
+    def _restore_progress(self) -> bool:
+        """No local progress (a new data volume): take the backend copy, which covers what the
+        uploaded index files hold; returns whether there was one."""
+        key = backend_key(self.cfg.broker_cluster_name, self.cfg.broker_name)
+        try:
+            if not self.provider.exists(key):
+                return False
+            rows = decode_rows(self.provider.read(key, 0, self.provider.size(key)))
+        except (ProviderError, ValueError, TypeError) as e:
+            log.warning("index progress copy %s unusable (%s): every queue is indexed from the "
+                        "tier", key, e)  # fmt: skip
+            return False
+        self.progress.restore(rows)
+        log.warning("no local index progress: restored it from the backend copy %s; only what "
+                    "no uploaded index file covers is indexed again", key)  # fmt: skip
+        return True
 
     def checkpoint(self) -> None:
         """Flush the local files, then save the indexed offsets (never ahead of the files)."""
@@ -263,6 +355,7 @@ class IndexService:
             self.local.flush()
             if self.progress.dirty:
                 self.progress.save()
+            self.progress.save_fast(force=True)
 
     def catch_up(self) -> int:
         """Index, from the tier, every queue's uploaded messages beyond its indexed offset;
@@ -364,6 +457,8 @@ class IndexService:
         if compacted.size:
             record = self.uploaded.upload(f.header, compacted.payload, compacted.size)
             result.action, result.base_offset = "uploaded", record.base_offset
+        if compacted.size:
+            self._mirror_seal_progress(begin)
         with self._lock:
             self.local.remove(begin)
             self.local.floor = max(self.local.floor, begin)
