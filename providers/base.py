@@ -168,6 +168,18 @@ class Provider(abc.ABC):
             return False
         return True
 
+    def clean_temporary(self, prefix: str = "") -> int:
+        """Remove what interrupted puts (a ``kill -9`` mid-write) left under ``prefix``: call it
+        at start, when no put can be running; returns how many were removed. The default does
+        nothing: the provider's puts leave nothing behind, or it removes a key's leftovers at
+        the key's next put (incomplete S3 multipart uploads are the bucket lifecycle rule's).
+
+        Raises:
+            InvalidKeyError: ``prefix`` is not a safe listing prefix.
+            ProviderError: the backend failed.
+        """
+        return 0
+
     def close(self) -> None:  # noqa: B027 - a no-op unless the provider holds clients
         """Release clients and handles; the provider reconnects lazily if used again."""
 

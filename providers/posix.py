@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
+import re
 import stat
 import uuid
 from collections.abc import Iterator
@@ -33,6 +35,9 @@ from .layout import check_key, check_prefix, is_key
 
 _PIECE_BYTES = 8 << 20
 _NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
+_TEMP_NAME = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
+"""What :meth:`PosixProvider.put` writes before its rename: ``.{name}.{uuid4 hex}.tmp``."""
+log = logging.getLogger(__name__)
 
 
 def _translate(e: OSError, key: str) -> ProviderError:
@@ -251,6 +256,24 @@ class PosixProvider(Provider):
             contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError),
         ):
             os.unlink(path)
+
+    def clean_temporary(self, prefix: str = "") -> int:
+        check_prefix(prefix)
+        base = prefix.rpartition("/")[0]
+        removed = 0
+        for dirpath, _, filenames in os.walk(self.root / base if base else self.root):
+            self._request("LIST")
+            rel = os.path.relpath(dirpath, self.root)
+            rel = "" if rel == "." else rel + "/"
+            for name in filenames:
+                match = _TEMP_NAME.fullmatch(name)
+                if match and (rel + match.group(1)).startswith(prefix):
+                    self._request("DELETE")
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(os.path.join(dirpath, name))
+                    removed += 1
+                    log.info("removed %s, left by an interrupted put", os.path.join(dirpath, name))
+        return removed
 
     def list(self, prefix: str = "") -> Iterator[str]:
         check_prefix(prefix)

@@ -90,6 +90,11 @@ class WrappedProvider(Provider):
         keys = self._around("list", prefix, lambda: [*self.inner.list(prefix)])
         return iter(keys)
 
+    def clean_temporary(self, prefix: str = "") -> int:
+        return self._around(
+            "clean_temporary", prefix, functools.partial(self.inner.clean_temporary, prefix)
+        )
+
     def close(self) -> None:
         self.inner.close()
 

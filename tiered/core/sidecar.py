@@ -121,6 +121,7 @@ class Sidecar:
             self._lock.acquire()
         try:
             if self.uploading:
+                self._clean_interrupted_puts()
                 self._restore_lost_metadata()
             self.metadata.load()
             if self.uploading:
@@ -139,6 +140,19 @@ class Sidecar:
                 self._lock.release()
             raise
         return self
+
+    def _clean_interrupted_puts(self) -> None:
+        """Remove what puts killed mid-write left in this broker's part of the backend (e.g. a
+        posix ``.tieredStoreMetadata.json.<uuid>.tmp``): nothing can be writing there now."""
+        prefix = mirror_key_for(self.cfg.broker_cluster_name, self.cfg.broker_name)
+        prefix = prefix.rsplit("/", 2)[0] + "/"  # {cluster dir}/{broker}/
+        try:
+            removed = self.provider.clean_temporary(prefix)
+        except TieredStoreError as e:  # only leftovers are kept; retried at the next start
+            log.warning("could not remove leftovers of interrupted puts under %s: %s", prefix, e)
+            return
+        if removed:
+            log.info("removed %d leftovers of interrupted puts under %s", removed, prefix)
 
     def _restore_lost_metadata(self) -> None:
         """Restore a lost metadata file from the backend mirror before loading it.
