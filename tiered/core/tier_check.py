@@ -5,7 +5,8 @@ metadata file is parsed with the metadata parser, every segment object is read w
 provider reads, and the broker's files with :mod:`tiered.broker`. For every local queue it checks
 that each queue offset of the expected range is in the flat consumequeue exactly once, that its
 unit has the local size and tags code and points at flat commitlog bytes equal to the broker's
-message except bytes 28..35, and that those hold the unit's flat offset.
+message except bytes 28..35, and that those hold the unit's flat offset; and that every flat
+commitlog segment decodes message by message from its start to its recorded size.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from pathlib import Path
 
 import numpy as np
 
+from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
 from tiered.broker.consumequeue import CQ_UNIT_DTYPE, ConsumeQueue, list_queues
 from tiered.config import TieredConfig
+from tiered.errors import CorruptStoreFileError
 from tiered.metadata import FileSegmentType, MetadataDocument, read_metadata
 from tiered.providers.base import Provider
 from tiered.providers.layout import FileType, logical_path, segment_key
@@ -44,6 +47,21 @@ class TierCheck:
 def read_document(cfg: TieredConfig) -> MetadataDocument:
     """The metadata file as written (an empty document when there is none)."""
     return read_metadata(cfg.tiered_data_dir)[0]
+
+
+def _walk(key: str, data: bytes, base: int) -> list[str]:
+    """A flat commitlog segment must decode message by message from its start to its recorded
+    size, each message's bytes 28..35 holding its own flat offset (no torn or stray bytes)."""
+    pos = 0
+    while pos < len(data):
+        try:
+            message = msgcodec.decode(data, pos, where=key)
+        except CorruptStoreFileError as e:
+            return [f"{key}: the segment does not walk at byte {pos} of {len(data)}: {e}"]
+        if message.physical_offset != base + pos:
+            return [f"{key}: the message at byte {pos} says flat offset {message.physical_offset}"]
+        pos += message.total_size
+    return []
 
 
 class _FlatQueue:
@@ -76,6 +94,7 @@ class _FlatQueue:
         for base, size in self.segments:
             key = segment_key(cluster, broker, topic, qid, FileType.COMMIT_LOG, base)
             self.data[base] = provider.read(key, 0, size) if size else b""
+            self.problems += _walk(key, self.data[base], base)
 
     def message(self, offset: int, size: int) -> bytes:
         for base, length in self.segments:

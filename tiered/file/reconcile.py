@@ -11,10 +11,12 @@ differ (a roll is recorded before anything is written to the new segment):
   its own flat offset in bytes 28..35 -- and agree with the local consumequeue (same size and tags
   code at that queue offset) where the broker still has it. The first unit that fails, and
   everything after it, is *cut*.
-* **commitlog bytes beyond the record** are kept: the next batch is appended after them. Those no
-  kept unit points at are orphans (harmless: readers only follow units, spec §8.3). One exception:
-  a segment recorded empty whose bytes no unit points at is emptied (deleted and re-created), so
-  every segment starts with a whole message.
+* **commitlog bytes beyond the record** are kept as far as a kept unit points into them; the rest
+  -- no unit points at them: a torn message of a killed append, or a whole batch whose units
+  never went up -- is *cut* at the end of the last referenced message, so every segment decodes
+  message by message from its start to its recorded size (upstream's ``splitMessageBuffer``, a
+  scanner, a rebuild of the consumequeue from the commitlog all rely on it). The batch is sent
+  again after the cut. A segment no unit points into is emptied (deleted and re-created).
 
 The provider contract has no truncate, so a cut is made by *moving past* the bad bytes: the
 segment's record keeps the valid size, the segment is sealed, and a new segment starts exactly at
@@ -65,6 +67,7 @@ class ReconcileReport:
     cut_bytes: int = 0
     orphan_bytes: int = 0
     emptied_commitlog: bool = False
+    cut_commitlog_bytes: int = 0
     lost_bytes: int = 0
 
     @property
@@ -100,23 +103,35 @@ def reconcile(flat: FlatMessageFile, local: LocalUnits | None = None) -> Reconci
             report.orphan_bytes = report.commitlog_real
             report.emptied_commitlog = True
             cl.reset_last()
-        elif referenced_end >= 0:
-            report.orphan_bytes = max(cl_end - max(referenced_end, cl_last.base), 0)
+        elif 0 <= referenced_end < cl_end:
+            # bytes no unit points at: a torn or re-sent batch. Cut them (seal at the last
+            # referenced message, go on in a new segment) so every segment walks message by
+            # message from its start; the batch is sent again from the consumequeue's end.
+            keep = max(referenced_end - cl_last.base, 0)
+            report.orphan_bytes = report.cut_commitlog_bytes = cl_end - cl_last.base - keep
+            if keep == 0:
+                report.emptied_commitlog = True
+                cl.reset_last()
+            else:
+                cl.set_last_size(keep)
+                with flat.metadata.batch():
+                    flat.flush_metadata()
+                cl.roll()
         cl.forget_first_queue_offset()
         with flat.metadata.batch():
             flat.flush_metadata()
         if report.changed or report.lost_bytes:
             log.warning(
-                "%s: reconciled with the backend: commitlog %d -> %d bytes, consumequeue %d -> "
-                "%d bytes, %d unrecorded units kept, %d bytes cut, %d orphan bytes%s",
+                "%s: reconciled with the backend: commitlog %d -> %d bytes (%d cut), "
+                "consumequeue %d -> %d bytes (%d cut), %d unrecorded units kept%s",
                 flat.path,
                 report.commitlog_recorded,
                 report.commitlog_real,
+                report.orphan_bytes,
                 report.consume_queue_recorded,
                 report.consume_queue_real,
-                report.kept_units,
                 report.cut_bytes,
-                report.orphan_bytes,
+                report.kept_units,
                 f", {report.lost_bytes} recorded bytes MISSING in the backend"
                 if report.lost_bytes
                 else "",
