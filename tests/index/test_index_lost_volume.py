@@ -1,20 +1,25 @@
 """A new data volume (an emptyDir after the pod moved): the metadata comes back from the backend
 mirror and the key index's progress from its backend copy, so the catch-up at start re-indexes
 only what no uploaded index file covers -- at most the lost UNSEALED file's messages -- and every
-key is still found exactly once."""
+key is still found exactly once. And a catch-up killed half-way resumes where it was."""
 
 from __future__ import annotations
 
 import dataclasses
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.index.progress import backend_key
+from tiered.index.service import IndexService
 
 ConfigFactory = Callable[..., TieredConfig]
 KeyTable = dict[tuple[str, str], tuple[int, int, int]]
@@ -53,3 +58,42 @@ def test_a_new_data_volume_reindexes_only_what_no_uploaded_file_covers(
             assert len(hits) == 1, (topic, key, hits)
             m = msgcodec.decode(hits[0].data)
             assert (m.queue_id, m.queue_offset) == (qid, qoff)
+
+
+class Killed(BaseException):
+    """The process died (nothing catches it)."""
+
+
+def test_a_catch_up_killed_half_way_resumes_where_it_was(
+    index_store: Path, index_config: ConfigFactory
+) -> None:
+    cfg = index_config(index_store, tieredStoreIndexFileMaxIndexNum=100_000)
+    provider = build_provider(cfg)
+    off = cfg.model_copy(update={"message_index_enable": False})
+    with Sidecar(off, provider) as sidecar:  # offloaded, never indexed: all to catch up
+        sidecar.dispatcher.run_pass(flush=True)
+    with Sidecar(off, provider) as sidecar:
+        index = IndexService(cfg, provider, sidecar.metadata, sidecar.store)
+        put, done = index.put, []
+
+        def dying_put(batch: Any, topic: str, queue_id: int, first: int, count: int) -> None:
+            if len(done) == 3:  # half of the six queues
+                raise Killed
+            put(batch, topic, queue_id, first, count)
+            done.append(count)
+
+        index.put = dying_put  # type: ignore[method-assign]
+        with pytest.raises(Killed):
+            index.start()
+        time.sleep(0.1)  # the process lived a moment longer; then nothing is saved any more
+        index._saver_stop.set()
+        assert index._saver is not None
+        index._saver.join()
+        total = sum(f.commit_offset for f in sidecar.store.files())
+        again = IndexService(cfg, provider, sidecar.metadata, sidecar.store).start(catch_up=False)
+        try:
+            redone = again.catch_up()
+        finally:
+            again.close()
+    print(f"catch-up killed after {sum(done)} of {total} messages; the next one indexed {redone}")
+    assert redone == total - sum(done)
