@@ -74,7 +74,8 @@ def test_a_catch_up_killed_half_way_resumes_where_it_was(
         sidecar.dispatcher.run_pass(flush=True)
     with Sidecar(off, provider) as sidecar:
         index = IndexService(cfg, provider, sidecar.metadata, sidecar.store)
-        put, done = index.put, []
+        put = index.put
+        done: list[int] = []
 
         def dying_put(batch: Any, topic: str, queue_id: int, first: int, count: int) -> None:
             if len(done) == 3:  # half of the six queues
@@ -82,7 +83,7 @@ def test_a_catch_up_killed_half_way_resumes_where_it_was(
             put(batch, topic, queue_id, first, count)
             done.append(count)
 
-        index.put = dying_put  # type: ignore[method-assign]
+        index.put = dying_put  # type: ignore[method-assign,assignment]
         with pytest.raises(Killed):
             index.start()
         time.sleep(0.1)  # the process lived a moment longer; then nothing is saved any more
