@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # mapped to tiered.providers / tiered.jobs); a new module re-runs the install.
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: venv demo test bench lint clean FORCE
+.PHONY: venv demo test bench lint clean ops-tools FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,12 +32,22 @@ $(JS)/node_modules/.installed: $(JS)/package.json $(JS)/package-lock.json
 	npm ci --prefix $(JS) --no-audit --no-fund --loglevel=error
 	@touch $@
 
+# Debian's prometheus package (prometheus, promtool) for the alert-rule and dashboard tests
+# (tests/ops), installed once when missing.
+SUDO := $(shell [ "$$(id -u)" = 0 ] || echo sudo)
+ops-tools:
+	@command -v promtool >/dev/null && command -v prometheus >/dev/null || { \
+	  echo "installing Debian's prometheus package (promtool, prometheus)"; \
+	  export DEBIAN_FRONTEND=noninteractive; \
+	  $(SUDO) apt-get install -y -q prometheus >/dev/null || { \
+	    $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q prometheus >/dev/null; }; }
+
 venv: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(BIN)/rmq-tiered demo
 
-test: lint $(JS)/node_modules/.installed
+test: lint $(JS)/node_modules/.installed ops-tools
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # mypy runs inside the editable link tree, where tiered.providers and tiered.jobs resolve;

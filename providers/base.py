@@ -44,7 +44,9 @@ Payload = bytes | bytearray | memoryview | BinaryIO
 """What ``put`` accepts: bytes, or a binary file object read to its end (bounded memory)."""
 
 RequestListener = Callable[[str], None]
-"""Called with an operation name before each backend request; may raise to abort the request."""
+"""Called with an operation name before each backend request (``RETRY_<REASON>`` before a
+request is resent after a retriable failure); may raise to abort the request."""
+RETRY_PREFIX = "RETRY_"
 
 
 class Provider(abc.ABC):
@@ -210,6 +212,12 @@ class Provider(abc.ABC):
         """Report one backend request about to be sent (implementations call this)."""
         for listener in self._listeners:
             listener(operation)
+
+    def _retried(self, reason: str) -> None:
+        """Report that a request failed retriably and is about to be sent again: listeners get
+        ``RETRY_{REASON}`` (``RETRY_THROTTLED``, ``RETRY_UNAVAILABLE``, ``RETRY_TIMEOUT``), which
+        is not a request (the resend reports its own)."""
+        self._request(f"{RETRY_PREFIX}{reason.upper()}")
 
     # --- pickling ---------------------------------------------------------------------------------
 

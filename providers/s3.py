@@ -307,6 +307,13 @@ class S3Provider(Provider):
                 err = _translate(e, operation, name, self.bucket, self._key_of(name))
                 if not err.retriable or attempt >= self._max_attempts:
                     raise err from e
+                self._retried(
+                    "throttled"
+                    if isinstance(err, ThrottledError)
+                    else "timeout"
+                    if isinstance(err, ProviderTimeoutError)
+                    else "unavailable"
+                )
                 base, cap = self._backoff
                 delay = self._rng.uniform(0, min(cap, base * 2 ** (attempt - 1)))
                 log.debug("retrying s3 %s of %r in %.3f s: %s", operation, name, delay, err)

@@ -36,7 +36,7 @@ from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
 
 from tiered.errors import InjectedFaultError, ProviderError
 
-from .base import BytesLike, Payload, Provider, RequestListener
+from .base import RETRY_PREFIX, BytesLike, Payload, Provider, RequestListener
 from .layout import SegmentAddress
 
 T = TypeVar("T")
@@ -147,6 +147,12 @@ class ProviderMetrics:
             ["provider", "operation"],
             registry=registry,
         )
+        self.retries = Counter(
+            "rocketmq_tiered_store_provider_retries",
+            "Requests resent after a retriable failure, by reason: throttled, unavailable, timeout",
+            ["provider", "reason"],
+            registry=registry,
+        )
 
     @staticmethod
     @functools.cache
@@ -187,11 +193,15 @@ class MetricsProvider(WrappedProvider):
         self._attach()
 
     def _attach(self) -> None:
-        counter = self.metrics.requests
+        counter, retries = self.metrics.requests, self.metrics.retries
         name = type(unwrap(self.inner)).name
 
         def count(operation: str) -> None:
-            counter.labels(provider=name, operation=operation).inc()
+            if operation.startswith(RETRY_PREFIX):
+                reason = operation.removeprefix(RETRY_PREFIX).lower()
+                retries.labels(provider=name, reason=reason).inc()
+            else:
+                counter.labels(provider=name, operation=operation).inc()
 
         self._count = count
         self.inner.add_request_listener(count)

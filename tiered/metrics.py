@@ -30,7 +30,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``api_latency``                                       hist.    ms        operation, topic
 ``messages_out_total``                                counter  messages  topic
 ``get_message_fallback_total``                        counter            operation, topic
-``read_ahead_cache_count``                            gauge    messages
+``read_ahead_cache_messages``                         gauge    messages
 ``read_ahead_cache_bytes``                            gauge    bytes
 ``read_ahead_cache_access_total``                     counter
 ``read_ahead_cache_hit_total``                        counter
@@ -57,6 +57,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``provider_upload_bytes``                             hist.    bytes     path, file_type, operation
 ``provider_download_bytes``                           hist.    bytes     path, file_type, operation
 ``provider_requests_total`` (+)                       counter  requests  provider, operation
+``provider_retries_total`` (+)                        counter  requests  provider, reason
 *HTTP* (+) (:mod:`tiered.http.accounting`)
 ---------------------------------------------------------------------------------------------------
 ``http_requests_total``                               counter            method, route, status
@@ -255,7 +256,7 @@ GET_MESSAGE_FALLBACK = Counter(
     registry=REGISTRY,
 )
 READ_AHEAD_CACHE_COUNT = Gauge(
-    "rocketmq_tiered_store_read_ahead_cache_count",
+    "rocketmq_tiered_store_read_ahead_cache_messages",
     "Messages held in the read-ahead cache",
     registry=REGISTRY,
 )
@@ -445,7 +446,7 @@ def families() -> dict[str, tuple[str, tuple[str, ...]]]:
         m for m in globals().values() if isinstance(m, MetricWrapperBase)
     ]
     found += [provider.rpc_latency, provider.upload_bytes, provider.download_bytes]
-    found += [provider.requests]
+    found += [provider.requests, provider.retries]
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
     for metric in found:
         (family,) = metric.describe()

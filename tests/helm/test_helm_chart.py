@@ -22,6 +22,7 @@ from typing import Any
 
 import helm_python as helm
 import pytest
+import yaml
 
 from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.config import TieredConfig, load_config
@@ -60,7 +61,13 @@ COMMUNITY = {
     },
     "sidecar": {"targetStatefulSet": "rocketmq-broker-master"},
 }
-MONITOR = {"metrics": {"serviceMonitor": {"enabled": True}}}
+MONITOR = {
+    "metrics": {
+        "serviceMonitor": {"enabled": True},
+        "prometheusRule": {"enabled": True},
+        "grafanaDashboard": {"enabled": True},
+    }
+}
 # Every free-form value, to check the templates indent them right.
 EXTRAS = {
     "commonLabels": {"team": "messaging"},
@@ -190,9 +197,13 @@ def render(chart: helm.Chart, values: dict[str, Any]) -> Rendered:
     return Rendered(parse_manifests(files), notes)
 
 
+CRD_KINDS = ("ServiceMonitor", "PrometheusRule")
+
+
 def kube_validate(docs: list[dict[str, Any]], tmp_path: Path) -> None:
-    """``kubernetes-validate --strict`` on ``docs``; only the ServiceMonitor (a CRD it has no
-    schema for) may be unvalidated, and every other document must pass for every version."""
+    """``kubernetes-validate --strict`` on ``docs``; only the ServiceMonitor and PrometheusRule
+    (CRDs it has no schema for) may be unvalidated, and every other document must pass for every
+    version."""
     tool = shutil.which("kubernetes-validate", path=str(Path(sys.executable).parent))
     assert tool, "kubernetes-validate is not installed in this venv: pip install -e '.[helm]'"
     manifest = tmp_path / "rendered.yaml"
@@ -202,9 +213,13 @@ def kube_validate(docs: list[dict[str, Any]], tmp_path: Path) -> None:
         [tool, "--strict", *versions, str(manifest)], capture_output=True, text=True, check=False
     )
     lines = run.stdout.splitlines()
-    bad = [ln for ln in lines if not ln.startswith("INFO") and "kind ServiceMonitor" not in ln]
+    bad = [
+        ln
+        for ln in lines
+        if not ln.startswith("INFO") and not any(f"kind {k}" in ln for k in CRD_KINDS)
+    ]
     assert run.returncode == 0 and not bad, run.stdout + run.stderr
-    expected = sum(d["kind"] != "ServiceMonitor" for d in docs) * len(K8S_VERSIONS)
+    expected = sum(d["kind"] not in CRD_KINDS for d in docs) * len(K8S_VERSIONS)
     assert sum(" passed for resource " in ln for ln in lines) == expected, run.stdout
 
 
@@ -671,3 +686,26 @@ def test_post_renderer_example(chart: helm.Chart, tmp_path: Path) -> None:
     service = resources.one("Service", FULLNAME)
     labels = pod.one("StatefulSet")["spec"]["template"]["metadata"]["labels"]
     assert service["spec"]["selector"].items() <= labels.items()
+
+
+def test_alert_rules_and_dashboard_ship_when_asked(chart: helm.Chart) -> None:
+    root = Path(__file__).resolve().parents[2]
+    values = {
+        "metrics": {
+            "prometheusRule": {"enabled": True, "labels": {"release": "prometheus"}},
+            "grafanaDashboard": {"enabled": True},
+        }
+    }
+    rendered = render(chart, values)
+    rule = rendered.one("PrometheusRule")
+    assert rule["apiVersion"] == "monitoring.coreos.com/v1"
+    assert rule["metadata"]["labels"]["release"] == "prometheus"
+    rules = yaml.safe_load((root / "config" / "prometheus-rules.yml").read_text())
+    assert rule["spec"] == {"groups": rules["groups"]}
+    board = rendered.one("ConfigMap", f"{FULLNAME}-dashboard")
+    assert board["metadata"]["labels"]["grafana_dashboard"] == "1"
+    shipped = json.loads(board["data"]["rocketmq-tiered.json"])
+    assert shipped == json.loads((root / "config" / "grafana-dashboard.json").read_text())
+    off = render(chart, {})
+    assert not [d for d in off.docs if d["kind"] == "PrometheusRule"]
+    assert not [d for d in off.docs if d["metadata"]["name"].endswith("-dashboard")]

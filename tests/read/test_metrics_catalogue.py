@@ -302,7 +302,7 @@ def test_gauges_after_the_run(run: Run) -> None:
     assert total(run.after, "rocketmq_storage_message_reserve_time", **queue) > 0
     assert total(run.after, "rocketmq_tiered_store_dispatch_behind", **queue) == 0  # caught up
     assert total(run.after, "rocketmq_tiered_store_dispatch_standby") == 0
-    assert total(run.after, "rocketmq_tiered_store_read_ahead_cache_count") > 0
+    assert total(run.after, "rocketmq_tiered_store_read_ahead_cache_messages") > 0
     assert total(run.after, "rocketmq_tiered_store_metadata_last_persist_timestamp_seconds") > 0
     assert total(run.after, "rocketmq_tiered_store_metadata_last_mirror_timestamp_seconds") > 0
     waiting_before, waiting_after = run.waiting

@@ -117,7 +117,7 @@ def test_cache_metrics_count_entries_bytes_accesses_and_hits(make_tier: TierFact
     topic, qid = tier.queues[0]
     store.get_message(topic, qid, 0, 8)  # a miss, a load, a hit
     store.get_message(topic, qid, 8, 8)  # a hit (one lookup serves a run of messages)
-    assert sample("rocketmq_tiered_store_read_ahead_cache_count") == len(cache) > 16
+    assert sample("rocketmq_tiered_store_read_ahead_cache_messages") == len(cache) > 16
     assert sample("rocketmq_tiered_store_read_ahead_cache_bytes") == cache.used_bytes
     assert sample("rocketmq_tiered_store_read_ahead_cache_access_total") - access0 == 3
     assert sample("rocketmq_tiered_store_read_ahead_cache_hit_total") - hit0 == 2

@@ -136,7 +136,7 @@ def test_status_metrics_health_and_extra_routes(api: Api) -> None:
     for name in (
         "rocketmq_tiered_store_api_latency_bucket",
         "rocketmq_tiered_store_messages_out_total",
-        "rocketmq_tiered_store_read_ahead_cache_count",
+        "rocketmq_tiered_store_read_ahead_cache_messages",
         "rocketmq_tiered_store_read_ahead_cache_hit_total",
         "rocketmq_tiered_store_provider_requests_total",
     ):
