@@ -1,0 +1,166 @@
+"""Index compaction on a real Spark standalone cluster (a master and one worker started from the
+``pyspark`` package on 127.0.0.1, one core each): SEALED files staged in an S3 bucket (moto), the
+exact ``spark-submit`` line ``compact-index --stage`` prints run against ``spark://…`` with the
+endpoint in ``--storage-options``, then picked up by the sidecar -- the uploaded INDEX segments are
+byte-identical to the sidecar's own (numpy) compaction of the same files, and every key is found.
+And ``tieredIndexSparkMaster=spark://…`` (a driver in ``rmq-tiered compact-index``, executors on
+the cluster, sharing ``tieredDataDir`` as on one host)."""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tiered.broker import message as msgcodec
+from tiered.config import TieredConfig
+from tiered.core.sidecar import Sidecar, build_provider
+from tiered.index import compact_numpy
+from tiered.index.service import IndexService
+from tiered.index.staging import submit_command
+
+ConfigFactory = Callable[..., TieredConfig]
+KeyTable = dict[tuple[str, str], tuple[int, int, int]]
+BIN = Path(sys.executable).parent
+RMQ_TIERED = BIN / "rmq-tiered"
+pytestmark = [pytest.mark.spark, pytest.mark.slow]
+
+
+def spark_env() -> dict[str, str]:
+    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+def _wait(log: Path, pattern: str, proc: subprocess.Popen[bytes], seconds: float = 90) -> str:
+    deadline = time.monotonic() + seconds
+    while not (m := re.search(pattern, log.read_text(errors="replace"))):
+        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
+        assert time.monotonic() < deadline, f"{pattern!r} not in {log}"
+        time.sleep(0.2)
+    return m.group(1) if m.groups() else m.group(0)
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``spark://127.0.0.1:PORT`` of a master with one registered worker (1 core, 1 GiB)."""
+    work = tmp_path_factory.mktemp("spark-cluster")
+    env = {**spark_env(), "SPARK_LOG_DIR": str(work), "SPARK_WORKER_DIR": str(work / "worker")}
+    master_log, worker_log = work / "master.log", work / "worker.log"
+    cls = "org.apache.spark.deploy"
+    with master_log.open("wb") as out:
+        master = subprocess.Popen(
+            [BIN / "spark-class", f"{cls}.master.Master", "--host", "127.0.0.1",
+             "--port", "0", "--webui-port", "0"],
+            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
+        )  # fmt: skip
+    worker = None
+    try:
+        url = _wait(master_log, r"Starting Spark master at (spark://127\.0\.0\.1:\d+)", master)
+        with worker_log.open("wb") as out:
+            worker = subprocess.Popen(
+                [BIN / "spark-class", f"{cls}.worker.Worker", "--host", "127.0.0.1",
+                 "--cores", "1", "--memory", "1g", "--webui-port", "0", url],
+                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
+            )  # fmt: skip
+        _wait(master_log, r"Registering worker", master)
+        yield url
+    finally:
+        for proc in (worker, master):
+            if proc is not None and proc.poll() is None:
+                proc.terminate()
+                proc.wait(30)
+
+
+def all_found(index: IndexService, expected: KeyTable, step: int = 1) -> None:
+    for (topic, key), (qid, qoff, _) in sorted(expected.items())[::step]:
+        hits = index.query(topic, key)
+        assert len(hits) == 1, (topic, key, hits)
+        m = msgcodec.decode(hits[0].data)
+        assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qoff)
+
+
+def test_spark_submit_on_a_standalone_cluster_is_picked_up_byte_identical(
+    spark_cluster: str,
+    tmp_path: Path,
+    index_store: Path,
+    index_config: ConfigFactory,
+    store_keys: Callable[[Path], KeyTable],
+    s3_keys: dict[str, str],
+) -> None:
+    cfg = index_config(index_store, provider="s3", tieredIndexSparkMaster="external", **s3_keys)
+    expected = store_keys(index_store)
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        index = sidecar.index
+        assert index is not None
+        sidecar.dispatcher.run_pass(flush=True)
+        index.compactor.spark_min_items = 0  # every file goes to the cluster
+        sealed = index.local.sealed()
+        want = {}
+        for f in sealed:  # what the sidecar's own compaction makes of each file
+            view = f.buffer()
+            want[f.begin_timestamp] = bytes(compact_numpy(view, f.slots))
+            view.release()
+        assert {r.action for r in index.compact_sealed()} == {"staged"}
+
+        command = submit_command(cfg, master=spark_cluster)
+        assert command is not None and "--storage-options" in command
+        args = shlex.split(command)
+        args[0] = str(BIN / "spark-submit")
+        # credentials from the environment: the driver's, and the executors' (spark.executorEnv)
+        aws = {"AWS_ACCESS_KEY_ID": s3_keys["objectStoreAccessKey"],
+               "AWS_SECRET_ACCESS_KEY": s3_keys["objectStoreSecretKey"],
+               "AWS_DEFAULT_REGION": s3_keys["objectStoreRegion"]}  # fmt: skip
+        env = {**spark_env(), **aws}
+        executor_env = [a for k, v in aws.items() for a in ("--conf", f"spark.executorEnv.{k}={v}")]
+        done = subprocess.run(
+            [*args[:3], "--conf", "spark.ui.enabled=false", "--conf", "spark.executor.cores=1",
+             "--conf", "spark.executor.memory=512m", *executor_env, *args[3:]],
+            cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-4000:]
+        picked = index.compact_sealed()
+        assert {(r.action, r.engine) for r in picked} == {("uploaded", "external")}
+        records = {r.begin_timestamp: r for r in index.uploaded.records()}
+        assert set(records) == set(want)
+        for begin, data in want.items():
+            r = records[begin]
+            got = index.provider.read(index.uploaded.key(r.base_offset), 0, r.size)
+            assert got == data, f"index file {begin}: the cluster's bytes differ"
+        all_found(index, expected, 3)
+
+
+def test_an_in_process_driver_with_cluster_executors(
+    spark_cluster: str,
+    tmp_path: Path,
+    index_store: Path,
+    index_config: ConfigFactory,
+    store_keys: Callable[[Path], KeyTable],
+) -> None:
+    cfg = index_config(index_store, provider="posix", tieredIndexSparkMaster=spark_cluster)
+    expected = store_keys(index_store)
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        sidecar.dispatcher.run_pass(flush=True)
+        assert sidecar.index is not None
+        sealed = len(sidecar.index.local.sealed())
+    assert sealed > 0
+    conf = tmp_path / "sidecar.conf"
+    conf.write_text("".join(f"{k}={v}\n" for k, v in cfg.as_properties().items() if v != ""))
+    done = subprocess.run(
+        [RMQ_TIERED, "compact-index", "--config", conf, "--engine", "spark", "--json"],
+        env=spark_env(), capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert done.stdout.count('"spark"') >= 1, done.stdout
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        index = sidecar.index
+        assert index is not None
+        assert len(index.uploaded.records()) == sealed and not index.local.sealed()
+        all_found(index, expected, 3)
