@@ -400,6 +400,8 @@ def test_objects_rendered_per_mode(chart: helm.Chart) -> None:
     ]
     assert kinds(merged(SIDECAR, KEYS, MONITOR)) == [
         ("ConfigMap", f"{FULLNAME}-config"),
+        ("ConfigMap", f"{FULLNAME}-dashboard"),
+        ("PrometheusRule", FULLNAME),
         ("Secret", f"{FULLNAME}-s3"),
         ("Service", FULLNAME),
         ("ServiceAccount", FULLNAME),

@@ -14,6 +14,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.parse
 import urllib.request
@@ -31,6 +32,7 @@ from tiered.remoting.codes import RequestCode
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "config" / "grafana-dashboard.json"
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
+SETTLE_S = 90.0
 SPEC = GenSpec(seed=8, topics=2, queues=2, messages=1500, commitlog_file_size=256 << 10,
                cq_file_entries=400, keys_per_message=2)  # fmt: skip
 
@@ -119,26 +121,27 @@ def running(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Running]:
         sidecar.wait(60)
 
 
-def traffic(r: Running, store_grows: bool) -> None:
-    """A few seconds of what a sidecar does: offload (the broker writes), API and replay reads."""
-    for round_ in range(8):
-        if store_grows:
-            more = dataclasses.replace(SPEC, seed=100 + round_, messages=400, append=True)
-            generate_store(Path(_store_of(r)), more)
+def traffic(r: Running, store: Path, stop: threading.Event) -> None:
+    """What a sidecar does, until ``stop``: offload (the broker writes), API and replay reads."""
+    round_ = 0
+    while not stop.is_set():
+        more = dataclasses.replace(SPEC, seed=100 + round_, messages=300, append=True)
+        generate_store(store, more)
         for offset in (0, 50, 0):  # the repeat hits the read-ahead cache
             get(f"{r.http}/v1/topics/GenTopic0/queues/0/messages?offset={offset}&maxCount=20")
         with RemotingClient("127.0.0.1", r.replay_port) as c:
             c.call(RequestCode.PULL_MESSAGE, consumerGroup="g", topic="GenTopic1", queueId=0,
-                   queueOffset=round_ * 10, maxMsgNums=32, sysFlag=0, commitOffset=0,
+                   queueOffset=round_ * 10 % 500, maxMsgNums=32, sysFlag=0, commitOffset=0,
                    suspendTimeoutMillis=0)  # fmt: skip
-        time.sleep(0.7)
+        round_ += 1
+        stop.wait(0.7)
 
 
-_STORES: dict[str, str] = {}
-
-
-def _store_of(r: Running) -> str:
-    return _STORES[r.http]
+def query(r: Running, expr: str) -> tuple[str, list[float]]:
+    params = urllib.parse.urlencode({"query": expr})
+    answer = json.loads(get(f"{r.prometheus}/api/v1/query?{params}"))
+    values = [float(s["value"][1]) for s in answer.get("data", {}).get("result", [])]
+    return str(answer["status"]), values
 
 
 def panel_queries() -> list[tuple[str, str]]:
@@ -150,20 +153,30 @@ def panel_queries() -> list[tuple[str, str]]:
 
 @pytest.fixture(scope="module")
 def scraped(running: Running, tmp_path_factory: pytest.TempPathFactory) -> Running:
+    """Traffic until Prometheus has seen every panel's data (at most :data:`SETTLE_S`): the
+    first scrape comes when it comes on a loaded machine, so nothing here is a fixed sleep."""
     store = next(tmp_path_factory.getbasetemp().glob("dashboard*/store"))
-    _STORES[running.http] = str(store)
-    traffic(running, store_grows=True)
-    time.sleep(3)  # the last samples are scraped
+    wait_for("the first scrape", lambda: query(running, 'up{job="rocketmq-tiered"} == 1')[1])
+    stop = threading.Event()
+    worker = threading.Thread(target=traffic, args=(running, store, stop), daemon=True)
+    worker.start()
+    try:
+        deadline = time.monotonic() + SETTLE_S
+        pending = [expr for _, expr in panel_queries()]
+        while pending and time.monotonic() < deadline:
+            pending = [e for e in pending if not any(map(math.isfinite, query(running, e)[1]))]
+            time.sleep(1)
+    finally:
+        stop.set()
+        worker.join(60)
     return running
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("title", "expr"), panel_queries())
 def test_every_panel_query_returns_data(scraped: Running, title: str, expr: str) -> None:
-    query = urllib.parse.urlencode({"query": expr})
-    answer = json.loads(get(f"{scraped.prometheus}/api/v1/query?{query}"))
-    assert answer["status"] == "success", (title, answer)
-    values = [float(s["value"][1]) for s in answer["data"]["result"]]
+    status, values = query(scraped, expr)
+    assert status == "success", (title, expr)
     assert values, f"{title}: {expr} returned nothing"
     assert any(math.isfinite(v) for v in values), f"{title}: {expr} returned {values}"
 
