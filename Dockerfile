@@ -34,7 +34,8 @@ RUN groupadd --gid "${GID}" rmq-tiered \
     && useradd --uid "${UID}" --gid "${GID}" --no-create-home --home-dir /var/lib/rmq-tiered \
         --shell /usr/sbin/nologin rmq-tiered \
     && install -d -o "${UID}" -g "${GID}" -m 0750 /var/lib/rmq-tiered /etc/rmq-tiered
-EXPOSE 8081
+# the HTTP API (tieredHttpPort) and the replay endpoint (tieredRemotingPort)
+EXPOSE 8081 10941
 
 # ---- spark: in-pod index compaction (tieredIndexCompactionIntervalMs > 0) ------------------
 FROM base AS spark

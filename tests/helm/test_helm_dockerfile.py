@@ -129,7 +129,8 @@ def test_entrypoint_is_the_console_script_run_on_the_charts_config(
     data_dir = VALUES["data"]["mountPath"]
     assert stage.last("WORKDIR") == data_dir
     assert f"--home-dir {data_dir}" in BY_NAME["base"].all("RUN")[0]
-    assert BY_NAME["base"].last("EXPOSE") == str(VALUES["http"]["port"])
+    ports = f"{VALUES['http']['port']} {VALUES['remoting']['port']}"
+    assert BY_NAME["base"].last("EXPOSE") == ports
 
 
 def test_extras_installed_exist() -> None:
