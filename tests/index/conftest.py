@@ -141,3 +141,22 @@ def store_keys() -> Callable[[Path], KeyTable]:
         return table
 
     return scan
+
+
+KeysFound = Callable[..., None]
+
+
+@pytest.fixture
+def keys_found() -> KeysFound:
+    """``keys_found(index, expected, step=1)``: every ``step``-th key of ``expected`` is found
+    by ``index.query`` exactly once, at its queue and offset."""
+    from tiered.index.service import IndexService
+
+    def check(index: IndexService, expected: KeyTable, step: int = 1) -> None:
+        for (topic, key), (qid, qoff, _) in sorted(expected.items())[::step]:
+            hits = index.query(topic, key)
+            assert len(hits) == 1, (topic, key, hits)
+            m = msgcodec.decode(hits[0].data)
+            assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qoff)
+
+    return check

@@ -14,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
@@ -31,6 +30,7 @@ def test_a_new_data_volume_reindexes_only_what_no_uploaded_file_covers(
     index_spec: GenSpec,
     index_config: ConfigFactory,
     store_keys: Callable[[Path], KeyTable],
+    keys_found: Callable[..., None],
 ) -> None:
     store = tmp_path / "big-store"
     generate_store(store, dataclasses.replace(index_spec, messages=3000))
@@ -53,11 +53,7 @@ def test_a_new_data_volume_reindexes_only_what_no_uploaded_file_covers(
         assert 0 < redone <= MAX_ITEMS and redone <= 0.05 * len(expected)
         index.seal()
         index.compact_sealed()
-        for (topic, key), (qid, qoff, _) in sorted(expected.items())[::7]:
-            hits = index.query(topic, key)
-            assert len(hits) == 1, (topic, key, hits)
-            m = msgcodec.decode(hits[0].data)
-            assert (m.queue_id, m.queue_offset) == (qid, qoff)
+        keys_found(index, expected, 7)
 
 
 class Killed(BaseException):

@@ -19,11 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tiered.broker import message as msgcodec
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.index import compact_numpy
-from tiered.index.service import IndexService
 from tiered.index.staging import submit_command
 
 ConfigFactory = Callable[..., TieredConfig]
@@ -79,14 +77,6 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
                 proc.wait(30)
 
 
-def all_found(index: IndexService, expected: KeyTable, step: int = 1) -> None:
-    for (topic, key), (qid, qoff, _) in sorted(expected.items())[::step]:
-        hits = index.query(topic, key)
-        assert len(hits) == 1, (topic, key, hits)
-        m = msgcodec.decode(hits[0].data)
-        assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qoff)
-
-
 def test_spark_submit_on_a_standalone_cluster_is_picked_up_byte_identical(
     spark_cluster: str,
     tmp_path: Path,
@@ -94,6 +84,7 @@ def test_spark_submit_on_a_standalone_cluster_is_picked_up_byte_identical(
     index_config: ConfigFactory,
     store_keys: Callable[[Path], KeyTable],
     s3_keys: dict[str, str],
+    keys_found: Callable[..., None],
 ) -> None:
     cfg = index_config(index_store, provider="s3", tieredIndexSparkMaster="external", **s3_keys)
     expected = store_keys(index_store)
@@ -134,7 +125,7 @@ def test_spark_submit_on_a_standalone_cluster_is_picked_up_byte_identical(
             r = records[begin]
             got = index.provider.read(index.uploaded.key(r.base_offset), 0, r.size)
             assert got == data, f"index file {begin}: the cluster's bytes differ"
-        all_found(index, expected, 3)
+        keys_found(index, expected, 3)
 
 
 def test_an_in_process_driver_with_cluster_executors(
@@ -143,6 +134,7 @@ def test_an_in_process_driver_with_cluster_executors(
     index_store: Path,
     index_config: ConfigFactory,
     store_keys: Callable[[Path], KeyTable],
+    keys_found: Callable[..., None],
 ) -> None:
     cfg = index_config(index_store, provider="posix", tieredIndexSparkMaster=spark_cluster)
     expected = store_keys(index_store)
@@ -163,4 +155,4 @@ def test_an_in_process_driver_with_cluster_executors(
         index = sidecar.index
         assert index is not None
         assert len(index.uploaded.records()) == sealed and not index.local.sealed()
-        all_found(index, expected, 3)
+        keys_found(index, expected, 3)

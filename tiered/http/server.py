@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 import threading
 
 import uvicorn
 from fastapi import FastAPI
 
-from tiered.errors import ConfigError
+from tiered.listen import bind
 from tiered.logs import uvicorn_access_log
 
 log = logging.getLogger(__name__)
@@ -41,29 +40,6 @@ class HttpServer:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}"
 
-    def _bind(self) -> socket.socket:
-        try:
-            infos = socket.getaddrinfo(
-                self.host, self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )
-            family, kind, proto, _, address = infos[0]
-            sock = socket.socket(family, kind, proto)
-        except OSError as e:
-            raise ConfigError(
-                f"tieredHttpHost={self.host!r} cannot be resolved ({e}): give an address of this "
-                "host, e.g. 127.0.0.1 or 0.0.0.0"
-            ) from e
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-        except OSError as e:
-            sock.close()
-            raise ConfigError(
-                f"tieredHttpPort={self.requested_port} on tieredHttpHost={self.host!r} cannot be "
-                f"bound ({e.strerror or e}): choose a free port, or 0 for any"
-            ) from e
-        return sock
-
     def start(self) -> None:
         """Bind, start serving, and return once the server accepts connections.
 
@@ -71,7 +47,7 @@ class HttpServer:
             ConfigError: the host or port cannot be bound.
             RuntimeError: the server did not come up within :data:`START_TIMEOUT_S`.
         """
-        sock = self._bind()
+        sock = bind(self.host, self.requested_port, keys=("tieredHttpHost", "tieredHttpPort"))
         self.port = sock.getsockname()[1]
         config = uvicorn.Config(  # uvicorn logs through our handler; access lines at DEBUG only
             self.app,

@@ -28,7 +28,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tiered import metrics
-from tiered.errors import ConfigError, ProtocolError
+from tiered.errors import ProtocolError
+from tiered.listen import bind
 
 from .codes import RESPONSE_FLAG, ResponseCode, code_name
 from .frame import Command, FrameReader, decode, encode
@@ -175,30 +176,6 @@ class RemotingServer:
                 host = "127.0.0.1"
         return f"{host}:{self.port}"
 
-    def _bind(self) -> socket.socket:
-        try:
-            infos = socket.getaddrinfo(
-                self.host, self.requested_port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
-            )
-            family, kind, proto, _, address = infos[0]
-            sock = socket.socket(family, kind, proto)
-        except OSError as e:
-            raise ConfigError(
-                f"tieredRemotingHost={self.host!r} cannot be resolved ({e}): give an address of "
-                "this host, e.g. 127.0.0.1 or 0.0.0.0"
-            ) from e
-        try:
-            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            sock.bind(address)
-            sock.listen(min(self.max_connections, 4096))
-        except OSError as e:
-            sock.close()
-            raise ConfigError(
-                f"tieredRemotingPort={self.requested_port} on tieredRemotingHost={self.host!r} "
-                f"cannot be bound ({e.strerror or e}): choose a free port, or 0 for any"
-            ) from e
-        return sock
-
     # --- lifecycle --------------------------------------------------------------------------------
 
     def start(self) -> None:
@@ -207,7 +184,12 @@ class RemotingServer:
         Raises:
             ConfigError: the host or port cannot be bound.
         """
-        self._sock = self._bind()
+        self._sock = bind(
+            self.host,
+            self.requested_port,
+            keys=("tieredRemotingHost", "tieredRemotingPort"),
+            backlog=min(self.max_connections, 4096),
+        )
         self.port = self._sock.getsockname()[1]
         self._stop.clear()
         self._pool = ThreadPoolExecutor(HELD_WORKERS, thread_name_prefix="tiered-remoting-held")
