@@ -264,7 +264,7 @@ def test_a_damaged_offsets_file_is_moved_aside_and_groups_start_over(tmp_path: P
     offsets.commit("g", "T", 0, 5)
     offsets.flush()
     offsets.path.write_bytes(b'{"version": 1, "offsetTable": []}')
-    offsets.file.bak_path.write_bytes(b"\x00garbage")
+    Path(f"{offsets.path}.bak").write_bytes(b"\x00garbage")
     again = ReplayOffsets(tmp_path)
     again.load()
     assert again.get("g", "T", 0) is None

@@ -65,9 +65,8 @@ class ReconcileReport:
     consume_queue_real: int = 0
     kept_units: int = 0
     cut_bytes: int = 0
-    orphan_bytes: int = 0
+    orphan_bytes: int = 0  # commitlog bytes no unit points at: cut (or the segment emptied)
     emptied_commitlog: bool = False
-    cut_commitlog_bytes: int = 0
     lost_bytes: int = 0
 
     @property
@@ -108,7 +107,7 @@ def reconcile(flat: FlatMessageFile, local: LocalUnits | None = None) -> Reconci
             # referenced message, go on in a new segment) so every segment walks message by
             # message from its start; the batch is sent again from the consumequeue's end.
             keep = max(referenced_end - cl_last.base, 0)
-            report.orphan_bytes = report.cut_commitlog_bytes = cl_end - cl_last.base - keep
+            report.orphan_bytes = cl_end - cl_last.base - keep
             if keep == 0:
                 report.emptied_commitlog = True
                 cl.reset_last()

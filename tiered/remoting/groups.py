@@ -25,7 +25,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tiered.metadata.atomic import AtomicFile
 from tiered.metadata.state_file import JsonStateFile
 
 log = logging.getLogger(__name__)
@@ -128,10 +127,6 @@ class ReplayOffsets:
     @property
     def path(self) -> Path:
         return self._file.path
-
-    @property
-    def file(self) -> AtomicFile:
-        return self._file.file
 
     def load(self) -> None:
         """Read the file (or its ``.bak``); a damaged pair is moved aside and warned about."""

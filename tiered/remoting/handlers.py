@@ -381,7 +381,7 @@ class Replay:
             found.setdefault(_queue_position(data), data)
         service = self.index()
         if service is not None and len(found) < max_num:
-            for hit in service.query(topic, key, begin, max(begin, end), max_num):
+            for hit in service.query(topic, key, begin, end, max_num):
                 found.setdefault(_queue_position(hit.data), hit.data)
         if not found:
             return request.response(

@@ -155,11 +155,6 @@ class RemotingServer:
         self._threads: list[threading.Thread] = []
         self._pool: ThreadPoolExecutor | None = None
 
-    @property
-    def connections(self) -> int:
-        with self._lock:
-            return len(self._open)
-
     # --- addresses --------------------------------------------------------------------------------
 
     @property
