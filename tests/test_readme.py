@@ -8,6 +8,7 @@ import re
 from pathlib import Path
 from typing import Any, cast
 
+import click
 import pytest
 
 from tiered.cli import main
@@ -69,7 +70,7 @@ def test_configuration_table_lists_every_key_with_the_documented_default_and_uni
 
 def test_command_table_lists_every_command() -> None:
     text = section("The command line")
-    for name in main.commands:
+    for name in main.list_commands(click.Context(main)):
         assert f"`rmq-tiered {name}" in text, f"README command table lacks {name}"
 
 

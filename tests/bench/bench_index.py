@@ -20,8 +20,8 @@ import numpy as np
 from tiered.providers.posix import PosixProvider
 
 from tiered.index import CompactedIndexFile, IndexBatch, IndexStoreFile, compact_numpy
-from tiered.index.compacted import compact_walk
-from tiered.index.keys import index_hashes
+from tiered.index.compaction import compact_walk
+from tiered.index.java_hash import index_hashes
 from tiered.javautil import java_string_hash
 
 T0 = 1_700_000_000_000

@@ -22,7 +22,8 @@ from tiered.core.local_source import BatchRequest
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.file.flat_message_file import MessageBatch
 from tiered.index import IndexBatch
-from tiered.index.unit_keys import key_properties, units_batch
+from tiered.index.bulk_keys import index_batch_of_units
+from tiered.index.key_set import key_properties
 
 MESSAGES = 200_000
 REPEAT = 3
@@ -106,7 +107,9 @@ def test_index_service_benchmark(tmp_path: Path) -> None:
             batches.append(read)
         t0 = time.perf_counter()
         found = [
-            units_batch(flat.topic, 0, 0, b.data, b.starts, b.sizes, b.starts, b.timestamps)
+            index_batch_of_units(
+                flat.topic, 0, 0, b.data, b.starts, b.sizes, b.starts, b.timestamps
+            )
             for b in batches
         ]
         t1 = time.perf_counter()

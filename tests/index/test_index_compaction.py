@@ -23,7 +23,7 @@ from tiered.index import (
     IndexStoreFile,
     compact_numpy,
 )
-from tiered.index.compacted import compact_walk
+from tiered.index.compaction import compact_walk
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

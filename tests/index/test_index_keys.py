@@ -7,16 +7,12 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered.index import keys as keys_module
+from tiered.index import java_hash
 from tiered.index.format import slot_of
-from tiered.index.keys import (
-    IndexBatch,
-    index_hashes,
-    is_java_blank,
-    java_hashes,
-    message_key_sets,
-    tiered_hash,
-)
+from tiered.index.index_batch import IndexBatch
+from tiered.index.java_hash import index_hashes, tiered_hash
+from tiered.index.java_hash import string_hashes as java_hashes
+from tiered.index.key_set import is_java_blank, message_key_sets
 from tiered.javautil import java_split_space, java_string_hash, to_i32
 
 # vectors.md V3: key string -> (hashCode, tiered abs, tiered slot @5,000,000, tiered slot @5)
@@ -62,7 +58,7 @@ def test_vectorised_hash_equals_java_hash(strings: list[str]) -> None:
 
 
 def test_hash_chunks_and_awkward_strings(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(keys_module, "_CHUNK_UNITS", 7)  # many chunks, strings longer than one
+    monkeypatch.setattr(java_hash, "_CHUNK_UNITS", 7)  # many chunks, strings longer than one
     strings = ["", "x" * 100, "\ud800", "😀" * 3, "", "polygenelubricants", "a", "中文键" * 9]
     hashes, _ = java_hashes(strings)
     assert [to_i32(int(h)) for h in hashes] == [java_string_hash(s) for s in strings]

@@ -26,7 +26,7 @@ from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.errors import ProviderError
 from tiered.index import compact_numpy
-from tiered.index.keys import index_hashes
+from tiered.index.java_hash import index_hashes
 from tiered.index.service import IndexService
 from tiered.javautil import java_string_hash
 

@@ -14,11 +14,13 @@ from hypothesis import strategies as st
 
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import list_files, scan_file
+from tiered.broker.unit_fields import property_spans
 from tiered.errors import IndexFileError
 from tiered.index import IndexBatch, IndexStoreFile
+from tiered.index.bulk_keys import index_batch_of_units
+from tiered.index.key_set import key_properties
 from tiered.index.local_files import LocalIndexFiles
 from tiered.index.progress import IndexProgress
-from tiered.index.unit_keys import key_properties, property_spans, units_batch
 
 T0 = 1_700_000_000_000
 
@@ -45,7 +47,7 @@ def test_key_properties_match_the_decoder(index_store: Path) -> None:
     uniq, keys = key_properties(data, starts, sizes)
     assert uniq == [m.properties.get(msgcodec.PROPERTY_UNIQ_KEY) for m in messages]
     assert keys == [m.properties.get(msgcodec.PROPERTY_KEYS) for m in messages]
-    batch = units_batch("GenTopic0", 3, 1, data, starts, sizes, starts * 2, starts + T0)
+    batch = index_batch_of_units("GenTopic0", 3, 1, data, starts, sizes, starts * 2, starts + T0)
     assert batch.messages == len(messages) and len(batch) == 3 * len(messages)
 
 
@@ -205,7 +207,7 @@ def test_numpy_keys_equal_the_message_by_message_keys(
     data = b"".join(units)
     sizes = np.array([len(u) for u in units], np.int64)
     starts = np.cumsum(sizes) - sizes
-    fast = units_batch("TopicK", 9, 1, data, starts, sizes, starts, T0 + starts)
+    fast = index_batch_of_units("TopicK", 9, 1, data, starts, sizes, starts, T0 + starts)
     uniq, keys = key_properties(data, starts, sizes)
     decoded = [msgcodec.decode(u).properties for u in units]
     assert uniq == [d.get(msgcodec.PROPERTY_UNIQ_KEY) for d in decoded]

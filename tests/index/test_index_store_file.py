@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from tiered.errors import IndexFileError
 from tiered.index import IndexBatch, IndexStatus, IndexStoreFile, local_index_files
 from tiered.index.format import BEGIN_MAGIC_CODE, END_MAGIC_CODE
-from tiered.index.keys import message_key_sets
+from tiered.index.key_set import message_key_sets
 from tiered.javautil import java_rem, java_string_hash, to_i32
 
 T0 = 1_700_000_000_000

@@ -16,9 +16,9 @@ from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
 from tiered.broker.consumequeue import ConsumeQueue
 from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.unit_fields import check_units, rewrite_physical_offsets, store_timestamps
 from tiered.errors import IntegrityError, ReadPastEndError
 from tiered.file import FlatAddress, FlatAppendFile, FlatMessageFile, MessageBatch
-from tiered.file.flat_commitlog import check_units, rewrite_physical_offsets, store_timestamps
 from tiered.metadata import FileSegmentType, MetadataStore
 
 ADDRESS = FlatAddress("DefaultCluster", "broker-a", "TopicTest", 3)

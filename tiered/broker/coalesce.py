@@ -123,7 +123,7 @@ def _preadv(
         at = position - f.base
         for i in range(0, len(iov), IOV_MAX):
             part = iov[i : i + IOV_MAX]
-            want = sum(len(v) for v in part)
+            want = sum(map(len, part))
             got = os.preadv(fd, part, at)
             done += got
             if got != want:

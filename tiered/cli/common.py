@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import importlib
 import json
 import sys
 from typing import Any, NoReturn
@@ -20,7 +21,26 @@ console = Console(highlight=False)
 
 
 class Group(click.Group):
-    """A click group that turns our errors (and OS errors on named files) into one-line messages."""
+    """A click group that turns our errors (and OS errors on named files) into one-line messages.
+
+    ``lazy`` maps command names to ``module:attribute``; a module is imported when its command
+    is looked up."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name in self.lazy and cmd_name not in self.commands:
+            module, _, attribute = self.lazy[cmd_name].partition(":")
+            command = getattr(importlib.import_module(module), attribute)
+            if command.name != cmd_name:
+                raise RuntimeError(f"{self.lazy[cmd_name]} is command {command.name!r}")
+            self.add_command(command)
+        return super().get_command(ctx, cmd_name)
 
     def invoke(self, ctx: click.Context) -> Any:
         try:

@@ -20,11 +20,11 @@ import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.unit_fields import as_uint8, check_units
 from tiered.core.read_cache import ReadAheadCache, Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError, ReadPastEndError
 from tiered.file.flat_append_file import FlatAppendFile
-from tiered.file.flat_commitlog import as_uint8, check_units
 from tiered.file.flat_message_file import FlatMessageFile
 
 __all__ = [

@@ -2,7 +2,7 @@
 
 Everything goes through :mod:`tiered.broker` (files opened ``O_RDONLY``). A batch is read with
 one ``pread`` per contiguous commitlog run (:meth:`CommitLog.read_many`), its headers checked
-against the consumequeue units with numpy (:func:`~tiered.file.flat_commitlog.check_units`), and
+against the consumequeue units with numpy (:func:`~tiered.broker.unit_fields.check_units`), and
 its store times gathered the same way. The broker may delete files at any moment: that surfaces as
 :class:`~tiered.errors.OffsetNotInStoreError` / :class:`~tiered.errors.StoreFileNotFoundError`,
 which the dispatcher turns into "the local min offset moved".
@@ -29,6 +29,7 @@ from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
 from tiered.broker.store_layout import mapped_sizes
+from tiered.broker.unit_fields import check_units, store_timestamps
 from tiered.config import TieredConfig
 from tiered.core.residency import Residency, residency
 from tiered.errors import (
@@ -37,7 +38,6 @@ from tiered.errors import (
     OffsetNotInStoreError,
     StoreFileNotFoundError,
 )
-from tiered.file.flat_commitlog import check_units, store_timestamps
 from tiered.file.flat_message_file import MessageBatch
 from tiered.file.reconcile import LocalUnits
 

@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from .flat_append_file import FlatAddress, FlatAppendFile, Segment
-from .flat_commitlog import FlatCommitLogFile, rewrite_physical_offsets, store_timestamps
+from .flat_commitlog import FlatCommitLogFile
 from .flat_consumequeue import FlatConsumeQueueFile
 from .flat_file_store import FlatFileStore
 from .flat_message_file import CommitResult, FlatMessageFile, MessageBatch
@@ -27,6 +27,4 @@ __all__ = [
     "ReconcileReport",
     "Segment",
     "reconcile",
-    "rewrite_physical_offsets",
-    "store_timestamps",
 ]

@@ -37,11 +37,12 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE, decode_units
+from tiered.broker.unit_fields import check_units, store_timestamps
 from tiered.errors import ProviderError
 from tiered.metadata import LONG_MAX
 
 from .flat_append_file import retrying
-from .flat_commitlog import FlatCommitLogFile, check_units, store_timestamps
+from .flat_commitlog import FlatCommitLogFile
 from .flat_message_file import FlatMessageFile
 
 log = logging.getLogger(__name__)

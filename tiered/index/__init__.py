@@ -1,14 +1,17 @@
 """The tiered key index (container layer): local index files, compaction, compacted files.
 
 - :mod:`.format` — header, items, magic codes, status (spec §6.2, §6.3);
-- :mod:`.keys` — key hashes, a message's key set in Java ``HashSet`` order, :class:`IndexBatch`;
-- :mod:`.index_file` — :class:`IndexStoreFile`, the memory-mapped UNSEALED/SEALED local file;
-- :mod:`.compacted` — :func:`compact_numpy` and :class:`CompactedIndexFile` (UPLOAD).
+- :mod:`.java_hash` — Java's ``String.hashCode`` over many keys, ``topic#key``, ``HashSet`` order;
+- :mod:`.key_set` — the keys of one message, as upstream computes them (the reference);
+- :mod:`.bulk_keys` — the keys of a whole batch of stored units at once, with numpy;
+- :mod:`.index_batch` — :class:`IndexBatch`, what one bulk put holds;
+- :mod:`.index_file` — :class:`IndexStoreFile`, the UNSEALED/SEALED local file;
+- :mod:`.compaction` — :func:`compact_numpy` (upstream's compaction) and the engine choice;
+- :mod:`.compacted_file` — :class:`CompactedIndexFile` (UPLOAD), read through a provider.
 
 The index service (access layer; import it from its module): :mod:`.service`
-(``IndexService``: put after upload, compaction, upload, expiry, query) over :mod:`.unit_keys` and
-:mod:`.key_tokens` (the keys of stored units, in bulk), :mod:`.local_files`, :mod:`.uploaded`,
-:mod:`.compaction`, :mod:`.staging` (compaction elsewhere), :mod:`.progress` and
+(``IndexService``: put after upload, compaction, upload, expiry, query) over :mod:`.bulk_keys`,
+:mod:`.local_files`, :mod:`.uploaded`, :mod:`.staging` (compaction elsewhere), :mod:`.progress` and
 :mod:`.catch_up` (nothing lost by a crash), :mod:`.search`.
 
 The PySpark compaction job is ``tiered.jobs.compact_index``.
@@ -16,10 +19,13 @@ The PySpark compaction job is ``tiered.jobs.compact_index``.
 
 from __future__ import annotations
 
-from tiered.index.compacted import CompactedIndexFile, check_compacted, compact_numpy
+from tiered.index.compacted_file import CompactedIndexFile, check_compacted
+from tiered.index.compaction import compact_numpy
 from tiered.index.format import IndexHeader, IndexItem, IndexStatus
+from tiered.index.index_batch import IndexBatch
 from tiered.index.index_file import IndexStoreFile, local_index_files
-from tiered.index.keys import IndexBatch, index_hashes, message_key_sets
+from tiered.index.java_hash import index_hashes
+from tiered.index.key_set import message_key_sets
 
 __all__ = [
     "CompactedIndexFile",

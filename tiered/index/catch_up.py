@@ -16,11 +16,11 @@ from typing import Final
 import numpy as np
 
 from tiered.broker.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
+from tiered.broker.unit_fields import store_timestamps
 from tiered.errors import ReadPastEndError
-from tiered.file.flat_commitlog import store_timestamps
 from tiered.file.flat_message_file import FlatMessageFile
-from tiered.index.keys import IndexBatch
-from tiered.index.unit_keys import units_batch
+from tiered.index.bulk_keys import index_batch_of_units
+from tiered.index.index_batch import IndexBatch
 
 log = logging.getLogger(__name__)
 
@@ -84,7 +84,7 @@ def reindex(
                 f"offset {q}; the index catch-up of this queue is retried later"
             )
         k = whole
-        batch = units_batch(
+        batch = index_batch_of_units(
             flat.topic, topic_id, flat.queue_id, data, starts[:k], sizes[:k], offsets[:k],
             store_timestamps(data, starts[:k]),
         )  # fmt: skip

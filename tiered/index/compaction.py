@@ -1,31 +1,170 @@
-"""Compact one SEALED index file, in-process: numpy for small files, the PySpark job for large.
+"""Compacting a SEALED index file into the compacted ("contiguous-slot") form (spec §6.5).
 
-``auto`` picks numpy below ``spark_min_items`` items (a 1M-item file compacts in well under a
-second with one sort, where starting Spark alone takes seconds) and the PySpark job
-(``tiered.jobs.compact_index``, on ``local_spark_session(tieredIndexSparkMaster)``) above. Both
-produce the same bytes (upstream's walk). Without pyspark installed, large files fall back to
-numpy with a warning. Spark writes its output to ``compacting/{begin}``; numpy returns bytes.
+The algorithm: :func:`compact_numpy` produces exactly the bytes of upstream's linked-list walk.
+For a file whose chains follow its hash slots (every file upstream's or our put writes) it
+computes the layout with one stable sort, after checking that assumption against every ``next``
+field and slot head; any other file (corrupt, hand-made) goes through :func:`compact_walk`, a
+direct port of the walk. The PySpark job (``tiered.jobs.compact_index``) distributes the same
+computation.
+
+The engine (:class:`Compactor`): ``auto`` picks numpy below ``spark_min_items`` items (a 1M-item
+file compacts in well under a second with one sort, where starting Spark alone takes seconds) and
+the PySpark job (on ``local_spark_session(tieredIndexSparkMaster)``) above. Both produce the same
+bytes. Without pyspark installed, large files fall back to numpy with a warning. Spark writes its
+output to ``compacting/{begin}``; numpy returns bytes. Reading the result: :mod:`.compacted_file`.
 """
 
 from __future__ import annotations
 
 import logging
+import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Final, Literal
 
+import numpy as np
+import numpy.typing as npt
+
 from tiered import metrics
-from tiered.errors import MissingDependencyError
-from tiered.index.compacted import compact_numpy
-from tiered.index.format import IndexHeader
+from tiered.errors import IndexFileError, MissingDependencyError
+from tiered.index.format import (
+    COMPACT_ITEM_SIZE,
+    HEADER_SIZE,
+    ITEM_DTYPE,
+    ITEM_SIZE,
+    SLOT_SIZE,
+    IndexHeader,
+    compacted_size,
+)
 from tiered.index.index_file import IndexStoreFile
+from tiered.javautil import to_i32
 
 log = logging.getLogger(__name__)
+
+_SLOT: Final = struct.Struct(">ii")
+_I32: Final = struct.Struct(">i")
+_V28: Final = np.dtype((np.void, COMPACT_ITEM_SIZE))
+
+Buffer = bytes | bytearray | memoryview
 
 Engine = Literal["auto", "numpy", "spark"]
 SPARK_MIN_ITEMS: Final = 1_000_000
 """``auto``: files with at least this many items go through Spark."""
+
+
+def compact_numpy(data: Buffer, slots: int) -> bytes:
+    """The compacted form of the local index file ``data`` (all its bytes, e.g. an mmap view).
+
+    Raises:
+        IndexFileError: ``data`` is too short for its header's item count and ``slots``, or a
+            chain leads outside the file (upstream's compaction fails on the same input).
+    """
+    header, items, heads = _parse_local(data, slots)
+    layout = chain_layout(items["hash"], items["next"], heads, slots)
+    if layout is None:
+        return compact_walk(data, slots)
+    order, counts = layout
+    total = compacted_size(slots, order.size)
+    if not total:
+        return b""
+    out = np.empty(total, dtype=np.uint8)
+    out[:HEADER_SIZE] = np.frombuffer(header.compacted().encode(), np.uint8)
+    table_end = HEADER_SIZE + slots * SLOT_SIZE
+    out[HEADER_SIZE:table_end] = slot_table(counts, slots).reshape(-1).view(np.uint8)
+    # the first 28 bytes of each 32-byte item, gathered in output order without a temporary
+    firsts = np.ndarray(
+        (items.size,), _V28, buffer=data, offset=table_end + ITEM_SIZE, strides=(ITEM_SIZE,)
+    )
+    np.take(firsts, order, out=out[table_end:].view(_V28))
+    return out.tobytes()
+
+
+def chain_layout(
+    hashes: npt.ArrayLike, nexts: npt.ArrayLike, heads: npt.ArrayLike, slots: int
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]] | None:
+    """The compacted order of items whose chains follow their hash slots, else None.
+
+    ``hashes``/``nexts`` are items ``1..n`` (row ``i`` = item ``i+1``), ``heads`` the slot heads.
+    Returns ``(order, counts)``: row numbers in output order (slot ascending, newest first) and
+    items per slot. Items whose slot is negative (a ``MIN_VALUE`` hash) belong to no slot.
+    """
+    slot = np.fmod(np.asarray(hashes, dtype=np.int64), slots)
+    valid = np.flatnonzero(slot >= 0)
+    # one unique key per item: slot ascending, then newest (largest index) first
+    order = valid[np.argsort((slot[valid] << 32) - valid)]
+    by_slot = slot[order]
+    index = order + 1
+    nxt = np.asarray(nexts, dtype=np.int64)[order]
+    same = by_slot[1:] == by_slot[:-1]
+    chained = np.where(same, nxt[:-1] == index[1:], nxt[:-1] <= 0)
+    if not (bool(chained.all()) and (not nxt.size or nxt[-1] <= 0)):
+        return None
+    expected = np.zeros(slots, dtype=np.int64)
+    opens = np.concatenate(([True], ~same)) if by_slot.size else np.zeros(0, np.bool_)
+    expected[by_slot[opens]] = index[opens]
+    if not np.array_equal(np.maximum(np.asarray(heads, dtype=np.int64), 0), expected):
+        return None
+    return order, np.bincount(by_slot, minlength=slots).astype(np.int64)
+
+
+def slot_table(counts: npt.NDArray[np.int64], slots: int) -> npt.NDArray[np.int32]:
+    """The compacted slot entries ``(absolute position, byte length)`` for items per slot."""
+    ends = HEADER_SIZE + slots * SLOT_SIZE + np.cumsum(counts) * COMPACT_ITEM_SIZE
+    table = np.empty((slots, 2), dtype=">i4")
+    table[:, 1] = counts * COMPACT_ITEM_SIZE
+    table[:, 0] = ends - table[:, 1]
+    return table
+
+
+def compact_walk(data: Buffer, slots: int) -> bytes:
+    """Upstream ``compactToNewFile`` step by step (a pure-Python loop over every slot).
+
+    Raises:
+        IndexFileError: as :func:`compact_numpy`.
+    """
+    header, _, _ = _parse_local(data, slots)
+    view = memoryview(data)
+    base = HEADER_SIZE + slots * SLOT_SIZE
+    capacity = base + COMPACT_ITEM_SIZE * header.item_count
+    out = bytearray(capacity)
+    write = base
+    for slot in range(slots):
+        start = write
+        (current,) = _I32.unpack_from(view, HEADER_SIZE + slot * SLOT_SIZE)
+        while current > 0 and write < capacity:
+            position = to_i32(base + current * ITEM_SIZE)
+            if position < 0 or position + ITEM_SIZE > len(view):
+                raise IndexFileError(
+                    f"the chain of slot {slot} reaches item {current}, outside the file "
+                    f"({len(view)} bytes): the file is corrupt or slots={slots} is wrong"
+                )
+            out[write : write + COMPACT_ITEM_SIZE] = view[position : position + COMPACT_ITEM_SIZE]
+            (current,) = _I32.unpack_from(view, position + COMPACT_ITEM_SIZE)
+            write += COMPACT_ITEM_SIZE
+        _SLOT.pack_into(out, HEADER_SIZE + slot * SLOT_SIZE, start, write - start)
+    if write == base:
+        return b""
+    out[:HEADER_SIZE] = header.compacted().encode()
+    return bytes(out[:write])
+
+
+def _parse_local(
+    data: Buffer, slots: int
+) -> tuple[IndexHeader, npt.NDArray[np.void], npt.NDArray[np.int32]]:
+    if len(data) < HEADER_SIZE:
+        raise IndexFileError(f"an index file of {len(data)} bytes has no 28-byte header")
+    header = IndexHeader.parse(data)
+    needed = HEADER_SIZE + slots * SLOT_SIZE + (header.item_count + 1) * ITEM_SIZE
+    if header.item_count < 0 or len(data) < needed:
+        raise IndexFileError(
+            f"an index file of {len(data)} bytes cannot hold {header.item_count} items with "
+            f"{slots} slots ({needed} bytes needed): pass the slot count it was written with"
+        )
+    base = HEADER_SIZE + slots * SLOT_SIZE
+    items = np.frombuffer(data, ITEM_DTYPE, header.item_count, base + ITEM_SIZE)
+    heads = np.frombuffer(data, ">i4", slots * 2, HEADER_SIZE)[::2]
+    return header, items, heads
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from __future__ import annotations
 import enum
 import mmap
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Final
 
 import numpy as np
@@ -95,6 +95,10 @@ class IndexHeader:
             self.hash_slot_count,
             self.item_count,
         )
+
+    def compacted(self) -> IndexHeader:
+        """The header of this file's compacted form: the END magic, counts and times kept."""
+        return replace(self, magic=END_MAGIC_CODE)
 
 
 @dataclass(frozen=True)

@@ -1,8 +1,10 @@
 """A local tiered index file, ``{tieredDataDir}/tiered_index_file/{beginTimestamp}`` (spec §6).
 
-Upstream ``IndexStoreFile``: memory-mapped, fixed size ``28 + slots*8 + max_items*32``, one hash
-chain per slot, newest item first. :meth:`IndexStoreFile.put_many` puts a whole batch with numpy
-and leaves exactly the bytes upstream's one-key-at-a-time ``putKey`` loop would (vectors V6):
+Upstream ``IndexStoreFile``: fixed size ``28 + slots*8 + max_items*32``, one hash chain per slot,
+newest item first. The header and slot table are written through a memory map, the items with
+``pwrite`` (written once, they need not become pages of this process: a full file's items are
+640 MB); queries read through the map. :meth:`IndexStoreFile.put_many` puts a whole batch with
+numpy and leaves exactly the bytes upstream's one-key-at-a-time ``putKey`` loop would (vectors V6):
 items are numbered in put order, a stable sort by slot links each item to the previous one of its
 slot, and the slot heads and header are updated once per batch.
 
@@ -50,7 +52,8 @@ from tiered.index.format import (
     local_file_size,
     slot_of,
 )
-from tiered.index.keys import IndexBatch, index_hashes
+from tiered.index.index_batch import IndexBatch
+from tiered.index.java_hash import index_hashes
 
 _LOG = logging.getLogger(__name__)
 FILE_DIRECTORY_NAME: Final = "tiered_index_file"
@@ -78,9 +81,16 @@ class IndexStoreFile:
     """
 
     def __init__(
-        self, path: Path, mapped: mmap.mmap, header: IndexHeader, slots: int, max_items: int
+        self,
+        path: Path,
+        mapped: mmap.mmap,
+        header: IndexHeader,
+        slots: int,
+        max_items: int,
+        fd: int = -1,
     ):
         self.path = path
+        self._fd = fd  # items are written with pwrite (a writable file), the rest through the map
         self.slots = slots
         self.max_items = max_items
         self._mm = mapped
@@ -119,9 +129,10 @@ class IndexStoreFile:
             os.ftruncate(fd, local_file_size(slots, max_items))
             os.pwrite(fd, header.encode(), 0)
             mapped = mmap.mmap(fd, local_file_size(slots, max_items))
-        finally:
+        except BaseException:
             os.close(fd)
-        return cls(path, mapped, header, slots, max_items)
+            raise
+        return cls(path, mapped, header, slots, max_items, fd)
 
     @classmethod
     def open(
@@ -148,6 +159,7 @@ class IndexStoreFile:
         p = Path(path)
         expected = local_file_size(slots, max_items)
         fd = os.open(p, os.O_RDONLY if readonly else os.O_RDWR)
+        keep = False
         try:
             size = os.fstat(fd).st_size
             if size != expected:
@@ -158,9 +170,11 @@ class IndexStoreFile:
                 )
             access = mmap.ACCESS_READ if readonly else mmap.ACCESS_WRITE
             mapped = mmap.mmap(fd, size, access=access)
+            header = IndexHeader.parse(mapped)
+            keep = not readonly and header.magic in (BEGIN_MAGIC_CODE, END_MAGIC_CODE)
         finally:
-            os.close(fd)
-        header = IndexHeader.parse(mapped)
+            if not keep:
+                os.close(fd)
         if p.name.isdigit():
             header = IndexHeader(
                 header.magic, int(p.name), header.end_timestamp,
@@ -170,11 +184,13 @@ class IndexStoreFile:
             0 <= header.item_count < max_items
         ):
             mapped.close()
+            if keep:
+                os.close(fd)
             raise IndexFileError(
                 f"{p}: header magic {header.magic:#x} / item count {header.item_count} is not a "
                 "tiered index file header; move the file aside"
             )
-        self = cls(p, mapped, header, slots, max_items)
+        self = cls(p, mapped, header, slots, max_items, fd if keep else -1)
         self.readonly = readonly
         if not readonly:
             self._undo_partial_batch()
@@ -184,8 +200,11 @@ class IndexStoreFile:
         """Flush and unmap; the status becomes SHUTDOWN (queries then return nothing)."""
         if not self._mm.closed:
             if not self.readonly:
-                self._mm.flush()
+                self.flush()
             self._mm.close()
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
         self._status = IndexStatus.SHUTDOWN
 
     def __enter__(self) -> Self:
@@ -197,9 +216,12 @@ class IndexStoreFile:
         self.close()
 
     def flush(self) -> None:
-        """Write dirty pages to disk (``msync``)."""
+        """Write dirty pages to disk: the mapped slot table and header (``msync``), then the
+        items written with ``pwrite`` (``fdatasync``)."""
         if not self.readonly and not self._mm.closed:
             self._mm.flush()
+            if self._fd >= 0:
+                os.fdatasync(self._fd)
 
     def seal(self) -> None:
         """Stop accepting puts: status SEALED and the END magic in the header."""
@@ -306,7 +328,7 @@ class IndexStoreFile:
         items["size"] = batch.sizes[rows]
         items["time_diff"] = _time_diff(batch.timestamps[rows], self._begin)
         items["next"] = nxt
-        np.frombuffer(self._mm, ITEM_DTYPE, k, self._items_base + first * ITEM_SIZE)[:] = items
+        self._write_items(items, first)
         table[by_slot[closes]] = index[order[closes]]
         del table
         self._slot_count += int(np.count_nonzero(old_heads == 0))
@@ -318,16 +340,17 @@ class IndexStoreFile:
         (old,) = _I32.unpack_from(self.header.encode(), position)
         old = max(old, 0)
         index = self._count + 1
-        _ITEM.pack_into(
-            self._mm,
+        self._write_raw(
+            _ITEM.pack(
+                int(batch.hashes[row]),
+                int(batch.topic_ids[row]),
+                int(batch.queue_ids[row]),
+                int(batch.offsets[row]),
+                int(batch.sizes[row]),
+                int(_time_diff(batch.timestamps[row : row + 1], self._begin)[0]),
+                old,
+            ),
             self._items_base + index * ITEM_SIZE,
-            int(batch.hashes[row]),
-            int(batch.topic_ids[row]),
-            int(batch.queue_ids[row]),
-            int(batch.offsets[row]),
-            int(batch.sizes[row]),
-            int(_time_diff(batch.timestamps[row : row + 1], self._begin)[0]),
-            old,
         )
         self._slot_count += int(old == 0)
         self._end = max(self._end, int(batch.timestamps[row]))
@@ -390,6 +413,21 @@ class IndexStoreFile:
 
     def _write_header(self) -> None:
         self._mm[:HEADER_SIZE] = self.header.encode()
+
+    def _write_items(self, items: npt.NDArray[np.void], first: int) -> None:
+        """Write ``items`` as items ``first ..``."""
+        self._write_raw(items.view(np.uint8), self._items_base + first * ITEM_SIZE)
+
+    def _write_raw(self, data: bytes | npt.NDArray[np.uint8], position: int) -> None:
+        """Write ``data`` at ``position`` with ``pwrite`` when the file has a descriptor (so the
+        items, up to 640 MB of a file, never become resident pages of this process), else
+        through the map."""
+        if self._fd < 0:
+            self._mm[position : position + len(data)] = data
+            return
+        done = 0
+        while done < len(data):
+            done += os.pwrite(self._fd, memoryview(data)[done:], position + done)
 
     def _slot_heads(self) -> npt.NDArray[np.int32]:
         """A writable big-endian view of every slot's head (column 0 of the slot table)."""

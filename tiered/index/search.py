@@ -24,8 +24,7 @@ from tiered import metrics
 from tiered.broker import message as msgcodec
 from tiered.errors import CorruptStoreFileError, IntegrityError
 from tiered.index.format import IndexItem
-from tiered.index.keys import is_java_blank
-from tiered.javautil import java_split_space
+from tiered.index.key_set import key_set
 
 log = logging.getLogger(__name__)
 
@@ -73,14 +72,8 @@ def may_hold(f: Searchable, begin_ms: int) -> bool:
 
 def message_keys(m: msgcodec.Message) -> set[str]:
     """The keys a message is indexed under (``UNIQ_KEY`` and the ``KEYS`` tokens)."""
-    keys: set[str] = set()
-    uniq = m.properties.get(msgcodec.PROPERTY_UNIQ_KEY)
-    if uniq is not None and not is_java_blank(uniq):
-        keys.add(uniq)
-    joined = m.properties.get(msgcodec.PROPERTY_KEYS)
-    if joined is not None and not is_java_blank(joined):
-        keys.update(java_split_space(joined))
-    return keys
+    props = m.properties
+    return set(key_set(props.get(msgcodec.PROPERTY_UNIQ_KEY), props.get(msgcodec.PROPERTY_KEYS)))
 
 
 class Collector:

@@ -47,11 +47,12 @@ from tiered.errors import (
 )
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile, MessageBatch
+from tiered.index.bulk_keys import index_batch_of_units
 from tiered.index.catch_up import reindex
 from tiered.index.compaction import Compacted, Compactor, Engine
 from tiered.index.format import IndexStatus
+from tiered.index.index_batch import IndexBatch
 from tiered.index.index_file import FILE_DIRECTORY_NAME, IndexStoreFile
-from tiered.index.keys import IndexBatch
 from tiered.index.local_files import LocalIndexFiles
 from tiered.index.progress import (
     IndexProgress,
@@ -62,7 +63,6 @@ from tiered.index.progress import (
 )
 from tiered.index.search import Collector, KeyHit, newest_first
 from tiered.index.staging import Staging
-from tiered.index.unit_keys import units_batch
 from tiered.index.uploaded import UploadedIndex
 from tiered.javautil import to_i32
 from tiered.logs import error_fields, traceback_if_debug
@@ -265,7 +265,7 @@ class IndexService:
         if topic_id is None:
             log.warning("%s: no topic record, batch not indexed", flat.path)
             return
-        indexed = units_batch(
+        indexed = index_batch_of_units(
             flat.topic, topic_id, flat.queue_id, batch.data, batch.starts, batch.sizes,
             flat_offsets, batch.timestamps,
         )  # fmt: skip

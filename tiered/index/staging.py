@@ -10,8 +10,8 @@ A staged object is the used prefix of the SEALED file (header, slot table, items
 tail of the file is not sent). The job (``jobs/compact_index.py --pending ROOT``) compacts every
 staged file that has no result yet and writes the result whole (a rename, or an object that
 appears when its upload completes). The sidecar picks a result up only if it checks out against
-the SEALED file it still holds (:func:`~tiered.index.compacted.check_compacted`), then uploads it
-as an INDEX segment like a file it compacted itself, and deletes both objects.
+the SEALED file it still holds (:func:`~tiered.index.compacted_file.check_compacted`), then
+uploads it as an INDEX segment like a file it compacted itself, and deletes both objects.
 """
 
 from __future__ import annotations
@@ -28,7 +28,7 @@ from tiered import metrics
 from tiered.config import TieredConfig
 from tiered.errors import IndexFileError, ProviderError, SegmentNotFoundError
 from tiered.file.flat_append_file import retrying
-from tiered.index.compacted import check_compacted
+from tiered.index.compacted_file import check_compacted
 from tiered.index.format import HEADER_SIZE, ITEM_SIZE, SLOT_SIZE
 from tiered.index.index_file import IndexStoreFile
 from tiered.providers.base import Provider

@@ -9,7 +9,7 @@ Write order (data first, then metadata): put the object, then record it (persist
 caller deletes the local copies. A crash between any two steps converges:
 
 * object put, not recorded: the next upload of the same file lands on the same base, finds the
-  object, checks it (:func:`~tiered.index.compacted.check_compacted` against the SEALED file's
+  object, checks it (:func:`~tiered.index.compacted_file.check_compacted` against the SEALED file's
   header) and records it without a second put; :meth:`UploadedIndex.converge` (at start) also
   adopts such an object when the local file is gone, if it checks out;
 * recorded, local copy not deleted: the service deletes it at start (same begin timestamp);
@@ -31,7 +31,7 @@ from pathlib import Path
 from tiered import metrics
 from tiered.errors import IndexFileError, ProviderError, SegmentNotFoundError
 from tiered.file.flat_append_file import durable, retrying
-from tiered.index.compacted import CompactedIndexFile, check_compacted
+from tiered.index.compacted_file import CompactedIndexFile, check_compacted
 from tiered.index.format import HEADER_SIZE, SLOT_SIZE, IndexHeader
 from tiered.metadata import FileSegmentMetadata, FileSegmentType, MetadataStore, now_ms
 from tiered.metadata.models import STATUS_SEALED
