@@ -341,14 +341,16 @@ class IndexStoreFile:
         old = max(old, 0)
         index = self._count + 1
         self._write_raw(
-            _ITEM.pack(
-                int(batch.hashes[row]),
-                int(batch.topic_ids[row]),
-                int(batch.queue_ids[row]),
-                int(batch.offsets[row]),
-                int(batch.sizes[row]),
-                int(_time_diff(batch.timestamps[row : row + 1], self._begin)[0]),
-                old,
+            memoryview(
+                _ITEM.pack(
+                    int(batch.hashes[row]),
+                    int(batch.topic_ids[row]),
+                    int(batch.queue_ids[row]),
+                    int(batch.offsets[row]),
+                    int(batch.sizes[row]),
+                    int(_time_diff(batch.timestamps[row : row + 1], self._begin)[0]),
+                    old,
+                )
             ),
             self._items_base + index * ITEM_SIZE,
         )
@@ -416,9 +418,9 @@ class IndexStoreFile:
 
     def _write_items(self, items: npt.NDArray[np.void], first: int) -> None:
         """Write ``items`` as items ``first ..``."""
-        self._write_raw(items.view(np.uint8), self._items_base + first * ITEM_SIZE)
+        self._write_raw(items.view(np.uint8).data, self._items_base + first * ITEM_SIZE)
 
-    def _write_raw(self, data: bytes | npt.NDArray[np.uint8], position: int) -> None:
+    def _write_raw(self, data: memoryview, position: int) -> None:
         """Write ``data`` at ``position`` with ``pwrite`` when the file has a descriptor (so the
         items, up to 640 MB of a file, never become resident pages of this process), else
         through the map."""
@@ -427,7 +429,7 @@ class IndexStoreFile:
             return
         done = 0
         while done < len(data):
-            done += os.pwrite(self._fd, memoryview(data)[done:], position + done)
+            done += os.pwrite(self._fd, data[done:], position + done)
 
     def _slot_heads(self) -> npt.NDArray[np.int32]:
         """A writable big-endian view of every slot's head (column 0 of the slot table)."""
