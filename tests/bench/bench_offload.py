@@ -1,11 +1,13 @@
-"""Benchmark: ``dispatch --once --flush`` of a ~2 GiB store to posix, beside ``cp -r`` + ``sync``.
+"""Benchmark: ``dispatch --once --flush`` to posix beside ``cp -r commitlog && sync``, with the
+key index on (the default) and off, for 1 KiB, 4 KiB and 256-byte bodies.
 
-Run with ``make bench`` (not part of the test run; needs ~7 GB of free disk). One generated store
-of :data:`SIZE_BYTES` (16 queues, 1 KiB bodies, 1 GiB commitlog files) is offloaded with the
-default configuration (1 GiB flat commitlog segments, 4 MiB / 4096-message batches, every append
-fsync'd) by a ``rmq-tiered dispatch`` subprocess, and copied with ``cp -r`` of the commitlog
-directory followed by ``sync`` (so both end durable), alternately, :data:`REPEAT` times, the page
-cache warmed before each run. Printed: medians, their ratio, the dispatch process's peak RSS.
+Run with ``make bench`` (not part of the test run; needs ~8 GB of free disk). For each body size
+one store of about :data:`SIZE_BYTES` is generated (16 queues, ``UNIQ_KEY`` plus two ``KEYS``
+tokens per message, 1 GiB commitlog files) and offloaded with the default configuration by a
+``rmq-tiered dispatch`` process (process start included), index on and index off, alternating
+with the copy, :data:`REPEAT` times, the page cache warmed before each run. Printed per size:
+medians of wall time and their ratio to the copy, CPU-seconds (user + system, from the process's
+own rusage) per GiB of message bytes, and peak RSS (polled ``VmHWM``).
 
 A second part offloads :data:`S3_SIZE_BYTES` to S3 (moto over HTTP) and prints requests per GiB
 of message bytes, by operation (PUT = one per chunk append, per metadata mirror, per part).
@@ -14,6 +16,7 @@ of message bytes, by operation (PUT = one per chunk append, per metadata mirror,
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -21,6 +24,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from dataclasses import dataclass
 from pathlib import Path
 
 from tiered.providers.testing.servers import HttpFaults, moto_server
@@ -30,21 +34,23 @@ from tiered.config import load_config
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.core.tier_check import check_tier
 
-SIZE_BYTES = 2 << 30
+SIZE_BYTES = 1200 << 20
 S3_SIZE_BYTES = 256 << 20
-UNIT_BYTES = 1024 + 170  # a 1 KiB body plus header, topic and properties
+BODIES = (1024, 4096, 256)
+OVERHEAD = 240  # header, topic and properties (UNIQ_KEY, two KEYS tokens, TAGS) of a unit
 REPEAT = 3
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 
 
-def _spec(nbytes: int) -> GenSpec:
+def _spec(nbytes: int, body: int = 1024) -> GenSpec:
     return GenSpec(
         seed=1,
         topics=2,
         queues=8,
-        messages=nbytes // UNIT_BYTES,
-        min_body=1024,
-        max_body=1024,
+        messages=nbytes // (body + OVERHEAD),
+        min_body=body,
+        max_body=body,
+        keys_per_message=2,
         commitlog_file_size=1 << 30,
     )
 
@@ -69,11 +75,48 @@ def _conf(path: Path, store: Path, work: Path, extra: dict[str, str] | None = No
     return path
 
 
-def _cp(store: Path, target: Path) -> float:
+@dataclass
+class Run:
+    """One measured process: wall seconds, CPU-seconds (user + system), peak RSS bytes."""
+
+    wall: float
+    cpu: float
+    rss: int
+
+
+def _measure(argv: list[str], cwd: Path) -> tuple[Run, bytes]:
+    """Run ``argv``; its wall time, its own CPU time (``wait4`` rusage) and its peak RSS, polled
+    from /proc (the rusage peak of a forked child also counts the parent's inherited pages)."""
     t0 = time.perf_counter()
-    subprocess.run(["cp", "-r", str(store / "commitlog"), str(target)], check=True)
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=cwd)
+    peak = 0
+    stop = threading.Event()
+
+    def poll() -> None:
+        nonlocal peak
+        while not stop.wait(0.02):
+            peak = max(peak, _hwm(proc.pid))
+
+    watcher = threading.Thread(target=poll)
+    watcher.start()
+    assert proc.stdout is not None
+    out = proc.stdout.read()
+    proc.stdout.close()
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    stop.set()
+    watcher.join()
+    assert proc.returncode == 0, argv
+    return Run(wall, usage.ru_utime + usage.ru_stime, peak), out
+
+
+def _cp(store: Path, target: Path) -> Run:
+    """``cp -r commitlog && sync``: the copy's wall time (both), CPU of the copy itself."""
+    t0 = time.perf_counter()
+    run, _ = _measure(["cp", "-r", str(store / "commitlog"), str(target)], target.parent)
     subprocess.run(["sync"], check=True)
-    return time.perf_counter() - t0
+    return Run(time.perf_counter() - t0, run.cpu, run.rss)
 
 
 def _hwm(pid: int) -> int:
@@ -88,66 +131,68 @@ def _hwm(pid: int) -> int:
     return 0
 
 
-def _dispatch(conf: Path, cwd: Path) -> tuple[float, int, dict[str, object]]:
-    """Run one dispatch; (seconds, peak RSS, summary). The peak is polled from /proc: the
-    rusage of a forked child also counts the parent's pages it inherited."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen(
-        [RMQ_TIERED, "dispatch", "--config", str(conf), "--once", "--flush", "--json"],
-        stdout=subprocess.PIPE,
-        cwd=cwd,
+def _dispatch(conf: Path, cwd: Path) -> tuple[Run, dict[str, object]]:
+    run, out = _measure(
+        [str(RMQ_TIERED), "dispatch", "--config", str(conf), "--once", "--flush", "--json"], cwd
     )
-    peak = 0
-    stop = threading.Event()
-
-    def poll() -> None:
-        nonlocal peak
-        while not stop.wait(0.02):
-            peak = max(peak, _hwm(proc.pid))
-
-    watcher = threading.Thread(target=poll)
-    watcher.start()
-    out, _ = proc.communicate()
-    seconds = time.perf_counter() - t0
-    stop.set()
-    watcher.join()
-    assert proc.returncode == 0
     summary: dict[str, object] = json.loads(out.decode().splitlines()[-1])
-    return seconds, peak, summary
+    return run, summary
 
 
-def test_offload_2gib_against_cp(tmp_path: Path) -> None:
-    store = tmp_path / "store"
-    report = generate_store(store, _spec(SIZE_BYTES))
-    cp_s, run_s, pass_s, rss = [], [], [], []
-    summary: dict[str, object] = {}
-    for i in range(REPEAT):
-        _warm(store / "commitlog")
-        cp_s.append(_cp(store, tmp_path / f"copy{i}"))
-        shutil.rmtree(tmp_path / f"copy{i}")
-        work = tmp_path / f"work{i}"
-        conf = _conf(tmp_path / f"bench{i}.conf", store, work)
-        _warm(store / "commitlog")
-        seconds, peak, summary = _dispatch(conf, tmp_path)
-        assert summary["messages"] == report.messages and summary["bytes"] == report.bytes
-        run_s.append(seconds)
-        pass_s.append(float(summary["seconds"]))  # type: ignore[arg-type]
-        rss.append(peak)
-        shutil.rmtree(work)
-    cp, run, in_pass = statistics.median(cp_s), statistics.median(run_s), statistics.median(pass_s)
-    mib = report.bytes / (1 << 20)
-    print(
-        f"\noffload of {mib:.0f} MiB ({report.messages} messages, 16 queues, 1 KiB bodies) to "
-        f"posix, median of {REPEAT}:\n"
-        f"  cp -r commitlog + sync     {cp:7.2f} s  {mib / cp:7.1f} MiB/s  "
-        f"(runs: {', '.join(f'{x:.2f}' for x in cp_s)})\n"
-        f"  rmq-tiered dispatch        {run:7.2f} s  {mib / run:7.1f} MiB/s  "
-        f"(runs: {', '.join(f'{x:.2f}' for x in run_s)}; process start included)\n"
-        f"  of which the offload pass  {in_pass:7.2f} s  {mib / in_pass:7.1f} MiB/s\n"
-        f"  ratio dispatch / cp        {run / cp:7.2f}   (pass only: {in_pass / cp:.2f})\n"
-        f"  peak RSS of dispatch       {max(rss) / (1 << 20):7.0f} MiB\n"
-        f"  requests                   {summary['requests']}"
+def _median(runs: list[Run]) -> Run:
+    return Run(
+        statistics.median(r.wall for r in runs),
+        statistics.median(r.cpu for r in runs),
+        max(r.rss for r in runs),
     )
+
+
+def test_offload_against_cp(tmp_path: Path) -> None:
+    lines = [
+        (
+            f"\noffload to posix beside `cp -r commitlog && sync`, medians of {REPEAT} "
+            "(CPU = user + system of the process, per GiB of message bytes; RSS = peak)"
+        ),
+        (
+            f"{'body':>6} {'GiB':>5} {'msgs':>9} | {'cp s':>6} | "
+            f"{'index on: s':>11} {'x cp':>5} {'CPU-s/GiB':>9} {'RSS MiB':>7} | "
+            f"{'index off: s':>12} {'x cp':>5} {'CPU-s/GiB':>9} {'RSS MiB':>7}"
+        ),
+    ]
+    for body in BODIES:
+        store = tmp_path / f"store{body}"
+        report = generate_store(store, _spec(SIZE_BYTES, body))
+        gib = report.bytes / (1 << 30)
+        runs: dict[str, list[Run]] = {"cp": [], "on": [], "off": []}
+        for i in range(REPEAT):
+            _warm(store / "commitlog")
+            runs["cp"].append(_cp(store, tmp_path / "copy"))
+            shutil.rmtree(tmp_path / "copy")
+            for mode, enable in (("on", "true"), ("off", "false")):
+                work = tmp_path / f"work-{mode}-{i}"
+                conf = _conf(tmp_path / f"{mode}.conf", store, work,
+                             {"messageIndexEnable": enable})  # fmt: skip
+                _warm(store / "commitlog")
+                run, summary = _dispatch(conf, tmp_path)
+                assert summary["messages"] == report.messages
+                assert summary["bytes"] == report.bytes
+                runs[mode].append(run)
+                shutil.rmtree(work)
+        cp, on, off = (_median(runs[k]) for k in ("cp", "on", "off"))
+        lines.append(
+            f"{body:>6} {gib:5.2f} {report.messages:>9} | {cp.wall:6.2f} | "
+            f"{on.wall:11.2f} {on.wall / cp.wall:5.2f} {on.cpu / gib:9.2f} "
+            f"{on.rss / (1 << 20):7.0f} | {off.wall:12.2f} {off.wall / cp.wall:5.2f} "
+            f"{off.cpu / gib:9.2f} {off.rss / (1 << 20):7.0f}"
+        )
+        lines.append(
+            f"{'':>6} runs: cp {', '.join(f'{r.wall:.2f}' for r in runs['cp'])} "
+            f"(copy CPU {statistics.median(r.cpu for r in runs['cp']) / gib:.2f} s/GiB); "
+            f"on {', '.join(f'{r.wall:.2f}' for r in runs['on'])}; "
+            f"off {', '.join(f'{r.wall:.2f}' for r in runs['off'])}"
+        )
+        shutil.rmtree(store)
+    print("\n".join(lines))
 
 
 def test_s3_requests_per_gib(tmp_path: Path) -> None:
