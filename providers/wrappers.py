@@ -161,7 +161,9 @@ class ProviderMetrics:
         return ProviderMetrics(REGISTRY)
 
 
+@functools.lru_cache(maxsize=4096)
 def _labels(key: str) -> tuple[str, str]:
+    """``(logical path, file type label)`` of a segment key (a handful of keys repeat: cached)."""
     address = SegmentAddress.parse(key)
     if address is None:
         return "", "other"
