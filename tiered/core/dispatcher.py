@@ -109,7 +109,8 @@ class Dispatcher:
             rolling_min_bytes=cfg.commit_log_rolling_minimum_size_bytes,
         )
         self.uploading = cfg.uploads if uploads is None else uploads
-        cap = LOCAL_WORKERS if cfg.tiered_backend_service_provider in LOCAL_PROVIDERS else MAX_WORKERS
+        on_local_disk = cfg.tiered_backend_service_provider in LOCAL_PROVIDERS
+        cap = LOCAL_WORKERS if on_local_disk else MAX_WORKERS
         self.workers = workers or max(1, min(cfg.tiered_store_max_pending_limit // 4, cap))
         self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tiered-dispatch")
         self._pass_lock = threading.Lock()
