@@ -15,9 +15,10 @@ collapse -- but never leads them: nothing indexed is lost. Two copies keep the l
   power loss;
 * ``progress.fast.json`` is written without fsync as keys are put, at most every
   :data:`FAST_SAVE_INTERVAL_S` (:meth:`IndexProgress.save_fast`), stamped with the kernel's boot
-  id. Items are put
-  into the memory-mapped index files before the progress moves, and a killed process's mapped
-  pages stay in the page cache, so within the same boot the fast copy never leads the files;
+  id. Items are written
+  into the index files (``pwrite`` and the mapped slot table) before the progress moves, and a
+  killed process's writes stay in the page cache, so within the same boot the fast copy never
+  leads the files;
   after a reboot it is ignored. A ``kill -9`` (a crash loop, a catch-up killed half-way) then
   re-indexes at most the last fraction of a second instead of everything since the last
   checkpoint.
