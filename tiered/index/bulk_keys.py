@@ -132,8 +132,9 @@ def _first_of_each(
     keep = np.ones(msg.size, dtype=np.bool_)
     if msg.size < 2:
         return keep
-    order = np.argsort(msg * (1 << 32) + hashes, kind="stable")
-    key = (msg * (1 << 32) + hashes)[order]
+    key = msg * (1 << 32) + hashes
+    order = np.argsort(key, kind="stable")
+    key = key[order]
     same = key[1:] == key[:-1]
     if not same.any():
         return keep
