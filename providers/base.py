@@ -68,6 +68,15 @@ class Provider(abc.ABC):
         """
         return True
 
+    @property
+    def object_per_append(self) -> bool:
+        """Whether every ``append`` creates one backend object (object stores: a chunk object).
+
+        Such a backend bills per request, so callers should append seldom and in large pieces
+        (the dispatcher then uses ``objectStoreGroupCommitSize``/``Timeout``). False for files.
+        """
+        return False
+
     # --- the contract -----------------------------------------------------------------------------
 
     @abc.abstractmethod

@@ -130,6 +130,10 @@ class FsspecProvider(Provider):
         return self.append_mode == "chunks"
 
     @property
+    def object_per_append(self) -> bool:
+        return self.append_mode == "chunks"
+
+    @property
     def fs(self) -> Any:
         """The ``fsspec.AbstractFileSystem``, created on first use."""
         fs = self._fs_obj

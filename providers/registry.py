@@ -243,6 +243,8 @@ def from_config(cfg: TieredConfig, reg: ProviderRegistry | None = None) -> Provi
             "access_key": cfg.object_store_access_key or None,
             "secret_key": cfg.object_store_secret_key.get_secret_value() or None,
             "path_style": cfg.object_store_path_style,
+            "read_ahead_bytes": cfg.object_store_read_ahead_size_bytes,
+            "read_ahead_max_bytes": cfg.object_store_read_ahead_memory_bytes,
         }
     elif name == "fsspec":
         kwargs = {

@@ -9,10 +9,17 @@ uploads, one part in memory at a time.
 Own writes are remembered: after this instance appends to, seals or puts a key it keeps the
 key's state (its chunk run, or its sealed size), so the next append to it sends one conditional PUT
 (``If-None-Match: *`` on the chunk's name) instead of a LIST plus a PUT, and reads of an unsealed
-segment go straight to its chunks. The condition keeps the check a LIST gave: a chunk another writer
+segment go straight to its chunks. A key's listing by ``size`` serves the same way (a new segment
+is checked with ``size`` before its first append: one LIST, then PUTs only). The condition keeps the check a LIST gave: a chunk another writer
 (or a lost response of ours) already put at that position makes the PUT fail with 412, and the
 provider then lists the key and answers as the listing says (``PositionMismatchError`` with the
 real size). Any failure forgets the key; a pickled copy starts with nothing remembered.
+
+Reads: a key this instance did not write is listed once and the listing kept (a written byte never
+changes, so it stays right for every byte it shows; a read beyond it lists again), so reads of an
+unsealed segment cost one GET per chunk piece, not a failed GET and a LIST each. A reader that
+continues where it stopped gets read-ahead windows (:mod:`.read_ahead`): one GET of up to
+``read_ahead_bytes`` per window, the next one fetched while the current one is read.
 
 Every request goes through :meth:`S3Provider._call`: it reports the request for accounting,
 retries throttling, 5xx and timeouts with exponential backoff and full jitter (botocore's own
@@ -63,6 +70,7 @@ from .chunks import (
     state_from_listing,
 )
 from .layout import RESERVED_CHAR, check_key, check_prefix, is_key
+from .read_ahead import ReadAhead
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -209,6 +217,8 @@ class S3Provider(Provider):
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 30.0,
         max_pool_connections: int = 32,
+        read_ahead_bytes: int = 32 * MIB,
+        read_ahead_max_bytes: int = 256 * MIB,
     ) -> None:
         super().__init__()
         if not bucket:
@@ -244,6 +254,11 @@ class S3Provider(Provider):
         self._known: LRUCache[str, SegmentState] = LRUCache(_KNOWN_KEYS)
         self._known_lock = threading.Lock()
         self._conditional = True  # False once the server refused If-None-Match
+        self._listed: LRUCache[str, SegmentState] = LRUCache(_KNOWN_KEYS)
+        """States of keys read (not written) by this instance, as last listed."""
+        self.read_ahead_bytes = read_ahead_bytes
+        self.read_ahead_max_bytes = read_ahead_max_bytes
+        self._ahead = self._new_read_ahead()
 
     def __repr__(self) -> str:
         return (
@@ -352,6 +367,23 @@ class S3Provider(Provider):
     def _state(self, key: str) -> SegmentState:
         return state_from_listing(key, self._names(self._full(key)))
 
+    def _new_read_ahead(self) -> ReadAhead | None:
+        if self.read_ahead_bytes <= 0 or self.read_ahead_max_bytes <= 0:
+            return None
+        return ReadAhead(self._window, self.read_ahead_bytes, self.read_ahead_max_bytes)
+
+    def _listed_state(self, key: str, *, fresh: bool = False) -> SegmentState:
+        """The state a reader goes by: its last listing of ``key`` (one LIST when it has none,
+        or when ``fresh``). Written bytes never change, so an old listing is right for every
+        byte it shows; a read beyond it lists again."""
+        with self._known_lock:
+            state = None if fresh else self._listed.get(key)
+        if state is None:
+            state = self._state(key)
+            with self._known_lock:
+                self._listed[key] = state
+        return state
+
     def _remembered(self, key: str) -> SegmentState | None:
         """The state this instance's own writes left ``key`` in, if it remembers one."""
         with self._known_lock:
@@ -360,6 +392,7 @@ class S3Provider(Provider):
     def _remember(self, key: str, state: SegmentState | None) -> None:
         """Remember ``state`` for ``key`` (None forgets it)."""
         with self._known_lock:
+            self._listed.pop(key, None)
             if state is None:
                 self._known.pop(key, None)
             else:
@@ -420,8 +453,12 @@ class S3Provider(Provider):
 
     # --- the contract -----------------------------------------------------------------------------
 
+    @property
+    def object_per_append(self) -> bool:
+        return True
+
     def size(self, key: str) -> int:
-        state = self._remembered(key) or self._state(key)
+        state = self._remembered(key) or self._listed_state(key, fresh=True)
         if not state.exists:
             raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
         return state.size
@@ -429,7 +466,34 @@ class S3Provider(Provider):
     def read(self, key: str, position: int, length: int) -> bytes:
         check_range(position, length, key=key)
         full = self._full(key)
+        if self._ahead is not None and length > 0:
+            got = self._ahead.read(key, position, length)
+            if got is not None:
+                return got
+        return self._read(key, full, position, length)
+
+    def _window(self, key: str, start: int, size: int) -> tuple[bytes, bool]:
+        """A read-ahead window: up to ``size`` bytes from ``start`` in one GET (cut at the end of
+        the chunk object holding ``start``), and whether the segment holds more after them."""
+        state = self._remembered(key)
+        if state is None or start >= state.size:
+            with self._known_lock:
+                state = self._listed.get(key)
+        if state is None or start >= state.size:
+            state = self._listed_state(key, fresh=True)
+        if not state.exists or start >= state.size:
+            return b"", False
+        end = min(start + size, state.size)
+        if not state.sealed:
+            end = min(end, next(c.end for c in state.run if c.position <= start < c.end))
+        data = self._read(key, self._full(key), start, end - start)
+        return data, start + len(data) < state.size
+
+    def _read(self, key: str, full: str, position: int, length: int) -> bytes:
         known = self._remembered(key)
+        if known is None and length > 0:
+            with self._known_lock:
+                known = self._listed.get(key)
         if length > 0 and known is not None and position + length <= known.size:
             try:  # an own write: its sealed object, or straight to its chunks
                 if known.sealed:
@@ -444,7 +508,7 @@ class S3Provider(Provider):
             except SegmentNotFoundError:
                 pass
         for attempt in (1, 2):
-            state = self._state(key)
+            state = self._listed_state(key, fresh=True)
             if not state.exists:
                 raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
             if position >= state.size:
@@ -468,8 +532,17 @@ class S3Provider(Provider):
         check_range(position, key=key)
         view = as_bytes_view(data)
         known = self._remembered(key) if self._conditional else None
-        if known is not None and known.exists and not known.sealed and position == known.size:
-            if not view:
+        if known is None and self._conditional:  # e.g. listed by ``size`` just before
+            with self._known_lock:
+                known = self._listed.get(key)
+        if (
+            known is not None
+            and (known.exists or position == 0)
+            and not known.sealed
+            and not known.strays
+            and position == known.size
+        ):
+            if not view and known.exists:
                 return position
             name = chunk_name(key, position)
             try:
@@ -531,6 +604,8 @@ class S3Provider(Provider):
         self._remember(key, SegmentState(key, sealed_size=state.size))
 
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
+        if self._ahead is not None:
+            self._ahead.forget(key)
         known = self._remembered(key)
         self._remember(key, None)
         if overwrite and known is not None and known.sealed:
@@ -548,6 +623,8 @@ class S3Provider(Provider):
         self._remember(key, SegmentState(key, sealed_size=size))
 
     def delete(self, key: str) -> None:
+        if self._ahead is not None:
+            self._ahead.forget(key)
         self._remember(key, None)
         state = self._state(key)
         names = state.chunk_names
@@ -724,6 +801,8 @@ class S3Provider(Provider):
         self._call("BUCKET", self.bucket, functools.partial(client.create_bucket, **kwargs))
 
     def close(self) -> None:
+        if self._ahead is not None:
+            self._ahead.close()
         with self._client_lock:
             client, self._client_obj = self._client_obj, None
         if client is not None:
@@ -735,6 +814,8 @@ class S3Provider(Provider):
         state.pop("_client_lock", None)
         state.pop("_known", None)  # another process must not trust this one's writes
         state.pop("_known_lock", None)
+        state.pop("_listed", None)
+        state.pop("_ahead", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -742,6 +823,8 @@ class S3Provider(Provider):
         self._client_lock = threading.Lock()
         self._known = LRUCache(_KNOWN_KEYS)
         self._known_lock = threading.Lock()
+        self._listed = LRUCache(_KNOWN_KEYS)
+        self._ahead = self._new_read_ahead()
 
 
 def _chain(first: BytesLike, second: BytesLike, rest: Iterator[BytesLike]) -> Iterator[BytesLike]:

@@ -63,6 +63,10 @@ class WrappedProvider(Provider):
     def enforces_seal(self) -> bool:
         return self.inner.enforces_seal
 
+    @property
+    def object_per_append(self) -> bool:
+        return self.inner.object_per_append
+
     def _around(self, operation: str, key: str, call: Callable[[], T]) -> T:
         return call()
 

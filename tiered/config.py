@@ -442,6 +442,18 @@ class TieredConfig(BaseModel):
     object_store_prefix: str = _key("objectStorePrefix", "key prefix inside the bucket", "")
     object_store_region: Text = _key("objectStoreRegion", "S3 region", "us-east-1")
     object_store_path_style: Bool = _key("objectStorePathStyle", "path-style addressing", False)
+    object_store_group_commit_size_bytes: Int = _key(
+        "objectStoreGroupCommitSize", "object stores: upload a queue's batch at, bytes", 33554432
+    )
+    object_store_group_commit_timeout_ms: IntOrZero = _key(
+        "objectStoreGroupCommitTimeout", "object stores: hold a batch at most, ms", 300000
+    )
+    object_store_read_ahead_size_bytes: IntOrZero = _key(
+        "objectStoreReadAheadSize", "s3: sequential read window, bytes; 0 = off", 33554432
+    )
+    object_store_read_ahead_memory_bytes: IntOrZero = _key(
+        "objectStoreReadAheadMemory", "s3: read-ahead windows held at most, bytes", 268435456
+    )
 
     # dispatch / commit
     tiered_store_dispatch_interval_ms: Int = _key(

@@ -55,7 +55,8 @@ def offload_config(tmp_path: Path, small_spec: GenSpec) -> ConfigFactory:
     """``offload_config(store, provider="memory", spec=small_spec, work=tmp_path, **keys)``.
 
     Small flat segments (64 KiB commitlog, 200-unit consumequeue) so both roll; group commit of
-    128 messages / 32 KiB, no hold time; ``keys`` (upstream names) override.
+    128 messages / 32 KiB (32 KiB on object stores too), no hold time; ``keys`` (upstream
+    names) override.
     """
 
     def make(
@@ -71,6 +72,7 @@ def offload_config(tmp_path: Path, small_spec: GenSpec) -> ConfigFactory:
             "tieredStoreConsumeQueueMaxSize": 200 * 20,
             "tieredStoreGroupCommitCount": 128,
             "tieredStoreGroupCommitSize": 32 << 10,
+            "objectStoreGroupCommitSize": 32 << 10,
         }
         return sample_config(
             store, work or tmp_path, spec or small_spec, provider, **(settings | keys)

@@ -20,6 +20,7 @@ from tiered.providers import (
     MemoryProvider,
     PosixProvider,
     Provider,
+    S3Provider,
     WrappedProvider,
 )
 
@@ -93,6 +94,52 @@ def test_s3_end_to_end(
     assert cl_segments > 1 and cq_segments > 1  # sealed (consolidated) segments on S3 too
     # a fresh sidecar restores everything from metadata and finds nothing left to do
     assert offload(cfg, provider_for(cfg)) == 0
+
+
+@pytest.mark.s3
+def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
+    tmp_path: Path, offload_config: ConfigFactory, small_spec: GenSpec, s3_keys: dict[str, str]
+) -> None:
+    store = tmp_path / "store"
+    now = int(time.time() * 1000)
+    spec = dataclasses.replace(small_spec, messages=600, start_ms=now)
+    generate_store(store, spec)
+    upstream = {  # would send at once, in small batches
+        "tieredStoreGroupCommitTimeout": 0,
+        "tieredStoreGroupCommitCount": 8,
+        "tieredStoreGroupCommitSize": 4096,
+        "tieredStoreCommitLogMaxSize": 1 << 30,
+        "tieredStoreConsumeQueueMaxSize": 100 << 20,
+    }
+    held = offload_config(
+        store,
+        "s3",
+        objectStoreGroupCommitTimeout=600_000,
+        objectStoreGroupCommitSize=1 << 20,
+        **upstream,
+        **s3_keys,
+    )
+    provider = provider_for(held)
+    assert offload(held, provider, flush=False) == 0  # young messages wait on an object store
+    requests: list[str] = []
+    provider.add_request_listener(requests.append)
+    sized = offload_config(
+        store,
+        "s3",
+        objectStoreGroupCommitTimeout=0,
+        objectStoreGroupCommitSize=64 << 10,
+        **upstream,
+        **s3_keys,
+    )
+    assert offload(sized, provider, flush=False) == 600
+    assert check_tier(sized, provider).problems == []
+    s3 = provider.inner if isinstance(provider, WrappedProvider) else provider
+    assert isinstance(s3, S3Provider)
+    listed = s3.client.list_objects_v2(Bucket=s3.bucket)["Contents"]
+    chunks = [o["Key"] for o in listed if "~" in o["Key"]]
+    # each queue's ~50 KiB went as one commitlog and one consumequeue object, not ~100 of each
+    assert len(chunks) == 2 * spec.topics * spec.queues
+    assert requests.count("PUT") == len(chunks) + 1  # and the metadata mirror, once a round
 
 
 @pytest.mark.parametrize("backend", ["posix", "memory"])

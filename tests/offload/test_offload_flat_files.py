@@ -257,3 +257,43 @@ def test_message_file_commits_commitlog_before_consume_queue(tmp_path: Path) -> 
     assert calls == ["COMMIT_LOG", "CONSUME_QUEUE"]
     assert flat.commit_offset == 101 and flat.min_offset() == 100
     assert struct.unpack_from(">q", inner.read(flat.commitlog.key(0), 28, 8))[0] == 0
+
+
+def test_time_rolling_goes_by_the_segments_age_not_its_messages(tmp_path: Path) -> None:
+    now = [1_800_000_000_000]
+    store = metadata(tmp_path)
+    flat = FlatMessageFile(
+        MemoryProvider(),
+        store,
+        ADDRESS,
+        commitlog_max_size=1 << 20,
+        consume_queue_max_size=1 << 20,
+        clock=lambda: now[0],
+    )
+    flat.init(0)
+    old = 1_000_000_000_000  # a backlog: every message is years old
+    unit = bytearray(
+        msgcodec.encode(
+            topic="TopicTest",
+            queue_id=3,
+            queue_offset=0,
+            physical_offset=0,
+            body=b"x" * 100,
+            properties=b"",
+            born_timestamp=old,
+            store_timestamp=old,
+        )
+    )
+    size = np.array([len(unit)], dtype=np.int64)
+    flat.append_batch(
+        MessageBatch(0, unit, np.zeros(1, np.int64), size, np.array([0]), np.array([old]))
+    )
+    flat.commit()
+    hour = 3_600_000
+    # upstream would roll now (first message older than the interval); the segment is new
+    assert not flat.commitlog.try_time_roll(now[0], 1, 1)
+    assert not flat.commitlog.try_time_roll(now[0] + hour, 1, 1)  # exactly the interval
+    assert not flat.commitlog.try_time_roll(now[0] + 2 * hour, 1, 1 << 20)  # below the minimum
+    assert flat.commitlog.try_time_roll(now[0] + 2 * hour, 1, 1)
+    assert [s.base for s in flat.commitlog.segments] == [0, len(unit)]
+    assert flat.commitlog.segments[0].sealed

@@ -57,8 +57,11 @@ LOCAL_WORKERS = 2
 threads only contend for the interpreter lock (8 cost ~0.4 CPU-s/GiB more than 2, same wall)."""
 LOCAL_PROVIDERS = frozenset({"posix", "memory"})
 WAVE_BYTES = 64 << 20
-"""Message bytes read at once (the batches of several queues); the next wave is read while this
-one uploads, so about twice this is in memory."""
+"""Message bytes read at once (the batches of several queues; at least four batches); the next
+wave is read while this one uploads, so about twice this is in memory."""
+OBJECT_UNIT_BYTES = 256
+"""On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
+consumequeue units a plan reads stay a few MiB)."""
 MAX_FAILURES = 10
 """Consecutive failures of one queue within a pass before the pass stops retrying it."""
 _BACKOFF_S = 0.05
@@ -100,14 +103,8 @@ class Dispatcher:
         self.filter = topic_filter or TopicFilter.from_config(cfg)
         self.state_file = state_file
         self.clock = clock
-        self.limits = Limits(
-            count=cfg.tiered_store_group_commit_count,
-            size_bytes=cfg.tiered_store_group_commit_size_bytes,
-            timeout_ms=cfg.tiered_store_group_commit_timeout_ms,
-            group_commit=cfg.tiered_store_group_commit,
-            rolling_hours=cfg.commit_log_rolling_interval_hours,
-            rolling_min_bytes=cfg.commit_log_rolling_minimum_size_bytes,
-        )
+        self.limits = _limits(cfg, objects=store.provider.object_per_append)
+        self.wave_bytes = max(WAVE_BYTES, 4 * self.limits.size_bytes)
         self.uploading = cfg.uploads if uploads is None else uploads
         on_local_disk = cfg.tiered_backend_service_provider in LOCAL_PROVIDERS
         cap = LOCAL_WORKERS if on_local_disk else MAX_WORKERS
@@ -233,7 +230,7 @@ class Dispatcher:
                     results.append((flat, planned))
             # read wave k+1 while the workers upload wave k (at most two waves in memory)
             running: list[list[tuple[Plan, Future[StepResult]]]] = []
-            for wave in _waves(plans):
+            for wave in _waves(plans, self.wave_bytes):
                 running.append(self._start_wave(wave, now))
                 if len(running) > 1:
                     results += [(p.flat, f.result()) for p, f in running.pop(0)]
@@ -361,13 +358,35 @@ class Dispatcher:
             log.warning("cannot write %s: %s", self.state_file.path, e)
 
 
-def _waves(plans: list[Plan]) -> list[list[Plan]]:
-    """Split plans into groups whose batches together stay within :data:`WAVE_BYTES`."""
+def _limits(cfg: TieredConfig, *, objects: bool) -> Limits:
+    """The group-commit limits: upstream's keys, or on a backend where every append is one
+    object (S3) the ``objectStoreGroupCommit*`` keys, so a queue uploads a few large objects
+    (the broker's store keeps the messages until then; see README "S3")."""
+    if not objects:
+        count = cfg.tiered_store_group_commit_count
+        size = cfg.tiered_store_group_commit_size_bytes
+        timeout = cfg.tiered_store_group_commit_timeout_ms
+    else:
+        size = cfg.object_store_group_commit_size_bytes
+        count = max(cfg.tiered_store_group_commit_count, size // OBJECT_UNIT_BYTES)
+        timeout = cfg.object_store_group_commit_timeout_ms
+    return Limits(
+        count=count,
+        size_bytes=size,
+        timeout_ms=timeout,
+        group_commit=cfg.tiered_store_group_commit,
+        rolling_hours=cfg.commit_log_rolling_interval_hours,
+        rolling_min_bytes=cfg.commit_log_rolling_minimum_size_bytes,
+    )
+
+
+def _waves(plans: list[Plan], wave_bytes: int) -> list[list[Plan]]:
+    """Split plans into groups whose batches together stay within ``wave_bytes``."""
     waves: list[list[Plan]] = [[]]
     size = 0
     for p in plans:
         n = int(p.units["size"].astype(np.int64).sum()) if p.units is not None else 0
-        if waves[-1] and size + n > WAVE_BYTES:
+        if waves[-1] and size + n > wave_bytes:
             waves.append([])
             size = 0
         waves[-1].append(p)

@@ -47,6 +47,8 @@ def sample_config(
         "tieredStoreGroupCommitCount": "256",
         "tieredStoreGroupCommitSize": str(64 << 10),
         "tieredStoreGroupCommitTimeout": "0",
+        "objectStoreGroupCommitSize": str(64 << 10),
+        "objectStoreGroupCommitTimeout": "0",
         "tieredStoreDispatchIntervalMs": "50",
         "tieredHttpPort": "0",
         "tieredRemotingPort": "0",

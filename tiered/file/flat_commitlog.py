@@ -62,17 +62,23 @@ class FlatCommitLogFile(FlatAppendFile):
         return offsets
 
     def try_time_roll(self, now: int, interval_hours: int, min_size: int) -> bool:
-        """Upstream's time rolling (spec §5.4): roll when the last segment's first message is
-        older than ``interval_hours`` and it holds at least ``min_size`` bytes. Nothing may be
-        pending."""
+        """Time rolling (spec §5.4, by the segment's age): roll when the last segment was
+        created more than ``interval_hours`` ago (wall clock, its record's createTimestamp) and
+        holds at least ``min_size`` bytes. Nothing may be pending.
+
+        Upstream rolls by the age of the segment's *first message* instead. For a live tail
+        both are the same; for a backlog of old messages upstream's rule seals every segment at
+        ``min_size`` (16 MiB), which on an object store means many small objects and a seal
+        each. By the segment's own age a catch-up fills segments to their maximum size.
+        """
         segs = self.segments
         if not segs or self.pending_size:
             return False
         last = segs[-1]
-        begin = last.begin_timestamp
-        if begin == LONG_MAX or last.size < max(min_size, 1):
+        opened = last.create_timestamp or last.begin_timestamp
+        if opened in (0, LONG_MAX) or last.size < max(min_size, 1):
             return False
-        if begin + interval_hours * 3_600_000 >= now:
+        if opened + interval_hours * 3_600_000 >= now:
             return False
         self.roll()
         return True

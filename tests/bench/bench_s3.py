@@ -1,0 +1,305 @@
+"""Benchmark: what S3 costs in requests, on moto and on a real Ceph RADOS Gateway (``make bench``).
+
+With default settings (only the endpoint keys set):
+
+* **backlog**: a store of old messages (``RMQ_BENCH_S3_GIB``, default 1 GiB, 1 KiB bodies, 16
+  queues) offloaded by one ``run_pass`` -- requests per GiB by operation, MB/s;
+* **live tail** at 1 and 10 MB/s: messages appended to the broker store in steps of 5 simulated
+  seconds and a dispatch round after each, on a simulated clock (the store time of the newest
+  message), until ``RMQ_BENCH_TAIL_GIB`` (default 0.5) GiB arrived; requests per GiB. Message
+  bodies are sized so the generator's 500 messages per second make the rate;
+* the same backlog with 64 MiB flat commitlog segments, so every queue seals segments: the seal's
+  share (a default 1 GiB segment seals once per GiB of a queue);
+* **catch-up**: every queue read whole from offset 0 over the HTTP API (``format=raw``,
+  ``tieredStorageLevel=FORCE``, 1024 messages / 16 MiB per call) by a fresh sidecar process
+  state (nothing remembered), against plain boto3 ranged GETs of 16 MiB over the same objects:
+  requests per GiB, MB/s and the ratio;
+* single-message cold fetches (``get_message(offset, 1)``, empty cache) on S3 and on posix: p50
+  and p99 in ms.
+
+Ceph RGW is booted from ``../shared/tools/ceph-rgw`` (about a minute).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import http.client
+import os
+import random
+import statistics
+import tempfile
+import threading
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from tiered.providers import Provider
+from tiered.providers.testing.servers import (
+    HttpFaults,
+    S3Endpoint,
+    moto_server,
+    start_ceph,
+    stop_ceph,
+)
+
+from tiered.broker.generator import GenSpec, generate_store
+from tiered.config import TieredConfig, load_config
+from tiered.core.local_source import LocalSource
+from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.store import TieredMessageStore
+from tiered.http.app import create_app
+from tiered.http.server import HttpServer
+
+GIB = 1 << 30
+MIB = 1 << 20
+BACKLOG_GIB = float(os.environ.get("RMQ_BENCH_S3_GIB", "1"))
+TAIL_GIB = float(os.environ.get("RMQ_BENCH_TAIL_GIB", "0.5"))
+QUEUES = 16
+UNIT = 1024 + 200  # a 1 KiB body plus header, topic and properties
+STEP_S = 5
+GEN_RATE = 500  # messages per simulated second (the generator spaces them ~2 ms apart)
+SAMPLES = 200
+READ_BATCH, READ_BYTES = 1024, 16 * MIB
+CEPH_RGW = Path(__file__).resolve().parents[2].parent / "shared" / "tools" / "ceph-rgw"
+
+
+@pytest.fixture(scope="module")
+def servers() -> Iterator[list[S3Endpoint]]:
+    moto = moto_server(HttpFaults())
+    moto.start()
+    host, port = moto.get_host_and_port()
+    found = [S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")]
+    ceph_dir = Path(tempfile.mkdtemp(prefix="bench-rgw-"))
+    ceph, env = start_ceph(CEPH_RGW, ceph_dir)
+    found.append(ceph)
+    yield found
+    moto.stop()
+    stop_ceph(CEPH_RGW, ceph_dir, env)
+
+
+def settings(store: Path, work: Path, endpoint: S3Endpoint | None, **keys: str) -> TieredConfig:
+    """Default settings but for the broker, the directories and the backend."""
+    values = {
+        "storePathRootDir": str(store),
+        "brokerClusterName": "DefaultCluster",
+        "brokerName": "broker-a",
+        "tieredDataDir": str(work / "data"),
+        "tieredStorageLevel": "FORCE",
+        "tieredHttpMaxResponseBytes": str(READ_BYTES),
+    }
+    if endpoint is None:
+        values |= {"tieredBackendServiceProvider": "posix", "tieredStoreFilePath": str(work / "t")}
+    else:
+        values |= {
+            "tieredBackendServiceProvider": "s3",
+            "objectStoreEndpoint": endpoint.url,
+            "objectStoreBucket": endpoint.new_bucket(),
+            "objectStoreAccessKey": endpoint.access_key,
+            "objectStoreSecretKey": endpoint.secret_key,
+            "objectStoreRegion": endpoint.region,
+            "objectStorePathStyle": "true",
+        }
+    return load_config([], env={}, overrides=values | keys)
+
+
+def counted(cfg: TieredConfig) -> tuple[Provider, Counter[str]]:
+    provider = build_provider(cfg)
+    requests: Counter[str] = Counter()
+    lock = threading.Lock()
+
+    def count(operation: str) -> None:
+        with lock:
+            requests[operation] += 1
+
+    provider.add_request_listener(count)
+    return provider, requests
+
+
+def per_gib(requests: Counter[str], nbytes: int) -> str:
+    total = sum(requests.values())
+    ops = " ".join(f"{k}={v * GIB / nbytes:.0f}" for k, v in sorted(requests.items()))
+    return f"{total * GIB / nbytes:7.0f}  {ops}"
+
+
+def backlog_spec() -> GenSpec:
+    return GenSpec(
+        seed=3,
+        topics=1,
+        queues=QUEUES,
+        messages=int(BACKLOG_GIB * GIB / UNIT),
+        min_body=1024,
+        max_body=1024,
+        keys_per_message=2,
+    )
+
+
+@pytest.fixture(scope="module")
+def backlog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("bench-s3")
+    generate_store(root / "store", backlog_spec())
+    return root
+
+
+@dataclasses.dataclass
+class Offloaded:
+    """A backlog offload: the still open sidecar and what it cost."""
+
+    sidecar: Sidecar
+    cfg: TieredConfig
+    requests: Counter[str]
+    nbytes: int
+    seconds: float
+
+
+def offload_backlog(root: Path, endpoint: S3Endpoint | None, name: str, **keys: str) -> Offloaded:
+    work = root / name
+    cfg = settings(root / "store", work, endpoint, **keys)
+    provider, requests = counted(cfg)
+    sidecar = Sidecar(cfg, provider).open()
+    started = time.perf_counter()
+    report = sidecar.dispatcher.run_pass()  # old messages: no hold, no flush needed
+    seconds = time.perf_counter() - started
+    assert not report.errors and report.messages == backlog_spec().messages, report
+    return Offloaded(sidecar, cfg, requests, report.bytes, seconds)
+
+
+def tail(root: Path, endpoint: S3Endpoint, mb_s: int) -> str:
+    """A live tail at ``mb_s`` MB/s on a simulated clock; requests per GiB."""
+    body = mb_s * 1_000_000 // GEN_RATE - 200
+    store = root / f"tail-{endpoint.name}-{mb_s}-store"
+    work = root / f"tail-{endpoint.name}-{mb_s}"
+    start = int(time.time() * 1000) - 3_600_000
+    spec = GenSpec(
+        seed=mb_s,
+        topics=1,
+        queues=QUEUES,
+        messages=GEN_RATE * STEP_S,
+        min_body=body,
+        max_body=body,
+        start_ms=start,
+    )
+    generate_store(store, spec)
+    cfg = settings(store, work, endpoint)
+    provider, requests = counted(cfg)
+    clock = [start + STEP_S * 1000]
+    sidecar = Sidecar(cfg, provider).open()
+    sidecar.dispatcher.clock = lambda: clock[0]
+    sent = 0
+    total = int(TAIL_GIB * GIB)
+    while sent < total:
+        sent += sidecar.dispatcher.run_pass().bytes
+        clock[0] += STEP_S * 1000
+        generate_store(store, dataclasses.replace(spec, append=True, start_ms=clock[0] - 10_000))
+    sidecar.close()
+    return f"  live tail {mb_s:2d} MB/s   {sent / MIB:7.0f} MiB  {per_gib(requests, sent)}"
+
+
+def catch_up(sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]) -> tuple[int, float]:
+    """Every queue read whole over HTTP raw by a fresh store (empty caches); bytes, seconds."""
+    store = TieredMessageStore(cfg, sidecar.store, LocalSource(cfg))
+    app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=READ_BYTES)
+    server = HttpServer(app, "127.0.0.1", 0)
+    server.start()
+    requests.clear()
+    nbytes = 0
+    started = time.perf_counter()
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
+        for qid in range(QUEUES):
+            flat = sidecar.store.get("GenTopic0", qid)
+            assert flat is not None
+            offset, end = 0, flat.commit_offset
+            while offset < end:
+                path = f"/v1/topics/GenTopic0/queues/{qid}/messages?offset={offset}"
+                conn.request("GET", f"{path}&maxCount={READ_BATCH}&format=raw")
+                response = conn.getresponse()
+                body = response.read()
+                assert response.status == 200, body[:200]
+                nxt = int(response.getheader("X-Next-Begin-Offset") or offset)
+                assert nxt > offset
+                nbytes += len(body)
+                offset = nxt
+        conn.close()
+    finally:
+        server.stop()
+    return nbytes, time.perf_counter() - started
+
+
+def boto3_baseline(cfg: TieredConfig) -> tuple[int, float]:
+    """Plain boto3 ranged GETs of 16 MiB over every commitlog object of the bucket."""
+    import boto3
+
+    client = boto3.client(
+        "s3",
+        endpoint_url=cfg.object_store_endpoint,
+        aws_access_key_id=cfg.object_store_access_key,
+        aws_secret_access_key=cfg.object_store_secret_key.get_secret_value(),
+        region_name=cfg.object_store_region,
+    )
+    bucket = cfg.object_store_bucket
+    objects = [
+        o for o in client.list_objects_v2(Bucket=bucket)["Contents"] if "COMMIT_LOG" in o["Key"]
+    ]
+    nbytes = 0
+    started = time.perf_counter()
+    for o in objects:
+        for at in range(0, o["Size"], 16 * MIB):
+            end = min(at + 16 * MIB, o["Size"]) - 1
+            got = client.get_object(Bucket=bucket, Key=o["Key"], Range=f"bytes={at}-{end}")
+            nbytes += len(got["Body"].read())
+    return nbytes, time.perf_counter() - started
+
+
+def fetch_latency(sidecar: Sidecar, cfg: TieredConfig, label: str) -> str:
+    store = TieredMessageStore(cfg, sidecar.store, LocalSource(cfg))
+    flat = sidecar.store.get("GenTopic0", 0)
+    assert flat is not None
+    samples = []
+    for offset in random.Random(1).sample(range(flat.commit_offset), SAMPLES):
+        t0 = time.perf_counter()
+        got = store.get_message("GenTopic0", 0, offset, 1)
+        samples.append((time.perf_counter() - t0) * 1000)
+        assert [u.queue_offset for u in got.units] == [offset]
+    q = statistics.quantiles(samples, n=100)
+    return f"  {label:16} cold single-message fetch p50 {q[49]:7.2f} ms  p99 {q[98]:7.2f} ms"
+
+
+def test_s3_request_cost(backlog: Path, servers: list[S3Endpoint]) -> None:
+    lines = [
+        f"\nS3 request cost, default settings, {QUEUES} queues (requests per GiB by operation):"
+    ]
+    posix = offload_backlog(backlog, None, "posix")
+    latency = [fetch_latency(posix.sidecar, posix.cfg, "posix")]
+    posix.sidecar.close()
+    for endpoint in servers:
+        lines.append(f" {endpoint.name}:")
+        done = offload_backlog(backlog, endpoint, endpoint.name)
+        sidecar, cfg, nbytes = done.sidecar, done.cfg, done.nbytes
+        lines.append(
+            f"  backlog offload   {nbytes / MIB:7.0f} MiB  {per_gib(done.requests, nbytes)}  "
+            f"({nbytes / 1e6 / done.seconds:.0f} MB/s)"
+        )
+        sealing = offload_backlog(
+            backlog, endpoint, endpoint.name + "-64m", tieredStoreCommitLogMaxSize=str(64 * MIB)
+        )
+        sealing.sidecar.close()
+        lines.append(
+            f"  64 MiB segments   {sealing.nbytes / MIB:7.0f} MiB  "
+            f"{per_gib(sealing.requests, sealing.nbytes)}"
+        )
+        sidecar.close()  # the reader is a restarted sidecar: it remembers nothing
+        provider, requests = counted(cfg)
+        sidecar = Sidecar(cfg, provider).open()
+        read, read_s = catch_up(sidecar, cfg, requests)
+        base, base_s = boto3_baseline(cfg)
+        ours, theirs = read / 1e6 / read_s, base / 1e6 / base_s
+        lines.append(
+            f"  catch-up (HTTP)   {read / MIB:7.0f} MiB  {per_gib(requests, read)}  "
+            f"{ours:.0f} MB/s; boto3 16 MiB GETs {theirs:.0f} MB/s; ratio {ours / theirs:.2f}"
+        )
+        lines += [tail(backlog, endpoint, rate) for rate in (1, 10)]
+        latency.append(fetch_latency(sidecar, cfg, endpoint.name))
+        sidecar.close()
+    print("\n".join(lines + latency))

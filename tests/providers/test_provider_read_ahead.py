@@ -1,0 +1,153 @@
+"""Read-ahead windows of sequential readers (``providers.read_ahead``), alone and in the s3
+provider over moto: one GET per window, cut at chunk objects, none for random reads."""
+
+from __future__ import annotations
+
+import itertools
+import random
+import threading
+from collections import Counter
+
+import pytest
+from tiered.providers import S3Provider
+from tiered.providers.read_ahead import ReadAhead
+from tiered.providers.testing.servers import S3Endpoint
+
+DATA = random.Random(5).randbytes(10_000)
+CHUNK_ENDS = (3_000, 6_500, 10_000)
+
+
+class Backend:
+    """``DATA`` as chunk objects ending at ``CHUNK_ENDS``; counts fetches."""
+
+    def __init__(self, fail_at: int | None = None) -> None:
+        self.fetches: list[tuple[int, int]] = []
+        self.fail_at = fail_at
+        self.lock = threading.Lock()
+
+    def fetch(self, key: str, start: int, size: int) -> tuple[bytes, bool]:
+        with self.lock:
+            self.fetches.append((start, size))
+        if start == self.fail_at:
+            raise OSError("backend down")
+        if start >= len(DATA):
+            return b"", False
+        end = min(start + size, next(e for e in CHUNK_ENDS if start < e))
+        return DATA[start:end], end < len(DATA)
+
+
+def read_all(ahead: ReadAhead, sizes: list[int]) -> list[bool]:
+    """Read DATA front to back in reads of ``sizes``; which were served from windows."""
+    served, position = [], 0
+    for size in sizes:
+        if position >= len(DATA):
+            break
+        got = ahead.read("k", position, size)
+        served.append(got is not None)
+        if got is None:
+            got = DATA[position : position + size]  # the caller's own read
+        assert got == DATA[position : position + size]
+        position += len(got)
+    assert position >= len(DATA)
+    return served
+
+
+def test_a_sequential_reader_gets_one_fetch_per_window_cut_at_chunk_ends() -> None:
+    backend = Backend()
+    ahead = ReadAhead(backend.fetch, 1024, 1 << 20)
+    sizes = [random.Random(i).randint(1, 700) for i in range(200)]
+    served = read_all(ahead, sizes)
+    assert served[0] is False and all(served[1:])  # the first read shows the reader's way
+    starts = sorted(s for s, _ in backend.fetches)
+    assert starts[0] == sizes[0]  # windows begin where the sequential reading did
+    assert {3_000, 6_500} <= set(starts)  # a window never spans two chunk objects
+    assert len(starts) == len(set(starts))  # nothing fetched twice
+    # every window after the first of a chunk object follows the previous one, a window apart
+    for a, b in itertools.pairwise(starts):
+        assert b - a == 1024 or b in (3_000, 6_500), (a, b)
+    ahead.close()
+    assert ahead.held_bytes == 0
+
+
+def test_random_reads_go_to_the_backend_and_fetch_no_window() -> None:
+    backend = Backend()
+    ahead = ReadAhead(backend.fetch, 1024, 1 << 20)
+    for position in random.Random(2).sample(range(0, 9_000, 7), 50):
+        if ahead.read("k", position, 20) is not None:
+            pytest.fail(f"a random read at {position} was served from a window")
+    assert backend.fetches == []
+
+
+def test_the_budget_drops_the_least_recently_read_key() -> None:
+    backend = Backend()
+    ahead = ReadAhead(backend.fetch, 1024, 2048)  # one key's two windows fill it
+    for key in ("a", "b"):
+        assert ahead.read(key, 0, 10) is None
+        assert ahead.read(key, 10, 10) == DATA[10:20]
+    assert ahead.held_bytes <= 2048
+    assert ahead.read("a", 20, 10) is None  # its windows were dropped for b's: read directly
+    ahead.close()
+
+
+def test_a_failed_fetch_leaves_the_read_to_the_caller() -> None:
+    backend = Backend(fail_at=10)
+    ahead = ReadAhead(backend.fetch, 1024, 1 << 20)
+    assert ahead.read("k", 0, 10) is None
+    assert ahead.read("k", 10, 10) is None  # the window failed: the caller reads and reports
+    assert ahead.held_bytes == 0
+    ahead.close()
+
+
+def test_past_the_end_is_the_callers_to_report() -> None:
+    backend = Backend()
+    ahead = ReadAhead(backend.fetch, 4096, 1 << 20)
+    assert ahead.read("k", 9_990, 10) is None
+    assert ahead.read("k", 10_000, 10) is None
+    ahead.close()
+
+
+# --- in the s3 provider, over moto ---------------------------------------------------------------
+
+
+def _provider(endpoint: S3Endpoint, bucket: str, window: int) -> tuple[S3Provider, Counter[str]]:
+    provider = S3Provider(
+        bucket,
+        endpoint=endpoint.url,
+        region=endpoint.region,
+        access_key=endpoint.access_key,
+        secret_key=endpoint.secret_key,
+        path_style=True,
+        read_ahead_bytes=window,
+        read_ahead_max_bytes=8 * window,
+    )
+    requests: Counter[str] = Counter()
+    provider.add_request_listener(lambda op: requests.update([op]))
+    return provider, requests
+
+
+@pytest.mark.s3
+@pytest.mark.parametrize("sealed", [True, False])
+def test_s3_catch_up_costs_one_get_per_window_and_one_listing(
+    moto_s3: S3Endpoint, sealed: bool
+) -> None:
+    bucket = moto_s3.new_bucket()
+    writer, _ = _provider(moto_s3, bucket, 0)
+    key = "c/b/T/0/COMMIT_LOG/cfcd208400000000000000000000"
+    data = random.Random(9).randbytes(3 << 20)
+    position = 0
+    for size in (1 << 20, 1 << 20, 1 << 20):  # three chunk objects
+        position = writer.append(key, data[position : position + size], position)
+    if sealed:
+        writer.seal(key)
+    reader, requests = _provider(moto_s3, bucket, 512 << 10)  # another process: knows nothing
+    at = 0
+    while at < len(data):
+        got = reader.read(key, at, 50_000)
+        assert got == data[at : at + 50_000]
+        at += len(got)
+    gets, lists = requests["GET"], requests["LIST"]
+    assert gets <= 1 + 6 + 2  # the first read, 3 MiB in 512 KiB windows, chunk cuts
+    assert lists <= 1 if sealed else lists == 1  # unsealed: listed once, not once a read
+    assert set(requests) <= {"GET", "LIST"}
+    reader.close()
+    writer.close()
