@@ -10,14 +10,15 @@ Own writes are remembered: after this instance appends to, seals or puts a key i
 key's state (its chunk run, or its sealed size), so the next append to it sends one conditional PUT
 (``If-None-Match: *`` on the chunk's name) instead of a LIST plus a PUT, and reads of an unsealed
 segment go straight to its chunks. A key's listing by ``size`` serves the same way (a new segment
-is checked with ``size`` before its first append: one LIST, then PUTs only). The condition keeps the check a LIST gave: a chunk another writer
-(or a lost response of ours) already put at that position makes the PUT fail with 412, and the
-provider then lists the key and answers as the listing says (``PositionMismatchError`` with the
-real size). Any failure forgets the key; a pickled copy starts with nothing remembered.
+is checked with ``size`` before its first append: one LIST, then PUTs only). The condition keeps
+the check a LIST gave: a chunk another writer (or a lost response of ours) already put at that
+position makes the PUT fail with 412, and the provider then lists the key and answers as the
+listing says (``PositionMismatchError`` with the real size). Any failure forgets the key; a
+pickled copy starts with nothing remembered.
 
-Reads: a key this instance did not write is listed once and the listing kept (a written byte never
-changes, so it stays right for every byte it shows; a read beyond it lists again), so reads of an
-unsealed segment cost one GET per chunk piece, not a failed GET and a LIST each. A reader that
+Reads: a key this instance did not write is listed once and the listing kept (a written byte
+never changes, so it stays right for every byte it shows; a read beyond it lists again), so reads
+of an unsealed segment cost one GET per chunk piece, not a failed GET and a LIST each. A reader that
 continues where it stopped gets read-ahead windows (:mod:`.read_ahead`): one GET of up to
 ``read_ahead_bytes`` per window, the next one fetched while the current one is read.
 
