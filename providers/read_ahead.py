@@ -3,19 +3,20 @@
 A reader that continues exactly where its previous read of the same key ended (a consumer
 catching up: consumequeue, then commitlog, read after read) is *sequential*. For such a key the
 provider fetches a whole **window** (``objectStoreReadAheadSize`` bytes, cut where the object or
-the chunk object holding it ends, so a window is always one GET) and, while the reader works on
-it, the next window in a background thread. Reads are then answered from memory; a catch-up
-costs one GET per window instead of one per read, and the GET of window k+1 overlaps the
-reader's work on window k.
+the chunk object holding it ends, so a window is always one GET) and, in background threads, the
+next :data:`DEPTH` windows. Reads are then answered from memory; a catch-up costs one GET per
+window instead of one per read, and the GETs of the next windows overlap the reader's work on
+this one (a window's extent is known before its bytes, so the next GETs start at once).
 
-Any other read (the first read of a key, a random single-message fetch) goes straight to the
-backend for exactly the bytes asked: no window is fetched for it, so cold single reads cost what
+Any other read (a small first read of a key, a random single-message fetch) goes straight to
+the backend for exactly the bytes asked: no window is fetched for it, so cold single reads cost what
 they did. Windows only ever hold bytes already written, and a written byte never changes (objects
 are append-only; ``forget`` drops a key's windows when it is deleted or replaced).
 
-Memory: every window counts against ``objectStoreReadAheadMaxBytes`` from the moment it is
-requested; a key holds at most two windows (the one being read, the next). When the budget is
-full the least recently read key's windows are dropped; when it still is, no prefetch is made.
+Memory: every window counts against ``objectStoreReadAheadMemory`` from the moment it is
+requested; a key holds at most ``1 + DEPTH`` windows (the one being read, the next ones). When
+the budget is full the least recently read key's windows are dropped; when it still is, no
+prefetch is made.
 """
 
 from __future__ import annotations
@@ -26,17 +27,27 @@ from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-Fetch = Callable[[str, int, int], tuple[bytes, bool]]
-"""``fetch(key, start, size)``: up to ``size`` bytes of ``key`` from ``start`` in one request,
-shorter where the object (or the chunk object holding ``start``) ends, and whether the object
-holds bytes after them (``(b"", False)`` past its end)."""
+DEPTH = 2
+"""Windows fetched ahead of the one being read."""
+LARGE_READ_FRACTION = 32
+"""A read of at least ``window / 32`` bytes (1 MiB of a 32 MiB window: a consumer's read-ahead
+of thousands of messages, never a single-message fetch) is taken as sequential wherever it
+starts."""
+
+Bounds = Callable[[str, int, int], tuple[int, bool]]
+"""``bounds(key, start, size)``: where the window from ``start`` ends -- at most ``size`` bytes,
+cut where the object or the chunk object holding ``start`` ends, so it is one GET -- and whether
+the object holds bytes after it; ``(start, False)`` at or past the end."""
+Fetch = Callable[[str, int, int], bytes]
+"""``fetch(key, start, end)``: bytes ``[start, end)`` of ``key`` in one request."""
 
 
 @dataclass
 class _Window:
     start: int
-    asked: int
-    fetched: Future[tuple[bytes, bool]]
+    end: int
+    more: bool
+    fetched: Future[bytes]
 
 
 @dataclass
@@ -48,57 +59,65 @@ class _Stream:
 class ReadAhead:
     """Sequential-read windows per key; see the module docstring."""
 
-    def __init__(self, fetch: Fetch, window_bytes: int, max_bytes: int, threads: int = 2) -> None:
+    def __init__(
+        self, bounds: Bounds, fetch: Fetch, window_bytes: int, max_bytes: int, threads: int = 4
+    ) -> None:
+        self._bounds = bounds
         self._fetch = fetch
         self.window_bytes = max(1, window_bytes)
+        self.large_read = max(1, self.window_bytes // LARGE_READ_FRACTION)
         self.max_bytes = max(self.window_bytes, max_bytes)
         self._streams: OrderedDict[str, _Stream] = OrderedDict()
-        self._held = 0  # bytes asked by every window held
+        self._held = 0  # bytes of every window held (fetched or on its way)
         self._lock = threading.Lock()
         self._pool: ThreadPoolExecutor | None = None
         self._threads = threads
 
     @property
     def held_bytes(self) -> int:
-        """Bytes the windows held now may occupy (asked sizes; fetched ones may be shorter)."""
+        """Bytes the windows held now occupy, or will once fetched."""
         with self._lock:
             return self._held
 
     def read(self, key: str, position: int, length: int) -> bytes | None:
         """``[position, position + length)`` from the key's windows, or ``None``: not a
-        sequential read, so the caller reads it from the backend itself."""
+        sequential read (or the window failed), so the caller reads it from the backend."""
         parts: list[bytes] = []
         at, need = position, length
+        large = length >= self.large_read  # a consumer's read-ahead: sequential from here
+        with self._lock:
+            stream = self._streams.get(key)
+            if stream is None:
+                stream = self._streams[key] = _Stream(position if large else position + length)
+                if not large:
+                    return None
+            self._streams.move_to_end(key)
+            sequential = large or position == stream.last_end
         while need > 0:
             with self._lock:
-                window = self._window_at(key, at, first=at == position)
+                window = self._window_at(key, stream, at, sequential=sequential or at > position)
             if window is None:
                 break
             try:
-                data, more = window.fetched.result()
+                data = window.fetched.result()
             except Exception:  # the caller's own read reports (and retries) the failure
                 self.forget(key)
                 return None
-            end = window.start + len(data)
-            piece = data[at - window.start : at - window.start + need] if at < end else b""
+            piece = data[at - window.start : at - window.start + need]
             parts.append(piece)
             at += len(piece)
             need -= len(piece)
             with self._lock:
-                stream = self._streams.get(key)
-                if stream is None:
-                    break
-                if more and not any(w.start == end for w in stream.windows):
-                    self._start(key, stream, end)  # prefetch; skipped when the budget is full
-                if at >= end and window in stream.windows:
+                if at >= window.end and window in stream.windows:
                     stream.windows.remove(window)  # read to its end: the next one takes over
-                    self._held -= window.asked
+                    self._held -= window.end - window.start
+                self._ahead(key, stream)
                 stream.last_end = at
-            if not more and at >= end:
+            if not window.more and at >= window.end:
                 break  # the object ends here
         if at == position:
             with self._lock:
-                self._open(key, position + length)
+                stream.last_end = position + length
             return None
         return b"".join(parts)
 
@@ -121,36 +140,36 @@ class ReadAhead:
 
     # --- under the lock -------------------------------------------------------------------------
 
-    def _window_at(self, key: str, position: int, *, first: bool) -> _Window | None:
-        """The window to read ``position`` from: a held one that starts at or before it, else a
-        new one when the read is sequential (continues the last one); ``None`` otherwise."""
-        stream = self._streams.get(key)
-        if stream is None:
-            return None
-        self._streams.move_to_end(key)
-        held = [w for w in stream.windows if w.start <= position < w.start + w.asked]
-        if held:
-            window = held[-1]
-            self._drop(stream, stream.windows.index(window))  # the ones before it are passed
-            return window
-        if position != stream.last_end and first:
+    def _window_at(
+        self, key: str, stream: _Stream, position: int, *, sequential: bool
+    ) -> _Window | None:
+        """The window holding ``position``; a new one (and those ahead of it) when the read is
+        sequential; ``None`` otherwise."""
+        for i, window in enumerate(stream.windows):
+            if window.start <= position < window.end:
+                self._drop(stream, i)  # the ones before it are passed
+                return window
+        if not sequential:
             return None
         self._drop(stream, len(stream.windows))
-        return stream.windows[-1] if self._start(key, stream, position) else None
+        if not self._start(key, stream, position):
+            return None
+        self._ahead(key, stream)
+        return stream.windows[0]
 
-    def _open(self, key: str, end: int) -> None:
-        stream = self._streams.get(key)
-        if stream is None:
-            self._streams[key] = _Stream(end)
-        else:
-            self._drop(stream, len(stream.windows))
-            stream.last_end = end
-        self._streams.move_to_end(key)
+    def _ahead(self, key: str, stream: _Stream) -> None:
+        """Keep :data:`DEPTH` windows requested after the first (as the budget allows)."""
+        while stream.windows and len(stream.windows) <= DEPTH and stream.windows[-1].more:
+            if not self._start(key, stream, stream.windows[-1].end):
+                return
 
     def _start(self, key: str, stream: _Stream, start: int) -> bool:
         """Request the window at ``start`` (evicting other keys' windows if the budget needs it);
-        False when the budget cannot hold it."""
-        size = self.window_bytes
+        False past the object's end or when the budget cannot hold it."""
+        end, more = self._bounds(key, start, self.window_bytes)
+        size = end - start
+        if size <= 0:
+            return False
         for other in list(self._streams):
             if self._held + size <= self.max_bytes:
                 break
@@ -162,12 +181,12 @@ class ReadAhead:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="tiered-readahead")
         self._held += size
-        future = self._pool.submit(self._fetch, key, start, size)
-        stream.windows.append(_Window(start, size, future))
+        future = self._pool.submit(self._fetch, key, start, end)
+        stream.windows.append(_Window(start, end, more, future))
         return True
 
     def _drop(self, stream: _Stream, count: int) -> None:
         for window in stream.windows[:count]:
-            self._held -= window.asked
+            self._held -= window.end - window.start
             window.fetched.cancel()
         del stream.windows[:count]

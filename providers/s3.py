@@ -371,7 +371,9 @@ class S3Provider(Provider):
     def _new_read_ahead(self) -> ReadAhead | None:
         if self.read_ahead_bytes <= 0 or self.read_ahead_max_bytes <= 0:
             return None
-        return ReadAhead(self._window, self.read_ahead_bytes, self.read_ahead_max_bytes)
+        return ReadAhead(
+            self._window_bounds, self._window, self.read_ahead_bytes, self.read_ahead_max_bytes
+        )
 
     def _listed_state(self, key: str, *, fresh: bool = False) -> SegmentState:
         """The state a reader goes by: its last listing of ``key`` (one LIST when it has none,
@@ -473,9 +475,9 @@ class S3Provider(Provider):
                 return got
         return self._read(key, full, position, length)
 
-    def _window(self, key: str, start: int, size: int) -> tuple[bytes, bool]:
-        """A read-ahead window: up to ``size`` bytes from ``start`` in one GET (cut at the end of
-        the chunk object holding ``start``), and whether the segment holds more after them."""
+    def _window_bounds(self, key: str, start: int, size: int) -> tuple[int, bool]:
+        """Where a read-ahead window from ``start`` ends (at most ``size`` bytes, within the
+        chunk object holding ``start``), and whether the segment holds more after it."""
         state = self._remembered(key)
         if state is None or start >= state.size:
             with self._known_lock:
@@ -483,12 +485,18 @@ class S3Provider(Provider):
         if state is None or start >= state.size:
             state = self._listed_state(key, fresh=True)
         if not state.exists or start >= state.size:
-            return b"", False
+            return start, False
         end = min(start + size, state.size)
         if not state.sealed:
             end = min(end, next(c.end for c in state.run if c.position <= start < c.end))
+        return end, end < state.size
+
+    def _window(self, key: str, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of a read-ahead window (one GET)."""
         data = self._read(key, self._full(key), start, end - start)
-        return data, start + len(data) < state.size
+        if len(data) != end - start:
+            raise ReadPastEndError(f"{key!r} ended at {start + len(data)} inside {end}", key=key)
+        return data
 
     def _read(self, key: str, full: str, position: int, length: int) -> bytes:
         known = self._remembered(key)

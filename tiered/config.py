@@ -443,7 +443,7 @@ class TieredConfig(BaseModel):
     object_store_region: Text = _key("objectStoreRegion", "S3 region", "us-east-1")
     object_store_path_style: Bool = _key("objectStorePathStyle", "path-style addressing", False)
     object_store_group_commit_size_bytes: Int = _key(
-        "objectStoreGroupCommitSize", "object stores: upload a queue's batch at, bytes", 33554432
+        "objectStoreGroupCommitSize", "object stores: upload a queue's batch at, bytes", 67108864
     )
     object_store_group_commit_timeout_ms: IntOrZero = _key(
         "objectStoreGroupCommitTimeout", "object stores: hold a batch at most, ms", 300000

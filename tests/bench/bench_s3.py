@@ -23,15 +23,16 @@ Ceph RGW is booted from ``../shared/tools/ceph-rgw`` (about a minute).
 from __future__ import annotations
 
 import dataclasses
-import http.client
 import os
 import random
 import statistics
+import subprocess
+import sys
 import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,7 @@ def tail(root: Path, endpoint: S3Endpoint, mb_s: int) -> str:
         min_body=body,
         max_body=body,
         start_ms=start,
+        commitlog_file_size=64 * MIB,  # an append rescans the last file: keep it small
     )
     generate_store(store, spec)
     cfg = settings(store, work, endpoint)
@@ -196,35 +198,49 @@ def tail(root: Path, endpoint: S3Endpoint, mb_s: int) -> str:
     return f"  live tail {mb_s:2d} MB/s   {sent / MIB:7.0f} MiB  {per_gib(requests, sent)}"
 
 
+CLIENT = """
+import http.client, sys, time
+port, queues, ends = int(sys.argv[1]), int(sys.argv[2]), [int(e) for e in sys.argv[3:]]
+conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
+nbytes, started = 0, time.perf_counter()
+for qid in range(queues):
+    offset = 0
+    while offset < ends[qid]:
+        path = f"/v1/topics/GenTopic0/queues/{qid}/messages?offset={offset}"
+        conn.request("GET", f"{path}&maxCount=READ_BATCH&format=raw")
+        response = conn.getresponse()
+        body = response.read()
+        assert response.status == 200, body[:200]
+        nxt = int(response.getheader("X-Next-Begin-Offset"))
+        assert nxt > offset
+        nbytes, offset = nbytes + len(body), nxt
+print(nbytes, time.perf_counter() - started)
+""".replace("READ_BATCH", str(READ_BATCH))
+
+
 def catch_up(sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]) -> tuple[int, float]:
-    """Every queue read whole over HTTP raw by a fresh store (empty caches); bytes, seconds."""
+    """Every queue read whole over HTTP raw by a consumer process (as a real one is), from a
+    fresh store (empty caches); bytes, seconds."""
     store = TieredMessageStore(cfg, sidecar.store, LocalSource(cfg))
     app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=READ_BYTES)
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
+    ends = []
+    for qid in range(QUEUES):
+        flat = sidecar.store.get("GenTopic0", qid)
+        assert flat is not None
+        ends.append(str(flat.commit_offset))
     requests.clear()
-    nbytes = 0
-    started = time.perf_counter()
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
-        for qid in range(QUEUES):
-            flat = sidecar.store.get("GenTopic0", qid)
-            assert flat is not None
-            offset, end = 0, flat.commit_offset
-            while offset < end:
-                path = f"/v1/topics/GenTopic0/queues/{qid}/messages?offset={offset}"
-                conn.request("GET", f"{path}&maxCount={READ_BATCH}&format=raw")
-                response = conn.getresponse()
-                body = response.read()
-                assert response.status == 200, body[:200]
-                nxt = int(response.getheader("X-Next-Begin-Offset") or offset)
-                assert nxt > offset
-                nbytes += len(body)
-                offset = nxt
-        conn.close()
+        out = subprocess.run(
+            [sys.executable, "-c", CLIENT, str(server.port), str(QUEUES), *ends],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
     finally:
         server.stop()
-    return nbytes, time.perf_counter() - started
+    return int(out[0]), float(out[1])
 
 
 def boto3_baseline(cfg: TieredConfig) -> tuple[int, float]:
@@ -266,10 +282,27 @@ def fetch_latency(sidecar: Sidecar, cfg: TieredConfig, label: str) -> str:
     return f"  {label:16} cold single-message fetch p50 {q[49]:7.2f} ms  p99 {q[98]:7.2f} ms"
 
 
+class Printed(list[str]):
+    """Lines printed as they are added (a long run shows its figures as it goes)."""
+
+    def __init__(self, lines: list[str]) -> None:
+        super().__init__()
+        self += lines
+
+    def append(self, line: str) -> None:
+        print(line, flush=True)
+        super().append(line)
+
+    def __iadd__(self, lines: Iterable[str]) -> Printed:  # type: ignore[override,misc]
+        for line in lines:
+            self.append(line)
+        return self
+
+
 def test_s3_request_cost(backlog: Path, servers: list[S3Endpoint]) -> None:
-    lines = [
-        f"\nS3 request cost, default settings, {QUEUES} queues (requests per GiB by operation):"
-    ]
+    lines = Printed(
+        [f"\nS3 request cost, default settings, {QUEUES} queues (requests per GiB by operation):"]
+    )
     posix = offload_backlog(backlog, None, "posix")
     latency = [fetch_latency(posix.sidecar, posix.cfg, "posix")]
     posix.sidecar.close()
@@ -302,4 +335,4 @@ def test_s3_request_cost(backlog: Path, servers: list[S3Endpoint]) -> None:
         lines += [tail(backlog, endpoint, rate) for rate in (1, 10)]
         latency.append(fetch_latency(sidecar, cfg, endpoint.name))
         sidecar.close()
-    print("\n".join(lines + latency))
+    print("\n".join(latency))

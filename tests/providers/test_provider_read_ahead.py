@@ -25,15 +25,18 @@ class Backend:
         self.fail_at = fail_at
         self.lock = threading.Lock()
 
-    def fetch(self, key: str, start: int, size: int) -> tuple[bytes, bool]:
+    def bounds(self, key: str, start: int, size: int) -> tuple[int, bool]:
+        if start >= len(DATA):
+            return start, False
+        end = min(start + size, next(e for e in CHUNK_ENDS if start < e))
+        return end, end < len(DATA)
+
+    def fetch(self, key: str, start: int, end: int) -> bytes:
         with self.lock:
-            self.fetches.append((start, size))
+            self.fetches.append((start, end - start))
         if start == self.fail_at:
             raise OSError("backend down")
-        if start >= len(DATA):
-            return b"", False
-        end = min(start + size, next(e for e in CHUNK_ENDS if start < e))
-        return DATA[start:end], end < len(DATA)
+        return DATA[start:end]
 
 
 def read_all(ahead: ReadAhead, sizes: list[int]) -> list[bool]:
@@ -54,8 +57,8 @@ def read_all(ahead: ReadAhead, sizes: list[int]) -> list[bool]:
 
 def test_a_sequential_reader_gets_one_fetch_per_window_cut_at_chunk_ends() -> None:
     backend = Backend()
-    ahead = ReadAhead(backend.fetch, 1024, 1 << 20)
-    sizes = [random.Random(i).randint(1, 700) for i in range(200)]
+    ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 1 << 20)
+    sizes = [8] + [random.Random(i).randint(1, 700) for i in range(200)]  # a small first read
     served = read_all(ahead, sizes)
     assert served[0] is False and all(served[1:])  # the first read shows the reader's way
     starts = sorted(s for s, _ in backend.fetches)
@@ -71,7 +74,7 @@ def test_a_sequential_reader_gets_one_fetch_per_window_cut_at_chunk_ends() -> No
 
 def test_random_reads_go_to_the_backend_and_fetch_no_window() -> None:
     backend = Backend()
-    ahead = ReadAhead(backend.fetch, 1024, 1 << 20)
+    ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 1 << 20)
     for position in random.Random(2).sample(range(0, 9_000, 7), 50):
         if ahead.read("k", position, 20) is not None:
             pytest.fail(f"a random read at {position} was served from a window")
@@ -80,7 +83,7 @@ def test_random_reads_go_to_the_backend_and_fetch_no_window() -> None:
 
 def test_the_budget_drops_the_least_recently_read_key() -> None:
     backend = Backend()
-    ahead = ReadAhead(backend.fetch, 1024, 2048)  # one key's two windows fill it
+    ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 2048)  # one key's two windows fill it
     for key in ("a", "b"):
         assert ahead.read(key, 0, 10) is None
         assert ahead.read(key, 10, 10) == DATA[10:20]
@@ -91,7 +94,7 @@ def test_the_budget_drops_the_least_recently_read_key() -> None:
 
 def test_a_failed_fetch_leaves_the_read_to_the_caller() -> None:
     backend = Backend(fail_at=10)
-    ahead = ReadAhead(backend.fetch, 1024, 1 << 20)
+    ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 1 << 20)
     assert ahead.read("k", 0, 10) is None
     assert ahead.read("k", 10, 10) is None  # the window failed: the caller reads and reports
     assert ahead.held_bytes == 0
@@ -100,7 +103,7 @@ def test_a_failed_fetch_leaves_the_read_to_the_caller() -> None:
 
 def test_past_the_end_is_the_callers_to_report() -> None:
     backend = Backend()
-    ahead = ReadAhead(backend.fetch, 4096, 1 << 20)
+    ahead = ReadAhead(backend.bounds, backend.fetch, 4096, 1 << 20)
     assert ahead.read("k", 9_990, 10) is None
     assert ahead.read("k", 10_000, 10) is None
     ahead.close()
@@ -151,3 +154,13 @@ def test_s3_catch_up_costs_one_get_per_window_and_one_listing(
     assert set(requests) <= {"GET", "LIST"}
     reader.close()
     writer.close()
+
+
+def test_a_large_first_read_starts_a_window_at_once() -> None:
+    backend = Backend()
+    ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 1 << 20)  # 32 bytes is a large read
+    assert ahead.read("k", 100, 40) == DATA[100:140]
+    assert backend.fetches[0] == (100, 1024)
+    assert ahead.read("k", 500, 8) == DATA[500:508]  # inside the window
+    assert ahead.read("k", 5_000, 8) is None  # small, outside, not where the last read ended
+    ahead.close()

@@ -104,6 +104,21 @@ def test_messages_raw_and_local(api: Api) -> None:
     assert units == [api.tier.expected[("GenTopic1", 1, q)] for q in range(lmin, lmin + 20)]
 
 
+def test_raw_from_the_tier_is_the_units_back_to_back_in_bulk(api: Api) -> None:
+    path = "/v1/topics/GenTopic0/queues/0/messages"
+    r = get(api.url, path, offset=5, maxCount=30, format="raw")
+    assert r.headers["x-tier"] == "tiered" and r.headers["x-status"] == "FOUND"
+    direct = api.store.get_message("GenTopic0", 0, 5, 30)
+    assert raw_units(r.body) == [u.data for u in direct.units]  # flat offsets, as the tier has
+    assert r.headers["x-next-begin-offset"] == str(direct.next_begin_offset)
+    big = get(api.url, path, offset=0, maxCount=1024, format="raw")
+    sizes = [len(u) for u in raw_units(big.body)]
+    assert sum(sizes[:-1]) <= 64 << 10 < sum(sizes) + 1024 * 600  # capped by bytes, as JSON
+    assert big.headers["x-next-begin-offset"] == str(len(sizes))
+    over = get(api.url, path, offset=10**9, format="raw")
+    assert over.headers["x-status"] == "OFFSET_OVERFLOW_BADLY" and over.body == b""
+
+
 def test_tags_and_the_response_cap(api: Api) -> None:
     r = get(api.url, "/v1/topics/GenTopic0/queues/1/messages", offset=0, maxCount=50, tags="TagB")
     doc = r.json()

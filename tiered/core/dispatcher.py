@@ -57,7 +57,7 @@ LOCAL_WORKERS = 2
 threads only contend for the interpreter lock (8 cost ~0.4 CPU-s/GiB more than 2, same wall)."""
 LOCAL_PROVIDERS = frozenset({"posix", "memory"})
 WAVE_BYTES = 64 << 20
-"""Message bytes read at once (the batches of several queues; at least four batches); the next
+"""Message bytes read at once (the batches of several queues; at least two batches); the next
 wave is read while this one uploads, so about twice this is in memory."""
 OBJECT_UNIT_BYTES = 256
 """On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
@@ -104,7 +104,7 @@ class Dispatcher:
         self.state_file = state_file
         self.clock = clock
         self.limits = _limits(cfg, objects=store.provider.object_per_append)
-        self.wave_bytes = max(WAVE_BYTES, 4 * self.limits.size_bytes)
+        self.wave_bytes = max(WAVE_BYTES, 2 * self.limits.size_bytes)
         self.uploading = cfg.uploads if uploads is None else uploads
         on_local_disk = cfg.tiered_backend_service_provider in LOCAL_PROVIDERS
         cap = LOCAL_WORKERS if on_local_disk else MAX_WORKERS

@@ -32,6 +32,7 @@ __all__ = [
     "Fetcher",
     "GetResult",
     "GetStatus",
+    "Run",
     "TieredReader",
     "Unit",
     "crc_mismatches",
@@ -107,6 +108,42 @@ def segment_key_at(file: FlatAppendFile, offset: int) -> str:
 IntegrityHook = Callable[[FlatMessageFile, IntegrityError], None]
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """Consecutive verified units read in one go: unit ``i`` is ``data[rel[i]:rel[i]+sizes[i]]``
+    at queue offset ``first + i`` (no per-unit objects: a bulk reader slices ``data`` itself)."""
+
+    first: int
+    data: bytes
+    rel: Int64s
+    sizes: Int64s
+    tags: Int64s
+
+    def __len__(self) -> int:
+        return len(self.rel)
+
+    def units(self) -> list[Unit]:
+        """One :class:`Unit` per message (a copy of its bytes each)."""
+        mv = memoryview(self.data)
+        return [
+            Unit(self.first + i, bytes(mv[a : a + n]), int(t))
+            for i, (a, n, t) in enumerate(
+                zip(self.rel.tolist(), self.sizes.tolist(), self.tags.tolist(), strict=True)
+            )
+        ]
+
+    def body(self, count: int) -> bytes:
+        """The first ``count`` units back to back (one slice when they are contiguous)."""
+        if not count:
+            return b""
+        rel, sizes = self.rel[:count], self.sizes[:count]
+        end = int(rel[-1] + sizes[-1])
+        if end - int(rel[0]) == int(sizes.sum()):
+            return self.data[int(rel[0]) : end]
+        mv = memoryview(self.data)
+        return b"".join(mv[a : a + n] for a, n in zip(rel.tolist(), sizes.tolist(), strict=True))
+
+
 class TieredReader:
     """Reads runs of messages of one queue from its flat file, verified."""
 
@@ -115,6 +152,10 @@ class TieredReader:
         self.on_integrity_error = on_integrity_error
 
     def read(self, flat: FlatMessageFile, offset: int, count: int) -> list[Unit]:
+        """Up to ``count`` units from ``offset`` as :class:`Unit` objects; see :meth:`run`."""
+        return self.run(flat, offset, count).units()
+
+    def run(self, flat: FlatMessageFile, offset: int, count: int) -> Run:
         """Up to ``count`` units from ``offset``: one consumequeue read, one commitlog read.
 
         The commitlog read is trimmed to ``readAheadMessageSizeThreshold`` bytes (at least one
@@ -130,8 +171,9 @@ class TieredReader:
             ReadPastEndError: ``offset`` is outside the uploaded range.
         """
         units = flat.consume_queue.read_units(offset, count)
+        empty = np.zeros(0, np.int64)
         if len(units) == 0:
-            return []
+            return Run(offset, b"", empty, empty, empty)
         offs = units["offset"].astype(np.int64)
         sizes = units["size"].astype(np.int64)
         first = int(offs[0])
@@ -164,14 +206,8 @@ class TieredReader:
             self.on_integrity_error(flat, err)
             if i == 0:
                 raise err
-            rel, sizes, tags, qoffs = rel[:i], sizes[:i], tags[:i], qoffs[:i]  # the good ones
-        mv = memoryview(data)
-        return [
-            Unit(int(q), bytes(mv[a : a + n]), int(t))
-            for q, a, n, t in zip(
-                qoffs.tolist(), rel.tolist(), sizes.tolist(), tags.tolist(), strict=True
-            )
-        ]
+            rel, sizes, tags = rel[:i], sizes[:i], tags[:i]  # the good ones
+        return Run(offset, data, rel, sizes, tags)
 
     @staticmethod
     def _skip_codas(data: bytes, rel: Int64s) -> Int64s:
@@ -221,17 +257,11 @@ class Fetcher:
                 a :class:`~tiered.errors.ReadPastEndError` naming its ``key`` included: the
                 object is gone or shorter than its record, e.g. expired during the read).
         """
-        if flat is None or not flat.initialized:
-            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, -1, -1)
+        outside = _outside(flat, offset)
+        if outside is not None:
+            return outside
+        assert flat is not None
         lo, hi = flat.min_offset(), flat.commit_offset
-        if hi <= 0 or lo < 0 or hi <= lo:
-            return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, offset, lo, hi)
-        if offset < lo:
-            return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-        if offset == hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, hi, lo, hi)
-        if offset > hi:
-            return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
         want = _Want(max_count, max_bytes, tags)
         try:
             if self.cache is not None and not self.cache.busy:
@@ -247,6 +277,31 @@ class Fetcher:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, lo, hi)
         status = GetStatus.FOUND if units else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, nxt, lo, hi, units)
+
+    def get_raw(
+        self, flat: FlatMessageFile | None, offset: int, max_count: int, max_bytes: int
+    ) -> tuple[GetResult, bytes]:
+        """Up to ``max_count`` messages from ``offset`` and about ``max_bytes`` (at least one),
+        every subscription's, as one body of stored units back to back: a bulk read that makes
+        no per-message objects (the result holds no units). For a status other than FOUND, or
+        a gap, the caller asks :meth:`get`, which knows every case.
+
+        Raises:
+            IntegrityError: as :meth:`get`.
+            ProviderError: as :meth:`get`.
+            ReadPastEndError: ``offset`` lies in a gap.
+        """
+        outside = _outside(flat, offset)
+        if outside is not None:
+            return outside, b""
+        assert flat is not None
+        lo, hi = flat.min_offset(), flat.commit_offset
+        run = self.reader.run(flat, offset, min(max_count, hi - offset))
+        if not len(run):
+            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, lo, hi), b""
+        ends = np.cumsum(run.sizes)
+        keep = max(1, int(np.searchsorted(ends, max_bytes, side="right")))
+        return GetResult(GetStatus.FOUND, offset + keep, lo, hi), run.body(keep)
 
     def _direct(
         self, flat: FlatMessageFile, offset: int, hi: int, want: _Want
@@ -304,6 +359,22 @@ class Fetcher:
     def _fill(self, flat: FlatMessageFile, start: int, span: int) -> None:
         assert self.cache is not None
         self.cache.put_window(flat.topic, flat.queue_id, start, self.reader.read(flat, start, span))
+
+
+def _outside(flat: FlatMessageFile | None, offset: int) -> GetResult | None:
+    """The status of a read at ``offset`` outside what the tier holds (spec §9.2), else None."""
+    if flat is None or not flat.initialized:
+        return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, -1, -1)
+    lo, hi = flat.min_offset(), flat.commit_offset
+    if hi <= 0 or lo < 0 or hi <= lo:
+        return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, offset, lo, hi)
+    if offset < lo:
+        return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
+    if offset == hi:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, hi, lo, hi)
+    if offset > hi:
+        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
+    return None
 
 
 @dataclass(frozen=True, slots=True)

@@ -222,6 +222,32 @@ class TieredMessageStore:
             )
         return result
 
+    def get_raw(
+        self, topic: str, queue_id: int, offset: int, max_count: int, *, max_bytes: int
+    ) -> tuple[GetResult, bytes]:
+        """What :meth:`get_message` returns for every subscription, as one body of the stored
+        units back to back (``format=raw``). A read the tier serves whole is done in bulk
+        (:meth:`Fetcher.get_raw`, no per-message objects); anything else -- the local tier, a
+        status other than FOUND, a damaged or missing object -- takes :meth:`get_message`'s
+        path, which decides, falls back and reports as it always does."""
+        check_request(topic, queue_id, offset, max_count)
+        decision = self.route(topic, queue_id, offset, max_count)
+        if decision.tier != "local":
+            flat = self.flat_store.get(topic, queue_id)
+            with self._timed("get_message", topic):
+                try:
+                    result, body = self.fetcher.get_raw(flat, offset, max_count, max_bytes)
+                except (IntegrityError, ProviderError):
+                    result, body = GetResult(GetStatus.OFFSET_FOUND_NULL, offset, -1, -1), b""
+            if result.status is GetStatus.FOUND:
+                metrics.MESSAGES_OUT.labels(topic).inc(result.next_begin_offset - offset)
+                local_min = decision.local_min_offset
+                if local_min >= 0:
+                    result.min_offset = min(local_min, result.min_offset)
+                return result, body
+        result = self.get_message(topic, queue_id, offset, max_count, max_bytes=max_bytes)
+        return result, b"".join(u.data for u in result.units)
+
     def _tiered_get(
         self,
         decision: Route,

@@ -62,6 +62,9 @@ class ReadStore(Protocol):
         *,
         max_bytes: int = ...,
     ) -> GetResult: ...
+    def get_raw(
+        self, topic: str, queue_id: int, offset: int, max_count: int, *, max_bytes: int
+    ) -> tuple[GetResult, bytes]: ...
     def offsets(self, topic: str, queue_id: int) -> dict[str, int]: ...
     def get_offset_by_time(
         self, topic: str, queue_id: int, timestamp_ms: int, boundary: Boundary | str = ...
@@ -71,6 +74,18 @@ class ReadStore(Protocol):
 
 Topic = Annotated[str, Path(pattern=TOPIC_PATTERN, description="Topic name.")]
 QueueId = Annotated[int, Path(alias="queueId", ge=0, le=MAX_QUEUE_ID, description="Queue id.")]
+
+
+def _headers(result: GetResult, next_offset: int | None = None) -> dict[str, str]:
+    """The response headers of a message read."""
+    nxt = result.next_begin_offset if next_offset is None else next_offset
+    return {
+        "X-Status": result.status.value,
+        "X-Next-Begin-Offset": str(nxt),
+        "X-Min-Offset": str(result.min_offset),
+        "X-Max-Offset": str(result.max_offset),
+        "X-Tier": result.tier,
+    }
 
 
 def message_json(data: bytes, tier: str) -> dict[str, Any]:
@@ -210,6 +225,11 @@ def create_app(
             subscription = TagFilter.parse(tags)
         except InvalidRequestError as e:
             return _error(400, str(e), "tags")
+        if fmt == "raw" and subscription.tags is None:  # bulk: no per-message objects
+            raw, body = store.get_raw(
+                topic, queue_id, offset, max_count, max_bytes=max_response_bytes
+            )
+            return Response(body, media_type="application/octet-stream", headers=_headers(raw))
         result = store.get_message(
             topic, queue_id, offset, max_count, subscription, max_bytes=max_response_bytes
         )
@@ -225,13 +245,7 @@ def create_app(
             if len(units) < len(result.units)
             else (result.next_begin_offset)
         )
-        headers = {
-            "X-Status": result.status.value,
-            "X-Next-Begin-Offset": str(next_offset),
-            "X-Min-Offset": str(result.min_offset),
-            "X-Max-Offset": str(result.max_offset),
-            "X-Tier": result.tier,
-        }
+        headers = _headers(result, next_offset)
         if fmt == "raw":  # one body: per-unit chunks cost a write each
             body = b"".join(u.data for u in units)
             return Response(body, media_type="application/octet-stream", headers=headers)
