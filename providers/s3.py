@@ -418,8 +418,7 @@ class S3Provider(Provider):
     def _put_object(self, full: str, body: BytesLike, *, if_absent: bool = False) -> None:
         """PUT ``body`` at ``full``; ``if_absent``: only if no object has that name (412 ->
         SegmentExistsError), also when a retry finds its own first attempt's object."""
-        data = body if isinstance(body, bytes) else bytes(body)
-        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": data}
+        kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": _whole(body)}
         if if_absent:
             kwargs["IfNoneMatch"] = "*"
         self._call("PUT", full, functools.partial(self.client.put_object, **kwargs))
@@ -834,6 +833,16 @@ class S3Provider(Provider):
         self._known_lock = threading.Lock()
         self._listed = LRUCache(_KNOWN_KEYS)
         self._ahead = self._new_read_ahead()
+
+
+def _whole(body: BytesLike) -> bytes | bytearray:
+    """``body`` as botocore takes it, without a copy when it is (a view of) a whole buffer."""
+    if isinstance(body, bytes | bytearray):
+        return body
+    base = body.obj
+    if isinstance(base, bytes | bytearray) and body.nbytes == len(base) and body.c_contiguous:
+        return base
+    return bytes(body)
 
 
 def _chain(first: BytesLike, second: BytesLike, rest: Iterator[BytesLike]) -> Iterator[BytesLike]:

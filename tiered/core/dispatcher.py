@@ -104,7 +104,7 @@ class Dispatcher:
         self.state_file = state_file
         self.clock = clock
         self.limits = _limits(cfg, objects=store.provider.object_per_append)
-        self.wave_bytes = max(WAVE_BYTES, 2 * self.limits.size_bytes)
+        self.wave_bytes = max(WAVE_BYTES, self.limits.size_bytes)
         self.uploading = cfg.uploads if uploads is None else uploads
         on_local_disk = cfg.tiered_backend_service_provider in LOCAL_PROVIDERS
         cap = LOCAL_WORKERS if on_local_disk else MAX_WORKERS
