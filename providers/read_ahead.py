@@ -34,6 +34,12 @@ LARGE_READ_FRACTION = 32
 of thousands of messages, never a single-message fetch) is taken as sequential wherever it
 starts."""
 
+
+def large_read_bytes(window_bytes: int) -> int:
+    """The size from which a read is taken as sequential (:data:`LARGE_READ_FRACTION`)."""
+    return max(1, window_bytes // LARGE_READ_FRACTION)
+
+
 Bounds = Callable[[str, int, int], tuple[int, bool]]
 """``bounds(key, start, size)``: where the window from ``start`` ends -- at most ``size`` bytes,
 cut where the object or the chunk object holding ``start`` ends, so it is one GET -- and whether
@@ -65,7 +71,7 @@ class ReadAhead:
         self._bounds = bounds
         self._fetch = fetch
         self.window_bytes = max(1, window_bytes)
-        self.large_read = max(1, self.window_bytes // LARGE_READ_FRACTION)
+        self.large_read = large_read_bytes(self.window_bytes)
         self.max_bytes = max(self.window_bytes, max_bytes)
         self._streams: OrderedDict[str, _Stream] = OrderedDict()
         self._held = 0  # bytes of every window held (fetched or on its way)
@@ -107,10 +113,7 @@ class ReadAhead:
             parts.append(piece)
             at += len(piece)
             need -= len(piece)
-            with self._lock:
-                if at >= window.end and window in stream.windows:
-                    stream.windows.remove(window)  # read to its end: the next one takes over
-                    self._held -= window.end - window.start
+            with self._lock:  # a window read to its end is dropped by the next read past it
                 self._ahead(key, stream)
                 stream.last_end = at
             if not window.more and at >= window.end:

@@ -144,12 +144,24 @@ class Run:
         return b"".join(mv[a : a + n] for a, n in zip(rel.tolist(), sizes.tolist(), strict=True))
 
 
-class TieredReader:
-    """Reads runs of messages of one queue from its flat file, verified."""
+BULK_UNITS = 256
+"""A read of at least this many messages is a bulk read (a consumer's read-ahead or catch-up)."""
 
-    def __init__(self, size_limit: int, on_integrity_error: IntegrityHook):
+
+class TieredReader:
+    """Reads runs of messages of one queue from its flat file, verified.
+
+    ``bulk_index_bytes``: on a backend that bills per request, a bulk read asks the consumequeue
+    for at least this many bytes (and keeps what it needs), so the provider takes it for the
+    sequential read it is and answers from read-ahead windows from the first read on.
+    """
+
+    def __init__(
+        self, size_limit: int, on_integrity_error: IntegrityHook, bulk_index_bytes: int = 0
+    ):
         self.size_limit = size_limit
         self.on_integrity_error = on_integrity_error
+        self.bulk_index_units = -(-bulk_index_bytes // CQ_UNIT_SIZE)  # rounded up
 
     def read(self, flat: FlatMessageFile, offset: int, count: int) -> list[Unit]:
         """Up to ``count`` units from ``offset`` as :class:`Unit` objects; see :meth:`run`."""
@@ -170,7 +182,8 @@ class TieredReader:
                 body CRC.
             ReadPastEndError: ``offset`` is outside the uploaded range.
         """
-        units = flat.consume_queue.read_units(offset, count)
+        ask = max(count, self.bulk_index_units) if count >= BULK_UNITS else count
+        units = flat.consume_queue.read_units(offset, ask)[:count]
         empty = np.zeros(0, np.int64)
         if len(units) == 0:
             return Run(offset, b"", empty, empty, empty)

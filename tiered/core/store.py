@@ -40,6 +40,7 @@ from tiered.file.flat_message_file import FlatMessageFile
 from tiered.logs import error_fields
 from tiered.metadata import MetadataStore, read_metadata
 from tiered.providers import Provider
+from tiered.providers.read_ahead import large_read_bytes
 
 from .fetcher import (
     DEFAULT_MAX_TRANSFER_BYTES,
@@ -104,7 +105,12 @@ class TieredMessageStore:
             budget = int(memory_limit_bytes() * cfg.read_ahead_cache_size_threshold_rate)
             cache = ReadAheadCache(budget, cfg.read_ahead_cache_expire_duration_ms)
         self.cache = cache
-        self.reader = TieredReader(cfg.read_ahead_message_size_threshold_bytes, _damaged)
+        bulk = large_read_bytes(cfg.object_store_read_ahead_size_bytes)
+        self.reader = TieredReader(
+            cfg.read_ahead_message_size_threshold_bytes,
+            _damaged,
+            bulk if flat_store.provider.object_per_append else 0,
+        )
         self.fetcher = Fetcher(self.reader, cache, cfg.read_ahead_message_count_threshold)
         self._owned: Provider | None = None
         self._seen = (0, 0)
