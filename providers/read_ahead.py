@@ -13,8 +13,11 @@ the backend for exactly the bytes asked: no window is fetched for it, so cold si
 they did. Windows only ever hold bytes already written, and a written byte never changes (objects
 are append-only; ``forget`` drops a key's windows when it is deleted or replaced).
 
+A window stays until a read *starts* past it, so a reader that reads some bytes again (a
+consumer that asks for more than it keeps, a retried pull) is still answered from memory.
+
 Memory: every window counts against ``objectStoreReadAheadMemory`` from the moment it is
-requested; a key holds at most ``1 + DEPTH`` windows (the one being read, the next ones). When
+requested; a key holds the windows its last read spans and the :data:`DEPTH` after them. When
 the budget is full the least recently read key's windows are dropped; when it still is, no
 prefetch is made.
 """
@@ -101,7 +104,9 @@ class ReadAhead:
             sequential = large or position == stream.last_end
         while need > 0:
             with self._lock:
-                window = self._window_at(key, stream, at, sequential=sequential or at > position)
+                window = self._window_at(
+                    key, stream, position, at, sequential=sequential or at > position
+                )
             if window is None:
                 break
             try:
@@ -113,8 +118,8 @@ class ReadAhead:
             parts.append(piece)
             at += len(piece)
             need -= len(piece)
-            with self._lock:  # a window read to its end is dropped by the next read past it
-                self._ahead(key, stream)
+            with self._lock:
+                self._ahead(key, stream, at)
                 stream.last_end = at
             if not window.more and at >= window.end:
                 break  # the object ends here
@@ -144,25 +149,32 @@ class ReadAhead:
     # --- under the lock -------------------------------------------------------------------------
 
     def _window_at(
-        self, key: str, stream: _Stream, position: int, *, sequential: bool
+        self, key: str, stream: _Stream, read_start: int, position: int, *, sequential: bool
     ) -> _Window | None:
-        """The window holding ``position``; a new one (and those ahead of it) when the read is
+        """The window holding ``position`` (windows that end before ``read_start``, where this
+        read starts, are passed and dropped); a new one (and those ahead of it) when the read is
         sequential; ``None`` otherwise."""
-        for i, window in enumerate(stream.windows):
+        passed = 0
+        while passed < len(stream.windows) and stream.windows[passed].end <= read_start:
+            passed += 1
+        self._drop(stream, passed)
+        for window in stream.windows:
             if window.start <= position < window.end:
-                self._drop(stream, i)  # the ones before it are passed
                 return window
         if not sequential:
             return None
         self._drop(stream, len(stream.windows))
         if not self._start(key, stream, position):
             return None
-        self._ahead(key, stream)
+        self._ahead(key, stream, position)
         return stream.windows[0]
 
-    def _ahead(self, key: str, stream: _Stream) -> None:
-        """Keep :data:`DEPTH` windows requested after the first (as the budget allows)."""
-        while stream.windows and len(stream.windows) <= DEPTH and stream.windows[-1].more:
+    def _ahead(self, key: str, stream: _Stream, position: int) -> None:
+        """Keep :data:`DEPTH` windows requested after the one holding ``position`` (as the
+        budget allows)."""
+        while stream.windows and stream.windows[-1].more:
+            if sum(1 for w in stream.windows if w.end > position) > DEPTH:
+                return
             if not self._start(key, stream, stream.windows[-1].end):
                 return
 

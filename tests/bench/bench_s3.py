@@ -13,7 +13,9 @@ With default settings (only the endpoint keys set):
 * **catch-up**: every queue read whole from offset 0 over the HTTP API (``format=raw``,
   ``tieredStorageLevel=FORCE``, 1024 messages / 16 MiB per call) by a fresh sidecar process
   state (nothing remembered), against plain boto3 ranged GETs of 16 MiB over the same objects:
-  requests per GiB, MB/s and the ratio;
+  requests per GiB, MB/s and the ratio; and the same reads through the store API in the sidecar's
+  process (``get_raw``, no HTTP hop), which is what the read path itself costs: MB/s, ratio, and
+  the sidecar's CPU-seconds per GiB for both;
 * single-message cold fetches (``get_message(offset, 1)``, empty cache) on S3 and on posix: p50
   and p99 in ms.
 
@@ -218,9 +220,11 @@ print(nbytes, time.perf_counter() - started)
 """.replace("READ_BATCH", str(READ_BATCH))
 
 
-def catch_up(sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]) -> tuple[int, float]:
+def catch_up(
+    sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]
+) -> tuple[int, float, float]:
     """Every queue read whole over HTTP raw by a consumer process (as a real one is), from a
-    fresh store (empty caches); bytes, seconds."""
+    fresh store (empty caches); bytes, seconds, the sidecar's CPU-seconds."""
     store = TieredMessageStore(cfg, sidecar.store, LocalSource(cfg))
     app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=READ_BYTES)
     server = HttpServer(app, "127.0.0.1", 0)
@@ -231,6 +235,7 @@ def catch_up(sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]) -> tup
         assert flat is not None
         ends.append(str(flat.commit_offset))
     requests.clear()
+    cpu = _cpu()
     try:
         out = subprocess.run(
             [sys.executable, "-c", CLIENT, str(server.port), str(QUEUES), *ends],
@@ -240,7 +245,28 @@ def catch_up(sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]) -> tup
         ).stdout.split()
     finally:
         server.stop()
-    return int(out[0]), float(out[1])
+    return int(out[0]), float(out[1]), _cpu() - cpu
+
+
+def catch_up_in_process(sidecar: Sidecar, cfg: TieredConfig) -> tuple[int, float, float]:
+    """The same reads through the store API in this process; bytes, seconds, CPU-seconds."""
+    store = TieredMessageStore(cfg, sidecar.store, LocalSource(cfg))
+    nbytes, started, cpu = 0, time.perf_counter(), _cpu()
+    for qid in range(QUEUES):
+        flat = sidecar.store.get("GenTopic0", qid)
+        assert flat is not None
+        offset = 0
+        while offset < flat.commit_offset:
+            got, body = store.get_raw("GenTopic0", qid, offset, READ_BATCH, max_bytes=READ_BYTES)
+            assert got.next_begin_offset > offset, got
+            nbytes, offset = nbytes + len(body), got.next_begin_offset
+    return nbytes, time.perf_counter() - started, _cpu() - cpu
+
+
+def _cpu() -> float:
+    """This process's CPU-seconds (user + system), children not included."""
+    t = os.times()
+    return t.user + t.system
 
 
 def boto3_baseline(cfg: TieredConfig) -> tuple[int, float]:
@@ -325,12 +351,24 @@ def test_s3_request_cost(backlog: Path, servers: list[S3Endpoint]) -> None:
         sidecar.close()  # the reader is a restarted sidecar: it remembers nothing
         provider, requests = counted(cfg)
         sidecar = Sidecar(cfg, provider).open()
-        read, read_s = catch_up(sidecar, cfg, requests)
+        read, read_s, read_cpu = catch_up(sidecar, cfg, requests)
         base, base_s = boto3_baseline(cfg)
         ours, theirs = read / 1e6 / read_s, base / 1e6 / base_s
         lines.append(
             f"  catch-up (HTTP)   {read / MIB:7.0f} MiB  {per_gib(requests, read)}  "
-            f"{ours:.0f} MB/s; boto3 16 MiB GETs {theirs:.0f} MB/s; ratio {ours / theirs:.2f}"
+            f"{ours:.0f} MB/s; boto3 16 MiB GETs {theirs:.0f} MB/s; ratio {ours / theirs:.2f}; "
+            f"sidecar {read_cpu * GIB / read:.2f} CPU-s/GiB"
+        )
+        sidecar.close()  # again from nothing remembered
+        provider, requests = counted(cfg)
+        sidecar = Sidecar(cfg, provider).open()
+        requests.clear()
+        read, read_s, read_cpu = catch_up_in_process(sidecar, cfg)
+        ours = read / 1e6 / read_s
+        lines.append(
+            f"  catch-up (store)  {read / MIB:7.0f} MiB  {per_gib(requests, read)}  "
+            f"{ours:.0f} MB/s; ratio to boto3 {ours / theirs:.2f}; "
+            f"{read_cpu * GIB / read:.2f} CPU-s/GiB"
         )
         lines += [tail(backlog, endpoint, rate) for rate in (1, 10)]
         latency.append(fetch_latency(sidecar, cfg, endpoint.name))

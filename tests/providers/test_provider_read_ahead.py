@@ -164,3 +164,20 @@ def test_a_large_first_read_starts_a_window_at_once() -> None:
     assert ahead.read("k", 500, 8) == DATA[500:508]  # inside the window
     assert ahead.read("k", 5_000, 8) is None  # small, outside, not where the last read ended
     ahead.close()
+
+
+def test_a_reader_that_reads_some_bytes_again_is_served_from_the_windows() -> None:
+    """A consumer that asks for more than it keeps (each read starts inside the previous one,
+    and a read can pass a window boundary) never sends the same bytes twice."""
+    backend = Backend()
+    ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 1 << 20)  # 32 bytes is a large read
+    position = 0
+    while position < len(DATA) - 600:
+        length = min(600, len(DATA) - position)
+        assert ahead.read("k", position, length) == DATA[position : position + length]
+        position += 100  # keeps a sixth of what it read
+    starts = [s for s, _ in backend.fetches]
+    assert len(starts) == len(set(starts))  # nothing fetched twice
+    assert sum(n for _, n in backend.fetches) <= len(DATA)
+    assert ahead.held_bytes <= (1 + 1 + 2) * 1024  # what the last read spans and two ahead
+    ahead.close()

@@ -12,7 +12,8 @@ from typing import TypeVar
 from prometheus_client import REGISTRY
 from tiered.providers import LatencyProvider, Provider, WrappedProvider
 
-from tiered.core.fetcher import GetStatus
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.core.fetcher import BULK_UNITS, GetStatus, TieredReader
 from tiered.core.read_cache import ReadAheadCache
 from tiered.core.sample_tier import SampleTier
 from tiered.core.store import TieredMessageStore
@@ -166,3 +167,46 @@ def test_without_the_cache_each_call_reads_once(make_tier: TierFactory) -> None:
     r = store.get_message(topic, qid, 10, 50)
     assert [u.queue_offset for u in r.units] == list(range(10, 60))
     assert provider.reads["COMMIT_LOG"] == 1 and provider.reads["CONSUME_QUEUE"] == 1
+
+
+class ReadLengths(WrappedProvider):
+    """Records the length of every consumequeue read."""
+
+    def __init__(self, inner: Provider) -> None:
+        super().__init__(inner)
+        self.cq_reads: list[int] = []
+
+    def read(self, key: str, position: int, length: int) -> bytes:
+        if key.split("/")[-2] == "CONSUME_QUEUE":
+            self.cq_reads.append(length)
+        return super().read(key, position, length)
+
+
+def test_a_bulk_reader_asks_the_consumequeue_for_more_only_on_its_first_read(
+    make_tier: TierFactory,
+) -> None:
+    """On an object store the first bulk read of a queue asks for the read-ahead threshold (so
+    the provider opens a window at once); the reads that continue it ask for what they need."""
+    tier = make_tier("memory", wrap=ReadLengths)
+    provider = tier.sidecar.store.provider
+    assert isinstance(provider, ReadLengths)
+    flat = tier.sidecar.store.get("GenTopic0", 0)
+    assert flat is not None and flat.commit_offset - flat.min_offset() > 2 * BULK_UNITS
+    reader = TieredReader(1 << 30, lambda f, e: None, bulk_index_bytes=1000 * CQ_UNIT_SIZE)
+
+    def pull(offset: int) -> tuple[int, list[int]]:
+        provider.cq_reads.clear()
+        run = reader.run(flat, offset, BULK_UNITS)
+        assert len(run) == BULK_UNITS
+        return offset + len(run), list(provider.cq_reads)
+
+    at, first = pull(0)
+    assert sum(first) > BULK_UNITS * CQ_UNIT_SIZE  # asked for more than it keeps
+    at, second = pull(at)
+    assert sum(second) == BULK_UNITS * CQ_UNIT_SIZE  # continues: exactly what it needs
+    _, again = pull(0)  # starts over: not a continuation
+    assert sum(again) > BULK_UNITS * CQ_UNIT_SIZE
+    small = TieredReader(1 << 30, lambda f, e: None, bulk_index_bytes=1000 * CQ_UNIT_SIZE)
+    provider.cq_reads.clear()
+    small.run(flat, 0, 10)  # a single fetch never asks for more
+    assert sum(provider.cq_reads) == 10 * CQ_UNIT_SIZE

@@ -151,9 +151,11 @@ BULK_UNITS = 256
 class TieredReader:
     """Reads runs of messages of one queue from its flat file, verified.
 
-    ``bulk_index_bytes``: on a backend that bills per request, a bulk read asks the consumequeue
-    for at least this many bytes (and keeps what it needs), so the provider takes it for the
-    sequential read it is and answers from read-ahead windows from the first read on.
+    ``bulk_index_bytes``: on a backend that bills per request, a bulk read that does not continue
+    the queue's previous one (a consumer's first pull) asks the consumequeue for at least this
+    many bytes (and keeps what it needs), so the provider takes it for the sequential read it is
+    and answers from read-ahead windows from the first read on; the reads that continue it ask
+    for what they need.
     """
 
     def __init__(
@@ -162,6 +164,7 @@ class TieredReader:
         self.size_limit = size_limit
         self.on_integrity_error = on_integrity_error
         self.bulk_index_units = -(-bulk_index_bytes // CQ_UNIT_SIZE)  # rounded up
+        self._next: dict[str, int] = {}  # queue (flat file path) -> where its last run ended
 
     def read(self, flat: FlatMessageFile, offset: int, count: int) -> list[Unit]:
         """Up to ``count`` units from ``offset`` as :class:`Unit` objects; see :meth:`run`."""
@@ -182,7 +185,9 @@ class TieredReader:
                 body CRC.
             ReadPastEndError: ``offset`` is outside the uploaded range.
         """
-        ask = max(count, self.bulk_index_units) if count >= BULK_UNITS else count
+        ask = count
+        if count >= BULK_UNITS and self._next.get(flat.path) != offset:
+            ask = max(count, self.bulk_index_units)
         units = flat.consume_queue.read_units(offset, ask)[:count]
         empty = np.zeros(0, np.int64)
         if len(units) == 0:
@@ -220,6 +225,8 @@ class TieredReader:
             if i == 0:
                 raise err
             rel, sizes, tags = rel[:i], sizes[:i], tags[:i]  # the good ones
+        if self.bulk_index_units:
+            self._next[flat.path] = offset + len(rel)
         return Run(offset, data, rel, sizes, tags)
 
     @staticmethod
