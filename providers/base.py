@@ -33,9 +33,12 @@ import abc
 import threading
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any, BinaryIO, ClassVar, Self
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Self
 
 from tiered.errors import InvalidRangeError, SegmentNotFoundError
+
+if TYPE_CHECKING:
+    from tiered.config import TieredConfig
 
 BytesLike = bytes | bytearray | memoryview
 """What ``append`` accepts (and ``put``, besides a readable binary file object)."""
@@ -58,6 +61,12 @@ class Provider(abc.ABC):
     def __init__(self) -> None:
         self._listeners: tuple[RequestListener, ...] = ()
         self._listeners_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, cfg: TieredConfig) -> Provider:
+        """A provider built from the sidecar's configuration (the registry calls this for every
+        provider, built-in or third-party); the default takes no settings."""
+        return cls()
 
     @property
     def enforces_seal(self) -> bool:

@@ -15,26 +15,21 @@ Requests are counted per file-system call (``STAT``, ``GET``, ``PUT``, ``LIST``,
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import threading
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from tiered.errors import (
-    AccessDeniedError,
     ConfigError,
     MissingDependencyError,
     PositionMismatchError,
     ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
     ReadPastEndError,
     SegmentExistsError,
     SegmentNotFoundError,
     SegmentSealedError,
-    ThrottledError,
 )
 
 from .base import BytesLike, Payload, Provider, as_bytes_view, check_range, iter_payload
@@ -48,39 +43,16 @@ from .chunks import (
     temp_name,
 )
 from .layout import check_key, check_prefix, is_key
+from .object_store import ObjectStoreOptions
+from .os_errors import translated
+
+if TYPE_CHECKING:
+    from tiered.config import TieredConfig
 
 AppendMode = Literal["auto", "native", "chunks"]
 _NATIVE_PROTOCOLS = frozenset({"file", "local", "memory"})
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
 _PIECE_BYTES = 8 << 20
-
-
-def _translate(e: OSError, key: str) -> ProviderError:
-    """Map the built-in errors file systems raise (s3fs translates S3 codes to them)."""
-    what = f"fsspec operation on key {key!r} failed: {e}"
-    if isinstance(e, FileNotFoundError):
-        return SegmentNotFoundError(what, key=key)
-    if isinstance(e, FileExistsError):
-        return SegmentExistsError(what, key=key)
-    if isinstance(e, PermissionError):
-        return AccessDeniedError(what, key=key)
-    if isinstance(e, TimeoutError):
-        return ProviderTimeoutError(what, key=key)
-    if isinstance(e, ConnectionError) or e.errno == errno.EREMOTEIO:
-        return ProviderUnavailableError(what, key=key)
-    if e.errno in (errno.EBUSY, errno.EAGAIN):
-        return ThrottledError(what, key=key)
-    return ProviderError(what, key=key)
-
-
-@contextlib.contextmanager
-def _fs_errors(key: str) -> Iterator[None]:
-    try:
-        yield
-    except ProviderError:
-        raise
-    except OSError as e:
-        raise _translate(e, key) from e
 
 
 class FsspecProvider(Provider):
@@ -121,6 +93,16 @@ class FsspecProvider(Provider):
         self._fs_obj: Any = None
         self._root = ""
         self._fs_lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, cfg: TieredConfig) -> FsspecProvider:
+        """Objects below ``tieredStoreFsspecUrl``; an ``s3://`` URL is reached with the
+        ``objectStore*`` keys (:class:`.object_store.ObjectStoreOptions`)."""
+        url = cfg.tiered_store_fsspec_url
+        options: dict[str, Any] = {}
+        if url.startswith(("s3://", "s3a://")):
+            options = ObjectStoreOptions.from_config(cfg).s3fs_storage_options()
+        return cls(url, storage_options=options)
 
     def __repr__(self) -> str:
         return f"FsspecProvider(url={self.url!r}, append_mode={self.append_mode!r})"
@@ -170,7 +152,7 @@ class FsspecProvider(Provider):
         """The file's size, ``None`` if absent (native mode)."""
         self._request("STAT")
         try:
-            with _fs_errors(key):
+            with translated(key, "fsspec operation"):
                 info = self.fs.info(self._path(key))
         except SegmentNotFoundError:
             return None
@@ -188,7 +170,7 @@ class FsspecProvider(Provider):
         local = self.protocol in _LOCAL_PROTOCOLS
         for _ in range(3):
             self._request("LIST")
-            with _fs_errors(key):
+            with translated(key, "fsspec operation"):
                 self.fs.invalidate_cache(parent)
                 try:
                     entries = self.fs.ls(parent, detail=True)
@@ -211,7 +193,7 @@ class FsspecProvider(Provider):
 
     def _cat(self, name: str, start: int, end: int, key: str) -> bytes:
         self._request("GET")
-        with _fs_errors(key):
+        with translated(key, "fsspec operation"):
             return bytes(self.fs.cat_file(self._path(name), start=start, end=end))
 
     def _write_whole(self, key: str, pieces: Iterable[BytesLike]) -> None:
@@ -223,7 +205,7 @@ class FsspecProvider(Provider):
         fs = self.fs
         path = self._path(key)
         tmp = self._path(temp_name(key, uuid.uuid4().hex))
-        with _fs_errors(key):
+        with translated(key, "fsspec operation"):
             self._makedirs(path)
             self._request("PUT")
             with fs.open(tmp, "wb") as f:
@@ -244,11 +226,11 @@ class FsspecProvider(Provider):
         one_by_one = paths if self.protocol in _NATIVE_PROTOCOLS else paths[:1]
         for path in one_by_one:
             self._request("DELETE")
-            with _fs_errors(key), contextlib.suppress(FileNotFoundError):
+            with translated(key, "fsspec operation"), contextlib.suppress(FileNotFoundError):
                 self.fs.rm_file(path)
         if len(paths) > len(one_by_one):
             self._request("DELETE")
-            with _fs_errors(key), contextlib.suppress(FileNotFoundError):
+            with translated(key, "fsspec operation"), contextlib.suppress(FileNotFoundError):
                 self.fs.rm(paths[1:])
 
     # --- the contract -----------------------------------------------------------------------------
@@ -336,7 +318,7 @@ class FsspecProvider(Provider):
             self._remove((c.name for c in strays), key)
             path = self._path(chunk_name(key, position))
             self._request("PUT")
-            with _fs_errors(key):
+            with translated(key, "fsspec operation"):
                 if position == 0:
                     self._makedirs(path)
                 self.fs.pipe_file(path, bytes(view))
@@ -345,7 +327,7 @@ class FsspecProvider(Provider):
     def _append_native(self, key: str, view: memoryview) -> None:
         path = self._path(key)
         self._request("PUT")
-        with _fs_errors(key):
+        with translated(key, "fsspec operation"):
             self._makedirs(path)
             with self.fs.open(path, "ab") as f:
                 f.write(view)
@@ -363,7 +345,7 @@ class FsspecProvider(Provider):
             path = self._path(key)
             if len(state.run) == 1 and self.protocol not in _LOCAL_PROTOCOLS:
                 self._request("COPY")  # a server-side copy appears whole
-                with _fs_errors(key):
+                with translated(key, "fsspec operation"):
                     self.fs.copy(self._path(state.run[0].name), path)
             else:
                 chunks = (self._cat(c.name, 0, c.size, key) for c in state.run)
@@ -402,7 +384,7 @@ class FsspecProvider(Provider):
         base = prefix.rpartition("/")[0]
         start = self._path(base) if base else self._root or "/"
         self._request("LIST")
-        with _fs_errors(prefix):
+        with translated(prefix, "fsspec operation"):
             fs.invalidate_cache()
             try:
                 paths = fs.find(start, withdirs=False)

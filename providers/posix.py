@@ -20,11 +20,10 @@ import stat
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tiered.errors import (
-    AccessDeniedError,
     PositionMismatchError,
-    ProviderError,
     ReadPastEndError,
     SegmentExistsError,
     SegmentNotFoundError,
@@ -32,32 +31,16 @@ from tiered.errors import (
 
 from .base import BytesLike, Payload, Provider, as_bytes_view, check_range, iter_payload
 from .layout import check_key, check_prefix, is_key
+from .os_errors import translated
+
+if TYPE_CHECKING:
+    from tiered.config import TieredConfig
 
 _PIECE_BYTES = 8 << 20
 _NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 _TEMP_NAME = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
 """What :meth:`PosixProvider.put` writes before its rename: ``.{name}.{uuid4 hex}.tmp``."""
 log = logging.getLogger(__name__)
-
-
-def _translate(e: OSError, key: str) -> ProviderError:
-    """Map an ``OSError`` on ``key`` to the error tree (the caller chains it)."""
-    if isinstance(e, FileNotFoundError | NotADirectoryError | IsADirectoryError):
-        return SegmentNotFoundError(f"no file for key {key!r} ({e.strerror})", key=key)
-    if isinstance(e, PermissionError):
-        return AccessDeniedError(f"permission denied on {e.filename!r} for key {key!r}", key=key)
-    return ProviderError(f"file operation on key {key!r} failed: {e}", key=key)
-
-
-@contextlib.contextmanager
-def _os_errors(key: str) -> Iterator[None]:
-    """Translate ``OSError`` raised inside the block; errors of the tree pass unchanged."""
-    try:
-        yield
-    except ProviderError:
-        raise
-    except OSError as e:
-        raise _translate(e, key) from e
 
 
 class PosixProvider(Provider):
@@ -70,6 +53,11 @@ class PosixProvider(Provider):
         # upstream uses tieredStoreFilePath verbatim ("" = the working directory); it is made
         # absolute here so a pickled provider means the same directory on a Spark executor
         self.root = Path(os.path.abspath(os.fspath(root) or "."))
+
+    @classmethod
+    def from_config(cls, cfg: TieredConfig) -> PosixProvider:
+        """Files below ``tieredStoreFilePath``."""
+        return cls(cfg.tiered_store_file_path)
 
     def __repr__(self) -> str:
         return f"PosixProvider(root={str(self.root)!r})"
@@ -85,7 +73,7 @@ class PosixProvider(Provider):
     def size(self, key: str) -> int:
         path = self.path(key)
         self._request("STAT")
-        with _os_errors(key):
+        with translated(key, "file operation"):
             st = os.stat(path)
         if not stat.S_ISREG(st.st_mode):
             raise SegmentNotFoundError(f"key {key!r} names a directory, not an object", key=key)
@@ -94,7 +82,7 @@ class PosixProvider(Provider):
     def read(self, key: str, position: int, length: int) -> bytes:
         path = self.path(key)
         check_range(position, length, key=key)
-        with _os_errors(key):
+        with translated(key, "file operation"):
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         try:
             return self._pread(fd, key, position, length)
@@ -102,7 +90,7 @@ class PosixProvider(Provider):
             os.close(fd)
 
     def _pread(self, fd: int, key: str, position: int, length: int) -> bytes:
-        with _os_errors(key):
+        with translated(key, "file operation"):
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
                 raise SegmentNotFoundError(f"key {key!r} names a directory, not an object", key=key)
@@ -126,10 +114,10 @@ class PosixProvider(Provider):
         path = self.path(key)
         check_range(position, key=key)
         view = as_bytes_view(data)
-        with _os_errors(key):
+        with translated(key, "file operation"):
             fd, created = self._open_for_append(path, key, position)
         try:
-            with _os_errors(key):
+            with translated(key, "file operation"):
                 return self._write_at(fd, key, view, position, path.parent if created else None)
         finally:
             os.close(fd)
@@ -202,7 +190,7 @@ class PosixProvider(Provider):
             raise SegmentExistsError(
                 f"object {key!r} exists; pass overwrite=True to replace", key=key
             )
-        with _os_errors(key):
+        with translated(key, "file operation"):
             self._makedirs(path.parent)
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
             try:
@@ -252,7 +240,7 @@ class PosixProvider(Provider):
         path = self.path(key)
         self._request("DELETE")
         with (
-            _os_errors(key),
+            translated(key, "file operation"),
             contextlib.suppress(FileNotFoundError, NotADirectoryError, IsADirectoryError),
         ):
             os.unlink(path)

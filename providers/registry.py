@@ -14,7 +14,6 @@ import importlib
 import logging
 import re
 import threading
-from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib.metadata import entry_points
 from typing import TYPE_CHECKING, Any
@@ -33,20 +32,31 @@ _UPSTREAM = "org.apache.rocketmq.tieredstore.provider."
 _NAME = re.compile(r"[a-z][a-z0-9_]*")
 
 BUILTINS: tuple[tuple[str, str, tuple[str, ...]], ...] = (
-    ("fsspec", "tiered.providers.fsspec:FsspecProvider", ()),
-    (
-        "memory",
-        "tiered.providers.memory:MemoryProvider",
-        (f"{_UPSTREAM}MemoryFileSegment", f"{_UPSTREAM}memory.MemoryFileSegment"),
-    ),
     (
         "posix",
         "tiered.providers.posix:PosixProvider",
         (f"{_UPSTREAM}PosixFileSegment", f"{_UPSTREAM}posix.PosixFileSegment"),
     ),
+    (
+        "memory",
+        "tiered.providers.memory:MemoryProvider",
+        (f"{_UPSTREAM}MemoryFileSegment", f"{_UPSTREAM}memory.MemoryFileSegment"),
+    ),
     ("s3", "tiered.providers.s3:S3Provider", ()),
+    ("fsspec", "tiered.providers.fsspec:FsspecProvider", ()),
 )
-"""(name, ``module:Class``, upstream class-name aliases) of the providers shipped here."""
+"""(name, ``module:Class``, upstream class-name aliases) of the providers shipped here: the one
+table of their names."""
+BUILTIN_NAMES: tuple[str, ...] = tuple(name for name, _, _ in BUILTINS)
+
+
+def builtin_name(name: str) -> str | None:
+    """The built-in provider ``name`` stands for (a name in any case, or an upstream Java class
+    name), or None. The configuration checks its key with this without loading entry points."""
+    for builtin, _, aliases in BUILTINS:
+        if name.lower() == builtin or name in aliases:
+            return builtin
+    return None
 
 
 @dataclass(frozen=True)
@@ -204,60 +214,13 @@ def provider_from_settings(name: str, **kwargs: Any) -> Provider:
     return registry.create(name, **kwargs)
 
 
-def fsspec_storage_options(cfg: TieredConfig) -> dict[str, Any]:
-    """fsspec storage options for an ``s3://`` URL, from the ``objectStore*`` keys when set."""
-    if not cfg.tiered_store_fsspec_url.startswith(("s3://", "s3a://")):
-        return {}
-    options: dict[str, Any] = {}
-    client: dict[str, Any] = {"region_name": cfg.object_store_region}
-    if cfg.object_store_endpoint:
-        client["endpoint_url"] = cfg.object_store_endpoint
-    options["client_kwargs"] = client
-    if cfg.object_store_access_key:
-        options["key"] = cfg.object_store_access_key
-        options["secret"] = cfg.object_store_secret_key.get_secret_value()
-    if cfg.object_store_path_style:
-        options["config_kwargs"] = {"s3": {"addressing_style": "path"}}
-    return options
-
-
 def from_config(cfg: TieredConfig, reg: ProviderRegistry | None = None) -> Provider:
-    """The provider ``tieredBackendServiceProvider`` names, built from the config's keys.
-
-    A third-party provider class builds itself with a ``from_config(cfg)`` classmethod, or with
-    no arguments when it has none.
-    """
+    """The provider ``tieredBackendServiceProvider`` names, built by its class's
+    ``from_config(cfg)`` (:meth:`Provider.from_config`: with no arguments unless the class
+    says otherwise)."""
     reg = reg or registry
     name = reg.canonical(cfg.tiered_backend_service_provider)
-    kwargs: Mapping[str, Any]
-    if name == "posix":
-        kwargs = {"root": cfg.tiered_store_file_path}
-    elif name == "memory":
-        kwargs = {}
-    elif name == "s3":
-        kwargs = {
-            "bucket": cfg.object_store_bucket,
-            "prefix": cfg.object_store_prefix,
-            "endpoint": cfg.object_store_endpoint or None,
-            "region": cfg.object_store_region,
-            "access_key": cfg.object_store_access_key or None,
-            "secret_key": cfg.object_store_secret_key.get_secret_value() or None,
-            "path_style": cfg.object_store_path_style,
-            "read_ahead_bytes": cfg.object_store_read_ahead_size_bytes,
-            "read_ahead_max_bytes": cfg.object_store_read_ahead_memory_bytes,
-        }
-    elif name == "fsspec":
-        kwargs = {
-            "url": cfg.tiered_store_fsspec_url,
-            "storage_options": fsspec_storage_options(cfg),
-        }
-    else:
-        cls = reg.resolve(name)
-        build = getattr(cls, "from_config", None)
-        provider = build(cfg) if callable(build) else cls()
-        if not isinstance(provider, Provider):
-            raise ConfigError(
-                f"provider {name!r}.from_config returned {provider!r}, not a Provider"
-            )
-        return provider
-    return reg.create(name, **kwargs)
+    provider = reg.resolve(name).from_config(cfg)
+    if not isinstance(provider, Provider):
+        raise ConfigError(f"provider {name!r}.from_config returned {provider!r}, not a Provider")
+    return provider

@@ -71,11 +71,14 @@ from .chunks import (
     state_from_listing,
 )
 from .layout import RESERVED_CHAR, check_key, check_prefix, is_key
+from .object_store import ObjectStoreOptions
 from .read_ahead import ReadAhead
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
     from mypy_boto3_s3.type_defs import CompletedPartTypeDef, CopySourceTypeDef
+
+    from tiered.config import TieredConfig
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -260,6 +263,24 @@ class S3Provider(Provider):
         self.read_ahead_bytes = read_ahead_bytes
         self.read_ahead_max_bytes = read_ahead_max_bytes
         self._ahead = self._new_read_ahead()
+
+    @classmethod
+    def from_config(cls, cfg: TieredConfig) -> S3Provider:
+        """``objectStoreBucket`` under ``objectStorePrefix``, reached with the ``objectStore*``
+        keys (:class:`.object_store.ObjectStoreOptions`); read-ahead from
+        ``objectStoreReadAheadSize``/``Memory``."""
+        reach = ObjectStoreOptions.from_config(cfg)
+        return cls(
+            cfg.object_store_bucket,
+            prefix=cfg.object_store_prefix,
+            endpoint=reach.endpoint,
+            region=reach.region,
+            access_key=reach.access_key,
+            secret_key=reach.secret_key,
+            path_style=reach.path_style,
+            read_ahead_bytes=cfg.object_store_read_ahead_size_bytes,
+            read_ahead_max_bytes=cfg.object_store_read_ahead_memory_bytes,
+        )
 
     def __repr__(self) -> str:
         return (

@@ -37,6 +37,7 @@ from pydantic_core import ErrorDetails
 from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.errors import ConfigError
 from tiered.properties import entries, parse_properties
+from tiered.providers.registry import BUILTIN_NAMES, BUILTINS, builtin_name
 
 __all__ = [
     "ENV_PREFIX",
@@ -59,14 +60,8 @@ LONG_MAX = 2**63 - 1  # Java long
 CQ_UNIT_SIZE = 20
 INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ITEM_SIZE = 28, 8, 32
 
-PROVIDER_NAMES = ("posix", "memory", "s3", "fsspec")
+PROVIDER_NAMES = BUILTIN_NAMES
 _UPSTREAM = "org.apache.rocketmq.tieredstore."
-_PROVIDER_ALIASES = {
-    f"{_UPSTREAM}provider.PosixFileSegment": "posix",
-    f"{_UPSTREAM}provider.MemoryFileSegment": "memory",
-    f"{_UPSTREAM}provider.posix.PosixFileSegment": "posix",  # 5.1 package layout
-    f"{_UPSTREAM}provider.memory.MemoryFileSegment": "memory",
-}
 _METADATA_ALIASES = {
     "default": "default",
     f"{_UPSTREAM}metadata.DefaultMetadataStore": "default",
@@ -172,13 +167,12 @@ def _storage_level(value: object) -> StorageLevel:
 
 def _provider(value: object) -> str:
     name = str(value).strip()
-    if name.lower() in PROVIDER_NAMES:
-        return name.lower()
-    if name in _PROVIDER_ALIASES:
-        return _PROVIDER_ALIASES[name]
+    builtin = builtin_name(name)  # the registry's table: names and upstream class aliases
+    if builtin is not None:
+        return builtin
     if _THIRD_PARTY_NAME.fullmatch(name):
         return name  # a third-party provider; the registry resolves it when the store starts
-    classes = ", ".join(list(_PROVIDER_ALIASES)[:2])
+    classes = ", ".join(alias for _, _, aliases in BUILTINS for alias in aliases[:1])
     raise ValueError(
         f"is not a provider (allowed: {', '.join(PROVIDER_NAMES)}, a registered third-party "
         f"provider name in lower case, or the upstream classes {classes})"
