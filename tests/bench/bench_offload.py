@@ -32,7 +32,7 @@ from tiered.providers.testing.servers import HttpFaults, moto_server
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import load_config
 from tiered.core.sidecar import Sidecar, build_provider
-from tiered.core.tier_check import check_tier
+from tiered.testing.tier_check import check_tier
 
 SIZE_BYTES = 1200 << 20
 S3_SIZE_BYTES = 256 << 20

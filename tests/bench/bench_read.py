@@ -45,11 +45,11 @@ from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
 from tiered.core.local_source import LocalSource
-from tiered.core.sample_tier import sample_config
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.core.store import TieredMessageStore
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.testing.sample_tier import sample_config
 
 SIZE_BYTES = int(float(os.environ.get("RMQ_BENCH_READ_GIB", "1")) * (1 << 30))
 UNIT_BYTES = 4096 + 190  # a 4 KiB body plus header, topic and properties

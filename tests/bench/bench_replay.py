@@ -35,10 +35,10 @@ from pathlib import Path
 import pytest
 
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.sample_tier import sample_config
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RequestCode, ResponseCode
+from tiered.testing.sample_tier import sample_config
 
 SIZE_BYTES = int(float(os.environ.get("RMQ_BENCH_REPLAY_GIB", "1")) * (1 << 30))
 UNIT_BYTES = 1024 + 190

@@ -13,8 +13,10 @@ from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import list_files, scan_file
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
-from tiered.core.sample_tier import sample_config
 from tiered.index import IndexBatch, IndexStoreFile
+from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import KeyTable
+from tiered.testing.sample_tier import sample_config
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -68,8 +70,6 @@ def sealed_file(tmp_path: Path) -> SealedFactory:
 
 # --- the index service end to end: generated broker stores, configurations, an S3 server --------
 
-ConfigFactory = Callable[..., TieredConfig]
-
 
 @pytest.fixture
 def index_spec() -> GenSpec:
@@ -118,9 +118,6 @@ def index_config(tmp_path: Path, index_spec: GenSpec) -> ConfigFactory:
         return sample_config(store, tmp_path, index_spec, provider, **(settings | keys))
 
     return make
-
-
-KeyTable = dict[tuple[str, str], tuple[int, int, int]]
 
 
 @pytest.fixture

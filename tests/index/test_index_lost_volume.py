@@ -15,13 +15,12 @@ from typing import Any
 import pytest
 
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.index.progress import backend_key
 from tiered.index.service import IndexService
+from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import KeyTable
 
-ConfigFactory = Callable[..., TieredConfig]
-KeyTable = dict[tuple[str, str], tuple[int, int, int]]
 MAX_ITEMS = 300
 
 

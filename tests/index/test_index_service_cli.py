@@ -21,9 +21,8 @@ from tiered.http.app import create_app, message_json
 from tiered.http.keys import keys_router
 from tiered.http.server import HttpServer
 from tiered.index.service import IndexService
-
-ConfigFactory = Callable[..., TieredConfig]
-KeyTable = dict[tuple[str, str], tuple[int, int, int]]
+from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import KeyTable
 
 
 def write_conf(cfg: TieredConfig, path: Path) -> Path:

@@ -14,13 +14,12 @@ from tiered.providers import Provider, WrappedProvider
 from tiered.providers.layout import INDEX_TOPIC
 
 from tiered.broker import message as msgcodec
-from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.index.search import KeyHit
 from tiered.index.service import IndexService
+from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import KeyTable
 
-ConfigFactory = Callable[..., TieredConfig]
-KeyTable = dict[tuple[str, str], tuple[int, int, int]]
 T = TypeVar("T")
 
 

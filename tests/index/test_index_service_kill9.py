@@ -22,24 +22,16 @@ import pytest
 
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
-from tiered.core.tier_check import check_tier
 from tiered.index.format import IndexHeader
+from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import KeyTable
+from tiered.testing.processes import wait_running
+from tiered.testing.tier_check import check_tier
 
-ConfigFactory = Callable[..., TieredConfig]
-KeyTable = dict[tuple[str, str], tuple[int, int, int]]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 KILLS = int(os.environ.get("RMQ_KILLS", "12"))
 MAX_ITEMS_PER_KEY = 1.15
-
-
-def _started(log: Path, proc: subprocess.Popen[bytes], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while b"rmq-tiered running" not in log.read_bytes():
-        assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
-        assert time.monotonic() < deadline, "run did not start"
-        time.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -68,7 +60,7 @@ def test_kill_9_loses_no_key_and_duplicates_no_index_file(
         with log.open("wb") as err:
             proc = subprocess.Popen([RMQ_TIERED, "run", "--config", conf], stderr=err, cwd=tmp_path)
         try:
-            _started(log, proc)
+            wait_running(log, proc)
             time.sleep(rng.uniform(0.05, 0.8))
         finally:
             os.kill(proc.pid, signal.SIGKILL)

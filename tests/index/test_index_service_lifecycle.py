@@ -20,18 +20,16 @@ from tiered.providers import (
     WrappedProvider,
 )
 
-from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.errors import ProviderError
 from tiered.index import compact_numpy
 from tiered.index.java_hash import index_hashes
 from tiered.index.service import IndexService
 from tiered.javautil import java_string_hash
+from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import KeyTable, assert_all_found
 
-ConfigFactory = Callable[..., TieredConfig]
-KeyTable = dict[tuple[str, str], tuple[int, int, int]]
 T = TypeVar("T")
 _M = 1 << 32
 
@@ -47,14 +45,6 @@ class Puts(WrappedProvider):
         if operation == "put":
             self.puts[key] += 1
         return call()
-
-
-def all_found(index: IndexService, expected: KeyTable, step: int = 1) -> None:
-    for (topic, key), (qid, qoff, _) in sorted(expected.items())[::step]:
-        hits = index.query(topic, key)
-        assert len(hits) == 1, (topic, key, hits)
-        m = msgcodec.decode(hits[0].data)
-        assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qoff)
 
 
 def index_of(sidecar: Sidecar) -> IndexService:
@@ -108,7 +98,7 @@ def test_failed_put_is_retried_next_run(
         assert [r.action for r in second] == ["uploaded"] * (sealed - 1)
         assert len(index.uploaded.records()) == sealed
         check_segments(index)
-        all_found(index, expected, 3)
+        assert_all_found(index, expected, 3)
 
 
 @pytest.mark.parametrize("provider_name", ["memory", "posix"])
@@ -137,7 +127,7 @@ def test_put_landed_but_unrecorded_is_recorded_without_a_second_put(
         check_segments(index)
         index_puts = {k: n for k, n in puts.puts.items() if "/INDEX/" in k}
         assert set(index_puts.values()) == {1}  # the landed object was not put again
-        all_found(index, expected, 3)
+        assert_all_found(index, expected, 3)
 
 
 def test_crash_after_record_deletes_local_copy_at_start(
@@ -165,7 +155,7 @@ def test_crash_after_record_deletes_local_copy_at_start(
         assert f.begin_timestamp not in {x.begin_timestamp for x in index.local.files}
         index.compact_sealed()
         check_segments(index)
-        all_found(index, expected, 3)
+        assert_all_found(index, expected, 3)
 
 
 def test_crash_after_put_with_local_copy_lost_is_adopted(
@@ -198,7 +188,7 @@ def test_crash_after_put_with_local_copy_lost_is_adopted(
         memory.delete(garbage)
         index.compact_sealed()
         check_segments(index)
-        all_found(index, expected, 3)
+        assert_all_found(index, expected, 3)
 
 
 def test_expiry_that_stopped_between_record_and_object_converges(
@@ -271,7 +261,7 @@ def test_uploaded_but_never_indexed_batches_are_caught_up(
     assert len(expected) == 1300 * 3
     with Sidecar(cfg, memory) as sidecar:
         index = index_of(sidecar)
-        all_found(index, expected)
+        assert_all_found(index, expected)
         offsets = index.status()["indexedOffsets"]
         assert offsets == {f.path.split("/", 1)[1]: f.commit_offset for f in sidecar.store.files()}
 
@@ -291,7 +281,7 @@ def test_lost_progress_reindexes_everything(
     progress.unlink()
     with Sidecar(cfg, memory) as sidecar:
         index = index_of(sidecar)
-        all_found(index, expected, 2)  # indexed twice, found once
+        assert_all_found(index, expected, 2)  # indexed twice, found once
         assert index.status()["indexedOffsets"]
 
 

@@ -15,28 +15,18 @@ from typing import TYPE_CHECKING
 import pytest
 from tiered.jobs.compact_index import main as job_main
 
-from tiered.broker import message as msgcodec
-from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.index import compact_numpy
 from tiered.index.compaction import Compactor
 from tiered.index.service import IndexService
 from tiered.index.staging import COMPACTED_DIR, STAGING_DIR, submit_command
+from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import KeyTable, assert_all_found
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-ConfigFactory = Callable[..., TieredConfig]
-KeyTable = dict[tuple[str, str], tuple[int, int, int]]
 pytestmark = pytest.mark.spark
-
-
-def all_found(index: IndexService, expected: KeyTable, step: int = 1) -> None:
-    for (topic, key), (qid, qoff, _) in sorted(expected.items())[::step]:
-        hits = index.query(topic, key)
-        assert len(hits) == 1, (topic, key, hits)
-        m = msgcodec.decode(hits[0].data)
-        assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qoff)
 
 
 def staging_objects(index: IndexService) -> list[str]:
@@ -77,7 +67,7 @@ def test_in_process_spark_compaction_uploads_the_walk_bytes(
             key = index.uploaded.key(r.base_offset)
             assert index.provider.read(key, 0, r.size) == walk[r.begin_timestamp]
         assert not list(index.local.compacting_dir.iterdir())
-        all_found(index, expected)
+        assert_all_found(index, expected)
 
 
 @pytest.mark.slow
@@ -103,7 +93,7 @@ def test_spark_submit_on_staged_files_is_picked_up(
         assert {r.action for r in staged} == {"staged"} and len(staged) == sealed
         assert index.staging.staged() == [r.begin_timestamp for r in staged]
         assert {r.action for r in index.compact_sealed()} == {"waiting"}
-        all_found(index, expected, 5)  # still searched locally meanwhile
+        assert_all_found(index, expected, 5)  # still searched locally meanwhile
 
         # one file compacted by the job's --pending mode (in this process's Spark session)
         first = staged[0].begin_timestamp
@@ -139,4 +129,4 @@ def test_spark_submit_on_staged_files_is_picked_up(
         assert len(index.uploaded.records()) == sealed
         assert staging_objects(index) == []
         assert not list(index.local.compacting_dir.iterdir())
-        all_found(index, expected)
+        assert_all_found(index, expected)

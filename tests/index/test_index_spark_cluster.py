@@ -19,13 +19,12 @@ from pathlib import Path
 
 import pytest
 
-from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.index import compact_numpy
 from tiered.index.staging import submit_command
+from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import KeyTable
 
-ConfigFactory = Callable[..., TieredConfig]
-KeyTable = dict[tuple[str, str], tuple[int, int, int]]
 BIN = Path(sys.executable).parent
 RMQ_TIERED = BIN / "rmq-tiered"
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -23,10 +23,10 @@ from hypothesis import strategies as st
 
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.core.queue_state import QueueState, StateFile, StateSnapshot
-from tiered.core.sample_tier import sample_config
 from tiered.index.progress import IndexProgress
 from tiered.metadata.orphans import OrphanLog
 from tiered.remoting.groups import ReplayOffsets
+from tiered.testing.sample_tier import sample_config
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 

@@ -1,6 +1,6 @@
 """Fixtures of the offload tests: a small roll-heavy store spec, configurations, an S3 server.
 
-The tier itself is checked with :func:`tiered.core.tier_check.check_tier`, which shares no code
+The tier itself is checked with :func:`tiered.testing.tier_check.check_tier`, which shares no code
 with the offload path.
 """
 
@@ -14,28 +14,15 @@ import pytest
 
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
-from tiered.core.sample_tier import sample_config
-
-ConfigFactory = Callable[..., TieredConfig]
+from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import rolling_spec, sample_config
 
 
 @pytest.fixture
 def small_spec() -> GenSpec:
     """A store whose files roll often (256 KiB commitlog files, 400-unit consumequeue files)
     with v1 and v2 messages, IPv6 hosts and compressed bodies."""
-    return GenSpec(
-        seed=11,
-        topics=2,
-        queues=3,
-        messages=3000,
-        min_body=16,
-        max_body=600,
-        commitlog_file_size=256 << 10,
-        cq_file_entries=400,
-        v2_fraction=0.3,
-        ipv6_fraction=0.3,
-        compress_fraction=0.3,
-    )
+    return rolling_spec()
 
 
 @pytest.fixture

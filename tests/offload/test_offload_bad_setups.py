@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 
 from tiered.config import TieredConfig
+from tiered.testing import ConfigFactory
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 MAPPED = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue")

@@ -20,10 +20,10 @@ from tiered.broker.generator import GenSpec, generate_store
 from tiered.cli import main
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
-from tiered.core.tier_check import check_tier, read_document, store_fingerprint
 from tiered.metadata import mirror_key_for
+from tiered.testing import ConfigFactory
+from tiered.testing.tier_check import check_tier, read_document, store_fingerprint
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 ConfWriter = Callable[[TieredConfig], Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"

@@ -9,13 +9,12 @@ from pathlib import Path
 
 from tiered.providers import MemoryProvider
 
-from tiered.config import TieredConfig
 from tiered.core.daemon import Daemon
 from tiered.core.local_source import LocalSource
-from tiered.core.tier_check import read_document
 from tiered.metadata import FileSegmentType
+from tiered.testing import ConfigFactory
+from tiered.testing.tier_check import read_document
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 
 

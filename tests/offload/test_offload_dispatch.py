@@ -1,6 +1,6 @@
 """End to end: generated broker stores offloaded to posix, memory and S3 (moto) tiers.
 
-Every test checks the tier with :func:`tiered.core.tier_check.check_tier` (each queue offset
+Every test checks the tier with :func:`tiered.testing.tier_check.check_tier` (each queue offset
 exactly once, in order, bytes equal to the broker's except 28..35, which hold the flat offset).
 """
 
@@ -29,10 +29,10 @@ from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
 from tiered.core.residency import residency
 from tiered.core.sidecar import Sidecar, build_provider
-from tiered.core.tier_check import check_tier, read_document, store_fingerprint
 from tiered.metadata import FileSegmentType
+from tiered.testing import ConfigFactory
+from tiered.testing.tier_check import check_tier, read_document, store_fingerprint
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 
 

@@ -16,11 +16,11 @@ from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
 from tiered.core.expiry import HOUR_MS, expire, reserve_hours
 from tiered.core.sidecar import Sidecar
-from tiered.core.tier_check import check_tier, read_document
 from tiered.errors import AccessDeniedError
 from tiered.metadata import LONG_MAX, FileSegmentType
+from tiered.testing import ConfigFactory
+from tiered.testing.tier_check import check_tier, read_document
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 TYPES = {
     FileSegmentType.COMMIT_LOG: FileType.COMMIT_LOG,

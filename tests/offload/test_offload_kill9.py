@@ -26,20 +26,13 @@ import pytest
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
-from tiered.core.tier_check import check_tier
+from tiered.testing import ConfigFactory
+from tiered.testing.processes import wait_running
+from tiered.testing.tier_check import check_tier
 
-ConfigFactory = Callable[..., TieredConfig]
 ConfWriter = Callable[[TieredConfig], Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 KILLS = 55
-
-
-def _started(log: Path, proc: subprocess.Popen[bytes], timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while b"rmq-tiered running" not in log.read_bytes():
-        assert proc.poll() is None, log.read_text(errors="replace")[-2000:]
-        assert time.monotonic() < deadline, "run did not start"
-        time.sleep(0.02)
 
 
 @pytest.mark.slow
@@ -81,7 +74,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
             proc = subprocess.Popen([RMQ_TIERED, "run", "--config", conf], stderr=err, cwd=tmp_path)
         appender = None
         try:
-            _started(log, proc)
+            wait_running(log, proc)
             if kill % 3 == 0:  # the broker writes while the sidecar runs
                 more = dataclasses.replace(spec, seed=1000 + kill, messages=400, append=True)
                 appender = threading.Thread(target=generate_store, args=(store, more))

@@ -10,11 +10,10 @@ import numpy as np
 from prometheus_client import REGISTRY
 from tiered.providers import MemoryProvider
 
-from tiered.config import TieredConfig
 from tiered.core.local_source import BatchRequest, LocalSource
 from tiered.core.sidecar import Sidecar
+from tiered.testing import ConfigFactory
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 NOW = 4_000_000_000_000  # later than every generated store time
 

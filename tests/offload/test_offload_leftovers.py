@@ -10,11 +10,10 @@ from pathlib import Path
 
 from tiered.providers import PosixProvider
 
-from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.metadata import mirror_key_for
+from tiered.testing import ConfigFactory
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 
 

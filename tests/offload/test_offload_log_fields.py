@@ -29,7 +29,7 @@ from tiered.providers.testing.servers import S3Endpoint
 
 from tiered.cli import main
 from tiered.cli.config_option import setup_logging, verbosity
-from tiered.config import TieredConfig, load_config
+from tiered.config import load_config
 from tiered.core.sidecar import Sidecar
 from tiered.errors import (
     ConfigError,
@@ -45,8 +45,8 @@ from tiered.errors import (
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 from tiered.logs import IsoJsonFormatter, error_fields
+from tiered.testing import ConfigFactory
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 ISO_MS_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 STEP_LOGGER = "tiered.core.queue_step"

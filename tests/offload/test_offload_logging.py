@@ -23,10 +23,10 @@ from tiered.providers.layout import FileType, logical_path, segment_key
 from tiered.config import TieredConfig
 from tiered.core.dispatcher import MAX_FAILURES
 from tiered.core.local_source import LocalSource
-from tiered.core.tier_check import read_document
 from tiered.metadata import FileSegmentType
+from tiered.testing import ConfigFactory
+from tiered.testing.tier_check import read_document
 
-ConfigFactory = Callable[..., TieredConfig]
 StoreFactory = Callable[..., Path]
 ConfWriter = Callable[[TieredConfig], Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"

@@ -23,11 +23,10 @@ from tiered.providers import MemoryProvider, PosixProvider, Provider, WrappedPro
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
-from tiered.core.tier_check import check_tier, read_document
 from tiered.file import reconcile
 from tiered.metadata import FileSegmentType
-
-ConfigFactory = Callable[..., TieredConfig]
+from tiered.testing import ConfigFactory
+from tiered.testing.tier_check import check_tier, read_document
 
 
 class Crash(BaseException):

@@ -25,9 +25,9 @@ from typing import Any
 import pytest
 
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.sample_tier import sample_config
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RequestCode
+from tiered.testing.sample_tier import sample_config
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "config" / "grafana-dashboard.json"

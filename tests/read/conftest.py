@@ -1,6 +1,6 @@
 """Fixtures of the read tests: generated broker stores offloaded to a tier, an S3 (moto) server.
 
-A "tier" here is a real offload (:func:`tiered.core.sample_tier.build_sample_tier`): a generated
+A "tier" here is a real offload (:func:`tiered.testing.sample_tier.build_sample_tier`): a generated
 store, one flushing dispatcher pass, then the broker's oldest commitlog files deleted as its
 cleanup would, so that the oldest offsets exist only in the tier. What every message must read
 back as is captured from the broker's files before anything is deleted.
@@ -15,36 +15,23 @@ from typing import Any
 import pytest
 
 from tiered.broker.generator import GenSpec
-from tiered.config import TieredConfig
-from tiered.core.sample_tier import SampleTier, build_sample_tier, sample_config
 from tiered.core.sidecar import Sidecar
+from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import SampleTier, build_sample_tier, rolling_spec, sample_config
 
 
 @pytest.fixture(scope="session")
 def read_spec() -> GenSpec:
     """2400 messages in 2 topics x 2 queues, 256 KiB commitlog files (about 6), v1/v2, IPv6
     hosts and compressed bodies mixed in."""
-    return GenSpec(
-        seed=21,
-        topics=2,
-        queues=2,
-        messages=2400,
-        min_body=16,
-        max_body=600,
-        commitlog_file_size=256 << 10,
-        cq_file_entries=400,
-        v2_fraction=0.3,
-        ipv6_fraction=0.3,
-        compress_fraction=0.3,
-    )
+    return rolling_spec(seed=21, queues=2, messages=2400)
 
 
 TierFactory = Callable[..., SampleTier]
-SettingsFactory = Callable[..., TieredConfig]
 
 
 @pytest.fixture
-def read_settings() -> SettingsFactory:
+def read_settings() -> ConfigFactory:
     """``read_settings(store, work, spec, provider, **keys)``: see :func:`sample_config`."""
     return sample_config
 

@@ -29,11 +29,11 @@ from tiered.providers import FaultInjectingProvider, FaultPlan, PosixProvider, P
 from tiered import metrics
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
-from tiered.core.sample_tier import SampleTier, build_sample_tier
 from tiered.errors import AccessDeniedError, InjectedFaultError
 from tiered.http.app import create_app
 from tiered.http.keys import keys_router
 from tiered.http.server import HttpServer
+from tiered.testing.sample_tier import SampleTier, build_sample_tier
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PREFIX = "rocketmq_"

@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from tiered.config import TieredConfig
-from tiered.core.sample_tier import SampleTier
 from tiered.core.sidecar import DataDirLock
 from tiered.errors import ConfigError
 from tiered.http.app import message_json
+from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]
 

@@ -19,11 +19,11 @@ from prometheus_client import REGISTRY
 from tiered.providers import PosixProvider, unwrap
 
 from tiered.broker import message as msgcodec
-from tiered.core.sample_tier import SampleTier
 from tiered.errors import AccessDeniedError
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]
 TOPIC, QID = "GenTopic0", 0

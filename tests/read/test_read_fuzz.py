@@ -16,10 +16,10 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from tiered.core.sample_tier import SampleTier
 from tiered.core.status import collect_status
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.testing.sample_tier import SampleTier
 
 
 @pytest.fixture(scope="module")

@@ -15,11 +15,11 @@ import pytest
 from fastapi import APIRouter
 
 from tiered.broker import message as msgcodec
-from tiered.core.sample_tier import SampleTier
 from tiered.core.status import collect_status
 from tiered.core.store import TieredMessageStore
 from tiered.http.app import create_app, message_json, raw_units
 from tiered.http.server import HttpServer
+from tiered.testing.sample_tier import SampleTier
 
 
 @dataclass

@@ -15,10 +15,10 @@ from tiered.providers import PosixProvider, unwrap
 
 from tiered.broker import message as msgcodec
 from tiered.core.fetcher import GetStatus
-from tiered.core.sample_tier import SampleTier
 from tiered.errors import IntegrityError
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from tiered.core.fetcher import GetStatus
 from tiered.core.local_source import LocalSource
 from tiered.core.residency import PAGE
-from tiered.core.sample_tier import SampleTier
+from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]
 

@@ -21,12 +21,11 @@ import pytest
 from tiered.providers import MemoryProvider
 
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import TieredConfig
 from tiered.core.daemon import Daemon
 from tiered.http.service import http_service, liveness, readiness
+from tiered.testing import ConfigFactory
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
-SettingsFactory = Callable[..., TieredConfig]
 
 
 def fetch(url: str) -> tuple[int, Any]:
@@ -50,7 +49,7 @@ def conf_file(path: Path, cfg_props: dict[str, str]) -> Path:
 
 
 def test_run_serves_the_tier_it_offloads_and_stops_cleanly(
-    tmp_path: Path, read_spec: GenSpec, read_settings: SettingsFactory
+    tmp_path: Path, read_spec: GenSpec, read_settings: ConfigFactory
 ) -> None:
     spec = dataclasses.replace(read_spec, messages=1200)
     store = tmp_path / "store"
@@ -89,7 +88,7 @@ def test_run_serves_the_tier_it_offloads_and_stops_cleanly(
 
 
 def test_a_port_in_use_stops_run_with_one_line(
-    tmp_path: Path, read_spec: GenSpec, read_settings: SettingsFactory
+    tmp_path: Path, read_spec: GenSpec, read_settings: ConfigFactory
 ) -> None:
     store = tmp_path / "store"
     spec = dataclasses.replace(read_spec, messages=10)
@@ -115,7 +114,7 @@ def test_a_port_in_use_stops_run_with_one_line(
 
 
 def test_health_and_readiness_name_what_is_wrong(
-    tmp_path: Path, read_spec: GenSpec, read_settings: SettingsFactory
+    tmp_path: Path, read_spec: GenSpec, read_settings: ConfigFactory
 ) -> None:
     store = tmp_path / "store"
     spec = dataclasses.replace(read_spec, messages=50)

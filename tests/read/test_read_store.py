@@ -18,16 +18,16 @@ from prometheus_client import REGISTRY
 
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import StorageLevel, TieredConfig
+from tiered.config import StorageLevel
 from tiered.core.fetcher import GetStatus, Unit
 from tiered.core.local_source import LocalSource
-from tiered.core.sample_tier import SampleTier
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.core.store import TieredMessageStore
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError
+from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import SampleTier
 
-SettingsFactory = Callable[..., TieredConfig]
 TierFactory = Callable[..., SampleTier]
 
 
@@ -216,7 +216,7 @@ def test_message_bytes_cap_and_response_min_offsets(make_tier: TierFactory) -> N
 
 
 def test_gap_between_tier_segments_is_skipped(
-    tmp_path: Path, read_spec: GenSpec, read_settings: SettingsFactory
+    tmp_path: Path, read_spec: GenSpec, read_settings: ConfigFactory
 ) -> None:
     """The broker deleted messages before they were offloaded: a read in the gap points past it."""
     store_root = tmp_path / "store"

@@ -13,11 +13,11 @@ from tiered.providers import MemoryProvider
 from tiered.broker import message as msgcodec
 from tiered.config import StorageLevel
 from tiered.core.local_source import LocalSource
-from tiered.core.sample_tier import SampleTier
 from tiered.core.time_search import Boundary, offset_by_time
 from tiered.file.flat_append_file import FlatAddress
 from tiered.file.flat_message_file import FlatMessageFile, MessageBatch
 from tiered.metadata import MetadataStore
+from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]
 

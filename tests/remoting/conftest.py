@@ -29,12 +29,12 @@ import pytest
 
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
-from tiered.core.sample_tier import SampleTier, build_sample_tier
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.groups import ReplayOffsets
 from tiered.remoting.handlers import Replay
 from tiered.remoting.naming import Naming
 from tiered.remoting.server import RemotingServer
+from tiered.testing.sample_tier import SampleTier, build_sample_tier
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 JS = Path(__file__).parent / "js"

@@ -23,7 +23,7 @@ import pytest
 
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.sample_tier import SampleTier
+from tiered.testing.sample_tier import SampleTier
 
 from .conftest import TOPIC, Consumed, Sidecar, ali_ons, build_history, expected_messages
 from .conftest import store_snapshot as snapshot

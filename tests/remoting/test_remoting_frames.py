@@ -14,10 +14,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tiered import metrics
-from tiered.core.sample_tier import SampleTier
 from tiered.errors import ProtocolError
 from tiered.remoting.codes import RESPONSE_FLAG, RequestCode, ResponseCode
 from tiered.remoting.frame import JSON, ROCKETMQ, Command, FrameReader, decode, encode
+from tiered.testing.sample_tier import SampleTier
 
 from .conftest import TOPIC, EndpointFactory
 

@@ -16,7 +16,6 @@ import pytest
 
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.sample_tier import SampleTier
 from tiered.remoting.acl import Acl
 from tiered.remoting.client import RemotingClient, split_messages
 from tiered.remoting.codes import (
@@ -34,6 +33,7 @@ from tiered.remoting.codes import (
 )
 from tiered.remoting.frame import JSON, ROCKETMQ, Command, encode
 from tiered.remoting.groups import ReplayOffsets
+from tiered.testing.sample_tier import SampleTier
 
 from .conftest import TOPIC, EndpointFactory, build_history, expected_messages
 

@@ -16,12 +16,11 @@ from typing import Any
 
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import StorageLevel, TieredConfig, load_config
+from tiered.core.local_source import LocalSource
+from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.store import TieredMessageStore
+from tiered.core.topic_filter import TopicFilter
 from tiered.providers import Provider, WrappedProvider
-
-from .local_source import LocalSource
-from .sidecar import Sidecar, build_provider
-from .store import TieredMessageStore
-from .topic_filter import TopicFilter
 
 QueueKey = tuple[str, int]
 MessageKey = tuple[str, int, int]
@@ -55,6 +54,26 @@ def sample_config(
     }
     values.update({k: str(v) for k, v in keys.items()})
     return load_config([], env={}, overrides=values)
+
+
+def rolling_spec(**changes: Any) -> GenSpec:
+    """A small store whose files roll often (256 KiB commitlog files, 400-unit consumequeue
+    files) with v1 and v2 messages, IPv6 hosts and compressed bodies; ``changes`` (seed, topics,
+    queues, messages, ...) override."""
+    spec = GenSpec(
+        seed=11,
+        topics=2,
+        queues=3,
+        messages=3000,
+        min_body=16,
+        max_body=600,
+        commitlog_file_size=256 << 10,
+        cq_file_entries=400,
+        v2_fraction=0.3,
+        ipv6_fraction=0.3,
+        compress_fraction=0.3,
+    )
+    return dataclasses.replace(spec, **changes)
 
 
 @dataclasses.dataclass
