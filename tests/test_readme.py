@@ -14,7 +14,7 @@ import pytest
 from tiered.cli import main
 from tiered.config import TieredConfig
 from tiered.http.app import create_app
-from tiered.http.keys import keys_router
+from tiered.http.key_routes import keys_router
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")

@@ -661,13 +661,20 @@ class TieredConfig(BaseModel):
             out[str(field.validation_alias)] = text
         return dict(sorted(out.items()))
 
+    def storage_level_override(self, topic: str) -> str | None:
+        """The ``tieredStorageLevelOverrides`` entry (``pattern:LEVEL``) that sets ``topic``'s
+        storage level: the first whose pattern matches, else None."""
+        for entry in self.tiered_storage_level_overrides:
+            if fnmatch.fnmatchcase(topic, entry.rpartition(":")[0]):
+                return entry
+        return None
+
     def storage_level_for(self, topic: str) -> StorageLevel:
         """The storage level of ``topic``: the first matching override, else the global level."""
-        for entry in self.tiered_storage_level_overrides:
-            pattern, _, level = entry.rpartition(":")
-            if fnmatch.fnmatchcase(topic, pattern):
-                return StorageLevel[level]
-        return self.tiered_storage_level
+        entry = self.storage_level_override(topic)
+        return (
+            self.tiered_storage_level if entry is None else StorageLevel[entry.rpartition(":")[2]]
+        )
 
     @property
     def reserved_time_overrides_hours(self) -> dict[str, int]:

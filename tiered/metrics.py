@@ -8,7 +8,7 @@ table documents each one (a test holds the three together).
 ====================================================  =======  ========  ==========================
 name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ====================================================  =======  ========  ==========================
-*dispatch* (:mod:`tiered.core.queue_step`, :mod:`tiered.core.dispatcher`, :mod:`tiered.core.expiry`)
+*dispatch* (:mod:`~tiered.core.offload_step`, :mod:`~tiered.core.dispatcher`, :mod:`~.expiry`)
 ---------------------------------------------------------------------------------------------------
 ``dispatch_behind``                                   gauge    messages  topic, queue_id, file_type
 ``dispatch_behind_bytes`` (+)                         gauge    bytes     topic, queue_id
@@ -25,7 +25,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ---------------------------------------------------------------------------------------------------
 ``rocketmq_storage_size``                             gauge    bytes     topic (= path), file_type
 ``rocketmq_storage_message_reserve_time``             gauge    ms        topic, queue_id
-*read* (:class:`~tiered.core.store.TieredMessageStore`, :class:`~tiered.index.service.IndexService`)
+*read* (:class:`~tiered.core.message_store.TieredMessageStore`, :class:`~.IndexService`)
 ---------------------------------------------------------------------------------------------------
 ``api_latency``                                       hist.    ms        operation, topic
 ``messages_out_total``                                counter  messages  topic
@@ -44,7 +44,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``index_files_uploaded_total``                        counter  files
 ``index_files_waiting``                               gauge    files
 ``index_failures_total``                              counter            stage
-*metadata* (+) (:class:`~tiered.metadata.store.MetadataStore`)
+*metadata* (+) (:class:`~tiered.metadata.metadata_store.MetadataStore`)
 ---------------------------------------------------------------------------------------------------
 ``metadata_persist_total``                            counter            result
 ``metadata_mirror_total``                             counter            result

@@ -102,7 +102,7 @@ def test_index_service_benchmark(tmp_path: Path) -> None:
         local = sidecar.local
         for start in range(0, 40_960, 4096):
             units = local.read_units(flat.topic, flat.queue_id, start, 4096)
-            read = local.read_batches([BatchRequest(flat.topic, flat.queue_id, start, units)])[0]
+            read = local.read_batches([BatchRequest(flat.topic, flat.queue_id, start, units)])[0][0]
             assert not isinstance(read, Exception)
             batches.append(read)
         t0 = time.perf_counter()

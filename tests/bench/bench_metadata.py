@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tiered.broker.configjson import dumps_fastjson
+from tiered.metadata.metadata_store import MetadataStore
 from tiered.metadata.models import (
     FileSegmentMetadata,
     FileSegmentType,
@@ -30,7 +31,6 @@ from tiered.metadata.models import (
     dump_metadata,
     parse_metadata,
 )
-from tiered.metadata.store import MetadataStore
 
 QUEUES = 10_000
 REPEAT = 5

@@ -45,8 +45,8 @@ from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig
 from tiered.core.local_source import LocalSource
+from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar, build_provider
-from tiered.core.store import TieredMessageStore
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 from tiered.testing.sample_tier import sample_config

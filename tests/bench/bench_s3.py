@@ -50,8 +50,8 @@ from tiered.providers.testing.servers import (
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import TieredConfig, load_config
 from tiered.core.local_source import LocalSource
+from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar, build_provider
-from tiered.core.store import TieredMessageStore
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from tiered.broker import broker_index, verify
 from tiered.broker import consumequeue as cqmod
-from tiered.broker import indexfile, verify
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog, list_files, scan_file
 from tiered.broker.configjson import load_topics
@@ -125,7 +125,7 @@ def test_every_key_is_in_the_broker_index(
     paths = sorted((root / "index").iterdir())
     assert len(paths) == 4  # 9000 keys (uniq + 2 KEYS per message), 2499 per file
     log = CommitLog(root / "commitlog", SPEC.commitlog_file_size)
-    files = [indexfile.IndexFile.open(p, slots=SPEC.index_slots) for p in paths]
+    files = [broker_index.IndexFile.open(p, slots=SPEC.index_slots) for p in paths]
     try:
         for f in list_files([root / "commitlog"]):
             for it in scan_file(f.path):

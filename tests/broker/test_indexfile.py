@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tiered.broker.indexfile import (
+from tiered.broker.broker_index import (
     INDEX_HEADER_SIZE,
     IndexFile,
     IndexHeader,

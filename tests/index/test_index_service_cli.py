@@ -15,10 +15,10 @@ from click.testing import CliRunner, Result
 
 from tiered.cli import main
 from tiered.config import TieredConfig
+from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar, build_provider
-from tiered.core.store import TieredMessageStore
 from tiered.http.app import create_app, message_json
-from tiered.http.keys import keys_router
+from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
 from tiered.index.service import IndexService
 from tiered.testing import ConfigFactory

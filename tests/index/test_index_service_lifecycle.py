@@ -336,7 +336,7 @@ def test_recover_from_backend_records_the_uploaded_index_files(
     index_config: ConfigFactory,
     memory: FaultInjectingProvider,
 ) -> None:
-    from tiered.core.rebuild import rebuild_from_backend
+    from tiered.core.metadata_rebuild import rebuild_from_backend
     from tiered.metadata import MetadataStore
 
     cfg = index_config(index_store)

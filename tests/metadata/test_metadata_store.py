@@ -27,6 +27,7 @@ from tiered.errors import (
     ProviderError,
     ProviderUnavailableError,
 )
+from tiered.metadata.metadata_store import FILE_NAME, LoadReport, MetadataStore, mirror_key_for
 from tiered.metadata.models import (
     LONG_MAX,
     FileSegmentMetadata,
@@ -38,7 +39,6 @@ from tiered.metadata.models import (
     dump_metadata,
     parse_metadata,
 )
-from tiered.metadata.store import FILE_NAME, LoadReport, MetadataStore, mirror_key_for
 
 CL, CQ, INDEX = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE, FileSegmentType.INDEX
 KEY = mirror_key_for("DefaultCluster", "broker-a")
@@ -335,7 +335,7 @@ _CHILD = """
 import sys
 from pathlib import Path
 from tiered.metadata.models import FileSegmentMetadata, FileSegmentType
-from tiered.metadata.store import MetadataStore
+from tiered.metadata.metadata_store import MetadataStore
 
 store = MetadataStore(Path(sys.argv[1]))
 store.load()

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.queue_state import QueueState, StateFile, StateSnapshot
+from tiered.core.dispatch_state import QueueState, StateFile, StateSnapshot
 from tiered.index.progress import IndexProgress
 from tiered.metadata.orphans import OrphanLog
 from tiered.remoting.groups import ReplayOffsets

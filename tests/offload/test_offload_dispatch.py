@@ -26,8 +26,8 @@ from tiered.providers import (
 
 from tiered import metrics
 from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.page_cache import residency
 from tiered.config import TieredConfig
-from tiered.core.residency import residency
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.metadata import FileSegmentType
 from tiered.testing import ConfigFactory

@@ -69,17 +69,17 @@ def test_the_next_header_comes_in_the_batches_preads(
     plain, peeking, last = requests(None), requests(slice(100, None)), requests(slice(0, 0))
 
     calls = local.preads
-    batches = local.read_batches(plain)
+    batches, _ = local.read_batches(plain)
     plain_calls, calls = local.preads - calls, local.preads
-    with_next, times = local.read_batches_and_next(peeking)
+    with_next, times = local.read_batches(peeking)
     assert local.preads - calls == plain_calls  # the headers cost no extra pread here
     for a, b in zip(batches, with_next, strict=True):
         assert not isinstance(a, Exception) and not isinstance(b, Exception)
         assert bytes(a.data) == bytes(b.data) and np.array_equal(a.timestamps, b.timestamps)
     assert times == [local.store_time(t, qid, 100) for t, qid in queues]
     assert all(t is not None for t in times)
-    assert local.read_batches_and_next(last)[1] == [None] * len(queues)  # nothing after
+    assert local.read_batches(last)[1] == [None] * len(queues)  # nothing after
     # a unit that is not the one after the batch (a stale or rewritten unit): no time, no error
-    read, stale = local.read_batches_and_next(requests(slice(99, None)))
+    read, stale = local.read_batches(requests(slice(99, None)))
     assert stale == [None] * len(queues)
     assert not [b for b in read if isinstance(b, Exception)]

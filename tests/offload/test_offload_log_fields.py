@@ -49,7 +49,7 @@ from tiered.testing import ConfigFactory
 
 StoreFactory = Callable[..., Path]
 ISO_MS_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-STEP_LOGGER = "tiered.core.queue_step"
+STEP_LOGGER = "tiered.core.offload_step"
 
 
 @pytest.fixture

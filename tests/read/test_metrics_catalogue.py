@@ -31,7 +31,7 @@ from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
 from tiered.errors import AccessDeniedError, InjectedFaultError
 from tiered.http.app import create_app
-from tiered.http.keys import keys_router
+from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
 from tiered.testing.sample_tier import SampleTier, build_sample_tier
 

@@ -14,8 +14,8 @@ from tiered.providers import LatencyProvider, Provider, WrappedProvider
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.core.fetcher import BULK_UNITS, GetStatus, TieredReader
+from tiered.core.message_store import TieredMessageStore
 from tiered.core.read_cache import ReadAheadCache
-from tiered.core.store import TieredMessageStore
 from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]

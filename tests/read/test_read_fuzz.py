@@ -16,7 +16,7 @@ import schemathesis
 from hypothesis import HealthCheck, given, settings
 from schemathesis import GenerationMode
 
-from tiered.core.status import collect_status
+from tiered.core.status_report import collect_status
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 from tiered.testing.sample_tier import SampleTier

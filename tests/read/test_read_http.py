@@ -15,8 +15,8 @@ import pytest
 from fastapi import APIRouter
 
 from tiered.broker import message as msgcodec
-from tiered.core.status import collect_status
-from tiered.core.store import TieredMessageStore
+from tiered.core.message_store import TieredMessageStore
+from tiered.core.status_report import collect_status
 from tiered.http.app import create_app, message_json, raw_units
 from tiered.http.server import HttpServer
 from tiered.testing.sample_tier import SampleTier

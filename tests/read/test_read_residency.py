@@ -11,9 +11,9 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
+from tiered.broker.page_cache import PAGE
 from tiered.core.fetcher import GetStatus
 from tiered.core.local_source import LocalSource
-from tiered.core.residency import PAGE
 from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]

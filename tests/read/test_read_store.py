@@ -21,8 +21,8 @@ from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import StorageLevel
 from tiered.core.fetcher import GetStatus, Unit
 from tiered.core.local_source import LocalSource
+from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar, build_provider
-from tiered.core.store import TieredMessageStore
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError
 from tiered.testing import ConfigFactory

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tiered.broker import checkpoint, configjson, consumequeue, indexfile
+from tiered.broker import broker_index, checkpoint, configjson, consumequeue
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import list_files, scan_file
 from tiered.errors import ConfigError
@@ -417,16 +417,16 @@ def _write_index(
 
     With ``--append`` the new items start a new file whose header continues from the last one.
     """
-    hashes = indexfile.key_hashes_local([(t, k) for t, k, _ in keys])
+    hashes = broker_index.key_hashes_local([(t, k) for t, k, _ in keys])
     msg = np.fromiter((i for _, _, i in keys), dtype=np.int64, count=len(keys))
     index_dir = out / "index"
     index_dir.mkdir(exist_ok=True)
     prev_ts, prev_phys = 0, 0
     existing = sorted(p for p in index_dir.iterdir() if p.name.isdigit())
     if existing:
-        with indexfile.IndexFile.open(existing[-1], slots=spec.index_slots) as last:
+        with broker_index.IndexFile.open(existing[-1], slots=spec.index_slots) as last:
             prev_ts, prev_phys = last.header.end_timestamp, last.header.end_phy_offset
-    written = indexfile.write_index_files(
+    written = broker_index.write_index_files(
         index_dir,
         hashes,
         phys[msg],

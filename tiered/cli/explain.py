@@ -15,7 +15,7 @@ from rich.table import Table
 
 from tiered.cli.common import emit_json, wide_console
 from tiered.cli.config_option import config_option, load, setup_logging
-from tiered.core.store import TieredMessageStore
+from tiered.core.message_store import TieredMessageStore
 
 
 @click.command("explain")

@@ -15,7 +15,7 @@ from rich.table import Table
 from tiered.cli.common import MESSAGE_COLUMNS, emit_json, message_cells, wide_console
 from tiered.cli.config_option import config_option, load, setup_logging
 from tiered.core.fetcher import GetResult
-from tiered.core.store import TieredMessageStore
+from tiered.core.message_store import TieredMessageStore
 from tiered.http.app import MAX_COUNT_LIMIT, message_json
 
 

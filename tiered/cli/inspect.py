@@ -10,7 +10,7 @@ from typing import Any
 import click
 from rich.table import Table
 
-from tiered.broker import checkpoint, configjson, indexfile, verify
+from tiered.broker import broker_index, checkpoint, configjson, verify
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog, list_files, parse_file_name, scan_file
@@ -227,7 +227,7 @@ def inspect_config(file: Path, as_json: bool) -> None:
 @click.option(
     "--slots",
     type=int,
-    default=indexfile.DEFAULT_MAX_HASH_SLOT_NUM,
+    default=broker_index.DEFAULT_MAX_HASH_SLOT_NUM,
     show_default=True,
     help="The broker's maxHashSlotNum.",
 )
@@ -255,7 +255,7 @@ def inspect_index(
     as_json: bool,
 ) -> None:
     """Look TOPIC#KEY up in a broker IndexFile (store/index/yyyyMMddHHmmssSSS)."""
-    with indexfile.IndexFile.open(file, slots=slots) as idx:
+    with broker_index.IndexFile.open(file, slots=slots) as idx:
         hits = idx.lookup(topic, key)
     log = CommitLog(commitlog_dir, commitlog_file_size) if commitlog_dir else None
     table = Table("physical offset", "store time", "message")

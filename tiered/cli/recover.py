@@ -10,12 +10,12 @@ import click
 from tiered.cli.common import console, fail
 from tiered.cli.config_option import config_option, load, setup_logging, verbosity
 from tiered.core.local_source import LocalSource
-from tiered.core.rebuild import RebuildReport, merge_listing, rebuild_from_backend
+from tiered.core.metadata_rebuild import RebuildReport, merge_listing, rebuild_from_backend
 from tiered.core.sidecar import DataDirLock, build_provider
 from tiered.errors import MetadataError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.metadata import MetadataStore, mirror_key_for, now_ms
-from tiered.metadata.store import FILE_NAME
+from tiered.metadata.metadata_store import FILE_NAME
 from tiered.providers import Provider
 
 

@@ -10,8 +10,8 @@ import click
 
 from tiered.cli.config_option import config_option, load, setup_logging
 from tiered.core.daemon import Daemon
-from tiered.core.store import TieredMessageStore
-from tiered.http.keys import keys_router
+from tiered.core.message_store import TieredMessageStore
+from tiered.http.key_routes import keys_router
 from tiered.http.service import http_service
 
 

@@ -13,7 +13,7 @@ from rich.table import Table
 from tiered.broker.store_layout import check_store
 from tiered.cli.common import console, emit_json
 from tiered.cli.config_option import config_option, load
-from tiered.core.status import IndexStatusReport, StatusReport, collect_status
+from tiered.core.status_report import IndexStatusReport, StatusReport, collect_status
 
 
 @click.command("status")

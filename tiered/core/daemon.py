@@ -9,7 +9,7 @@ Jobs (each ``max_instances=1``, coalesced, so a long pass is never run twice at 
 SIGTERM or SIGINT sets the stop event: the running pass stops after its current round (its
 uploads finish and are recorded), the scheduler shuts down waiting for running jobs, metadata is
 persisted, the data-dir lock released, and :meth:`Daemon.run` returns 0. A ``kill -9`` at any
-moment loses nothing: the next start reconciles (:mod:`tiered.file.reconcile`).
+moment loses nothing: the next start reconciles (:mod:`tiered.file.restart_reconcile`).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A **round** lists the local queues (``consumequeue/``), skips filtered topics (system topics
 always; ``tieredStoreTopicInclude/Exclude``), gives a queue seen for the first time its start
 position (``tieredStoreDispatchStartPolicy``), then runs one step per queue
-(:mod:`.queue_step`) on a bounded thread pool -- uploads of different queues run concurrently, at
+(:mod:`.offload_step`) on a bounded thread pool -- uploads of different queues run concurrently, at
 most ``min(tieredStoreMaxPendingLimit / 4, 16)`` at once -- and finally records every queue's
 committed sizes with **one** metadata persist. A **pass** runs rounds back to back while some
 queue still has ready work, so a backlog is offloaded batch after batch without waiting for the
@@ -40,9 +40,9 @@ from tiered.file.flat_message_file import FlatMessageFile, MessageBatch
 from tiered.logs import error_fields
 from tiered.metadata import now_ms
 
+from .dispatch_state import Gap, QueueState, StateFile, StateSnapshot
 from .local_source import BatchRequest, LocalSource
-from .queue_state import Gap, QueueState, StateFile, StateSnapshot
-from .queue_step import CommitListener, Limits, Plan, StepResult, execute, plan
+from .offload_step import CommitListener, Limits, Plan, StepResult, execute, plan
 from .topic_filter import TopicFilter
 
 log = logging.getLogger(__name__)
@@ -251,7 +251,7 @@ class Dispatcher:
             for p, u in sends
         ]
         batches: dict[int, MessageBatch | TieredStoreError] = {}
-        read, next_times = self.local.read_batches_and_next(requests)
+        read, next_times = self.local.read_batches(requests)
         for (p, _), got, next_time in zip(sends, read, next_times, strict=True):
             batches[id(p)] = got
             p.next_store_time = next_time

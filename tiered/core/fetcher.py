@@ -21,10 +21,10 @@ import numpy.typing as npt
 from tiered.broker import message as msgcodec
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.broker.unit_fields import as_uint8, check_units
-from tiered.core.read_cache import ReadAheadCache, Unit
+from tiered.core.read_cache import ReadAheadCache
+from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError, ReadPastEndError
-from tiered.file.flat_append_file import FlatAppendFile
 from tiered.file.flat_message_file import FlatMessageFile
 
 __all__ = [
@@ -97,12 +97,6 @@ def crc_mismatches(data: bytes | bytearray | memoryview, starts: Int64s) -> list
         if zlib.crc32(view[a : a + n]) & 0x7FFFFFFF != crc:
             bad.append(i)
     return bad
-
-
-def segment_key_at(file: FlatAppendFile, offset: int) -> str:
-    """The backend key of the segment of ``file`` that holds ``offset``."""
-    bases = [seg.base for seg in file.segments if seg.base <= offset]
-    return file.key(bases[-1] if bases else file.min_offset)
 
 
 IntegrityHook = Callable[[FlatMessageFile, IntegrityError], None]
@@ -214,7 +208,7 @@ class TieredReader:
         if good < len(rel) or bad_crc:
             i = min([good, *bad_crc])
             what = "body CRC mismatch" if i in bad_crc else "header disagrees with its CQ unit"
-            key = segment_key_at(flat.commitlog, int(offs[i]))
+            key = flat.commitlog.key_at(int(offs[i]))
             err = IntegrityError(
                 f"{flat.path} queue offset {offset + i}: {what} at flat commitlog offset "
                 f"{int(offs[i])} (object {key}); the tier copy is damaged",
@@ -381,6 +375,19 @@ class Fetcher:
         self.cache.put_window(flat.topic, flat.queue_id, start, self.reader.read(flat, start, span))
 
 
+def out_of_range(offset: int, lo: int, hi: int) -> tuple[GetStatus, int] | None:
+    """The status of a read at ``offset`` of a queue holding ``[lo, hi)`` when the offset is
+    outside it, with the offset the reader should ask for next (spec §9.2); else None. The one
+    ladder of the tier's and the broker's reads."""
+    if offset < lo:
+        return GetStatus.OFFSET_TOO_SMALL, lo
+    if offset == hi:
+        return GetStatus.OFFSET_OVERFLOW_ONE, hi
+    if offset > hi:
+        return GetStatus.OFFSET_OVERFLOW_BADLY, hi
+    return None
+
+
 def _outside(flat: FlatMessageFile | None, offset: int) -> GetResult | None:
     """The status of a read at ``offset`` outside what the tier holds (spec §9.2), else None."""
     if flat is None or not flat.initialized:
@@ -388,13 +395,8 @@ def _outside(flat: FlatMessageFile | None, offset: int) -> GetResult | None:
     lo, hi = flat.min_offset(), flat.commit_offset
     if hi <= 0 or lo < 0 or hi <= lo:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, offset, lo, hi)
-    if offset < lo:
-        return GetResult(GetStatus.OFFSET_TOO_SMALL, lo, lo, hi)
-    if offset == hi:
-        return GetResult(GetStatus.OFFSET_OVERFLOW_ONE, hi, lo, hi)
-    if offset > hi:
-        return GetResult(GetStatus.OFFSET_OVERFLOW_BADLY, hi, lo, hi)
-    return None
+    outside = out_of_range(offset, lo, hi)
+    return None if outside is None else GetResult(outside[0], outside[1], lo, hi)
 
 
 @dataclass(frozen=True, slots=True)

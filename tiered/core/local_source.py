@@ -7,7 +7,7 @@ its store times gathered the same way. The broker may delete files at any moment
 :class:`~tiered.errors.OffsetNotInStoreError` / :class:`~tiered.errors.StoreFileNotFoundError`,
 which the dispatcher turns into "the local min offset moved".
 
-The read path (:class:`~tiered.core.store.TieredMessageStore`) asks the same view whether an
+The read path (:class:`~tiered.core.message_store.TieredMessageStore`) asks the same view whether an
 offset is still on the broker's disk (:meth:`LocalSource.in_store`), whether its commitlog bytes
 are in the page cache (:meth:`LocalSource.residency`), and reads runs of messages with the same
 coalesced reads (:meth:`LocalSource.read`).
@@ -24,14 +24,14 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tiered.broker import coalesce, pagecache
+from tiered.broker import coalesce, page_cache
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
+from tiered.broker.page_cache import Residency, residency
 from tiered.broker.store_layout import mapped_sizes
 from tiered.broker.unit_fields import check_units, store_timestamps
 from tiered.config import TieredConfig
-from tiered.core.residency import Residency, residency
 from tiered.errors import (
     BrokerStoreError,
     CorruptStoreFileError,
@@ -39,7 +39,7 @@ from tiered.errors import (
     StoreFileNotFoundError,
 )
 from tiered.file.flat_message_file import MessageBatch
-from tiered.file.reconcile import LocalUnits
+from tiered.file.restart_reconcile import LocalUnits
 
 Units = npt.NDArray[np.void]
 Int64s = npt.NDArray[np.int64]
@@ -123,7 +123,10 @@ class LocalSource:
             return cq
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        """The next queue offset the broker will write (cheap: scans from the last answer)."""
+        """The next queue offset the broker will write (cheap: scans from the last answer); -1
+        for an unknown queue."""
+        if not self.has_queue(topic, queue_id):
+            return -1
         key = (topic, queue_id)
         hint = self._max_hint.get(key)
         try:
@@ -134,9 +137,19 @@ class LocalSource:
         return value
 
     def min_offset(self, topic: str, queue_id: int) -> int:
-        """The first queue offset whose message the broker still has (spec §3.4)."""
-        clmin = self.commitlog.min_offset
-        return self.consume_queue(topic, queue_id).min_offset(clmin if clmin >= 0 else None)
+        """The first queue offset whose message the broker still has (spec §3.4); -1 for an
+        unknown queue. Reused for :data:`MIN_OFFSET_TTL_S` while the commitlog's first file
+        stays the same (it only moves when the broker deletes that file)."""
+        if not self.has_queue(topic, queue_id):
+            return -1
+        self._fresh()
+        key, now, clmin = (topic, queue_id), time.monotonic(), self.commitlog.min_offset
+        memo = self._min_memo.get(key)
+        if memo is not None and memo[0] > now and memo[1] == clmin:
+            return memo[2]
+        value = self.consume_queue(topic, queue_id).min_offset(clmin if clmin >= 0 else None)
+        self._min_memo[key] = (now + MIN_OFFSET_TTL_S, clmin, value)
+        return value
 
     def read_units(self, topic: str, queue_id: int, start: int, count: int) -> Units:
         """Up to ``count`` consumequeue units from ``start`` (see ``ConsumeQueue.read_units``)."""
@@ -192,20 +205,19 @@ class LocalSource:
                 hi = mid
         return lo
 
-    def read_batches(self, requests: list[BatchRequest]) -> list[MessageBatch | BrokerStoreError]:
-        """The batches of many queues at once: one pread per commitlog range (see
-        :mod:`tiered.broker.coalesce`), then each batch's units gathered in queue order, checked
-        against their consumequeue units and timestamped. A batch whose bytes could not be read
-        (the broker deleted the file) or do not match its units is an error in its place."""
-        return self.read_batches_and_next(requests)[0]
-
-    def read_batches_and_next(
+    def read_batches(
         self, requests: list[BatchRequest]
     ) -> tuple[list[MessageBatch | BrokerStoreError], list[int | None]]:
-        """:meth:`read_batches`, and the store time of each request's first ``after`` unit
-        (``None`` without one, or when its header could not be read or does not match it). The
-        headers are gathered with the batches, in the same preads: the message after a batch
-        usually lies inside a range read anyway."""
+        """The batches of many queues at once, and the store time of each request's first
+        ``after`` unit.
+
+        One pread per commitlog range (see :mod:`tiered.broker.coalesce`), then each batch's units
+        gathered in queue order, checked against their consumequeue units and timestamped. A
+        batch whose bytes could not be read (the broker deleted the file) or do not match its
+        units is an error in its place. The store time after a batch is ``None`` without an
+        ``after`` unit, or when its header could not be read or does not match it; the headers
+        are gathered in the same preads (the message after a batch usually lies inside a range
+        read anyway)."""
         if not requests:
             return [], []
         offs = [r.units["offset"].astype(np.int64) for r in requests]
@@ -277,26 +289,6 @@ class LocalSource:
             self._has_memo[key] = now + HAS_QUEUE_TTL_S
         return found
 
-    def queue_min(self, topic: str, queue_id: int) -> int:
-        """:meth:`min_offset` for the read path: -1 for an unknown queue; reused for
-        :data:`MIN_OFFSET_TTL_S` while the commitlog's first file stays the same."""
-        if not self.has_queue(topic, queue_id):
-            return -1
-        self._fresh()
-        key, now, clmin = (topic, queue_id), time.monotonic(), self.commitlog.min_offset
-        memo = self._min_memo.get(key)
-        if memo is not None and memo[0] > now and memo[1] == clmin:
-            return memo[2]
-        value = self.min_offset(topic, queue_id)
-        self._min_memo[key] = (now + MIN_OFFSET_TTL_S, clmin, value)
-        return value
-
-    def queue_max(self, topic: str, queue_id: int) -> int:
-        """:meth:`max_offset` for the read path: -1 for an unknown queue."""
-        if not self.has_queue(topic, queue_id):
-            return -1
-        return self.max_offset(topic, queue_id)
-
     def _units(self, topic: str, queue_id: int, offset: int, count: int) -> Units | None:
         """The leading units from ``offset`` whose messages are still in the commitlog; ``None``
         when the unit at ``offset`` is not (or no longer) there."""
@@ -362,7 +354,7 @@ class LocalSource:
                 return []
             cum = np.cumsum(units["size"].astype(np.int64))
             units = units[: max(1, int(np.searchsorted(cum, max_bytes, side="right")))]
-            got = self.read_batches([BatchRequest(topic, queue_id, offset, units)])[0]
+            got = self.read_batches([BatchRequest(topic, queue_id, offset, units)])[0][0]
             if not isinstance(got, OffsetNotInStoreError):
                 break
         if isinstance(got, BrokerStoreError):
@@ -381,8 +373,8 @@ class LocalSource:
             if attempt:  # the listing was stale: the broker deleted a file since
                 self.refresh()
                 self._min_memo.pop((topic, queue_id), None)
-            lo = self.queue_min(topic, queue_id)
-            if lo < 0 or lo >= self.queue_max(topic, queue_id):
+            lo = self.min_offset(topic, queue_id)
+            if lo < 0 or lo >= self.max_offset(topic, queue_id):
                 return -1
             t = self.store_time(topic, queue_id, lo)
             if t is not None:
@@ -390,8 +382,9 @@ class LocalSource:
         return -1
 
     def release(self, start: int, end: int) -> int:
-        """Drop the page cache of physical range ``[start, end)`` (see :mod:`.pagecache`)."""
-        return pagecache.release(self.commitlog, start, end)
+        """Drop the page cache of physical range ``[start, end)``
+        (:func:`tiered.broker.page_cache.release`)."""
+        return page_cache.release(self.commitlog, start, end)
 
     @property
     def path(self) -> Path:

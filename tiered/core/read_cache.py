@@ -24,24 +24,10 @@ from pathlib import Path
 
 from cachetools import TTLCache
 
-from tiered.broker import message as msgcodec
+from tiered.core.read_unit import Unit
 
 BUSY_RATE = 0.8
 QueueKey = tuple[str, int]
-
-
-@dataclass(frozen=True, slots=True)
-class Unit:
-    """One message unit as read (tier: physical offset = flat offset; local: broker offset),
-    with its queue offset and consumequeue tag code."""
-
-    queue_offset: int
-    data: bytes
-    tags_code: int
-
-    def message(self) -> msgcodec.Message:
-        """The decoded message."""
-        return msgcodec.decode(self.data)
 
 
 def memory_limit_bytes() -> int:

@@ -2,9 +2,9 @@
 
 :class:`Sidecar` is what ``run``, ``dispatch`` and the tests use. :meth:`Sidecar.open` takes the
 data-dir lock (one sidecar per ``tieredDataDir``), loads ``tieredStoreMetadata.json`` and restores
-and reconciles every queue (:mod:`tiered.file.reconcile`). A sidecar that does not upload (its
-broker is a slave) stands by: it writes nothing to the backend -- no reconciliation, no metadata
-mirror (a slave shares the master's ``brokerName``, hence its keys), no expiry.
+and reconciles every queue (:mod:`tiered.file.restart_reconcile`). A sidecar that does not upload
+(its broker is a slave) stands by: it writes nothing to the backend -- no reconciliation, no
+metadata mirror (a slave shares the master's ``brokerName``, hence its keys), no expiry.
 """
 
 from __future__ import annotations
@@ -20,16 +20,16 @@ from tiered.broker.store_layout import check_store
 from tiered.config import TieredConfig
 from tiered.errors import ConfigError, TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
-from tiered.file.reconcile import ReconcileReport
+from tiered.file.restart_reconcile import ReconcileReport
 from tiered.index.service import IndexService
 from tiered.metadata import MetadataStore, mirror_key_for
 from tiered.providers import MetricsProvider, Provider, from_config
 
+from .dispatch_state import StateFile
 from .dispatcher import Dispatcher
 from .expiry import ExpiryReport, expire
 from .local_source import LocalSource
-from .queue_state import StateFile
-from .rebuild import merge_listing
+from .metadata_rebuild import merge_listing
 
 log = logging.getLogger(__name__)
 

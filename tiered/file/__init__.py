@@ -3,7 +3,11 @@
 :class:`FlatAppendFile` (segments, append vs commit offsets, rolling, two-segment reads),
 :class:`FlatCommitLogFile` (the physical-offset rewrite), :class:`FlatConsumeQueueFile`,
 :class:`FlatMessageFile` (one queue: commitlog uploaded first, consumequeue second),
-:class:`FlatFileStore` (all queues, restored from metadata) and :func:`reconcile` (restart).
+:class:`FlatFileStore` (all queues, restored from metadata) and :func:`reconcile`
+(:mod:`.restart_reconcile`: the last segments made to agree with the backend at start).
+
+Imports the driver layer (``tiered.providers``), ``tiered.metadata`` and ``tiered.broker``
+codecs; knows nothing of dispatch rounds or reads (``tiered.core`` uses it).
 """
 
 from __future__ import annotations
@@ -13,7 +17,7 @@ from .flat_commitlog import FlatCommitLogFile
 from .flat_consumequeue import FlatConsumeQueueFile
 from .flat_file_store import FlatFileStore
 from .flat_message_file import CommitResult, FlatMessageFile, MessageBatch
-from .reconcile import ReconcileReport, reconcile
+from .restart_reconcile import ReconcileReport, reconcile
 
 __all__ = [
     "CommitResult",

@@ -23,6 +23,7 @@ list and read committed bytes only.
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import logging
 import time
@@ -186,6 +187,14 @@ class FlatAppendFile:
         """The provider key of the segment at ``base``."""
         a = self.address
         return segment_key(a.cluster, a.broker, a.topic, a.queue_id, self.file_type, base)
+
+    def key_at(self, offset: int) -> str:
+        """The provider key of the segment holding ``offset`` (the first segment's for an
+        offset before it; the file's start when it has none)."""
+        bases = [seg.base for seg in self._segments]
+        if not bases:
+            return self.key(self.min_offset)
+        return self.key(bases[max(bisect.bisect_right(bases, offset) - 1, 0)])
 
     @property
     def segments(self) -> list[Segment]:

@@ -2,8 +2,8 @@
 
 :meth:`FlatFileStore.load` rebuilds each queue's segment lists from ``tieredStoreMetadata.json``
 (topics, then their queues, spec §7.4) and reconciles the last segments with the backend
-(:mod:`tiered.file.reconcile`), concurrently and bounded. Queues are created on first sight with
-their topic and queue records (:meth:`FlatFileStore.get_or_create`).
+(:mod:`tiered.file.restart_reconcile`), concurrently and bounded. Queues are created on first
+sight with their topic and queue records (:meth:`FlatFileStore.get_or_create`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from tiered.providers.base import Provider
 
 from .flat_append_file import FlatAddress
 from .flat_message_file import FlatMessageFile
-from .reconcile import LocalUnits, ReconcileReport, reconcile
+from .restart_reconcile import LocalUnits, ReconcileReport, reconcile
 
 log = logging.getLogger(__name__)
 

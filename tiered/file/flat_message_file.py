@@ -4,7 +4,7 @@ Write order (the crash-consistency rule of this package): a batch's commitlog by
 first, its consumequeue units second, and the segment records that count them are written after
 both (:meth:`FlatMessageFile.flush_metadata`, once per dispatch round). So every recorded unit
 points at uploaded message bytes, and whatever a crash leaves unrecorded is found and judged by
-:mod:`tiered.file.reconcile` at the next start.
+:mod:`tiered.file.restart_reconcile` at the next start.
 """
 
 from __future__ import annotations

@@ -25,8 +25,9 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
 
 from tiered.broker import message as msgcodec
-from tiered.core.fetcher import GetResult, Unit
-from tiered.core.store import MAX_QUEUE_ID, TOPIC_PATTERN, Boundary
+from tiered.core.fetcher import GetResult
+from tiered.core.message_store import MAX_QUEUE_ID, TOPIC_PATTERN, Boundary
+from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import (
     IntegrityError,

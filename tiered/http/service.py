@@ -14,8 +14,8 @@ from typing import Any
 from fastapi import APIRouter
 
 from tiered.core.daemon import Daemon
-from tiered.core.status import collect_status
-from tiered.core.store import TieredMessageStore
+from tiered.core.message_store import TieredMessageStore
+from tiered.core.status_report import collect_status
 from tiered.errors import TieredStoreError
 from tiered.metadata import mirror_key_for
 

@@ -5,7 +5,7 @@
 - :mod:`.key_set` — the keys of one message, as upstream computes them (the reference);
 - :mod:`.bulk_keys` — the keys of a whole batch of stored units at once, with numpy;
 - :mod:`.index_batch` — :class:`IndexBatch`, what one bulk put holds;
-- :mod:`.index_file` — :class:`IndexStoreFile`, the UNSEALED/SEALED local file;
+- :mod:`.index_store_file` — :class:`IndexStoreFile`, the UNSEALED/SEALED local file;
 - :mod:`.compaction` — :func:`compact_numpy` (upstream's compaction) and the engine choice;
 - :mod:`.compacted_file` — :class:`CompactedIndexFile` (UPLOAD), read through a provider.
 
@@ -23,7 +23,7 @@ from tiered.index.compacted_file import CompactedIndexFile, check_compacted
 from tiered.index.compaction import compact_numpy
 from tiered.index.format import IndexHeader, IndexItem, IndexStatus
 from tiered.index.index_batch import IndexBatch
-from tiered.index.index_file import IndexStoreFile, local_index_files
+from tiered.index.index_store_file import IndexStoreFile, local_index_files
 from tiered.index.java_hash import index_hashes
 from tiered.index.key_set import message_key_sets
 

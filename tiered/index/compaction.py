@@ -37,7 +37,7 @@ from tiered.index.format import (
     IndexHeader,
     compacted_size,
 )
-from tiered.index.index_file import IndexStoreFile
+from tiered.index.index_store_file import IndexStoreFile
 from tiered.javautil import to_i32
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,11 @@ from tiered import metrics
 from tiered.errors import IndexFileError
 from tiered.index.format import IndexStatus
 from tiered.index.index_batch import IndexBatch
-from tiered.index.index_file import COMPACTED_DIRECTORY_NAME, IndexStoreFile, local_index_files
+from tiered.index.index_store_file import (
+    COMPACTED_DIRECTORY_NAME,
+    IndexStoreFile,
+    local_index_files,
+)
 from tiered.metadata import now_ms
 
 log = logging.getLogger(__name__)

@@ -52,7 +52,7 @@ from tiered.index.catch_up import reindex
 from tiered.index.compaction import Compacted, Compactor, Engine
 from tiered.index.format import IndexStatus
 from tiered.index.index_batch import IndexBatch
-from tiered.index.index_file import FILE_DIRECTORY_NAME, IndexStoreFile
+from tiered.index.index_store_file import FILE_DIRECTORY_NAME, IndexStoreFile
 from tiered.index.local_files import LocalIndexFiles
 from tiered.index.progress import (
     IndexProgress,

@@ -30,7 +30,7 @@ from tiered.errors import IndexFileError, ProviderError, SegmentNotFoundError
 from tiered.file.flat_append_file import retrying
 from tiered.index.compacted_file import check_compacted
 from tiered.index.format import HEADER_SIZE, ITEM_SIZE, SLOT_SIZE
-from tiered.index.index_file import IndexStoreFile
+from tiered.index.index_store_file import IndexStoreFile
 from tiered.providers.base import Provider
 from tiered.providers.layout import INDEX_TOPIC, cluster_dir_name
 

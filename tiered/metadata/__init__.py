@@ -1,11 +1,17 @@
 """Tiered metadata (container layer): upstream's ``tieredStoreMetadata.json`` and its store.
 
 :mod:`.models` holds the schema (pydantic, upstream camelCase on disk) with the one parse function
-and the writer; :mod:`.store` keeps the file atomic, backed up, mirrored and recoverable.
+and the writer; :mod:`.metadata_store` keeps the file atomic, backed up, mirrored and recoverable;
+:mod:`.state_file` is the one primitive of the sidecar's small JSON state files, :mod:`.orphans`
+the log of objects expiry still has to delete, :mod:`.atomic` the atomic file write.
+
+Imports the driver layer (``tiered.providers``, for the mirror) and ``tiered.errors``; used by
+the container layer (``tiered.file``, ``tiered.index``) and above.
 """
 
 from __future__ import annotations
 
+from .metadata_store import LoadReport, MetadataStore, mirror_key_for, now_ms, read_metadata
 from .models import (
     LONG_MAX,
     FileSegmentMetadata,
@@ -17,7 +23,6 @@ from .models import (
     dump_metadata,
     parse_metadata,
 )
-from .store import LoadReport, MetadataStore, mirror_key_for, now_ms, read_metadata
 
 __all__ = [
     "LONG_MAX",

@@ -6,11 +6,11 @@ id, replay groups' consumer offsets) on one port, so unmodified RocketMQ consume
 replay the whole history with only ``namesrvAddr`` changed.
 
 Modules, bottom up: :mod:`.codes` (request and response codes, flags), :mod:`.frame` (the frame
-codec, JSON and ROCKETMQ headers), :mod:`.acl` (``plain_acl.yml`` accounts and request
-signatures), :mod:`.groups` (heartbeats and the replay groups' offsets), :mod:`.naming` (routes
-and cluster info), :mod:`.handlers` (one function per request code over
-:class:`~tiered.core.store.TieredMessageStore`), :mod:`.server` (asyncio TCP server: connection
-limit, idle timeout, long polling), :mod:`.client` (a small blocking client for tests, benchmarks
-and scripts). Imports point down: the package uses the access layer (``tiered.core``,
+codec, JSON and ROCKETMQ headers), :mod:`.acl` (``plain_acl.yml`` accounts and request signatures),
+:mod:`.groups` (heartbeats and the replay groups' offsets), :mod:`.naming` (routes and cluster
+info), :mod:`.handlers` (one function per request code over
+:class:`~tiered.core.message_store.TieredMessageStore`), :mod:`.server` (asyncio TCP server:
+connection limit, idle timeout, long polling), :mod:`.client` (a small blocking client for tests,
+benchmarks and scripts). Imports point down: the package uses the access layer (``tiered.core``,
 ``tiered.index``) and nothing below it knows the protocol exists; only the CLI imports it.
 """

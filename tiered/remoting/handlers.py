@@ -1,9 +1,9 @@
 """The broker half of the endpoint: one method per request code, over the access layer.
 
-Every read goes through :class:`~tiered.core.store.TieredMessageStore` (storage levels, per-topic
-overrides, CRC checks, the read-ahead cache) -- offsets the broker still holds are read from its
-store, read-only -- and key queries through the key index (plus the broker's own index files for
-what is only local). Writes are refused: the endpoint is read-only.
+Every read goes through :class:`~tiered.core.message_store.TieredMessageStore` (storage levels,
+per-topic overrides, CRC checks, the read-ahead cache) -- offsets the broker still holds are read
+from its store, read-only -- and key queries through the key index (plus the broker's own index
+files for what is only local). Writes are refused: the endpoint is read-only.
 
 Status mapping of a pull (as the broker's ``PullMessageProcessor``): FOUND -> SUCCESS with the
 messages as stored, back to back; NO_MATCHED_MESSAGE -> PULL_RETRY_IMMEDIATELY; OFFSET_OVERFLOW_ONE
@@ -24,10 +24,10 @@ from pathlib import Path
 
 from tiered import metrics
 from tiered.broker import message as msgcodec
-from tiered.broker.indexfile import lookup_index_files
+from tiered.broker.broker_index import lookup_index_files
 from tiered.config import TieredConfig
 from tiered.core.fetcher import GetStatus
-from tiered.core.store import TieredMessageStore
+from tiered.core.message_store import TieredMessageStore
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import (
     AclError,

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tiered.config import TieredConfig
-from tiered.core.store import TieredMessageStore
+from tiered.core.message_store import TieredMessageStore
 from tiered.errors import StoreFileNotFoundError
 
 from .codes import MASTER_ID, PERM_READ, RETRY_GROUP_TOPIC_PREFIX

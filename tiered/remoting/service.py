@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from tiered.core.daemon import Daemon
-from tiered.core.store import TieredMessageStore
+from tiered.core.message_store import TieredMessageStore
 
 from .acl import Acl
 from .groups import ReplayOffsets

@@ -17,8 +17,8 @@ from typing import Any
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.config import StorageLevel, TieredConfig, load_config
 from tiered.core.local_source import LocalSource
+from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar, build_provider
-from tiered.core.store import TieredMessageStore
 from tiered.core.topic_filter import TopicFilter
 from tiered.providers import Provider, WrappedProvider
 

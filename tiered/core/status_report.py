@@ -21,13 +21,13 @@ from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
 from tiered.index.format import END_MAGIC_CODE, HEADER_SIZE, IndexHeader
-from tiered.index.index_file import FILE_DIRECTORY_NAME, local_index_files
+from tiered.index.index_store_file import FILE_DIRECTORY_NAME, local_index_files
 from tiered.index.progress import IndexProgress
 from tiered.metadata import FileSegmentType, MetadataDocument, read_metadata
 from tiered.providers.layout import index_logical_path, logical_path
 
+from .dispatch_state import StateFile
 from .local_source import LocalSource
-from .queue_state import StateFile
 from .sidecar import LOCK_NAME
 from .topic_filter import TopicFilter
 

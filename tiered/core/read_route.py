@@ -12,8 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol
 
+from tiered.broker.page_cache import Residency
 from tiered.config import StorageLevel
-from tiered.core.residency import Residency
 
 Tier = Literal["tiered", "local"]
 
@@ -21,7 +21,7 @@ Tier = Literal["tiered", "local"]
 class LocalView(Protocol):
     """What routing asks of the broker's store (:class:`~tiered.core.local_source.LocalSource`)."""
 
-    def queue_min(self, topic: str, queue_id: int) -> int: ...
+    def min_offset(self, topic: str, queue_id: int) -> int: ...
     def in_store(self, topic: str, queue_id: int, offset: int) -> bool: ...
     def residency(self, topic: str, queue_id: int, offset: int, batch: int) -> Residency | None: ...
 
@@ -70,7 +70,7 @@ def route(
     page-cache residency of exactly the batch's commitlog bytes (upstream looks one message past
     the batch).
     """
-    local_min = local.queue_min(topic, queue_id)
+    local_min = local.min_offset(topic, queue_id)
 
     def done(tier: Tier, reason: str, resident: Residency | None = None) -> Route:
         return Route(tier, reason, level, flat_commit_offset, local_min, resident)

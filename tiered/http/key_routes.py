@@ -14,7 +14,7 @@ from typing import Annotated, Any
 from fastapi import APIRouter, Path, Query
 from fastapi.responses import JSONResponse
 
-from tiered.core.store import TOPIC_PATTERN
+from tiered.core.message_store import TOPIC_PATTERN
 from tiered.errors import InvalidRequestError
 from tiered.http.app import MAX_COUNT_LIMIT, message_json
 from tiered.index.service import IndexService

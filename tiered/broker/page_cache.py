@@ -1,17 +1,28 @@
-"""Is a byte range of a file resident in the page cache? (``mincore(2)``, what NOT_IN_MEM asks).
+"""The page cache of the broker's files: what is resident (``mincore``) and what the sidecar
+lets go (``posix_fadvise``).
 
-The range is mapped read-only with the C library's ``mmap`` (not Python's, whose buffer cannot be
-addressed when read-only), asked with ``mincore`` and unmapped; the file is opened ``O_RDONLY``.
+* :func:`residency` -- is a byte range of a file in the page cache? (what NOT_IN_MEM asks). The
+  range is mapped read-only with the C library's ``mmap`` (not Python's, whose buffer cannot be
+  addressed when read-only), asked with ``mincore`` and unmapped.
+* :func:`release` -- drop the cached pages of commitlog ranges the sidecar has finished with.
+  Offloading a cold backlog reads gigabytes the broker itself no longer needs; leaving them cached
+  would evict the broker's hot pages. ``POSIX_FADV_DONTNEED`` only drops clean cached pages
+  (nothing is written; the broker's dirty pages are left alone by the kernel).
+
+Files are only ever opened ``O_RDONLY``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from tiered.broker.commitlog import CommitLog
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 _libc.mmap.restype = ctypes.c_void_p
@@ -70,3 +81,33 @@ def residency(path: Path, position: int, length: int) -> Residency:
     finally:
         os.close(fd)
     return Residency(resident, pages)
+
+
+ALIGN = 2 << 20
+"""The largest page-cache folio (a PMD): advised ranges start on this boundary."""
+
+
+def release(log: CommitLog, start: int, end: int) -> int:
+    """Advise the kernel to drop cached pages of physical range ``[start, end)``.
+
+    The start is moved down to a :data:`ALIGN` boundary: the page cache holds large folios
+    (up to 2 MiB) that are dropped only when a call covers them whole, so each call also covers
+    the folio the previous call ended in (advising pages already dropped costs nothing). Files
+    the broker deleted meanwhile are skipped. Returns the bytes advised.
+    """
+    if end <= start or not hasattr(os, "posix_fadvise"):
+        return 0
+    advised = 0
+    for f in log.files:
+        lo, hi = max(start, f.base) - f.base, min(end, f.end) - f.base
+        if lo >= hi:
+            continue
+        lo -= lo % ALIGN
+        with contextlib.suppress(FileNotFoundError):
+            fd = os.open(f.path, os.O_RDONLY)
+            try:
+                os.posix_fadvise(fd, lo, hi - lo, os.POSIX_FADV_DONTNEED)
+                advised += hi - lo
+            finally:
+                os.close(fd)
+    return advised

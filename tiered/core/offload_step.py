@@ -24,7 +24,6 @@ Segment records are written by the dispatcher after the round (one persist per r
 
 from __future__ import annotations
 
-import bisect
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -36,12 +35,11 @@ import numpy.typing as npt
 from tiered import metrics
 from tiered.broker.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, is_blank_unit
 from tiered.errors import OffsetNotInStoreError, StoreFileNotFoundError, TieredStoreError
-from tiered.file.flat_append_file import FlatAppendFile
 from tiered.file.flat_message_file import CommitResult, FlatMessageFile, MessageBatch
 from tiered.logs import error_fields, traceback_if_debug
 
+from .dispatch_state import Gap, QueueState
 from .local_source import LocalSource
-from .queue_state import Gap, QueueState
 
 log = logging.getLogger(__name__)
 
@@ -216,8 +214,8 @@ def _log_batches(flat: FlatMessageFile, done: CommitResult, started: float) -> N
     for batch, offsets in done.batches:
         n = len(batch)
         first = batch.queue_offset
-        commitlog_key = _segment_key(flat.commitlog, int(offsets[0]) if n else 0)
-        consume_queue_key = _segment_key(flat.consume_queue, first * CQ_UNIT_SIZE)
+        commitlog_key = flat.commitlog.key_at(int(offsets[0]) if n else 0)
+        consume_queue_key = flat.consume_queue.key_at(first * CQ_UNIT_SIZE)
         log.debug(
             "uploaded batch %s offsets [%d, %d) %d messages %.1f KiB in %.1f ms to %s and %s",
             flat.path,
@@ -240,12 +238,6 @@ def _log_batches(flat: FlatMessageFile, done: CommitResult, started: float) -> N
                 "ms": ms,
             },
         )
-
-
-def _segment_key(part: FlatAppendFile, offset: int) -> str:
-    """The key of ``part``'s segment that holds ``offset`` (a handful of segments: a scan)."""
-    bases = [seg.base for seg in part.segments]
-    return part.key(bases[max(bisect.bisect_right(bases, offset) - 1, 0)])
 
 
 def _plan(

@@ -1,6 +1,6 @@
 """``TieredMessageStore``: cold reads over the broker's store and the tier (spec §9).
 
-Every read is routed first (:func:`~tiered.core.policy.route`: the topic's storage level, what
+Every read is routed first (:func:`~tiered.core.read_route.route`: the topic's storage level, what
 the tier holds, whether the broker still has the offset on disk or in the page cache); the tier
 side is the :class:`~tiered.core.fetcher.Fetcher` (read-ahead cache, verified reads), the local
 side the broker's own files through :class:`~tiered.core.local_source.LocalSource`. As upstream,
@@ -22,7 +22,6 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from fnmatch import fnmatchcase
 from types import TracebackType
 from typing import Any
 
@@ -50,10 +49,11 @@ from .fetcher import (
     TieredReader,
     Unit,
     matching,
+    out_of_range,
 )
 from .local_source import LocalSource
-from .policy import Route, route
 from .read_cache import ReadAheadCache, memory_limit_bytes
+from .read_route import Route, route
 from .tag_filter import TagFilter
 from .time_search import Boundary, offset_by_time
 from .topic_filter import is_system_topic
@@ -326,7 +326,7 @@ class TieredMessageStore:
         max_bytes: int,
     ) -> GetResult:
         local = self.local
-        lo, hi = local.queue_min(topic, queue_id), local.queue_max(topic, queue_id)
+        lo, hi = local.min_offset(topic, queue_id), local.max_offset(topic, queue_id)
 
         def status(s: GetStatus, nxt: int) -> GetResult:
             return GetResult(s, nxt, lo, hi, tier="local")
@@ -335,12 +335,9 @@ class TieredMessageStore:
             return status(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset)
         if hi == 0:
             return status(GetStatus.NO_MESSAGE_IN_QUEUE, offset)
-        if offset < lo:
-            return status(GetStatus.OFFSET_TOO_SMALL, lo)
-        if offset == hi:
-            return status(GetStatus.OFFSET_OVERFLOW_ONE, hi)
-        if offset > hi:
-            return status(GetStatus.OFFSET_OVERFLOW_BADLY, hi)
+        outside = out_of_range(offset, lo, hi)
+        if outside is not None:
+            return status(*outside)
         try:
             got = local.read(topic, queue_id, offset, min(max_count, hi - offset), max_bytes)
         except (OffsetNotInStoreError, StoreFileNotFoundError):
@@ -370,7 +367,7 @@ class TieredMessageStore:
         side's own bounds."""
         check_request(topic, queue_id)
         flat = self._flat(topic, queue_id)
-        lmin, lmax = self.local.queue_min(topic, queue_id), self.local.queue_max(topic, queue_id)
+        lmin, lmax = self.local.min_offset(topic, queue_id), self.local.max_offset(topic, queue_id)
         tmin = flat.min_offset() if flat is not None else -1
         commit = flat.commit_offset if flat is not None else -1
         visible = self._serves(topic)
@@ -468,16 +465,14 @@ class TieredMessageStore:
         check_request(topic, queue_id, offset)
         decision = self.route(topic, queue_id, offset)
         flat = self._flat(topic, queue_id)
-        override = next(
-            (e for e in self.cfg.tiered_storage_level_overrides if _matches(topic, e)), None
-        )
+        override = self.cfg.storage_level_override(topic)
         out: dict[str, Any] = {"topic": topic, "queueId": queue_id, "offset": offset}
         out.update(decision.as_json())
         out["levelFrom"] = (
             f"tieredStorageLevelOverrides {override!r}" if override else "tieredStorageLevel"
         )
         out["tieredMinOffset"] = flat.min_offset() if flat is not None else -1
-        out["localMaxOffset"] = self.local.queue_max(topic, queue_id)
+        out["localMaxOffset"] = self.local.max_offset(topic, queue_id)
         return out
 
     # --- integrity and metrics --------------------------------------------------------------------
@@ -512,7 +507,3 @@ def _lowest(a: int, b: int) -> int:
     if a < 0 or b < 0:
         return max(a, b)
     return min(a, b)
-
-
-def _matches(topic: str, entry: str) -> bool:
-    return fnmatchcase(topic, entry.rpartition(":")[0])

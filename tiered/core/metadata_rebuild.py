@@ -8,7 +8,7 @@ With ``--from-backend`` (the mirror is gone too) every record is rebuilt from th
 * the queues are the ``{broker}/{topic}/{queueId}`` directories holding segments;
 * a segment's size is its object's size, capped for all but the last segment of a file at the
   next segment's base (bytes past a record are never part of the file, see
-  :mod:`tiered.file.reconcile`);
+  :mod:`tiered.file.restart_reconcile`);
 * begin/end timestamps are read from the messages: a consumequeue segment's first and last units'
   messages; a commitlog segment's first message, and the next segment's first message as its
   end -- an upper bound, so expiry keeps rather than deletes;
