@@ -253,7 +253,7 @@ def median(runs: list[Run]) -> Run:
 
 def fresh_store(b: Backend) -> TieredMessageStore:
     """A read store with an empty read-ahead cache."""
-    return TieredMessageStore(b.cfg, b.sidecar.store, LocalSource(b.cfg))
+    return TieredMessageStore(b.cfg, b.sidecar.flat_store, LocalSource(b.cfg))
 
 
 def over_http(b: Backend, fmt: str) -> Callable[[], tuple[int, int]]:
@@ -266,7 +266,7 @@ def over_http(b: Backend, fmt: str) -> Callable[[], tuple[int, int]]:
         server = HttpServer(app, "127.0.0.1", 0)
         server.start()
         try:
-            flat = b.sidecar.store.get(TOPIC, QID)
+            flat = b.sidecar.flat_store.get(TOPIC, QID)
             assert flat is not None
             return scan_http(server, flat.commit_offset, fmt)
         finally:
@@ -322,7 +322,7 @@ def test_cold_catch_up_and_fetch_latency(backends: list[Backend]) -> None:
 
 def latency(b: Backend) -> list[str]:
     """p50/p99 of random single-message fetches, first with an empty cache, then again."""
-    flat = b.sidecar.store.get(TOPIC, QID)
+    flat = b.sidecar.flat_store.get(TOPIC, QID)
     assert flat is not None
     offsets = random.Random(3).sample(range(flat.commit_offset), SAMPLES)
     store = fresh_store(b)

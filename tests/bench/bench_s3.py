@@ -225,13 +225,13 @@ def catch_up(
 ) -> tuple[int, float, float]:
     """Every queue read whole over HTTP raw by a consumer process (as a real one is), from a
     fresh store (empty caches); bytes, seconds, the sidecar's CPU-seconds."""
-    store = TieredMessageStore(cfg, sidecar.store, LocalSource(cfg))
+    store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
     app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=READ_BYTES)
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
     ends = []
     for qid in range(QUEUES):
-        flat = sidecar.store.get("GenTopic0", qid)
+        flat = sidecar.flat_store.get("GenTopic0", qid)
         assert flat is not None
         ends.append(str(flat.commit_offset))
     requests.clear()
@@ -250,10 +250,10 @@ def catch_up(
 
 def catch_up_in_process(sidecar: Sidecar, cfg: TieredConfig) -> tuple[int, float, float]:
     """The same reads through the store API in this process; bytes, seconds, CPU-seconds."""
-    store = TieredMessageStore(cfg, sidecar.store, LocalSource(cfg))
+    store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
     nbytes, started, cpu = 0, time.perf_counter(), _cpu()
     for qid in range(QUEUES):
-        flat = sidecar.store.get("GenTopic0", qid)
+        flat = sidecar.flat_store.get("GenTopic0", qid)
         assert flat is not None
         offset = 0
         while offset < flat.commit_offset:
@@ -295,8 +295,8 @@ def boto3_baseline(cfg: TieredConfig) -> tuple[int, float]:
 
 
 def fetch_latency(sidecar: Sidecar, cfg: TieredConfig, label: str) -> str:
-    store = TieredMessageStore(cfg, sidecar.store, LocalSource(cfg))
-    flat = sidecar.store.get("GenTopic0", 0)
+    store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
+    flat = sidecar.flat_store.get("GenTopic0", 0)
     assert flat is not None
     samples = []
     for offset in random.Random(1).sample(range(flat.commit_offset), SAMPLES):

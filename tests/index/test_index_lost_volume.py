@@ -68,7 +68,7 @@ def test_a_catch_up_killed_half_way_resumes_where_it_was(
     with Sidecar(off, provider) as sidecar:  # offloaded, never indexed: all to catch up
         sidecar.dispatcher.run_pass(flush=True)
     with Sidecar(off, provider) as sidecar:
-        index = IndexService(cfg, provider, sidecar.metadata, sidecar.store)
+        index = IndexService(cfg, provider, sidecar.metadata, sidecar.flat_store)
         put = index.put
         done: list[int] = []
 
@@ -85,8 +85,10 @@ def test_a_catch_up_killed_half_way_resumes_where_it_was(
         index._saver_stop.set()
         assert index._saver is not None
         index._saver.join()
-        total = sum(f.commit_offset for f in sidecar.store.files())
-        again = IndexService(cfg, provider, sidecar.metadata, sidecar.store).start(catch_up=False)
+        total = sum(f.commit_offset for f in sidecar.flat_store.files())
+        again = IndexService(cfg, provider, sidecar.metadata, sidecar.flat_store).start(
+            catch_up=False
+        )
         try:
             redone = again.catch_up()
         finally:

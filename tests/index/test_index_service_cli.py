@@ -135,7 +135,7 @@ def test_http_keys_route(
         index: IndexService | None = sidecar.index
         assert index is not None
         index.compact_sealed()
-        store = TieredMessageStore(cfg, sidecar.store, sidecar.local)
+        store = TieredMessageStore(cfg, sidecar.flat_store, sidecar.local)
         current: list[IndexService | None] = [index]
         app = create_app(
             store,

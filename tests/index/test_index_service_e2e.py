@@ -135,7 +135,7 @@ def test_catch_up_duplicates_collapse(
         for qid in (0, 1):
             index.progress.forget(topic, qid)
             index.progress.set_default(topic, qid, 0)
-        flats = [f for f in sidecar.store.files() if f.topic == topic]
+        flats = [f for f in sidecar.flat_store.files() if f.topic == topic]
         assert index.catch_up() == sum(f.commit_offset for f in flats)
         f = index.local.current()
         assert f.item_count == 900 * 3 + sum(f.commit_offset for f in flats) * 3

@@ -263,7 +263,9 @@ def test_uploaded_but_never_indexed_batches_are_caught_up(
         index = index_of(sidecar)
         assert_all_found(index, expected)
         offsets = index.status()["indexedOffsets"]
-        assert offsets == {f.path.split("/", 1)[1]: f.commit_offset for f in sidecar.store.files()}
+        assert offsets == {
+            f.path.split("/", 1)[1]: f.commit_offset for f in sidecar.flat_store.files()
+        }
 
 
 def test_lost_progress_reindexes_everything(

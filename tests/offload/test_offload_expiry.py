@@ -114,7 +114,7 @@ def test_old_segments_go_oldest_first_metadata_before_data(
     cut = segs[len(segs) // 2][2]  # expire segments whose newest message is older than this
     with Sidecar(cfg, provider) as sidecar:
         report = sidecar.expire(cut + 72 * HOUR_MS)
-        flat = sidecar.store.get("GenTopic0", 0)
+        flat = sidecar.flat_store.get("GenTopic0", 0)
         assert flat is not None
         min_offset = flat.min_offset()
     assert report.segments > 0 and provider.checks > 0
@@ -145,7 +145,7 @@ def test_an_idle_queue_keeps_its_position_when_everything_expired(
     first = check_tier(cfg, memory)
     with Sidecar(cfg, provider) as sidecar:
         sidecar.expire(10**15)  # far future: everything is expired
-        for flat in sidecar.store.files():
+        for flat in sidecar.flat_store.files():
             assert [s.size for s in flat.consume_queue.segments] == [0]
             assert [s.size for s in flat.commitlog.segments] == [0]
             assert flat.commit_offset == first.ranges[(flat.topic, flat.queue_id)][1]
@@ -171,7 +171,7 @@ def test_reserve_time_per_topic(make_store: StoreFactory, offload_config: Config
         assert topic is not None
         sidecar.metadata.update_topic(topic.model_copy(update={"reserve_time": 2}))
         assert reserve_hours(cfg, sidecar.metadata, "GenTopic1") == 2
-        report = expire(cfg, sidecar.store, newest + 90 * 60_000)  # 1.5 h after the newest
+        report = expire(cfg, sidecar.flat_store, newest + 90 * 60_000)  # 1.5 h after the newest
     assert report.segments > 0
     after = ends(cfg, FileSegmentType.CONSUME_QUEUE)
     assert all(sum(s for _, s, _ in segs) == 0 for p, segs in after.items() if "GenTopic0" in p)
@@ -222,7 +222,7 @@ def test_a_failed_segment_expiry_is_counted_by_file_type(
     before = {t: expiry_failures(t) for t in ("commit_log", "consume_queue", "index")}
     provider.marker = marker
     with Sidecar(cfg, provider) as sidecar:
-        queues = len(sidecar.store.files())
+        queues = len(sidecar.flat_store.files())
         report = sidecar.expire(10**15)  # everything is expired
         assert report.failures == queues  # each queue stops at its first refused delete
         assert len(provider.refused) == queues
@@ -277,7 +277,7 @@ def test_a_logged_key_whose_record_survived_is_never_deleted(
     memory = MemoryProvider()
     offload(cfg, memory)
     with Sidecar(cfg, memory) as sidecar:
-        flat = sidecar.store.files()[0]
+        flat = sidecar.flat_store.files()[0]
         live = flat.commitlog.key(flat.commitlog.segments[0].base)
         sidecar.metadata.orphans.add([live])
         assert sidecar.expire(0).orphans_deleted == 0  # nothing is old enough at time 0

@@ -42,7 +42,7 @@ def test_latency_is_the_age_of_the_first_message_left_waiting(
             assert waiting is not None and newest is not None and waiting > newest
             assert latency(flat.topic, flat.queue_id) == NOW - waiting  # not NOW - newest
         assert not dispatcher.run_pass(flush=True).errors
-        for flat in sidecar.store.files():
+        for flat in sidecar.flat_store.files():
             assert latency(flat.topic, flat.queue_id) == 0  # caught up
         preads = dispatcher.local.preads
         for flat, step in dispatcher.run_round(flush=True):

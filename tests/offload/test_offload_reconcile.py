@@ -223,7 +223,7 @@ def test_garbage_tails_are_cut_without_truncate(
     inner = PosixProvider(cfg.tiered_store_file_path)
     finish(cfg, inner)
     with Sidecar(cfg, inner, lock=False) as sidecar:
-        flats = sidecar.store.files()
+        flats = sidecar.flat_store.files()
         cq_key = flats[0].consume_queue.key(flats[0].consume_queue.segments[-1].base)
         cl_key = flats[0].commitlog.key(flats[0].commitlog.segments[-1].base)
         cq2 = flats[1].consume_queue.key(flats[1].consume_queue.segments[-1].base)
@@ -252,5 +252,5 @@ def test_reconcile_is_a_no_op_on_a_clean_tier(
     finish(cfg, inner)
     with Sidecar(cfg, inner, lock=False) as sidecar:
         assert not any(r.changed for r in sidecar.reports)
-        again = [reconcile(f) for f in sidecar.store.files()]
+        again = [reconcile(f) for f in sidecar.flat_store.files()]
     assert not any(r.changed or r.cut_bytes or r.kept_units for r in again)

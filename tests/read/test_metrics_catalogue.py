@@ -111,7 +111,7 @@ class Run:
 
 def _flip_queue_offset(tier: SampleTier, topic: str, qid: int, offset: int) -> None:
     """Flip a bit of the stored queue offset of one message in its posix segment file."""
-    flat = tier.sidecar.store.get(topic, qid)
+    flat = tier.sidecar.flat_store.get(topic, qid)
     assert flat is not None
     unit = flat.consume_queue.read_units(offset, 1)
     physical = int(unit["offset"][0])
@@ -171,7 +171,7 @@ def run(tmp_path_factory: pytest.TempPathFactory, read_spec: GenSpec) -> Iterato
         out.waiting.append(_value("rocketmq_tiered_store_index_files_waiting"))
         # an expiry run an hour after the oldest message: nothing goes, the reserve-time gauges
         # are set (the generated messages are years old: now_ms() would expire them all)
-        oldest = min(f.min_timestamp() for f in tier.sidecar.store.files() if f.initialized)
+        oldest = min(f.min_timestamp() for f in tier.sidecar.flat_store.files() if f.initialized)
         assert tier.sidecar.expire(oldest + 3_600_000).segments == 0
         # a metadata mirror put that fails (the local file is written)
         mirror = "rocketmq_tiered_store_metadata_mirror_total"

@@ -138,12 +138,12 @@ def test_a_busy_cache_is_bypassed(make_tier: TierFactory) -> None:
     provider = tier.provider
     assert isinstance(provider, CountingProvider)
     topic, qid = tier.queues[0]
-    flat = tier.sidecar.store.get(topic, qid)
+    flat = tier.sidecar.flat_store.get(topic, qid)
     assert flat is not None
     first_window = int(flat.consume_queue.read_units(0, window)["size"].astype(int).sum())
     small = ReadAheadCache(int(first_window / 0.85), 15_000)  # one window: 85 % of it
     store = TieredMessageStore(
-        tier.level("FORCE"), tier.sidecar.store, tier.sidecar.local, cache=small
+        tier.level("FORCE"), tier.sidecar.flat_store, tier.sidecar.local, cache=small
     )
     first = store.get_message(topic, qid, 0, 4)  # fills the cache beyond 80 % of its bytes
     assert small.busy
@@ -188,9 +188,9 @@ def test_a_bulk_reader_asks_the_consumequeue_for_more_only_on_its_first_read(
     """On an object store the first bulk read of a queue asks for the read-ahead threshold (so
     the provider opens a window at once); the reads that continue it ask for what they need."""
     tier = make_tier("memory", wrap=ReadLengths)
-    provider = tier.sidecar.store.provider
+    provider = tier.sidecar.flat_store.provider
     assert isinstance(provider, ReadLengths)
-    flat = tier.sidecar.store.get("GenTopic0", 0)
+    flat = tier.sidecar.flat_store.get("GenTopic0", 0)
     assert flat is not None and flat.commit_offset - flat.min_offset() > 2 * BULK_UNITS
     reader = TieredReader(1 << 30, lambda f, e: None, bulk_index_bytes=1000 * CQ_UNIT_SIZE)
 

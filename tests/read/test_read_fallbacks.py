@@ -73,7 +73,7 @@ def served(make_tier: TierFactory) -> Iterator[Served]:
     """The API over a posix tier read at level FORCE (every read asks the tier first), without
     the read-ahead cache (each request reads the backend)."""
     tier = make_tier("posix", readAheadCacheEnable="false")
-    flat = tier.sidecar.store.get(TOPIC, QID)
+    flat = tier.sidecar.flat_store.get(TOPIC, QID)
     posix = unwrap(tier.provider)
     assert flat is not None and isinstance(posix, PosixProvider)
     ok = {"metadata": "ok"}

@@ -28,7 +28,7 @@ TOPIC, QID = "GenTopic0", 0
 
 def segment_file(tier: SampleTier, queue_offset: int) -> tuple[Path, int, int, str]:
     """The posix file holding the message at ``queue_offset``: (path, position, size, key)."""
-    flat = tier.sidecar.store.get(TOPIC, QID)
+    flat = tier.sidecar.flat_store.get(TOPIC, QID)
     assert flat is not None
     unit = flat.consume_queue.read_units(queue_offset, 1)
     offset, size = int(unit["offset"][0]), int(unit["size"][0])
@@ -53,7 +53,7 @@ def damage_body(tier: SampleTier, queue_offset: int) -> tuple[str, int]:
     unit = path.read_bytes()[position : position + size]
     body = msgcodec.decode(unit).body
     flip(path, position + unit.index(body) + len(body) // 2)
-    flat = tier.sidecar.store.get(TOPIC, QID)
+    flat = tier.sidecar.flat_store.get(TOPIC, QID)
     assert flat is not None
     return key, int(flat.consume_queue.read_units(queue_offset, 1)["offset"][0])
 

@@ -234,7 +234,7 @@ def test_gap_between_tier_segments_is_skipped(
         assert gap_end > 800
         report = sidecar.dispatcher.run_pass(flush=True)
         assert report.gaps and not report.errors
-        store = TieredMessageStore(cfg, sidecar.store, local)
+        store = TieredMessageStore(cfg, sidecar.flat_store, local)
         in_gap = store.get_message("GenTopic0", 0, 800, 8)
         assert (in_gap.status, in_gap.next_begin_offset) == (GetStatus.OFFSET_FOUND_NULL, gap_end)
         before = store.get_message("GenTopic0", 0, 790, 32)

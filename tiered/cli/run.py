@@ -35,7 +35,7 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
         lambda: daemon.sidecar.index, max_response_bytes=cfg.tiered_http_max_response_bytes
     )
     # one read facade (and one read-ahead cache) behind both front doors
-    store = TieredMessageStore(cfg, daemon.sidecar.store, daemon.sidecar.local)
+    store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
     daemon.services.append(http_service(daemon, extra_routers=[keys], store=store))
     if cfg.tiered_remoting_enable:
         from tiered.remoting.service import remoting_service

@@ -157,7 +157,7 @@ class Daemon:
             log.info(
                 "rmq-tiered running: role %s, %d queues restored, dispatch every %d ms",
                 self.sidecar.dispatcher.role,
-                len(self.sidecar.store),
+                len(self.sidecar.flat_store),
                 self.cfg.tiered_store_dispatch_interval_ms,
             )
             interval = self.cfg.tiered_store_dispatch_interval_ms

@@ -99,7 +99,7 @@ class Dispatcher:
     ) -> None:
         self.cfg = cfg
         self.local = local
-        self.store = store
+        self.flat_store = store
         self.filter = topic_filter or TopicFilter.from_config(cfg)
         self.state_file = state_file
         self.clock = clock
@@ -158,8 +158,10 @@ class Dispatcher:
         found: list[FlatMessageFile] = []
         fresh: list[tuple[FlatMessageFile, int]] = []
         wanted = [k for k in self.local.queues() if self.filter.allows(k[0])]
-        with durable(self.store.metadata):  # topic and queue records of new queues: one persist
-            flats = [self.store.get_or_create(topic, qid) for topic, qid in wanted]
+        with durable(
+            self.flat_store.metadata
+        ):  # topic and queue records of new queues: one persist
+            flats = [self.flat_store.get_or_create(topic, qid) for topic, qid in wanted]
         for flat in flats:
             if not flat.initialized:
                 start = self._start_offset(flat.topic, flat.queue_id)
@@ -175,23 +177,30 @@ class Dispatcher:
         return found
 
     def _start_offset(self, topic: str, qid: int) -> int | None:
+        """Where a new queue's offload starts (recorded in its state), or None (the local queue
+        cannot be read; its state says why)."""
         st = self.state(topic, qid)
         try:
-            lmin = self.local.min_offset(topic, qid)
-            lmax = self.local.max_offset(topic, qid)
-            st.local_min, st.local_max = lmin, lmax
-            if self.cfg.tiered_store_dispatch_start_policy is DispatchStartPolicy.EARLIEST:
-                return lmin
-            since = self.clock() - RECENT_LOOKBACK_MS
-            return min(max(self.local.offset_by_time(topic, qid, since), lmin), lmax)
+            st.local_min, st.local_max, start = self._start_of(topic, qid)
         except (TieredStoreError, OSError) as e:
             st.error = f"cannot read the local queue: {e}"
             return None
+        return start
+
+    def _start_of(self, topic: str, qid: int) -> tuple[int, int, int]:
+        """``(local min, local max, start)`` of a queue not yet in the tier, by
+        ``tieredStoreDispatchStartPolicy``; only reads."""
+        lmin = self.local.min_offset(topic, qid)
+        lmax = self.local.max_offset(topic, qid)
+        if self.cfg.tiered_store_dispatch_start_policy is DispatchStartPolicy.EARLIEST:
+            return lmin, lmax, lmin
+        since = self.clock() - RECENT_LOOKBACK_MS
+        return lmin, lmax, min(max(self.local.offset_by_time(topic, qid, since), lmin), lmax)
 
     def _init(self, fresh: list[tuple[FlatMessageFile, int]]) -> set[tuple[str, int]]:
         """Initialise new queues, their records persisted once before any data."""
         failed: set[tuple[str, int]] = set()
-        with durable(self.store.metadata):
+        with durable(self.flat_store.metadata):
             for flat, start in fresh:
                 try:
                     flat.init(start, persist=False)
@@ -236,7 +245,7 @@ class Dispatcher:
                     results += [(p.flat, f.result()) for p, f in running.pop(0)]
             for started in running:
                 results += [(p.flat, f.result()) for p, f in started]
-        self.store.flush_metadata()
+        self.flat_store.flush_metadata()
         self.rounds += 1
         metrics.DISPATCH_ROUNDS.inc()
         self._release_cold(results, now)
@@ -250,15 +259,17 @@ class Dispatcher:
             BatchRequest(p.flat.topic, p.flat.queue_id, p.current, u, p.read_ahead)
             for p, u in sends
         ]
-        batches: dict[int, MessageBatch | TieredStoreError] = {}
         read, next_times = self.local.read_batches(requests)
-        for (p, _), got, next_time in zip(sends, read, next_times, strict=True):
-            batches[id(p)] = got
-            p.next_store_time = next_time
+        batches: dict[tuple[str, int], tuple[MessageBatch | TieredStoreError, int | None]] = {
+            p.queue: (got, next_time)
+            for (p, _), got, next_time in zip(sends, read, next_times, strict=True)
+        }
         listeners = tuple(self.commit_listeners)
-        return [
-            (p, self._pool.submit(execute, p, batches.get(id(p)), now, listeners)) for p in wave
-        ]
+        started = []
+        for p in wave:
+            batch, next_time = batches.get(p.queue, (None, None))
+            started.append((p, self._pool.submit(execute, p, batch, next_time, now, listeners)))
+        return started
 
     def run_pass(
         self,
@@ -309,15 +320,23 @@ class Dispatcher:
         return report
 
     def backlog(self) -> int:
-        """Messages the local store holds beyond the tier, over all target queues."""
+        """Messages the local store holds beyond the tier, over all target queues (a queue not
+        yet in the tier counts from where its offload would start). Only reads: no queue or
+        record is created to answer."""
+        self.local.refresh()
         total = 0
-        for flat in self.targets():
+        for topic, qid in self.local.queues():
+            if not self.filter.allows(topic):
+                continue
+            flat = self.flat_store.get(topic, qid)
             try:
-                total += max(
-                    self.local.max_offset(flat.topic, flat.queue_id) - flat.commit_offset, 0
-                )
+                if flat is not None and flat.initialized:
+                    done, lmax = flat.commit_offset, self.local.max_offset(topic, qid)
+                else:
+                    _, lmax, done = self._start_of(topic, qid)
             except (TieredStoreError, OSError):
                 continue
+            total += max(lmax - done, 0)
         return total
 
     # --- page cache and state -------------------------------------------------------------------

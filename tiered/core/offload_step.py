@@ -71,10 +71,11 @@ class StepResult:
     timestamps: Int64s | None = None
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class Plan:
-    """What a step will do for one queue: retry a failed upload, or send ``units`` (read from
-    the local store between planning and :func:`execute`), rolling segments first as told."""
+    """What a step will do for one queue, decided once: retry a failed upload (no ``units``), or
+    send ``units`` (read from the local store between planning and :func:`execute`), rolling
+    segments first as told."""
 
     flat: FlatMessageFile
     state: QueueState
@@ -84,7 +85,11 @@ class Plan:
     read_ahead: npt.NDArray[np.void] | None = None  # the units after the batch (for metrics)
     roll_commitlog: bool = False
     roll_consume_queue: bool = False
-    next_store_time: int | None = None  # of read_ahead[0], read with the batch (dispatch latency)
+
+    @property
+    def queue(self) -> tuple[str, int]:
+        """``(topic, queue id)``: what plans are keyed by."""
+        return self.flat.topic, self.flat.queue_id
 
     @property
     def retry(self) -> bool:
@@ -101,12 +106,77 @@ def plan(
     *,
     flush: bool,
 ) -> Plan | StepResult:
-    """Decide the queue's step (the caller holds the queue's lock). A queue-level problem is
-    recorded in ``state`` and returned as a failed result, never raised."""
+    """Decide the queue's step (the caller holds the queue's lock): a :class:`Plan`, or the
+    result of a step that has nothing to send (idle, holding, caught up, a gap skipped). A
+    queue-level problem is recorded in ``state`` and returned as a failed result, never raised."""
     try:
         return _plan(flat, state, local, limits, now, flush)
     except (TieredStoreError, OSError) as e:
         return failed(flat, state, e)
+
+
+def _plan(
+    flat: FlatMessageFile,
+    state: QueueState,
+    local: LocalSource,
+    limits: Limits,
+    now: int,
+    flush: bool,
+) -> Plan | StepResult:
+    topic, qid = flat.topic, flat.queue_id
+    state.error = ""
+    if flat.has_pending:
+        return Plan(flat=flat, state=state)
+    current = flat.commit_offset
+    lmax = local.max_offset(topic, qid)
+    state.local_max = lmax
+    if current > lmax:
+        state.error = (
+            f"the tier is ahead of the local store (tiered {current} > local max {lmax}): the "
+            "broker store was replaced or reset; the queue is left alone"
+        )
+        return StepResult()
+    if current == lmax:
+        _caught_up(flat, state)
+        return StepResult()
+    want = min(limits.count, lmax - current)
+    try:  # one unit more when there is one: where the messages left waiting begin (latency)
+        units = local.read_units(topic, qid, current, min(want + 1, lmax - current))
+        gone = (units["offset"] < local.commitlog.min_offset) | is_blank_unit(units)
+    except (OffsetNotInStoreError, StoreFileNotFoundError):
+        units, gone = np.empty(0, dtype=CQ_UNIT_DTYPE), None
+    if gone is None or (len(gone) and gone[0]):
+        return _skip_deleted(flat, state, local, now, current)
+    if not len(units):
+        return StepResult()  # the broker has not finished writing the unit at `current`
+    sizes = units["size"][:want].astype(np.int64)
+    state.next_physical = int(units["offset"][0])
+    ready = (
+        flush
+        or not limits.group_commit
+        or lmax - current >= limits.count
+        or int(sizes.sum()) >= limits.size_bytes
+        or limits.timeout_ms == 0
+    )
+    if not ready:
+        first = local.store_time(topic, qid, current)
+        ready = first is None or first + limits.timeout_ms <= now
+        _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
+        if not ready:
+            return StepResult()
+    if flat.commitlog.try_time_roll(now, limits.rolling_hours, limits.rolling_min_bytes):
+        log.info("%s: flat commitlog rolled by time", flat.path)
+    n, roll_cl, roll_cq = flat.plan_batch(sizes, limits.size_bytes)
+    return Plan(
+        flat=flat,
+        state=state,
+        current=current,
+        lmax=lmax,
+        units=units[:n],
+        read_ahead=units[n:],
+        roll_commitlog=roll_cl,
+        roll_consume_queue=roll_cq,
+    )
 
 
 CommitListener = Callable[[FlatMessageFile, MessageBatch, Int64s], None]
@@ -126,12 +196,14 @@ def _notify(flat: FlatMessageFile, done: CommitResult, listeners: Sequence[Commi
 def execute(
     p: Plan,
     batch: MessageBatch | TieredStoreError | None,
+    next_store_time: int | None,
     now: int,
     listeners: Sequence[CommitListener] = (),
 ) -> StepResult:
     """Carry out a plan: append the batch read for it and upload (commitlog, then
-    consumequeue), then tell ``listeners``. Runs in a worker thread while the caller holds the
-    queue's lock."""
+    consumequeue), then tell ``listeners``. ``next_store_time``: the store time of the first
+    message after the batch, read with it (the dispatch latency). Runs in a worker thread while
+    the caller holds the queue's lock."""
     flat, state = p.flat, p.state
     try:
         if p.retry:  # a previous upload failed: finish it, from where it stopped
@@ -166,7 +238,7 @@ def execute(
     else:
         state.next_physical = None
     ahead = after["size"].astype(np.int64) if after is not None else np.zeros(0, np.int64)
-    _behind(flat, state, remaining, ahead, _waiting_ms(p, batch, remaining, now))
+    _behind(flat, state, remaining, ahead, _waiting_ms(next_store_time, batch, remaining, now))
     return StepResult(
         messages=n,
         bytes=batch.nbytes,
@@ -176,14 +248,14 @@ def execute(
     )
 
 
-def _waiting_ms(p: Plan, batch: MessageBatch, remaining: int, now: int) -> int:
+def _waiting_ms(next_store_time: int | None, batch: MessageBatch, remaining: int, now: int) -> int:
     """Dispatch latency after a batch (spec §13): the age of the first message not yet
     offloaded, 0 when none waits. Its store time was read with the batch; should it be unknown
     (the broker was rewriting it), the newest message just sent gives a lower bound."""
     if remaining <= 0:
         return 0
-    if p.next_store_time is not None:
-        return now - p.next_store_time
+    if next_store_time is not None:
+        return now - next_store_time
     return now - int(batch.timestamps.max()) if len(batch) else 0
 
 
@@ -238,61 +310,6 @@ def _log_batches(flat: FlatMessageFile, done: CommitResult, started: float) -> N
                 "ms": ms,
             },
         )
-
-
-def _plan(
-    flat: FlatMessageFile,
-    state: QueueState,
-    local: LocalSource,
-    limits: Limits,
-    now: int,
-    flush: bool,
-) -> Plan | StepResult:
-    topic, qid = flat.topic, flat.queue_id
-    state.error = ""
-    if flat.has_pending:
-        return Plan(flat, state)
-    current = flat.commit_offset
-    lmax = local.max_offset(topic, qid)
-    state.local_max = lmax
-    if current > lmax:
-        state.error = (
-            f"the tier is ahead of the local store (tiered {current} > local max {lmax}): the "
-            "broker store was replaced or reset; the queue is left alone"
-        )
-        return StepResult()
-    if current == lmax:
-        _caught_up(flat, state)
-        return StepResult()
-    want = min(limits.count, lmax - current)
-    try:  # one unit more when there is one: where the messages left waiting begin (latency)
-        units = local.read_units(topic, qid, current, min(want + 1, lmax - current))
-        gone = (units["offset"] < local.commitlog.min_offset) | is_blank_unit(units)
-    except (OffsetNotInStoreError, StoreFileNotFoundError):
-        units, gone = np.empty(0, dtype=CQ_UNIT_DTYPE), None
-    if gone is None or (len(gone) and gone[0]):
-        return _skip_deleted(flat, state, local, now, current)
-    if not len(units):
-        return StepResult()  # the broker has not finished writing the unit at `current`
-    sizes = units["size"][:want].astype(np.int64)
-    state.next_physical = int(units["offset"][0])
-    ready = (
-        flush
-        or not limits.group_commit
-        or lmax - current >= limits.count
-        or int(sizes.sum()) >= limits.size_bytes
-        or limits.timeout_ms == 0
-    )
-    if not ready:
-        first = local.store_time(topic, qid, current)
-        ready = first is None or first + limits.timeout_ms <= now
-        _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
-        if not ready:
-            return StepResult()
-    if flat.commitlog.try_time_roll(now, limits.rolling_hours, limits.rolling_min_bytes):
-        log.info("%s: flat commitlog rolled by time", flat.path)
-    n, roll_cl, roll_cq = flat.plan_batch(sizes, limits.size_bytes)
-    return Plan(flat, state, current, lmax, units[:n], units[n:], roll_cl, roll_cq)
 
 
 def _skip_deleted(

@@ -100,7 +100,7 @@ class Sidecar:
             mirror_key=mirror_key_for(cfg.broker_cluster_name, cfg.broker_name) if mirror else None,
         )
         self.local = LocalSource(cfg)
-        self.store = FlatFileStore.from_config(cfg, self.provider, self.metadata)
+        self.flat_store = FlatFileStore.from_config(cfg, self.provider, self.metadata)
         self.state_file = StateFile(cfg.tiered_data_dir)
         self._lock = DataDirLock(cfg.tiered_data_dir) if lock else None
         self._workers = workers
@@ -125,7 +125,7 @@ class Sidecar:
                 self._restore_lost_metadata()
             self.metadata.load()
             if self.uploading:
-                self.reports = self.store.load(self.local.units_lookup)
+                self.reports = self.flat_store.load(self.local.units_lookup)
                 if self.cfg.message_index_enable:
                     self.index = self._start_index()
             else:
@@ -183,7 +183,7 @@ class Sidecar:
         )
 
     def _start_index(self) -> IndexService | None:
-        index = IndexService(self.cfg, self.provider, self.metadata, self.store)
+        index = IndexService(self.cfg, self.provider, self.metadata, self.flat_store)
         try:
             return index.start()
         except (TieredStoreError, OSError) as e:  # offloading goes on; keys are caught up later
@@ -199,7 +199,7 @@ class Sidecar:
             self._dispatcher = Dispatcher(
                 self.cfg,
                 self.local,
-                self.store,
+                self.flat_store,
                 state_file=self.state_file,
                 workers=self._workers,
                 uploads=self.uploading,
@@ -212,7 +212,7 @@ class Sidecar:
         """One expiry run (nothing when standing by)."""
         if not self.uploading:
             return ExpiryReport()
-        return expire(self.cfg, self.store, now)
+        return expire(self.cfg, self.flat_store, now)
 
     def close(self) -> None:
         """Finish running uploads, record them, persist metadata, release the lock."""
@@ -222,7 +222,7 @@ class Sidecar:
             if self.index is not None:
                 self.index.close()
             if self.uploading:
-                self.store.flush_metadata()
+                self.flat_store.flush_metadata()
         finally:
             self.provider.close()
             if self._lock is not None:

@@ -66,7 +66,7 @@ def http_service(
     reading through ``store`` (default: a new one over the daemon's flat files)."""
     cfg = daemon.cfg
     if store is None:
-        store = TieredMessageStore(cfg, daemon.sidecar.store, daemon.sidecar.local)
+        store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
 
     def status() -> dict[str, Any]:
         return collect_status(cfg).to_json()

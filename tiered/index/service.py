@@ -127,7 +127,7 @@ class IndexService:
         self.cfg = cfg
         self.provider = provider
         self.metadata = metadata
-        self.store = store
+        self.flat_store = store
         self.readonly = readonly
         self.clock = clock
         slots = cfg.tiered_store_index_file_max_hash_slot_num
@@ -170,8 +170,8 @@ class IndexService:
         service.local.open()
         metadata = read_metadata()
         service.metadata = service.uploaded.metadata = metadata
-        service.store = FlatFileStore.from_config(cfg, provider, metadata)
-        service.store.load(reconcile_backend=False)
+        service.flat_store = FlatFileStore.from_config(cfg, provider, metadata)
+        service.flat_store.load(reconcile_backend=False)
         service._open = True
         return service
 
@@ -194,14 +194,14 @@ class IndexService:
                             len(report.adopted), len(report.deleted))  # fmt: skip
             restored = (
                 self.progress.load()
-                or self.store is None
+                or self.flat_store is None
                 or self.readonly
                 or self._restore_progress()
             )
             if not restored:
                 log.info("no index progress: every queue is indexed from the tier")
-            if self.store is not None:
-                for flat in self.store.files():
+            if self.flat_store is not None:
+                for flat in self.flat_store.files():
                     if flat.initialized:
                         start = flat.min_offset()
                         self.progress.set_default(flat.topic, flat.queue_id, max(start, 0))
@@ -360,10 +360,10 @@ class IndexService:
     def catch_up(self) -> int:
         """Index, from the tier, every queue's uploaded messages beyond its indexed offset;
         returns how many messages were indexed."""
-        if self.store is None or self.readonly:
+        if self.flat_store is None or self.readonly:
             return 0
         total = 0
-        for flat in self.store.files():
+        for flat in self.flat_store.files():
             indexed = self.progress.get(flat.topic, flat.queue_id)
             if indexed is None or indexed >= flat.commit_offset:
                 continue
@@ -589,7 +589,7 @@ class IndexService:
         return data if len(data) == size else None
 
     def _flat(self, topic: str, queue_id: int) -> FlatMessageFile | None:
-        return self.store.get(topic, queue_id) if self.store is not None else None
+        return self.flat_store.get(topic, queue_id) if self.flat_store is not None else None
 
     # --- status ---------------------------------------------------------------------------------
 

@@ -94,7 +94,7 @@ class SampleTier:
     def store(self, level: StorageLevel | str | None = None, **changes: Any) -> TieredMessageStore:
         """A read store over the sidecar's flat files and a fresh view of the broker's store."""
         cfg = self.cfg if level is None else self.level(level, **changes)
-        return TieredMessageStore(cfg, self.sidecar.store, LocalSource(cfg))
+        return TieredMessageStore(cfg, self.sidecar.flat_store, LocalSource(cfg))
 
     @property
     def queues(self) -> list[QueueKey]:
