@@ -9,7 +9,7 @@ when their provider is used.
 
 from __future__ import annotations
 
-from .base import BytesLike, Payload, Provider, RequestListener
+from .base import BytesLike, Payload, Provider, RequestCounts, RequestListener
 from .fsspec import FsspecProvider
 from .layout import (
     INDEX_TOPIC,
@@ -62,6 +62,7 @@ __all__ = [
     "ProviderEntry",
     "ProviderMetrics",
     "ProviderRegistry",
+    "RequestCounts",
     "RequestListener",
     "S3Provider",
     "SegmentAddress",

@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import abc
 import threading
+from collections import Counter
 from collections.abc import Callable, Iterator
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar, Self
+from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
 
+from tiered.closeable import Closeable
 from tiered.errors import InvalidRangeError, SegmentNotFoundError
 
 if TYPE_CHECKING:
@@ -52,7 +53,20 @@ request is resent after a retriable failure); may raise to abort the request."""
 RETRY_PREFIX = "RETRY_"
 
 
-class Provider(abc.ABC):
+class RequestCounts:
+    """A request listener that counts requests by operation (safe from many threads): pass it
+    to :meth:`Provider.add_request_listener` and read :attr:`counts`."""
+
+    def __init__(self) -> None:
+        self.counts: Counter[str] = Counter()
+        self._lock = threading.Lock()
+
+    def __call__(self, operation: str) -> None:
+        with self._lock:
+            self.counts[operation] += 1
+
+
+class Provider(Closeable, abc.ABC):
     """Segment object storage with positional append; see the module docstring for the rules."""
 
     name: ClassVar[str] = ""
@@ -200,19 +214,8 @@ class Provider(abc.ABC):
         """
         return 0
 
-    def close(self) -> None:  # noqa: B027 - a no-op unless the provider holds clients
+    def close(self) -> None:
         """Release clients and handles; the provider reconnects lazily if used again."""
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --- request accounting -----------------------------------------------------------------------
 

@@ -32,14 +32,13 @@ import json
 import os
 import random
 import statistics
-import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from tiered.providers import Provider
+from tiered.providers import Provider, RequestCounts
 from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
 
 from tiered.broker.generator import GenSpec, generate_store
@@ -134,14 +133,9 @@ def _offload(root: Path, spec: GenSpec, name: str, **keys: str) -> Backend:
         **keys,
     )
     provider = build_provider(cfg)
-    requests: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def count(operation: str) -> None:
-        with lock:
-            requests[operation] += 1
-
-    provider.add_request_listener(count)
+    counts = RequestCounts()
+    provider.add_request_listener(counts)
+    requests = counts.counts
     sidecar = Sidecar(cfg, provider).open()
     report = sidecar.dispatcher.run_pass(flush=True)
     assert report.messages == spec.messages and not report.errors

@@ -31,14 +31,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import pytest
-from tiered.providers import Provider
+from tiered.providers import Provider, RequestCounts
 from tiered.providers.testing.servers import (
     HttpFaults,
     S3Endpoint,
@@ -109,14 +108,9 @@ def settings(store: Path, work: Path, endpoint: S3Endpoint | None, **keys: str) 
 
 def counted(cfg: TieredConfig) -> tuple[Provider, Counter[str]]:
     provider = build_provider(cfg)
-    requests: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def count(operation: str) -> None:
-        with lock:
-            requests[operation] += 1
-
-    provider.add_request_listener(count)
+    counts = RequestCounts()
+    provider.add_request_listener(counts)
+    requests = counts.counts
     return provider, requests
 
 

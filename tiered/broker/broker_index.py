@@ -20,12 +20,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, tzinfo
 from pathlib import Path
-from types import TracebackType
 from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
+from tiered.closeable import Closeable
 from tiered.errors import IndexFileError, StoreFileNotFoundError
 from tiered.javautil import java_string_hash, to_i32
 
@@ -96,7 +96,7 @@ class IndexHit:
     item: int
 
 
-class IndexFile:
+class IndexFile(Closeable):
     """A read-only, memory-mapped broker index file. Use as a context manager or call close()."""
 
     def __init__(self, path: Path, mapped: mmap.mmap, slots: int):
@@ -146,14 +146,6 @@ class IndexFile:
     def close(self) -> None:
         """Unmap the file."""
         self._mm.close()
-
-    def __enter__(self) -> IndexFile:
-        return self
-
-    def __exit__(
-        self, exc: type[BaseException] | None, val: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def slot_table(self) -> npt.NDArray[np.int32]:
         """All slot values (a copy)."""

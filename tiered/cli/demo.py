@@ -16,6 +16,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -175,20 +176,14 @@ def _demo(run: _Run, messages: int) -> None:
             f"crcOk={m['crcOk']} physicalOffset(flat)={m['physicalOffset']}"
         )
     key = fetched[0]["keys"][0] if fetched else "GenTopic0-0-0-0"
-    hits = [
-        json.loads(line)
-        for line in run.command(
-            "5. a message by key",
-            "query",
-            *cfg,
-            "--topic",
-            "GenTopic0",
-            "--key",
-            key,
-            "--json",
-            capture=True,
+
+    def query(title: str) -> list[dict[str, Any]]:
+        lines = run.command(
+            title, "query", *cfg, "--topic", "GenTopic0", "--key", key, "--json", capture=True
         ).splitlines()
-    ]
+        return [json.loads(line) for line in lines]
+
+    hits = query("5. a message by key")
     for m in hits:
         console.print(f"{key} → {m['topic']}/{m['queueId']}@{m['queueOffset']} keys={m['keys']}")
     compaction = run.command(
@@ -202,17 +197,7 @@ def _demo(run: _Run, messages: int) -> None:
         capture=True,
     )
     console.print(compaction.strip())
-    hits_after = run.command(
-        "7. the same key, now from the uploaded (compacted) index",
-        "query",
-        *cfg,
-        "--topic",
-        "GenTopic0",
-        "--key",
-        key,
-        "--json",
-        capture=True,
-    ).splitlines()
+    hits_after = query("7. the same key, now from the uploaded (compacted) index")
     console.rule("report")
     console.print(
         f"offloaded {summary['messages']} messages ({summary['bytes'] / 1e6:.1f} MB) of "

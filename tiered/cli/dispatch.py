@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import threading
 from collections import Counter
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from tiered.cli.common import EXIT_DATA_ERROR, console, emit_json, fail, warn
 from tiered.cli.config_option import config_option, load, setup_logging, verbosity
 from tiered.core.dispatcher import PassReport
 from tiered.core.sidecar import Sidecar, build_provider
+from tiered.providers import RequestCounts
 
 
 @click.command("dispatch")
@@ -42,14 +42,9 @@ def dispatch(
     cfg = load(configs)
     setup_logging(cfg, verbose_level=verbosity(verbose), quiet=True)
     provider = build_provider(cfg)
-    requests: Counter[str] = Counter()
-    lock = threading.Lock()
-
-    def count(operation: str) -> None:
-        with lock:
-            requests[operation] += 1
-
-    provider.add_request_listener(count)
+    counts = RequestCounts()
+    provider.add_request_listener(counts)
+    requests = counts.counts
     with Sidecar(cfg, provider) as sidecar:
         dispatcher = sidecar.dispatcher
         if not dispatcher.uploading:

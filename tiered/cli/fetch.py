@@ -18,19 +18,22 @@ from tiered.core.fetcher import GetResult
 from tiered.core.message_store import TieredMessageStore
 from tiered.http.app import MAX_COUNT_LIMIT, message_json
 
-
-@click.command("fetch")
-@config_option
-@click.option("--topic", required=True, help="Topic name.")
-@click.option("--queue", "queue_id", type=click.IntRange(0), required=True, help="Queue id.")
-@click.option("--offset", type=click.IntRange(0), required=True, help="First queue offset.")
-@click.option(
+max_count_option = click.option(
     "--max-count",
     type=click.IntRange(1, MAX_COUNT_LIMIT),
     default=32,
     show_default=True,
     help="Most messages to return.",
 )
+"""``--max-count`` of the commands that print messages (``fetch``, ``query``)."""
+
+
+@click.command("fetch")
+@config_option
+@click.option("--topic", required=True, help="Topic name.")
+@click.option("--queue", "queue_id", type=click.IntRange(0), required=True, help="Queue id.")
+@click.option("--offset", type=click.IntRange(0), required=True, help="First queue offset.")
+@max_count_option
 @click.option("--tags", default=None, help="Tag subscription: '*' or 'TagA || TagB'.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 def fetch(

@@ -16,9 +16,10 @@ from rich.table import Table
 from tiered.broker import message as msgcodec
 from tiered.cli.common import MESSAGE_COLUMNS, console, emit_json, message_cells
 from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.cli.fetch import max_count_option
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
-from tiered.http.app import MAX_COUNT_LIMIT, message_json
+from tiered.http.app import message_json
 from tiered.index.search import KeyHit
 from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX, MetadataStore, read_metadata
@@ -32,13 +33,7 @@ from tiered.metadata import LONG_MAX, MetadataStore, read_metadata
 @click.option(
     "--end", type=click.IntRange(0), default=None, help="Latest store time, epoch ms [no limit]."
 )
-@click.option(
-    "--max-count",
-    type=click.IntRange(1, MAX_COUNT_LIMIT),
-    default=32,
-    show_default=True,
-    help="Most messages to return.",
-)
+@max_count_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per message.")
 def query(
     configs: tuple[Path, ...],

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tiered import metrics
+from tiered.closeable import Closeable
 from tiered.config import DispatchStartPolicy, TieredConfig
 from tiered.errors import TieredStoreError
 from tiered.file.flat_append_file import durable
@@ -82,7 +83,7 @@ class PassReport:
     role: str = "master"
 
 
-class Dispatcher:
+class Dispatcher(Closeable):
     """Moves messages from the broker's store to the tier; see the module docstring."""
 
     def __init__(
@@ -135,12 +136,6 @@ class Dispatcher:
     def close(self, *, cancel: bool = False) -> None:
         """Wait for running steps and stop the worker threads (``cancel``: drop queued ones)."""
         self._pool.shutdown(wait=True, cancel_futures=cancel)
-
-    def __enter__(self) -> Dispatcher:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def state(self, topic: str, queue_id: int) -> QueueState:
         """The run-time state of a queue (created on first use)."""

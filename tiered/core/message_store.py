@@ -22,10 +22,10 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import TracebackType
 from typing import Any
 
 from tiered import metrics
+from tiered.closeable import Closeable
 from tiered.config import StorageLevel, TieredConfig
 from tiered.errors import (
     IntegrityError,
@@ -87,7 +87,7 @@ def check_request(topic: str, queue_id: int, offset: int = 0, max_count: int = 1
         raise InvalidRequestError(f"maxCount={max_count!r} must be >= 1")
 
 
-class TieredMessageStore:
+class TieredMessageStore(Closeable):
     """The read facade; thread-safe (the HTTP API calls it from many threads)."""
 
     def __init__(
@@ -146,17 +146,6 @@ class TieredMessageStore:
         if self._owned is not None:
             self._owned.close()
             self._owned = None
-
-    def __enter__(self) -> TieredMessageStore:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     # --- routing ----------------------------------------------------------------------------------
 

@@ -14,9 +14,9 @@ import fcntl
 import logging
 import os
 from pathlib import Path
-from types import TracebackType
 
 from tiered.broker.store_layout import check_store
+from tiered.closeable import Closeable
 from tiered.config import TieredConfig
 from tiered.errors import ConfigError, TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
@@ -79,7 +79,7 @@ def build_provider(cfg: TieredConfig) -> Provider:
     return MetricsProvider(from_config(cfg))
 
 
-class Sidecar:
+class Sidecar(Closeable):
     """The offload machinery of one broker; use as a context manager (``open``/``close``)."""
 
     def __init__(
@@ -230,11 +230,3 @@ class Sidecar:
 
     def __enter__(self) -> Sidecar:
         return self.open()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()

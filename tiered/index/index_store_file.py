@@ -29,12 +29,12 @@ import mmap
 import os
 import struct
 from pathlib import Path
-from types import TracebackType
-from typing import Final, Self
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
 
+from tiered.closeable import Closeable
 from tiered.errors import IndexFileError
 from tiered.index.format import (
     BEGIN_MAGIC_CODE,
@@ -74,7 +74,7 @@ def _name_key(path: Path) -> int:
     return int(path.name)
 
 
-class IndexStoreFile:
+class IndexStoreFile(Closeable):
     """One local index file (UNSEALED or SEALED); use :meth:`create` or :meth:`open`.
 
     Not thread-safe: one writer, and queries from the same thread (the index service holds a lock).
@@ -206,14 +206,6 @@ class IndexStoreFile:
             os.close(self._fd)
             self._fd = -1
         self._status = IndexStatus.SHUTDOWN
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc: type[BaseException] | None, val: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
 
     def flush(self) -> None:
         """Write dirty pages to disk: the mapped slot table and header (``msync``), then the

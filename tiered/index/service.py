@@ -37,6 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered import metrics
+from tiered.closeable import Closeable
 from tiered.config import TieredConfig
 from tiered.errors import (
     InvalidRequestError,
@@ -109,7 +110,7 @@ class CompactionResult:
         }
 
 
-class IndexService:
+class IndexService(Closeable):
     """The key index of one broker; see the module docstring. Thread-safe."""
 
     def __init__(
@@ -240,12 +241,6 @@ class IndexService:
                 self.checkpoint()
             self._open = False
             self.local.close()
-
-    def __enter__(self) -> IndexService:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     # --- put ------------------------------------------------------------------------------------
 

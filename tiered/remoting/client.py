@@ -11,7 +11,8 @@ from __future__ import annotations
 import itertools
 import socket
 import struct
-from types import TracebackType
+
+from tiered.closeable import Closeable
 
 from .acl import ACCESS_KEY, SIGNATURE, request_content, sign
 from .codes import ONEWAY_FLAG
@@ -20,7 +21,7 @@ from .frame import JSON, Command, decode, encode
 _LEN = struct.Struct(">i")
 
 
-class RemotingClient:
+class RemotingClient(Closeable):
     """``with RemotingClient("127.0.0.1", 10941) as c: c.call(105, topic="T")``."""
 
     def __init__(
@@ -40,17 +41,6 @@ class RemotingClient:
 
     def close(self) -> None:
         self.sock.close()
-
-    def __enter__(self) -> RemotingClient:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.close()
 
     def _recv_exact(self, n: int) -> bytes:
         chunks, left = [], n
