@@ -48,6 +48,7 @@ from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.testing.page_cache import drop_cache
 from tiered.testing.sample_tier import sample_config
 
 SIZE_BYTES = int(float(os.environ.get("RMQ_BENCH_READ_GIB", "1")) * (1 << 30))
@@ -83,21 +84,6 @@ class Run:
     @property
     def msgs_s(self) -> float:
         return self.messages / self.seconds
-
-
-def drop_cache(*directories: Path | None) -> None:
-    """Write back, then drop the cached pages of every file below ``directories``."""
-    os.sync()
-    for d in directories:
-        if d is None:
-            continue
-        for root, _, files in os.walk(d):
-            for name in files:
-                fd = os.open(os.path.join(root, name), os.O_RDONLY)
-                try:
-                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-                finally:
-                    os.close(fd)
 
 
 @pytest.fixture(scope="module")

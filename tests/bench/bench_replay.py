@@ -38,6 +38,7 @@ from tiered.broker.generator import GenSpec, generate_store
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RequestCode, ResponseCode
+from tiered.testing.page_cache import drop_cache
 from tiered.testing.sample_tier import sample_config
 
 SIZE_BYTES = int(float(os.environ.get("RMQ_BENCH_REPLAY_GIB", "1")) * (1 << 30))
@@ -66,17 +67,6 @@ class Run:
     @property
     def cpu_per_gib(self) -> float:
         return self.cpu_s / (self.nbytes / GIB)
-
-
-def drop_cache(directory: Path) -> None:
-    os.sync()
-    for root, _, files in os.walk(directory):
-        for name in files:
-            fd = os.open(os.path.join(root, name), os.O_RDONLY)
-            try:
-                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-            finally:
-                os.close(fd)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -10,7 +10,6 @@ block is checked against :class:`tiered.config.TieredConfig` key by key.
 from __future__ import annotations
 
 import base64
-import copy
 import json
 import re
 import shutil
@@ -26,6 +25,7 @@ import yaml
 
 from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.config import TieredConfig, load_config
+from tiered.testing.helm_values import merged
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "rocketmq-tiered"
 EXAMPLES = CHART / "examples" / "post-renderer"
@@ -96,22 +96,6 @@ EXTRAS = {
     "config": {"tieredBackendServiceProvider": "posix", "tieredStoreFilePath": "/mnt/tiered"},
     "service": {"annotations": {"example.com/scrape": "true"}},
 }
-
-
-def merged(*parts: dict[str, Any]) -> dict[str, Any]:
-    """Values sets deep-merged left to right."""
-    out: dict[str, Any] = {}
-    for part in parts:
-        _merge_into(out, copy.deepcopy(part))
-    return out
-
-
-def _merge_into(base: dict[str, Any], extra: dict[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge_into(base[key], value)
-        else:
-            base[key] = value
 
 
 # Full and sidecar sets: defaults, S3 with IRSA, S3 with keys in a Secret, and a ServiceMonitor.

@@ -3,7 +3,6 @@ checked key by key against :class:`tiered.config.TieredConfig` (names, integer b
 
 from __future__ import annotations
 
-import copy
 from typing import Any
 
 import helm_python as helm
@@ -12,6 +11,7 @@ import pytest
 from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.config import PROVIDER_NAMES, TieredConfig
 from tiered.errors import ConfigError
+from tiered.testing.helm_values import merged
 
 RELEASE, NAMESPACE = "rmq", "mq"
 MODEL_KEYS = frozenset(TieredConfig.model_keys())
@@ -38,22 +38,6 @@ MANAGED_KEYS = frozenset(
 )
 S3 = {"config": {"tieredBackendServiceProvider": "s3", "objectStoreBucket": "rocketmq-tiered"}}
 KEYS = {"s3Credentials": {"accessKey": "AKIAEXAMPLE", "secretKey": "SECRET"}}
-
-
-def merged(*parts: dict[str, Any]) -> dict[str, Any]:
-    """Values sets deep-merged left to right."""
-    out: dict[str, Any] = {}
-    for part in parts:
-        _merge_into(out, copy.deepcopy(part))
-    return out
-
-
-def _merge_into(base: dict[str, Any], extra: dict[str, Any]) -> None:
-    for key, value in extra.items():
-        if isinstance(value, dict) and isinstance(base.get(key), dict):
-            _merge_into(base[key], value)
-        else:
-            base[key] = value
 
 
 # --- the schema's config block against TieredConfig ---------------------------------------------

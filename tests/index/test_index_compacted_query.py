@@ -23,18 +23,11 @@ from tiered.index import (
     check_compacted,
     compact_numpy,
 )
+from tiered.index.compaction import compact_file
 from tiered.index.format import BEGIN_MAGIC_CODE
 
 T0 = 1_700_000_000_000
 SealedFactory = Callable[..., tuple[Path, bytes]]
-
-
-def compacted_of(f: IndexStoreFile) -> bytes:
-    view = f.buffer()
-    try:
-        return compact_numpy(view, f.slots)
-    finally:
-        view.release()
 
 
 def v6_local(tmp_path: Path) -> IndexStoreFile:
@@ -72,7 +65,7 @@ def upload(provider: Provider, data: bytes, begin: int, slots: int) -> Compacted
 def test_compacted_queries_take_at_most_two_reads(provider: Provider, tmp_path: Path) -> None:
     requests = Requests()
     with v6_local(tmp_path) as f:
-        compacted = upload(provider, compacted_of(f), T0, 5)
+        compacted = upload(provider, compact_file(f), T0, 5)
         provider.add_request_listener(requests)
         for key, max_count in (("k1", 10), ("k1", 1), ("k2", 10), ("absent", 10)):
             requests.clear()
@@ -102,7 +95,7 @@ def test_compacted_queries_filter_topics_hash_and_time(provider: Provider, tmp_p
     with IndexStoreFile.create(tmp_path, T0, slots=1, max_items=20) as f:
         for i, (topic, topic_id, key, ts) in enumerate(puts):
             f.put_many(IndexBatch.for_queue(topic, topic_id, 0, [i], [1], [ts], [None], [key]))
-        compacted = upload(provider, compacted_of(f), T0, 1)
+        compacted = upload(provider, compact_file(f), T0, 1)
     provider.add_request_listener(requests)
 
     def offsets(*args: int | None, begin: int = T0, end: int = T0 + 10000) -> list[int]:
@@ -127,7 +120,7 @@ def test_compacted_query_reads_only_the_newest_1024_items_of_a_slot(tmp_path: Pa
                 ["old"] * 50 + ["new"] * (n - 50),
             )
         )  # fmt: skip
-        compacted = upload(provider, compacted_of(f), T0, 1)
+        compacted = upload(provider, compact_file(f), T0, 1)
         assert len(f.query("T", "old", 0, 2**62, 100)) == 0  # beyond 512 visits locally
     assert compacted.query("T", "old", 0, 2**62, 100) == []  # beyond the 1024 newest
     assert len(compacted.query("T", "new", 0, 2**62, 2000)) == 1024

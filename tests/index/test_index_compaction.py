@@ -23,7 +23,7 @@ from tiered.index import (
     IndexStoreFile,
     compact_numpy,
 )
-from tiered.index.compaction import compact_walk
+from tiered.index.compaction import compact_file, compact_walk
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -64,14 +64,6 @@ def reference_compaction(local: bytes, slots: int) -> bytes:
     struct.pack_into(">i", out, 0, magic)
     out[4:28] = local[4:28]
     return bytes(out[:position])
-
-
-def compacted_of(f: IndexStoreFile) -> bytes:
-    view = f.buffer()
-    try:
-        return compact_numpy(view, f.slots)
-    finally:
-        view.release()
 
 
 def local_bytes(f: IndexStoreFile) -> bytes:
@@ -151,11 +143,11 @@ def test_min_value_items_are_counted_but_not_compacted(tmp_path: Path) -> None:
 
 def test_empty_and_unreachable_only_files_compact_to_zero_bytes(tmp_path: Path) -> None:
     with IndexStoreFile.create(tmp_path / "a", T0, slots=5, max_items=20) as f:
-        assert compacted_of(f) == b""
+        assert compact_file(f) == b""
     with IndexStoreFile.create(tmp_path / "b", T0, slots=5, max_items=20) as f:
         f.put_many(IndexBatch.for_queue("TopicTest", 1, 0, [0], [1], [T0], [None], ["ogaQmc"]))
         assert f.item_count == 1
-        assert compacted_of(f) == b"" == reference_compaction(local_bytes(f), 5)
+        assert compact_file(f) == b"" == reference_compaction(local_bytes(f), 5)
 
 
 def corrupt(data: bytes, slots: int, edits: dict[tuple[str, int], int]) -> bytes:

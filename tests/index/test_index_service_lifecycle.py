@@ -23,7 +23,7 @@ from tiered.providers import (
 from tiered.broker.generator import GenSpec, generate_store
 from tiered.core.sidecar import Sidecar, build_provider
 from tiered.errors import ProviderError
-from tiered.index import compact_numpy
+from tiered.index.compaction import compact_file
 from tiered.index.java_hash import index_hashes
 from tiered.index.service import IndexService
 from tiered.javautil import java_string_hash
@@ -142,9 +142,7 @@ def test_crash_after_record_deletes_local_copy_at_start(
         sidecar.dispatcher.run_pass(flush=True)
         index = index_of(sidecar)
         f = index.local.sealed()[0]
-        view = f.buffer()
-        data = compact_numpy(view, f.slots)
-        view.release()
+        data = compact_file(f)
         index.uploaded.upload(f.header, data, len(data))  # then "crash": local copy not deleted
         path = f.path
     assert path.exists()
@@ -170,9 +168,7 @@ def test_crash_after_put_with_local_copy_lost_is_adopted(
         sidecar.dispatcher.run_pass(flush=True)
         index = index_of(sidecar)
         f = index.local.sealed()[0]
-        view = f.buffer()
-        data = compact_numpy(view, f.slots)
-        view.release()
+        data = compact_file(f)
         memory.put(index.uploaded.key(0), data)  # then "crash" before the record ...
         path, header = f.path, f.header
         garbage = index.uploaded.key(10**9)

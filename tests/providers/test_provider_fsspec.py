@@ -9,14 +9,13 @@ import pytest
 from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
 from tiered.providers import FsspecProvider
 from tiered.providers.testing import (
-    REMOTE_SETTINGS,
-    BotoOracle,
     ChunkedProviderTests,
     DictOracle,
     DirectoryOracle,
     Oracle,
     ProviderTests,
 )
+from tiered.providers.testing.s3_suite import OnCeph, OnMoto, S3Fixtures
 from tiered.providers.testing.servers import S3Endpoint
 
 from tiered.errors import ConfigError
@@ -73,20 +72,8 @@ class TestFsspecMemoryChunks(ChunkedProviderTests):
         return _memory_oracle("/" + provider.url.removeprefix("memory://"), chunked=True)
 
 
-class FsspecS3Tests(ChunkedProviderTests):
+class FsspecS3Tests(S3Fixtures, ChunkedProviderTests):
     """fsspec over s3fs against a real HTTP S3 server."""
-
-    @pytest.fixture
-    def endpoint(self) -> S3Endpoint:
-        raise NotImplementedError
-
-    @pytest.fixture
-    def bucket(self, endpoint: S3Endpoint) -> str:
-        return endpoint.shared_bucket()
-
-    @pytest.fixture
-    def key_prefix(self) -> str:
-        return f"tiered/{uuid.uuid4().hex[:12]}"
 
     @pytest.fixture
     def provider(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> FsspecProvider:
@@ -98,27 +85,15 @@ class FsspecS3Tests(ChunkedProviderTests):
         }
         return FsspecProvider(f"s3://{bucket}/{key_prefix}", storage_options=options)
 
-    @pytest.fixture
-    def oracle(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> Oracle:
-        return BotoOracle(endpoint.client(), bucket, key_prefix)
+
+@pytest.mark.s3
+class TestFsspecS3Moto(OnMoto, FsspecS3Tests):
+    pass
 
 
 @pytest.mark.s3
-class TestFsspecS3Moto(FsspecS3Tests):
-    state_machine_settings = REMOTE_SETTINGS
-
-    @pytest.fixture
-    def endpoint(self, moto_s3: S3Endpoint) -> S3Endpoint:
-        return moto_s3
-
-
-@pytest.mark.s3
-class TestFsspecS3Ceph(FsspecS3Tests):
-    state_machine_settings = REMOTE_SETTINGS
-
-    @pytest.fixture
-    def endpoint(self, ceph_s3: S3Endpoint) -> S3Endpoint:
-        return ceph_s3
+class TestFsspecS3Ceph(OnCeph, FsspecS3Tests):
+    pass
 
 
 def test_append_mode_follows_the_protocol() -> None:

@@ -18,7 +18,6 @@ import pytest
 from tiered.providers import S3Provider
 from tiered.providers.chunks import chunk_name
 from tiered.providers.testing import (
-    REMOTE_SETTINGS,
     BotoOracle,
     ChunkedProviderTests,
     blob,
@@ -26,6 +25,7 @@ from tiered.providers.testing import (
     requests_of,
     seg,
 )
+from tiered.providers.testing.s3_suite import OnCeph, OnMoto, S3Fixtures
 from tiered.providers.testing.servers import HttpFaults, S3Endpoint
 
 from tiered.errors import (
@@ -62,7 +62,7 @@ def make_provider(
     return S3Provider(bucket, **options)  # type: ignore[arg-type]
 
 
-class S3ProviderTests(ChunkedProviderTests):
+class S3ProviderTests(S3Fixtures, ChunkedProviderTests):
     """The suite on one S3 server; every test gets its own bucket and prefix."""
 
     seal_layouts: ClassVar[tuple[tuple[int, ...], ...]] = (
@@ -73,24 +73,8 @@ class S3ProviderTests(ChunkedProviderTests):
     )
 
     @pytest.fixture
-    def endpoint(self) -> S3Endpoint:
-        raise NotImplementedError
-
-    @pytest.fixture
-    def bucket(self, endpoint: S3Endpoint) -> str:
-        return endpoint.shared_bucket()
-
-    @pytest.fixture
-    def key_prefix(self) -> str:
-        return f"tiered/{uuid.uuid4().hex[:12]}"
-
-    @pytest.fixture
     def provider(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> S3Provider:
         return make_provider(endpoint, bucket, key_prefix)
-
-    @pytest.fixture
-    def oracle(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> BotoOracle:
-        return BotoOracle(endpoint.client(), bucket, key_prefix)
 
     def test_seal_copies_big_chunks_server_side(
         self, provider: S3Provider, oracle: BotoOracle
@@ -197,23 +181,14 @@ class S3ProviderTests(ChunkedProviderTests):
 
 
 @pytest.mark.s3
-class TestS3ProviderMoto(S3ProviderTests):
-    state_machine_settings = REMOTE_SETTINGS
-
-    @pytest.fixture
-    def endpoint(self, moto_s3: S3Endpoint) -> S3Endpoint:
-        return moto_s3
+class TestS3ProviderMoto(OnMoto, S3ProviderTests):
+    pass
 
 
 @pytest.mark.s3
-class TestS3ProviderCeph(S3ProviderTests):
-    state_machine_settings = REMOTE_SETTINGS
+class TestS3ProviderCeph(OnCeph, S3ProviderTests):
     # the multipart crash points run on moto; here the copy path runs once, uninterrupted
     seal_layouts = ((4096,), (3000, 1, 5000))
-
-    @pytest.fixture
-    def endpoint(self, ceph_s3: S3Endpoint) -> S3Endpoint:
-        return ceph_s3
 
     def test_wrong_credentials_are_access_denied(self, endpoint: S3Endpoint, bucket: str) -> None:
         provider = make_provider(endpoint, bucket, "x", secret_key="wrong-secret")

@@ -19,6 +19,15 @@ EXIT_USER_ERROR = 2
 
 console = Console(highlight=False)
 
+commitlog_file_size_option = click.option(
+    "--commitlog-file-size",
+    type=int,
+    default=1 << 30,
+    show_default=True,
+    help="mappedFileSizeCommitLog, bytes.",
+)
+"""``--commitlog-file-size`` of the commands that write or read a broker store's files."""
+
 
 class Group(click.Group):
     """A click group that turns our errors (and OS errors on named files) into one-line messages.

@@ -8,7 +8,7 @@ import click
 from rich.progress import Progress
 
 from tiered.broker.generator import GenSpec, generate_store
-from tiered.cli.common import console
+from tiered.cli.common import commitlog_file_size_option, console
 
 
 @click.command("gen-store")
@@ -19,13 +19,7 @@ from tiered.cli.common import console
 @click.option("--messages", type=int, default=1000, show_default=True, help="Total messages.")
 @click.option("--min-body", type=int, default=16, show_default=True, help="Smallest body, bytes.")
 @click.option("--max-body", type=int, default=1024, show_default=True, help="Largest body, bytes.")
-@click.option(
-    "--commitlog-file-size",
-    type=int,
-    default=1 << 30,
-    show_default=True,
-    help="mappedFileSizeCommitLog, bytes.",
-)
+@commitlog_file_size_option
 @click.option(
     "--cq-file-entries",
     type=int,

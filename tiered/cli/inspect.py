@@ -14,7 +14,15 @@ from tiered.broker import broker_index, checkpoint, configjson, verify
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog, list_files, parse_file_name, scan_file
-from tiered.cli.common import EXIT_DATA_ERROR, Group, console, emit_json, fail, warn
+from tiered.cli.common import (
+    EXIT_DATA_ERROR,
+    Group,
+    commitlog_file_size_option,
+    console,
+    emit_json,
+    fail,
+    warn,
+)
 
 _path = click.Path(exists=True, path_type=Path)
 
@@ -281,13 +289,7 @@ def inspect_index(
 
 @inspect_group.command("store")
 @click.argument("root", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option(
-    "--commitlog-file-size",
-    type=int,
-    default=1 << 30,
-    show_default=True,
-    help="mappedFileSizeCommitLog, bytes.",
-)
+@commitlog_file_size_option
 @click.option(
     "--cq-file-size",
     type=int,

@@ -117,6 +117,15 @@ def slot_table(counts: npt.NDArray[np.int64], slots: int) -> npt.NDArray[np.int3
     return table
 
 
+def compact_file(f: IndexStoreFile) -> bytes:
+    """:func:`compact_numpy` of a local index file's mapped bytes (the numpy engine)."""
+    view = f.buffer()
+    try:
+        return compact_numpy(view, f.slots)
+    finally:
+        view.release()
+
+
 def compact_walk(data: Buffer, slots: int) -> bytes:
     """Upstream ``compactToNewFile`` step by step (a pure-Python loop over every slot).
 
@@ -223,11 +232,7 @@ class Compactor:
                     raise
                 self._spark_missing = True
                 log.warning("%s; compacting large index files with numpy instead", e)
-        view = f.buffer()
-        try:
-            data = compact_numpy(view, f.slots)
-        finally:
-            view.release()
+        data = compact_file(f)
         return Compacted(f.header, len(data), data, "numpy", time.monotonic() - started)
 
     def _spark(self, f: IndexStoreFile, out_dir: Path, started: float) -> Compacted:

@@ -38,27 +38,18 @@ MAX_UPLOAD_QUERY_ITEMS: Final = 1024
 DEFAULT_SLOTS: Final = 5_000_000
 DEFAULT_MAX_ITEMS: Final = 20_000_000
 
-ITEM_DTYPE: Final = np.dtype(
-    [
-        ("hash", ">i4"),
-        ("topic_id", ">i4"),
-        ("queue_id", ">i4"),
-        ("offset", ">i8"),
-        ("size", ">i4"),
-        ("time_diff", ">i4"),
-        ("next", ">i4"),
-    ]
-)
-COMPACT_ITEM_DTYPE: Final = np.dtype(
-    [
-        ("hash", ">i4"),
-        ("topic_id", ">i4"),
-        ("queue_id", ">i4"),
-        ("offset", ">i8"),
-        ("size", ">i4"),
-        ("time_diff", ">i4"),
-    ]
-)
+_COMPACT_FIELDS: Final = [
+    ("hash", ">i4"),
+    ("topic_id", ">i4"),
+    ("queue_id", ">i4"),
+    ("offset", ">i8"),
+    ("size", ">i4"),
+    ("time_diff", ">i4"),
+]
+COMPACT_ITEM_DTYPE: Final = np.dtype(_COMPACT_FIELDS)
+"""An item of a compacted file: a local item without its chain link."""
+ITEM_DTYPE: Final = np.dtype([*_COMPACT_FIELDS, ("next", ">i4")])
+"""An item of a local index file: the compacted fields, then ``next`` (the chain)."""
 _HEADER: Final = struct.Struct(">iqqii")
 
 
