@@ -41,8 +41,14 @@ import struct
 import sys
 import time
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any, BinaryIO, Final, cast
+from dataclasses import asdict
+from dataclasses import dataclass
+from dataclasses import field
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import BinaryIO
+from typing import Final
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt

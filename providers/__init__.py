@@ -9,41 +9,39 @@ when their provider is used.
 
 from __future__ import annotations
 
-from .base import BytesLike, Payload, Provider, RequestCounts, RequestListener
+from .base import BytesLike
+from .base import Payload
+from .base import Provider
+from .base import RequestCounts
+from .base import RequestListener
 from .fsspec import FsspecProvider
-from .layout import (
-    INDEX_TOPIC,
-    FileType,
-    SegmentAddress,
-    check_component,
-    check_key,
-    cluster_dir_name,
-    file_name_to_offset,
-    index_logical_path,
-    logical_path,
-    offset_to_file_name,
-    segment_key,
-)
+from .layout import INDEX_TOPIC
+from .layout import FileType
+from .layout import SegmentAddress
+from .layout import check_component
+from .layout import check_key
+from .layout import cluster_dir_name
+from .layout import file_name_to_offset
+from .layout import index_logical_path
+from .layout import logical_path
+from .layout import offset_to_file_name
+from .layout import segment_key
 from .memory import MemoryProvider
 from .posix import PosixProvider
-from .registry import (
-    ENTRY_POINT_GROUP,
-    ProviderEntry,
-    ProviderRegistry,
-    from_config,
-    provider_from_settings,
-    registry,
-)
+from .registry import ENTRY_POINT_GROUP
+from .registry import ProviderEntry
+from .registry import ProviderRegistry
+from .registry import from_config
+from .registry import provider_from_settings
+from .registry import registry
 from .s3 import S3Provider
-from .wrappers import (
-    FaultInjectingProvider,
-    FaultPlan,
-    LatencyProvider,
-    MetricsProvider,
-    ProviderMetrics,
-    WrappedProvider,
-    unwrap,
-)
+from .wrappers import FaultInjectingProvider
+from .wrappers import FaultPlan
+from .wrappers import LatencyProvider
+from .wrappers import MetricsProvider
+from .wrappers import ProviderMetrics
+from .wrappers import WrappedProvider
+from .wrappers import unwrap
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -32,11 +32,16 @@ from __future__ import annotations
 import abc
 import threading
 from collections import Counter
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, BinaryIO, ClassVar
+from collections.abc import Callable
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import BinaryIO
+from typing import ClassVar
 
 from tiered.closeable import Closeable
-from tiered.errors import InvalidRangeError, SegmentNotFoundError
+from tiered.errors import InvalidRangeError
+from tiered.errors import SegmentNotFoundError
 
 if TYPE_CHECKING:
     from tiered.config import TieredConfig

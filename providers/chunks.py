@@ -24,7 +24,8 @@ leaves either the old content or, for ``delete``, an absent object.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from .layout import RESERVED_CHAR

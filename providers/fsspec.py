@@ -18,31 +18,38 @@ import contextlib
 import os
 import threading
 import uuid
-from collections.abc import Iterable, Iterator, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import Literal
 
-from tiered.errors import (
-    ConfigError,
-    MissingDependencyError,
-    PositionMismatchError,
-    ProviderError,
-    ReadPastEndError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-    SegmentSealedError,
-)
+from tiered.errors import ConfigError
+from tiered.errors import MissingDependencyError
+from tiered.errors import PositionMismatchError
+from tiered.errors import ProviderError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import SegmentSealedError
 
-from .base import BytesLike, Payload, Provider, as_bytes_view, check_range, iter_payload
-from .chunks import (
-    Chunk,
-    SegmentState,
-    chunk_name,
-    parse_name,
-    pieces_for_read,
-    state_from_listing,
-    temp_name,
-)
-from .layout import check_key, check_prefix, is_key
+from .base import BytesLike
+from .base import Payload
+from .base import Provider
+from .base import as_bytes_view
+from .base import check_range
+from .base import iter_payload
+from .chunks import Chunk
+from .chunks import SegmentState
+from .chunks import chunk_name
+from .chunks import parse_name
+from .chunks import pieces_for_read
+from .chunks import state_from_listing
+from .chunks import temp_name
+from .layout import check_key
+from .layout import check_prefix
+from .layout import is_key
 from .object_store import ObjectStoreOptions
 from .os_errors import translated
 

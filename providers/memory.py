@@ -11,16 +11,20 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from tiered.errors import (
-    PositionMismatchError,
-    ReadPastEndError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-    SegmentSealedError,
-)
+from tiered.errors import PositionMismatchError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import SegmentSealedError
 
-from .base import BytesLike, Payload, Provider, as_bytes_view, check_range, read_payload
-from .layout import check_key, check_prefix
+from .base import BytesLike
+from .base import Payload
+from .base import Provider
+from .base import as_bytes_view
+from .base import check_range
+from .base import read_payload
+from .layout import check_key
+from .layout import check_prefix
 
 
 class MemoryProvider(Provider):

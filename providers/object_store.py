@@ -4,7 +4,8 @@ boto3 client from them and the fsspec provider's ``s3://`` URLs get them as s3fs
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 if TYPE_CHECKING:
     from tiered.config import TieredConfig

@@ -9,15 +9,13 @@ import errno
 from collections.abc import Iterator
 from typing import Final
 
-from tiered.errors import (
-    AccessDeniedError,
-    ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-    ThrottledError,
-)
+from tiered.errors import AccessDeniedError
+from tiered.errors import ProviderError
+from tiered.errors import ProviderTimeoutError
+from tiered.errors import ProviderUnavailableError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import ThrottledError
 
 BY_TYPE: Final[
     tuple[tuple[type[OSError] | tuple[type[OSError], ...], type[ProviderError]], ...]

@@ -22,15 +22,20 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tiered.errors import (
-    PositionMismatchError,
-    ReadPastEndError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-)
+from tiered.errors import PositionMismatchError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
 
-from .base import BytesLike, Payload, Provider, as_bytes_view, check_range, iter_payload
-from .layout import check_key, check_prefix, is_key
+from .base import BytesLike
+from .base import Payload
+from .base import Provider
+from .base import as_bytes_view
+from .base import check_range
+from .base import iter_payload
+from .layout import check_key
+from .layout import check_prefix
+from .layout import is_key
 from .os_errors import translated
 
 if TYPE_CHECKING:

@@ -16,7 +16,8 @@ import re
 import threading
 from dataclasses import dataclass
 from importlib.metadata import entry_points
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 from tiered.errors import ConfigError
 

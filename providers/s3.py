@@ -38,45 +38,55 @@ import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Iterator
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import TypeVar
 
 from cachetools import LRUCache
 
-from tiered.errors import (
-    AccessDeniedError,
-    ConfigError,
-    InvalidKeyError,
-    MissingDependencyError,
-    PositionMismatchError,
-    ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-    ReadPastEndError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-    SegmentSealedError,
-    ThrottledError,
-)
+from tiered.errors import AccessDeniedError
+from tiered.errors import ConfigError
+from tiered.errors import InvalidKeyError
+from tiered.errors import MissingDependencyError
+from tiered.errors import PositionMismatchError
+from tiered.errors import ProviderError
+from tiered.errors import ProviderTimeoutError
+from tiered.errors import ProviderUnavailableError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import SegmentSealedError
+from tiered.errors import ThrottledError
 
-from .base import BytesLike, Payload, Provider, as_bytes_view, check_range, iter_payload
-from .chunks import (
-    Chunk,
-    Part,
-    SegmentState,
-    chunk_name,
-    parse_name,
-    pieces_for_read,
-    plan_parts,
-    state_from_listing,
-)
-from .layout import RESERVED_CHAR, check_key, check_prefix, is_key
+from .base import BytesLike
+from .base import Payload
+from .base import Provider
+from .base import as_bytes_view
+from .base import check_range
+from .base import iter_payload
+from .chunks import Chunk
+from .chunks import Part
+from .chunks import SegmentState
+from .chunks import chunk_name
+from .chunks import parse_name
+from .chunks import pieces_for_read
+from .chunks import plan_parts
+from .chunks import state_from_listing
+from .layout import RESERVED_CHAR
+from .layout import check_key
+from .layout import check_prefix
+from .layout import is_key
 from .object_store import ObjectStoreOptions
 from .read_ahead import ReadAhead
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
-    from mypy_boto3_s3.type_defs import CompletedPartTypeDef, CopySourceTypeDef
+    from mypy_boto3_s3.type_defs import CompletedPartTypeDef
+    from mypy_boto3_s3.type_defs import CopySourceTypeDef
 
     from tiered.config import TieredConfig
 

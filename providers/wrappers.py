@@ -28,15 +28,28 @@ import functools
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Iterator
+from collections.abc import Callable
+from collections.abc import Collection
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal, TypeVar
+from typing import Any
+from typing import BinaryIO
+from typing import Literal
+from typing import TypeVar
 
-from prometheus_client import REGISTRY, CollectorRegistry, Counter, Histogram
+from prometheus_client import REGISTRY
+from prometheus_client import CollectorRegistry
+from prometheus_client import Counter
+from prometheus_client import Histogram
 
-from tiered.errors import InjectedFaultError, ProviderError
+from tiered.errors import InjectedFaultError
+from tiered.errors import ProviderError
 
-from .base import RETRY_PREFIX, BytesLike, Payload, Provider, RequestListener
+from .base import RETRY_PREFIX
+from .base import BytesLike
+from .base import Payload
+from .base import Provider
+from .base import RequestListener
 from .layout import SegmentAddress
 
 T = TypeVar("T")

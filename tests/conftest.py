@@ -6,7 +6,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
+from tiered.providers.testing.servers import HttpFaults
+from tiered.providers.testing.servers import S3Endpoint
+from tiered.providers.testing.servers import moto_server
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REAL_DATA = SHARED / "testdata" / "real"

@@ -10,13 +10,11 @@ import pytest
 from pydantic import ValidationError
 
 from tiered.broker_keys import KNOWN_BROKER_KEYS
-from tiered.config import (
-    BrokerRole,
-    StorageLevel,
-    TieredConfig,
-    load_config,
-    parse_properties,
-)
+from tiered.config import BrokerRole
+from tiered.config import StorageLevel
+from tiered.config import TieredConfig
+from tiered.config import load_config
+from tiered.config import parse_properties
 from tiered.errors import ConfigError
 
 EXAMPLE_CONF = Path(__file__).resolve().parents[1] / "config" / "tiered.conf"

@@ -19,25 +19,30 @@ import logging
 import os
 import re
 import socket
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
+from collections.abc import Mapping
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated, Any, NamedTuple
+from typing import Annotated
+from typing import Any
+from typing import NamedTuple
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    SecretStr,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel
+from pydantic import BeforeValidator
+from pydantic import ConfigDict
+from pydantic import Field
+from pydantic import SecretStr
+from pydantic import ValidationError
+from pydantic import model_validator
 from pydantic_core import ErrorDetails
 
 from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.errors import ConfigError
-from tiered.properties import entries, parse_properties
-from tiered.providers.registry import BUILTIN_NAMES, BUILTINS, builtin_name
+from tiered.properties import entries
+from tiered.properties import parse_properties
+from tiered.providers.registry import BUILTIN_NAMES
+from tiered.providers.registry import BUILTINS
+from tiered.providers.registry import builtin_name
 
 __all__ = [
     "ENV_PREFIX",

@@ -91,9 +91,15 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from typing import Final, ParamSpec, TypeVar
+from typing import Final
+from typing import ParamSpec
+from typing import TypeVar
 
-from prometheus_client import REGISTRY, Counter, Gauge, Histogram, disable_created_metrics
+from prometheus_client import REGISTRY
+from prometheus_client import Counter
+from prometheus_client import Gauge
+from prometheus_client import Histogram
+from prometheus_client import disable_created_metrics
 from prometheus_client.metrics import MetricWrapperBase
 
 __all__ = [

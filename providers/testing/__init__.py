@@ -7,10 +7,21 @@ stores) and define the ``provider`` and ``oracle`` fixtures; third-party provide
 
 from __future__ import annotations
 
-from .chunked import ChunkedProviderTests, CrashPoint, crash_before_request, requests_of
-from .oracle import BotoOracle, DictOracle, DirectoryOracle, Oracle
+from .chunked import ChunkedProviderTests
+from .chunked import CrashPoint
+from .chunked import crash_before_request
+from .chunked import requests_of
+from .oracle import BotoOracle
+from .oracle import DictOracle
+from .oracle import DirectoryOracle
+from .oracle import Oracle
 from .stateful import make_state_machine
-from .suite import HOSTILE_KEYS, REMOTE_SETTINGS, ProviderTests, blob, fill, seg
+from .suite import HOSTILE_KEYS
+from .suite import REMOTE_SETTINGS
+from .suite import ProviderTests
+from .suite import blob
+from .suite import fill
+from .suite import seg
 
 __all__ = [
     "HOSTILE_KEYS",

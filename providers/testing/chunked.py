@@ -11,16 +11,20 @@ from __future__ import annotations
 import contextlib
 import itertools
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
 from tiered.providers.base import Provider
 
-from tiered.errors import SegmentNotFoundError, SegmentSealedError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import SegmentSealedError
 
 from .oracle import Oracle
-from .suite import ProviderTests, fill, seg
+from .suite import ProviderTests
+from .suite import fill
+from .suite import seg
 
 
 class CrashPoint(BaseException):

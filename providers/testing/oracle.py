@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import abc
 import os
-from collections.abc import Callable, MutableMapping
+from collections.abc import Callable
+from collections.abc import MutableMapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING
+from typing import Any
+from typing import ClassVar
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client

@@ -14,8 +14,10 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterable
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -149,11 +151,9 @@ class HttpFaults:
 def moto_server(faults: HttpFaults) -> Any:
     """A ``ThreadedMotoServer`` on 127.0.0.1, port 0, with ``faults`` in front (not started)."""
     from moto.moto_server.threaded_moto_server import ThreadedMotoServer
-    from moto.moto_server.werkzeug_app import (
-        DomainDispatcherApplication,
-        MotoRequestHandler,
-        create_backend_app,
-    )
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication
+    from moto.moto_server.werkzeug_app import MotoRequestHandler
+    from moto.moto_server.werkzeug_app import create_backend_app
     from werkzeug.serving import make_server
 
     class QuietHandler(MotoRequestHandler):

@@ -7,17 +7,18 @@ performs one provider call and checks its result (or its error) against the mode
 from __future__ import annotations
 
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
+from hypothesis.stateful import RuleBasedStateMachine
+from hypothesis.stateful import precondition
+from hypothesis.stateful import rule
 from tiered.providers.base import Provider
-from tiered.providers.layout import FileType, segment_key
+from tiered.providers.layout import FileType
+from tiered.providers.layout import segment_key
 
-from tiered.errors import (
-    PositionMismatchError,
-    ReadPastEndError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-    SegmentSealedError,
-)
+from tiered.errors import PositionMismatchError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import SegmentSealedError
 
 KEYS = (
     segment_key("DefaultCluster", "broker-a", "TopicTest", 0, FileType.COMMIT_LOG, 0),

@@ -13,32 +13,31 @@ import pickle
 import random
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, ClassVar
+from typing import Any
+from typing import ClassVar
 
 import pytest
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck
+from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from prometheus_client import CollectorRegistry
 from tiered.providers.base import Provider
-from tiered.providers.layout import FileType, segment_key
-from tiered.providers.wrappers import (
-    FaultInjectingProvider,
-    FaultPlan,
-    MetricsProvider,
-    ProviderMetrics,
-    unwrap,
-)
+from tiered.providers.layout import FileType
+from tiered.providers.layout import segment_key
+from tiered.providers.wrappers import FaultInjectingProvider
+from tiered.providers.wrappers import FaultPlan
+from tiered.providers.wrappers import MetricsProvider
+from tiered.providers.wrappers import ProviderMetrics
+from tiered.providers.wrappers import unwrap
 
-from tiered.errors import (
-    InjectedFaultError,
-    InvalidKeyError,
-    InvalidRangeError,
-    PositionMismatchError,
-    ReadPastEndError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-    SegmentSealedError,
-)
+from tiered.errors import InjectedFaultError
+from tiered.errors import InvalidKeyError
+from tiered.errors import InvalidRangeError
+from tiered.errors import PositionMismatchError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import SegmentSealedError
 
 from .oracle import Oracle
 from .stateful import make_state_machine

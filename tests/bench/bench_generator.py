@@ -11,7 +11,8 @@ import statistics
 import time
 from pathlib import Path
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 
 MESSAGES = 200_000
 REPEAT = 3

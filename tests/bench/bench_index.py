@@ -19,7 +19,10 @@ from pathlib import Path
 import numpy as np
 from tiered.providers.posix import PosixProvider
 
-from tiered.index import CompactedIndexFile, IndexBatch, IndexStoreFile, compact_numpy
+from tiered.index import CompactedIndexFile
+from tiered.index import IndexBatch
+from tiered.index import IndexStoreFile
+from tiered.index import compact_numpy
 from tiered.index.compaction import compact_walk
 from tiered.index.java_hash import index_hashes
 from tiered.javautil import java_string_hash

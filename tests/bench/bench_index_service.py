@@ -16,10 +16,13 @@ import statistics
 import time
 from pathlib import Path
 
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import TieredConfig, load_config
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.config import TieredConfig
+from tiered.config import load_config
 from tiered.core.local_source import BatchRequest
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.file.flat_message_file import MessageBatch
 from tiered.index import IndexBatch
 from tiered.index.bulk_keys import index_batch_of_units

@@ -21,16 +21,14 @@ from pathlib import Path
 
 from tiered.broker.configjson import dumps_fastjson
 from tiered.metadata.metadata_store import MetadataStore
-from tiered.metadata.models import (
-    FileSegmentMetadata,
-    FileSegmentType,
-    MessageQueue,
-    MetadataDocument,
-    QueueMetadata,
-    TopicMetadata,
-    dump_metadata,
-    parse_metadata,
-)
+from tiered.metadata.models import FileSegmentMetadata
+from tiered.metadata.models import FileSegmentType
+from tiered.metadata.models import MessageQueue
+from tiered.metadata.models import MetadataDocument
+from tiered.metadata.models import QueueMetadata
+from tiered.metadata.models import TopicMetadata
+from tiered.metadata.models import dump_metadata
+from tiered.metadata.models import parse_metadata
 
 QUEUES = 10_000
 REPEAT = 5

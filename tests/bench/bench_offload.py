@@ -27,11 +27,14 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tiered.providers.testing.servers import HttpFaults, moto_server
+from tiered.providers.testing.servers import HttpFaults
+from tiered.providers.testing.servers import moto_server
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.config import load_config
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.testing.tier_check import check_tier
 
 SIZE_BYTES = 1200 << 20

@@ -17,15 +17,23 @@ import os
 import statistics
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
+from typing import Protocol
 
 import pytest
-from tiered.providers import FsspecProvider, MemoryProvider, PosixProvider, Provider, S3Provider
+from tiered.providers import FsspecProvider
+from tiered.providers import MemoryProvider
+from tiered.providers import PosixProvider
+from tiered.providers import Provider
+from tiered.providers import S3Provider
 from tiered.providers.testing import seg
-from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
+from tiered.providers.testing.servers import HttpFaults
+from tiered.providers.testing.servers import S3Endpoint
+from tiered.providers.testing.servers import moto_server
 
 MIB = 1 << 20
 GIB = 1 << 30

@@ -34,18 +34,24 @@ import random
 import statistics
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tiered.providers import Provider, RequestCounts
-from tiered.providers.testing.servers import HttpFaults, S3Endpoint, moto_server
+from tiered.providers import Provider
+from tiered.providers import RequestCounts
+from tiered.providers.testing.servers import HttpFaults
+from tiered.providers.testing.servers import S3Endpoint
+from tiered.providers.testing.servers import moto_server
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.core.local_source import LocalSource
 from tiered.core.message_store import TieredMessageStore
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 from tiered.testing.page_cache import drop_cache

@@ -28,16 +28,20 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.remoting.client import RemotingClient
-from tiered.remoting.codes import RequestCode, ResponseCode
+from tiered.remoting.codes import RequestCode
+from tiered.remoting.codes import ResponseCode
 from tiered.testing.page_cache import drop_cache
 from tiered.testing.sample_tier import sample_config
 

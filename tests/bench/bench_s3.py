@@ -33,24 +33,27 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from tiered.providers import Provider, RequestCounts
-from tiered.providers.testing.servers import (
-    HttpFaults,
-    S3Endpoint,
-    moto_server,
-    start_ceph,
-    stop_ceph,
-)
+from tiered.providers import Provider
+from tiered.providers import RequestCounts
+from tiered.providers.testing.servers import HttpFaults
+from tiered.providers.testing.servers import S3Endpoint
+from tiered.providers.testing.servers import moto_server
+from tiered.providers.testing.servers import start_ceph
+from tiered.providers.testing.servers import stop_ceph
 
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import TieredConfig, load_config
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.config import TieredConfig
+from tiered.config import load_config
 from tiered.core.local_source import LocalSource
 from tiered.core.message_store import TieredMessageStore
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 

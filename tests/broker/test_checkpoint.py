@@ -12,17 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tiered.broker.checkpoint import (
-    CHECKPOINT_SIZE,
-    Checkpoint,
-    broker_running,
-    decode_checkpoint,
-    encode_checkpoint,
-    lock_holder,
-    read_abort_pid,
-    read_checkpoint,
-)
-from tiered.errors import CorruptStoreFileError, StoreFileNotFoundError
+from tiered.broker.checkpoint import CHECKPOINT_SIZE
+from tiered.broker.checkpoint import Checkpoint
+from tiered.broker.checkpoint import broker_running
+from tiered.broker.checkpoint import decode_checkpoint
+from tiered.broker.checkpoint import encode_checkpoint
+from tiered.broker.checkpoint import lock_holder
+from tiered.broker.checkpoint import read_abort_pid
+from tiered.broker.checkpoint import read_checkpoint
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import StoreFileNotFoundError
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "real"
 I64 = st.integers(-(2**63), 2**63 - 1)

@@ -7,8 +7,11 @@ import numpy as np
 import pytest
 
 from tiered.broker import message as m
-from tiered.broker.commitlog import CommitLog, list_files, scan_file
-from tiered.errors import CorruptStoreFileError, OffsetNotInStoreError
+from tiered.broker.commitlog import CommitLog
+from tiered.broker.commitlog import list_files
+from tiered.broker.commitlog import scan_file
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import OffsetNotInStoreError
 
 FILE_SIZE = 4096
 

@@ -12,25 +12,24 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tiered.broker.configjson import (
-    ConsumerOffsets,
-    DataVersion,
-    DelayOffsets,
-    SubscriptionGroups,
-    TopicConfig,
-    TopicsConfig,
-    config_kind,
-    dump_topics_json,
-    dumps_fastjson,
-    load_config,
-    load_config_json,
-    load_consumer_offsets,
-    load_delay_offsets,
-    load_subscription_groups,
-    load_topics,
-    parse_fastjson,
-)
-from tiered.errors import CorruptStoreFileError, StoreFileNotFoundError
+from tiered.broker.configjson import ConsumerOffsets
+from tiered.broker.configjson import DataVersion
+from tiered.broker.configjson import DelayOffsets
+from tiered.broker.configjson import SubscriptionGroups
+from tiered.broker.configjson import TopicConfig
+from tiered.broker.configjson import TopicsConfig
+from tiered.broker.configjson import config_kind
+from tiered.broker.configjson import dump_topics_json
+from tiered.broker.configjson import dumps_fastjson
+from tiered.broker.configjson import load_config
+from tiered.broker.configjson import load_config_json
+from tiered.broker.configjson import load_consumer_offsets
+from tiered.broker.configjson import load_delay_offsets
+from tiered.broker.configjson import load_subscription_groups
+from tiered.broker.configjson import load_topics
+from tiered.broker.configjson import parse_fastjson
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import StoreFileNotFoundError
 
 SHARED = Path(__file__).resolve().parents[2].parent / "shared"
 REAL = SHARED / "testdata" / "real"

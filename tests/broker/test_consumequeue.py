@@ -13,22 +13,22 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tiered.broker import message
-from tiered.broker.consumequeue import (
-    BLANK_FILL_SIZE,
-    CQ_UNIT_DTYPE,
-    ConsumeQueue,
-    ConsumeQueueExt,
-    decode_units,
-    effective_cq_file_size,
-    encode_units,
-    ext_offsets,
-    first_invalid,
-    is_blank_unit,
-    is_ext_tags_code,
-    list_queues,
-    valid_mask,
-)
-from tiered.errors import CorruptStoreFileError, OffsetNotInStoreError, StoreFileNotFoundError
+from tiered.broker.consumequeue import BLANK_FILL_SIZE
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE
+from tiered.broker.consumequeue import ConsumeQueue
+from tiered.broker.consumequeue import ConsumeQueueExt
+from tiered.broker.consumequeue import decode_units
+from tiered.broker.consumequeue import effective_cq_file_size
+from tiered.broker.consumequeue import encode_units
+from tiered.broker.consumequeue import ext_offsets
+from tiered.broker.consumequeue import first_invalid
+from tiered.broker.consumequeue import is_blank_unit
+from tiered.broker.consumequeue import is_ext_tags_code
+from tiered.broker.consumequeue import list_queues
+from tiered.broker.consumequeue import valid_mask
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import OffsetNotInStoreError
+from tiered.errors import StoreFileNotFoundError
 from tiered.javautil import tags_code
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "real"

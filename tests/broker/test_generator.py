@@ -8,12 +8,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tiered.broker import broker_index, verify
+from tiered.broker import broker_index
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
-from tiered.broker.commitlog import CommitLog, list_files, scan_file
+from tiered.broker import verify
+from tiered.broker.commitlog import CommitLog
+from tiered.broker.commitlog import list_files
+from tiered.broker.commitlog import scan_file
 from tiered.broker.configjson import load_topics
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.errors import ConfigError
 
 SPEC = GenSpec(

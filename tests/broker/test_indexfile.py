@@ -8,24 +8,24 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from tiered.broker.broker_index import (
-    INDEX_HEADER_SIZE,
-    IndexFile,
-    IndexHeader,
-    build_index_file,
-    index_file_name,
-    index_file_size,
-    key_hash_local,
-    key_hashes_local,
-    lookup_index_files,
-    rollover_bounds,
-    write_index_file,
-    write_index_files,
-)
-from tiered.errors import IndexFileError, StoreFileNotFoundError
+from tiered.broker.broker_index import INDEX_HEADER_SIZE
+from tiered.broker.broker_index import IndexFile
+from tiered.broker.broker_index import IndexHeader
+from tiered.broker.broker_index import build_index_file
+from tiered.broker.broker_index import index_file_name
+from tiered.broker.broker_index import index_file_size
+from tiered.broker.broker_index import key_hash_local
+from tiered.broker.broker_index import key_hashes_local
+from tiered.broker.broker_index import lookup_index_files
+from tiered.broker.broker_index import rollover_bounds
+from tiered.broker.broker_index import write_index_file
+from tiered.broker.broker_index import write_index_files
+from tiered.errors import IndexFileError
+from tiered.errors import StoreFileNotFoundError
 from tiered.javautil import java_string_hash
 
 T0 = 1_700_000_000_000

@@ -4,7 +4,8 @@ import struct
 import zlib
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered.broker import message as m

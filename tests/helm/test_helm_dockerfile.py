@@ -10,7 +10,8 @@ import subprocess
 import sys
 import tomllib
 import zipfile
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 

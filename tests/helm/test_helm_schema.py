@@ -9,7 +9,8 @@ import helm_python as helm
 import pytest
 
 from tiered.broker_keys import KNOWN_BROKER_KEYS
-from tiered.config import PROVIDER_NAMES, TieredConfig
+from tiered.config import PROVIDER_NAMES
+from tiered.config import TieredConfig
 from tiered.errors import ConfigError
 from tiered.testing.helm_values import merged
 

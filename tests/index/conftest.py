@@ -2,18 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 import pytest
 
 from tiered.broker import message as msgcodec
-from tiered.broker.commitlog import list_files, scan_file
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.commitlog import list_files
+from tiered.broker.commitlog import scan_file
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
-from tiered.index import IndexBatch, IndexStoreFile
+from tiered.index import IndexBatch
+from tiered.index import IndexStoreFile
 from tiered.testing import ConfigFactory
 from tiered.testing.index_keys import KeyTable
 from tiered.testing.sample_tier import sample_config

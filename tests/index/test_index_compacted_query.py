@@ -15,14 +15,12 @@ from tiered.providers.memory import MemoryProvider
 from tiered.providers.posix import PosixProvider
 
 from tiered.errors import IndexFileError
-from tiered.index import (
-    CompactedIndexFile,
-    IndexBatch,
-    IndexHeader,
-    IndexStoreFile,
-    check_compacted,
-    compact_numpy,
-)
+from tiered.index import CompactedIndexFile
+from tiered.index import IndexBatch
+from tiered.index import IndexHeader
+from tiered.index import IndexStoreFile
+from tiered.index import check_compacted
+from tiered.index import compact_numpy
 from tiered.index.compaction import compact_file
 from tiered.index.format import BEGIN_MAGIC_CODE
 

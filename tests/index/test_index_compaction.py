@@ -12,18 +12,18 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from typing import Any
 
 import pytest
 from tiered.providers.testing.servers import S3Endpoint
 
 from tiered.errors import IndexFileError
-from tiered.index import (
-    IndexBatch,
-    IndexStoreFile,
-    compact_numpy,
-)
-from tiered.index.compaction import compact_file, compact_walk
+from tiered.index import IndexBatch
+from tiered.index import IndexStoreFile
+from tiered.index import compact_numpy
+from tiered.index.compaction import compact_file
+from tiered.index.compaction import compact_walk
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

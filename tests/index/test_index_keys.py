@@ -4,16 +4,21 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered.index import java_hash
 from tiered.index.format import slot_of
 from tiered.index.index_batch import IndexBatch
-from tiered.index.java_hash import index_hashes, tiered_hash
+from tiered.index.java_hash import index_hashes
 from tiered.index.java_hash import string_hashes as java_hashes
-from tiered.index.key_set import is_java_blank, message_key_sets
-from tiered.javautil import java_split_space, java_string_hash, to_i32
+from tiered.index.java_hash import tiered_hash
+from tiered.index.key_set import is_java_blank
+from tiered.index.key_set import message_key_sets
+from tiered.javautil import java_split_space
+from tiered.javautil import java_string_hash
+from tiered.javautil import to_i32
 
 # vectors.md V3: key string -> (hashCode, tiered abs, tiered slot @5,000,000, tiered slot @5)
 V3 = {

@@ -14,8 +14,10 @@ from typing import Any
 
 import pytest
 
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.index.progress import backend_key
 from tiered.index.service import IndexService
 from tiered.testing import ConfigFactory

@@ -11,13 +11,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from click.testing import CliRunner, Result
+from click.testing import CliRunner
+from click.testing import Result
 
 from tiered.cli import main
 from tiered.config import TieredConfig
 from tiered.core.message_store import TieredMessageStore
-from tiered.core.sidecar import Sidecar, build_provider
-from tiered.http.app import create_app, message_json
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
+from tiered.http.app import create_app
+from tiered.http.app import message_json
 from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
 from tiered.index.service import IndexService

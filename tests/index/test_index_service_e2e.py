@@ -5,16 +5,20 @@ uploaded and queried -- every generated key is found, with its message, and noth
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 import pytest
-from tiered.providers import Provider, WrappedProvider
+from tiered.providers import Provider
+from tiered.providers import WrappedProvider
 from tiered.providers.layout import INDEX_TOPIC
 
 from tiered.broker import message as msgcodec
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.index.search import KeyHit
 from tiered.index.service import IndexService
 from tiered.testing import ConfigFactory
@@ -184,7 +188,8 @@ def test_reader_beside_a_running_sidecar(
 ) -> None:
     """A read-only service sees the writer's local files (mapped read-only) and uploads, and
     changes nothing."""
-    from tiered.metadata import MetadataStore, read_metadata
+    from tiered.metadata import MetadataStore
+    from tiered.metadata import read_metadata
 
     cfg = index_config(index_store, provider="posix")
     expected = store_keys(index_store)

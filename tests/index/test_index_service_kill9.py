@@ -21,8 +21,10 @@ from pathlib import Path
 import pytest
 
 from tiered.broker import message as msgcodec
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.index.format import IndexHeader
 from tiered.testing import ConfigFactory
 from tiered.testing.index_keys import KeyTable

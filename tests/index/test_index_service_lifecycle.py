@@ -12,23 +12,24 @@ from pathlib import Path
 from typing import TypeVar
 
 import pytest
-from tiered.providers import (
-    FaultInjectingProvider,
-    FaultPlan,
-    MemoryProvider,
-    Provider,
-    WrappedProvider,
-)
+from tiered.providers import FaultInjectingProvider
+from tiered.providers import FaultPlan
+from tiered.providers import MemoryProvider
+from tiered.providers import Provider
+from tiered.providers import WrappedProvider
 
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.errors import ProviderError
 from tiered.index.compaction import compact_file
 from tiered.index.java_hash import index_hashes
 from tiered.index.service import IndexService
 from tiered.javautil import java_string_hash
 from tiered.testing import ConfigFactory
-from tiered.testing.index_keys import KeyTable, assert_all_found
+from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import assert_all_found
 
 T = TypeVar("T")
 _M = 1 << 32

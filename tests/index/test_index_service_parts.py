@@ -9,14 +9,17 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered.broker import message as msgcodec
-from tiered.broker.commitlog import list_files, scan_file
+from tiered.broker.commitlog import list_files
+from tiered.broker.commitlog import scan_file
 from tiered.broker.unit_fields import property_spans
 from tiered.errors import IndexFileError
-from tiered.index import IndexBatch, IndexStoreFile
+from tiered.index import IndexBatch
+from tiered.index import IndexStoreFile
 from tiered.index.bulk_keys import index_batch_of_units
 from tiered.index.key_set import key_properties
 from tiered.index.local_files import LocalIndexFiles

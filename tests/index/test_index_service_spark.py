@@ -15,13 +15,17 @@ from typing import TYPE_CHECKING
 import pytest
 from tiered.jobs.compact_index import main as job_main
 
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.index import compact_numpy
 from tiered.index.compaction import Compactor
 from tiered.index.service import IndexService
-from tiered.index.staging import COMPACTED_DIR, STAGING_DIR, submit_command
+from tiered.index.staging import COMPACTED_DIR
+from tiered.index.staging import STAGING_DIR
+from tiered.index.staging import submit_command
 from tiered.testing import ConfigFactory
-from tiered.testing.index_keys import KeyTable, assert_all_found
+from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import assert_all_found
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession

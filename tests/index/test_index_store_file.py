@@ -9,14 +9,22 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered.errors import IndexFileError
-from tiered.index import IndexBatch, IndexStatus, IndexStoreFile, local_index_files
-from tiered.index.format import BEGIN_MAGIC_CODE, END_MAGIC_CODE
+from tiered.index import IndexBatch
+from tiered.index import IndexStatus
+from tiered.index import IndexStoreFile
+from tiered.index import local_index_files
+from tiered.index.format import BEGIN_MAGIC_CODE
+from tiered.index.format import END_MAGIC_CODE
 from tiered.index.key_set import message_key_sets
-from tiered.javautil import java_rem, java_string_hash, to_i32
+from tiered.javautil import java_rem
+from tiered.javautil import java_string_hash
+from tiered.javautil import to_i32
 
 T0 = 1_700_000_000_000
 

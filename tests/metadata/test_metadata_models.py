@@ -6,22 +6,21 @@ import json
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered.broker.configjson import parse_fastjson
 from tiered.errors import MetadataError
-from tiered.metadata.models import (
-    LONG_MAX,
-    FileSegmentMetadata,
-    FileSegmentType,
-    MessageQueue,
-    MetadataDocument,
-    QueueMetadata,
-    TopicMetadata,
-    dump_metadata,
-    parse_metadata,
-)
+from tiered.metadata.models import LONG_MAX
+from tiered.metadata.models import FileSegmentMetadata
+from tiered.metadata.models import FileSegmentType
+from tiered.metadata.models import MessageQueue
+from tiered.metadata.models import MetadataDocument
+from tiered.metadata.models import QueueMetadata
+from tiered.metadata.models import TopicMetadata
+from tiered.metadata.models import dump_metadata
+from tiered.metadata.models import parse_metadata
 
 # vectors.md V7: Java JSON.toJSONString(wrapper, DisableCircularReferenceDetect, PrettyFormat)
 V7 = (

@@ -18,27 +18,27 @@ from pathlib import Path
 import pytest
 from tiered.providers.layout import check_key
 from tiered.providers.memory import MemoryProvider
-from tiered.providers.wrappers import FaultInjectingProvider, FaultPlan
+from tiered.providers.wrappers import FaultInjectingProvider
+from tiered.providers.wrappers import FaultPlan
 
 from tiered.broker.configjson import dumps_fastjson
-from tiered.errors import (
-    InvalidKeyError,
-    MetadataError,
-    ProviderError,
-    ProviderUnavailableError,
-)
-from tiered.metadata.metadata_store import FILE_NAME, LoadReport, MetadataStore, mirror_key_for
-from tiered.metadata.models import (
-    LONG_MAX,
-    FileSegmentMetadata,
-    FileSegmentType,
-    MessageQueue,
-    MetadataDocument,
-    QueueMetadata,
-    TopicMetadata,
-    dump_metadata,
-    parse_metadata,
-)
+from tiered.errors import InvalidKeyError
+from tiered.errors import MetadataError
+from tiered.errors import ProviderError
+from tiered.errors import ProviderUnavailableError
+from tiered.metadata.metadata_store import FILE_NAME
+from tiered.metadata.metadata_store import LoadReport
+from tiered.metadata.metadata_store import MetadataStore
+from tiered.metadata.metadata_store import mirror_key_for
+from tiered.metadata.models import LONG_MAX
+from tiered.metadata.models import FileSegmentMetadata
+from tiered.metadata.models import FileSegmentType
+from tiered.metadata.models import MessageQueue
+from tiered.metadata.models import MetadataDocument
+from tiered.metadata.models import QueueMetadata
+from tiered.metadata.models import TopicMetadata
+from tiered.metadata.models import dump_metadata
+from tiered.metadata.models import parse_metadata
 
 CL, CQ, INDEX = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE, FileSegmentType.INDEX
 KEY = mirror_key_for("DefaultCluster", "broker-a")

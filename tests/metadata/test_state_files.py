@@ -18,11 +18,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.core.dispatch_state import QueueState, StateFile, StateSnapshot
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.core.dispatch_state import QueueState
+from tiered.core.dispatch_state import StateFile
+from tiered.core.dispatch_state import StateSnapshot
 from tiered.index.progress import IndexProgress
 from tiered.metadata.orphans import OrphanLog
 from tiered.remoting.groups import ReplayOffsets

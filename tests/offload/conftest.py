@@ -12,10 +12,12 @@ from typing import Any
 
 import pytest
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.testing import ConfigFactory
-from tiered.testing.sample_tier import rolling_spec, sample_config
+from tiered.testing.sample_tier import rolling_spec
+from tiered.testing.sample_tier import sample_config
 
 
 @pytest.fixture

@@ -16,13 +16,16 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.cli import main
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
 from tiered.testing import ConfigFactory
-from tiered.testing.tier_check import check_tier, read_document, store_fingerprint
+from tiered.testing.tier_check import check_tier
+from tiered.testing.tier_check import read_document
+from tiered.testing.tier_check import store_fingerprint
 
 StoreFactory = Callable[..., Path]
 ConfWriter = Callable[[TieredConfig], Path]

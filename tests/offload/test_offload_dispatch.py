@@ -14,24 +14,26 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiered.providers import (
-    FaultInjectingProvider,
-    FaultPlan,
-    MemoryProvider,
-    PosixProvider,
-    Provider,
-    S3Provider,
-    WrappedProvider,
-)
+from tiered.providers import FaultInjectingProvider
+from tiered.providers import FaultPlan
+from tiered.providers import MemoryProvider
+from tiered.providers import PosixProvider
+from tiered.providers import Provider
+from tiered.providers import S3Provider
+from tiered.providers import WrappedProvider
 
 from tiered import metrics
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.broker.page_cache import residency
 from tiered.config import TieredConfig
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.metadata import FileSegmentType
 from tiered.testing import ConfigFactory
-from tiered.testing.tier_check import check_tier, read_document, store_fingerprint
+from tiered.testing.tier_check import check_tier
+from tiered.testing.tier_check import read_document
+from tiered.testing.tier_check import store_fingerprint
 
 StoreFactory = Callable[..., Path]
 

@@ -9,17 +9,24 @@ from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from tiered.providers import MemoryProvider, WrappedProvider
-from tiered.providers.layout import FileType, segment_key
+from tiered.providers import MemoryProvider
+from tiered.providers import WrappedProvider
+from tiered.providers.layout import FileType
+from tiered.providers.layout import segment_key
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
-from tiered.core.expiry import HOUR_MS, expire, reserve_hours
+from tiered.core.expiry import HOUR_MS
+from tiered.core.expiry import expire
+from tiered.core.expiry import reserve_hours
 from tiered.core.sidecar import Sidecar
 from tiered.errors import AccessDeniedError
-from tiered.metadata import LONG_MAX, FileSegmentType
+from tiered.metadata import LONG_MAX
+from tiered.metadata import FileSegmentType
 from tiered.testing import ConfigFactory
-from tiered.testing.tier_check import check_tier, read_document
+from tiered.testing.tier_check import check_tier
+from tiered.testing.tier_check import read_document
 
 StoreFactory = Callable[..., Path]
 TYPES = {

@@ -7,19 +7,31 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
-from tiered.providers import FaultInjectingProvider, FaultPlan, MemoryProvider, Provider
+from tiered.providers import FaultInjectingProvider
+from tiered.providers import FaultPlan
+from tiered.providers import MemoryProvider
+from tiered.providers import Provider
 from tiered.providers.layout import FileType
 
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
 from tiered.broker.consumequeue import ConsumeQueue
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.broker.unit_fields import check_units, rewrite_physical_offsets, store_timestamps
-from tiered.errors import IntegrityError, ReadPastEndError
-from tiered.file import FlatAddress, FlatAppendFile, FlatMessageFile, MessageBatch
-from tiered.metadata import FileSegmentType, MetadataStore
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.broker.unit_fields import check_units
+from tiered.broker.unit_fields import rewrite_physical_offsets
+from tiered.broker.unit_fields import store_timestamps
+from tiered.errors import IntegrityError
+from tiered.errors import ReadPastEndError
+from tiered.file import FlatAddress
+from tiered.file import FlatAppendFile
+from tiered.file import FlatMessageFile
+from tiered.file import MessageBatch
+from tiered.metadata import FileSegmentType
+from tiered.metadata import MetadataStore
 
 ADDRESS = FlatAddress("DefaultCluster", "broker-a", "TopicTest", 3)
 

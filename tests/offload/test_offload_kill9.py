@@ -23,7 +23,8 @@ from pathlib import Path
 
 import pytest
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
 from tiered.testing import ConfigFactory

@@ -10,7 +10,8 @@ import numpy as np
 from prometheus_client import REGISTRY
 from tiered.providers import MemoryProvider
 
-from tiered.core.local_source import BatchRequest, LocalSource
+from tiered.core.local_source import BatchRequest
+from tiered.core.local_source import LocalSource
 from tiered.core.sidecar import Sidecar
 from tiered.testing import ConfigFactory
 

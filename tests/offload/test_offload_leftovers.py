@@ -10,7 +10,8 @@ from pathlib import Path
 
 from tiered.providers import PosixProvider
 
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
 from tiered.testing import ConfigFactory
 

@@ -8,7 +8,8 @@ import logging
 import re
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -16,35 +17,33 @@ import pytest
 from click.testing import CliRunner
 from fastapi import FastAPI
 from prometheus_client import CollectorRegistry
-from tiered.providers import (
-    FaultInjectingProvider,
-    FaultPlan,
-    FsspecProvider,
-    MemoryProvider,
-    PosixProvider,
-    Provider,
-    S3Provider,
-)
+from tiered.providers import FaultInjectingProvider
+from tiered.providers import FaultPlan
+from tiered.providers import FsspecProvider
+from tiered.providers import MemoryProvider
+from tiered.providers import PosixProvider
+from tiered.providers import Provider
+from tiered.providers import S3Provider
 from tiered.providers.testing.servers import S3Endpoint
 
 from tiered.cli import main
-from tiered.cli.config_option import setup_logging, verbosity
+from tiered.cli.config_option import setup_logging
+from tiered.cli.config_option import verbosity
 from tiered.config import load_config
 from tiered.core.sidecar import Sidecar
-from tiered.errors import (
-    ConfigError,
-    InvalidKeyError,
-    InvalidRangeError,
-    PositionMismatchError,
-    ProviderError,
-    ProviderUnavailableError,
-    ReadPastEndError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-)
+from tiered.errors import ConfigError
+from tiered.errors import InvalidKeyError
+from tiered.errors import InvalidRangeError
+from tiered.errors import PositionMismatchError
+from tiered.errors import ProviderError
+from tiered.errors import ProviderUnavailableError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
-from tiered.logs import IsoJsonFormatter, error_fields
+from tiered.logs import IsoJsonFormatter
+from tiered.logs import error_fields
 from tiered.testing import ConfigFactory
 
 StoreFactory = Callable[..., Path]

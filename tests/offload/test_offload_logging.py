@@ -18,7 +18,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tiered.providers.layout import FileType, logical_path, segment_key
+from tiered.providers.layout import FileType
+from tiered.providers.layout import logical_path
+from tiered.providers.layout import segment_key
 
 from tiered.config import TieredConfig
 from tiered.core.dispatcher import MAX_FAILURES

@@ -13,20 +13,26 @@ import dataclasses
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tiered.providers import MemoryProvider, PosixProvider, Provider, WrappedProvider
+from tiered.providers import MemoryProvider
+from tiered.providers import PosixProvider
+from tiered.providers import Provider
+from tiered.providers import WrappedProvider
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
 from tiered.file import reconcile
 from tiered.metadata import FileSegmentType
 from tiered.testing import ConfigFactory
-from tiered.testing.tier_check import check_tier, read_document
+from tiered.testing.tier_check import check_tier
+from tiered.testing.tier_check import read_document
 
 
 class Crash(BaseException):

@@ -24,7 +24,8 @@ from typing import Any
 
 import pytest
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RequestCode
 from tiered.testing.sample_tier import sample_config

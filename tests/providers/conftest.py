@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import subprocess
 import tempfile
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tiered.providers.testing.servers import (
-    CephStartError,
-    S3Endpoint,
-    start_ceph,
-)
+from tiered.providers.testing.servers import CephStartError
+from tiered.providers.testing.servers import S3Endpoint
+from tiered.providers.testing.servers import start_ceph
 
 CEPH_RGW = Path(__file__).resolve().parents[2].parent / "shared" / "tools" / "ceph-rgw"
 _ceph: dict[str, object] = {}

@@ -4,15 +4,13 @@ from __future__ import annotations
 
 from hypothesis import given
 from hypothesis import strategies as st
-from tiered.providers.chunks import (
-    Chunk,
-    chunk_name,
-    parse_name,
-    pieces_for_read,
-    plan_parts,
-    state_from_listing,
-    temp_name,
-)
+from tiered.providers.chunks import Chunk
+from tiered.providers.chunks import chunk_name
+from tiered.providers.chunks import parse_name
+from tiered.providers.chunks import pieces_for_read
+from tiered.providers.chunks import plan_parts
+from tiered.providers.chunks import state_from_listing
+from tiered.providers.chunks import temp_name
 
 K = "a/b/seg"
 MIB = 1 << 20

@@ -6,16 +6,17 @@ import uuid
 from pathlib import Path
 
 import pytest
-from fsspec.implementations.memory import MemoryFile, MemoryFileSystem
+from fsspec.implementations.memory import MemoryFile
+from fsspec.implementations.memory import MemoryFileSystem
 from tiered.providers import FsspecProvider
-from tiered.providers.testing import (
-    ChunkedProviderTests,
-    DictOracle,
-    DirectoryOracle,
-    Oracle,
-    ProviderTests,
-)
-from tiered.providers.testing.s3_suite import OnCeph, OnMoto, S3Fixtures
+from tiered.providers.testing import ChunkedProviderTests
+from tiered.providers.testing import DictOracle
+from tiered.providers.testing import DirectoryOracle
+from tiered.providers.testing import Oracle
+from tiered.providers.testing import ProviderTests
+from tiered.providers.testing.s3_suite import OnCeph
+from tiered.providers.testing.s3_suite import OnMoto
+from tiered.providers.testing.s3_suite import S3Fixtures
 from tiered.providers.testing.servers import S3Endpoint
 
 from tiered.errors import ConfigError

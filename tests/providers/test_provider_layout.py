@@ -5,17 +5,15 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from tiered.providers import (
-    FileType,
-    SegmentAddress,
-    check_component,
-    cluster_dir_name,
-    file_name_to_offset,
-    index_logical_path,
-    logical_path,
-    offset_to_file_name,
-    segment_key,
-)
+from tiered.providers import FileType
+from tiered.providers import SegmentAddress
+from tiered.providers import check_component
+from tiered.providers import cluster_dir_name
+from tiered.providers import file_name_to_offset
+from tiered.providers import index_logical_path
+from tiered.providers import logical_path
+from tiered.providers import offset_to_file_name
+from tiered.providers import segment_key
 
 from tiered.errors import InvalidKeyError
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import pytest
 from tiered.providers import MemoryProvider
-from tiered.providers.testing import DictOracle, Oracle, ProviderTests
+from tiered.providers.testing import DictOracle
+from tiered.providers.testing import Oracle
+from tiered.providers.testing import ProviderTests
 
 
 class TestMemoryProvider(ProviderTests):

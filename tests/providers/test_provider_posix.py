@@ -7,8 +7,13 @@ import stat
 from pathlib import Path
 
 import pytest
-from tiered.providers import FileType, PosixProvider, segment_key
-from tiered.providers.testing import HOSTILE_KEYS, DirectoryOracle, Oracle, ProviderTests
+from tiered.providers import FileType
+from tiered.providers import PosixProvider
+from tiered.providers import segment_key
+from tiered.providers.testing import HOSTILE_KEYS
+from tiered.providers.testing import DirectoryOracle
+from tiered.providers.testing import Oracle
+from tiered.providers.testing import ProviderTests
 
 
 class TestPosixProvider(ProviderTests):

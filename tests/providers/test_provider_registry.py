@@ -8,16 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tiered.providers import (
-    FsspecProvider,
-    MemoryProvider,
-    PosixProvider,
-    ProviderRegistry,
-    S3Provider,
-    from_config,
-    provider_from_settings,
-    registry,
-)
+from tiered.providers import FsspecProvider
+from tiered.providers import MemoryProvider
+from tiered.providers import PosixProvider
+from tiered.providers import ProviderRegistry
+from tiered.providers import S3Provider
+from tiered.providers import from_config
+from tiered.providers import provider_from_settings
+from tiered.providers import registry
 
 from tiered.config import TieredConfig
 from tiered.errors import ConfigError

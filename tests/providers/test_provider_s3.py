@@ -17,30 +17,29 @@ from typing import ClassVar
 import pytest
 from tiered.providers import S3Provider
 from tiered.providers.chunks import chunk_name
-from tiered.providers.testing import (
-    BotoOracle,
-    ChunkedProviderTests,
-    blob,
-    fill,
-    requests_of,
-    seg,
-)
-from tiered.providers.testing.s3_suite import OnCeph, OnMoto, S3Fixtures
-from tiered.providers.testing.servers import HttpFaults, S3Endpoint
+from tiered.providers.testing import BotoOracle
+from tiered.providers.testing import ChunkedProviderTests
+from tiered.providers.testing import blob
+from tiered.providers.testing import fill
+from tiered.providers.testing import requests_of
+from tiered.providers.testing import seg
+from tiered.providers.testing.s3_suite import OnCeph
+from tiered.providers.testing.s3_suite import OnMoto
+from tiered.providers.testing.s3_suite import S3Fixtures
+from tiered.providers.testing.servers import HttpFaults
+from tiered.providers.testing.servers import S3Endpoint
 
-from tiered.errors import (
-    AccessDeniedError,
-    ConfigError,
-    InvalidKeyError,
-    MissingDependencyError,
-    PositionMismatchError,
-    ProviderError,
-    ProviderTimeoutError,
-    ProviderUnavailableError,
-    SegmentExistsError,
-    SegmentNotFoundError,
-    ThrottledError,
-)
+from tiered.errors import AccessDeniedError
+from tiered.errors import ConfigError
+from tiered.errors import InvalidKeyError
+from tiered.errors import MissingDependencyError
+from tiered.errors import PositionMismatchError
+from tiered.errors import ProviderError
+from tiered.errors import ProviderTimeoutError
+from tiered.errors import ProviderUnavailableError
+from tiered.errors import SegmentExistsError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import ThrottledError
 
 MIB = 1 << 20
 

@@ -8,19 +8,22 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry
-from tiered.providers import (
-    FaultInjectingProvider,
-    FaultPlan,
-    LatencyProvider,
-    MemoryProvider,
-    MetricsProvider,
-    Provider,
-    ProviderMetrics,
-    unwrap,
-)
-from tiered.providers.testing import DictOracle, Oracle, ProviderTests, seg
+from tiered.providers import FaultInjectingProvider
+from tiered.providers import FaultPlan
+from tiered.providers import LatencyProvider
+from tiered.providers import MemoryProvider
+from tiered.providers import MetricsProvider
+from tiered.providers import Provider
+from tiered.providers import ProviderMetrics
+from tiered.providers import unwrap
+from tiered.providers.testing import DictOracle
+from tiered.providers.testing import Oracle
+from tiered.providers.testing import ProviderTests
+from tiered.providers.testing import seg
 
-from tiered.errors import InjectedFaultError, SegmentNotFoundError, ThrottledError
+from tiered.errors import InjectedFaultError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import ThrottledError
 
 
 class TestWrappedMemoryProvider(ProviderTests):

@@ -8,7 +8,8 @@ back as is captured from the broker's files before anything is deleted.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +18,10 @@ import pytest
 from tiered.broker.generator import GenSpec
 from tiered.core.sidecar import Sidecar
 from tiered.testing import ConfigFactory
-from tiered.testing.sample_tier import SampleTier, build_sample_tier, rolling_spec, sample_config
+from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sample_tier import build_sample_tier
+from tiered.testing.sample_tier import rolling_spec
+from tiered.testing.sample_tier import sample_config
 
 
 @pytest.fixture(scope="session")

@@ -17,23 +17,31 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 import pytest
-from prometheus_client import REGISTRY, generate_latest
+from prometheus_client import REGISTRY
+from prometheus_client import generate_latest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
-from tiered.providers import FaultInjectingProvider, FaultPlan, PosixProvider, Provider, unwrap
+from tiered.providers import FaultInjectingProvider
+from tiered.providers import FaultPlan
+from tiered.providers import PosixProvider
+from tiered.providers import Provider
+from tiered.providers import unwrap
 
 from tiered import metrics
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
-from tiered.errors import AccessDeniedError, InjectedFaultError
+from tiered.errors import AccessDeniedError
+from tiered.errors import InjectedFaultError
 from tiered.http.app import create_app
 from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
-from tiered.testing.sample_tier import SampleTier, build_sample_tier
+from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sample_tier import build_sample_tier
 
 README = Path(__file__).resolve().parents[2] / "README.md"
 PREFIX = "rocketmq_"

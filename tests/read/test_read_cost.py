@@ -10,10 +10,14 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from prometheus_client import REGISTRY
-from tiered.providers import LatencyProvider, Provider, WrappedProvider
+from tiered.providers import LatencyProvider
+from tiered.providers import Provider
+from tiered.providers import WrappedProvider
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
-from tiered.core.fetcher import BULK_UNITS, GetStatus, TieredReader
+from tiered.core.fetcher import BULK_UNITS
+from tiered.core.fetcher import GetStatus
+from tiered.core.fetcher import TieredReader
 from tiered.core.message_store import TieredMessageStore
 from tiered.core.read_cache import ReadAheadCache
 from tiered.testing.sample_tier import SampleTier

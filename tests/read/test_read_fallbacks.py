@@ -10,13 +10,15 @@ import os
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
-from tiered.providers import PosixProvider, unwrap
+from tiered.providers import PosixProvider
+from tiered.providers import unwrap
 
 from tiered.broker import message as msgcodec
 from tiered.errors import AccessDeniedError

@@ -13,7 +13,9 @@ from typing import Any
 
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
 from schemathesis import GenerationMode
 
 from tiered.core.status_report import collect_status

@@ -8,7 +8,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from fastapi import APIRouter
 from tiered.broker import message as msgcodec
 from tiered.core.message_store import TieredMessageStore
 from tiered.core.status_report import collect_status
-from tiered.http.app import create_app, message_json, raw_units
+from tiered.http.app import create_app
+from tiered.http.app import message_json
+from tiered.http.app import raw_units
 from tiered.http.server import HttpServer
 from tiered.testing.sample_tier import SampleTier
 

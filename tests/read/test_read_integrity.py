@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
-from tiered.providers import PosixProvider, unwrap
+from tiered.providers import PosixProvider
+from tiered.providers import unwrap
 
 from tiered.broker import message as msgcodec
 from tiered.core.fetcher import GetStatus

@@ -11,8 +11,10 @@ import numpy as np
 import pytest
 
 from tiered.broker import message as msgcodec
-from tiered.broker.page_cache import PAGE, residency
-from tiered.core.read_cache import ReadAheadCache, memory_limit_bytes
+from tiered.broker.page_cache import PAGE
+from tiered.broker.page_cache import residency
+from tiered.core.read_cache import ReadAheadCache
+from tiered.core.read_cache import memory_limit_bytes
 from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError

@@ -20,9 +20,12 @@ from typing import Any
 import pytest
 from tiered.providers import MemoryProvider
 
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.core.daemon import Daemon
-from tiered.http.service import http_service, liveness, readiness
+from tiered.http.service import http_service
+from tiered.http.service import liveness
+from tiered.http.service import readiness
 from tiered.testing import ConfigFactory
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"

@@ -17,12 +17,15 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tiered.broker import message as msgcodec
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.config import StorageLevel
-from tiered.core.fetcher import GetStatus, Unit
+from tiered.core.fetcher import GetStatus
+from tiered.core.fetcher import Unit
 from tiered.core.local_source import LocalSource
 from tiered.core.message_store import TieredMessageStore
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError
 from tiered.testing import ConfigFactory

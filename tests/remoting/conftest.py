@@ -20,8 +20,10 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +36,8 @@ from tiered.remoting.groups import ReplayOffsets
 from tiered.remoting.handlers import Replay
 from tiered.remoting.naming import Naming
 from tiered.remoting.server import RemotingServer
-from tiered.testing.sample_tier import SampleTier, build_sample_tier
+from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sample_tier import build_sample_tier
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 JS = Path(__file__).parent / "js"

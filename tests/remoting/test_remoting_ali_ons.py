@@ -22,10 +22,16 @@ from pathlib import Path
 import pytest
 
 from tiered.broker import message as msgcodec
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.testing.sample_tier import SampleTier
 
-from .conftest import TOPIC, Consumed, Sidecar, ali_ons, build_history, expected_messages
+from .conftest import TOPIC
+from .conftest import Consumed
+from .conftest import Sidecar
+from .conftest import ali_ons
+from .conftest import build_history
+from .conftest import expected_messages
 from .conftest import store_snapshot as snapshot
 
 pytestmark = pytest.mark.slow

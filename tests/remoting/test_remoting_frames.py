@@ -10,16 +10,25 @@ import struct
 import time
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
+from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered import metrics
 from tiered.errors import ProtocolError
-from tiered.remoting.codes import RESPONSE_FLAG, RequestCode, ResponseCode
-from tiered.remoting.frame import JSON, ROCKETMQ, Command, FrameReader, decode, encode
+from tiered.remoting.codes import RESPONSE_FLAG
+from tiered.remoting.codes import RequestCode
+from tiered.remoting.codes import ResponseCode
+from tiered.remoting.frame import JSON
+from tiered.remoting.frame import ROCKETMQ
+from tiered.remoting.frame import Command
+from tiered.remoting.frame import FrameReader
+from tiered.remoting.frame import decode
+from tiered.remoting.frame import encode
 from tiered.testing.sample_tier import SampleTier
 
-from .conftest import TOPIC, EndpointFactory
+from .conftest import TOPIC
+from .conftest import EndpointFactory
 
 texts = st.text(st.characters(exclude_categories=["Cs"]), max_size=40)
 commands = st.builds(

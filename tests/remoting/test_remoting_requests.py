@@ -15,27 +15,29 @@ from pathlib import Path
 import pytest
 
 from tiered.broker import message as msgcodec
-from tiered.broker.generator import GenSpec, generate_store
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 from tiered.remoting.acl import Acl
-from tiered.remoting.client import RemotingClient, split_messages
-from tiered.remoting.codes import (
-    FLAG_COMMIT_OFFSET,
-    FLAG_LITE_PULL,
-    FLAG_SUBSCRIPTION,
-    FLAG_SUSPEND,
-    RESPONSE_FLAG,
-)
-from tiered.remoting.codes import (
-    RequestCode as Req,
-)
-from tiered.remoting.codes import (
-    ResponseCode as Res,
-)
-from tiered.remoting.frame import JSON, ROCKETMQ, Command, encode
+from tiered.remoting.client import RemotingClient
+from tiered.remoting.client import split_messages
+from tiered.remoting.codes import FLAG_COMMIT_OFFSET
+from tiered.remoting.codes import FLAG_LITE_PULL
+from tiered.remoting.codes import FLAG_SUBSCRIPTION
+from tiered.remoting.codes import FLAG_SUSPEND
+from tiered.remoting.codes import RESPONSE_FLAG
+from tiered.remoting.codes import RequestCode as Req
+from tiered.remoting.codes import ResponseCode as Res
+from tiered.remoting.frame import JSON
+from tiered.remoting.frame import ROCKETMQ
+from tiered.remoting.frame import Command
+from tiered.remoting.frame import encode
 from tiered.remoting.groups import ReplayOffsets
 from tiered.testing.sample_tier import SampleTier
 
-from .conftest import TOPIC, EndpointFactory, build_history, expected_messages
+from .conftest import TOPIC
+from .conftest import EndpointFactory
+from .conftest import build_history
+from .conftest import expected_messages
 
 Q = 1
 

@@ -16,9 +16,11 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, tzinfo
+from datetime import datetime
+from datetime import tzinfo
 from pathlib import Path
 from typing import Final
 
@@ -26,8 +28,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.closeable import Closeable
-from tiered.errors import IndexFileError, StoreFileNotFoundError
-from tiered.javautil import java_string_hash, to_i32
+from tiered.errors import IndexFileError
+from tiered.errors import StoreFileNotFoundError
+from tiered.javautil import java_string_hash
+from tiered.javautil import to_i32
 
 INDEX_HEADER_SIZE: Final = 40
 HASH_SLOT_SIZE: Final = 4

@@ -16,11 +16,14 @@ import fcntl
 import os
 import struct
 import sys
-from dataclasses import astuple, dataclass
+from dataclasses import astuple
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
+from typing import Literal
 
-from tiered.errors import CorruptStoreFileError, StoreFileNotFoundError
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import StoreFileNotFoundError
 
 CHECKPOINT_SIZE: Final = 4096
 _FIELDS: Final = struct.Struct(">qqqqq")

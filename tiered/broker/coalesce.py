@@ -20,8 +20,11 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
-from tiered.broker.commitlog import CommitLog, CommitLogFile
-from tiered.errors import BrokerStoreError, CorruptStoreFileError, OffsetNotInStoreError
+from tiered.broker.commitlog import CommitLog
+from tiered.broker.commitlog import CommitLogFile
+from tiered.errors import BrokerStoreError
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import OffsetNotInStoreError
 
 Int64s = npt.NDArray[np.int64]
 DEFAULT_GAP_BYTES = 256 << 10

@@ -15,7 +15,8 @@ from __future__ import annotations
 import mmap
 import os
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,7 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
-from tiered.errors import CorruptStoreFileError, OffsetNotInStoreError, StoreFileNotFoundError
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import OffsetNotInStoreError
+from tiered.errors import StoreFileNotFoundError
 
 _I32 = struct.Struct(">i")
 FILE_NAME_DIGITS = 20

@@ -17,14 +17,22 @@ import json
 import logging
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any
+from typing import Final
+from typing import TypeVar
 
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AliasChoices
+from pydantic import BaseModel
+from pydantic import ConfigDict
+from pydantic import Field
+from pydantic import ValidationError
 from pydantic.alias_generators import to_camel
 
-from tiered.errors import CorruptStoreFileError, StoreFileNotFoundError
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import StoreFileNotFoundError
 
 log = logging.getLogger(__name__)
 

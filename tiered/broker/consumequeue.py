@@ -21,12 +21,15 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, NamedTuple
+from typing import Final
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-from tiered.errors import CorruptStoreFileError, OffsetNotInStoreError, StoreFileNotFoundError
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import OffsetNotInStoreError
+from tiered.errors import StoreFileNotFoundError
 
 log = logging.getLogger(__name__)
 

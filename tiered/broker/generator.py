@@ -15,15 +15,20 @@ import os
 import struct
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
 
-from tiered.broker import broker_index, checkpoint, configjson, consumequeue
+from tiered.broker import broker_index
+from tiered.broker import checkpoint
+from tiered.broker import configjson
+from tiered.broker import consumequeue
 from tiered.broker import message as msgcodec
-from tiered.broker.commitlog import list_files, scan_file
+from tiered.broker.commitlog import list_files
+from tiered.broker.commitlog import scan_file
 from tiered.errors import ConfigError
 from tiered.javautil import tags_code
 

@@ -17,13 +17,15 @@ import mmap
 import socket
 import struct
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Final
 
 import lz4.frame
 import zstandard
 
-from tiered.errors import CorruptStoreFileError, UnsupportedStoreFeatureError
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import UnsupportedStoreFeatureError
 from tiered.javautil import java_split_space
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7

@@ -18,7 +18,8 @@ import itertools
 import logging
 import os
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
+from collections.abc import Sequence
 from pathlib import Path
 
 from tiered.errors import ConfigError

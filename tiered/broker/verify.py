@@ -8,7 +8,8 @@ counted as ``unavailable`` (the broker deleted those files), not as errors.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 import numpy as np

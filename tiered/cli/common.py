@@ -6,7 +6,8 @@ import datetime as dt
 import importlib
 import json
 import sys
-from typing import Any, NoReturn
+from typing import Any
+from typing import NoReturn
 
 import click
 from rich.console import Console

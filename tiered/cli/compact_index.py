@@ -9,14 +9,23 @@ from typing import cast
 
 import click
 
-from tiered.cli.common import console, emit_json, fail
-from tiered.cli.config_option import config_option, load, setup_logging, verbosity
+from tiered.cli.common import console
+from tiered.cli.common import emit_json
+from tiered.cli.common import fail
+from tiered.cli.config_option import config_option
+from tiered.cli.config_option import load
+from tiered.cli.config_option import setup_logging
+from tiered.cli.config_option import verbosity
 from tiered.config import TieredConfig
-from tiered.core.sidecar import DataDirLock, build_provider
+from tiered.core.sidecar import DataDirLock
+from tiered.core.sidecar import build_provider
 from tiered.index.compaction import Engine
-from tiered.index.service import CompactionResult, IndexService
+from tiered.index.service import CompactionResult
+from tiered.index.service import IndexService
 from tiered.index.staging import submit_command
-from tiered.metadata import MetadataStore, mirror_key_for, read_metadata
+from tiered.metadata import MetadataStore
+from tiered.metadata import mirror_key_for
+from tiered.metadata import read_metadata
 
 
 @click.command("compact-index")

@@ -5,12 +5,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
+from typing import TypeVar
 
 import click
 
 from tiered import logs
-from tiered.config import TieredConfig, load_config
+from tiered.config import TieredConfig
+from tiered.config import load_config
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -14,13 +14,15 @@ import json
 import shutil
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 import click
 
-from tiered.cli.common import EXIT_DATA_ERROR, console
+from tiered.cli.common import EXIT_DATA_ERROR
+from tiered.cli.common import console
 
 DEMO_MESSAGES = 20_000
 

@@ -6,13 +6,25 @@ from collections import Counter
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.progress import BarColumn
+from rich.progress import MofNCompleteColumn
+from rich.progress import Progress
+from rich.progress import TextColumn
+from rich.progress import TimeRemainingColumn
 from rich.table import Table
 
-from tiered.cli.common import EXIT_DATA_ERROR, console, emit_json, fail, warn
-from tiered.cli.config_option import config_option, load, setup_logging, verbosity
+from tiered.cli.common import EXIT_DATA_ERROR
+from tiered.cli.common import console
+from tiered.cli.common import emit_json
+from tiered.cli.common import fail
+from tiered.cli.common import warn
+from tiered.cli.config_option import config_option
+from tiered.cli.config_option import load
+from tiered.cli.config_option import setup_logging
+from tiered.cli.config_option import verbosity
 from tiered.core.dispatcher import PassReport
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.providers import RequestCounts
 
 

@@ -13,8 +13,11 @@ import click
 from rich import box
 from rich.table import Table
 
-from tiered.cli.common import emit_json, wide_console
-from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.cli.common import emit_json
+from tiered.cli.common import wide_console
+from tiered.cli.config_option import config_option
+from tiered.cli.config_option import load
+from tiered.cli.config_option import setup_logging
 from tiered.core.message_store import TieredMessageStore
 
 

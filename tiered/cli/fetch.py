@@ -12,11 +12,17 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from tiered.cli.common import MESSAGE_COLUMNS, emit_json, message_cells, wide_console
-from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.cli.common import MESSAGE_COLUMNS
+from tiered.cli.common import emit_json
+from tiered.cli.common import message_cells
+from tiered.cli.common import wide_console
+from tiered.cli.config_option import config_option
+from tiered.cli.config_option import load
+from tiered.cli.config_option import setup_logging
 from tiered.core.fetcher import GetResult
 from tiered.core.message_store import TieredMessageStore
-from tiered.http.app import MAX_COUNT_LIMIT, message_json
+from tiered.http.app import MAX_COUNT_LIMIT
+from tiered.http.app import message_json
 
 max_count_option = click.option(
     "--max-count",

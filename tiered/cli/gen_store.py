@@ -7,8 +7,10 @@ from pathlib import Path
 import click
 from rich.progress import Progress
 
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.cli.common import commitlog_file_size_option, console
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.cli.common import commitlog_file_size_option
+from tiered.cli.common import console
 
 
 @click.command("gen-store")

@@ -10,19 +10,23 @@ from typing import Any
 import click
 from rich.table import Table
 
-from tiered.broker import broker_index, checkpoint, configjson, verify
+from tiered.broker import broker_index
+from tiered.broker import checkpoint
+from tiered.broker import configjson
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
-from tiered.broker.commitlog import CommitLog, list_files, parse_file_name, scan_file
-from tiered.cli.common import (
-    EXIT_DATA_ERROR,
-    Group,
-    commitlog_file_size_option,
-    console,
-    emit_json,
-    fail,
-    warn,
-)
+from tiered.broker import verify
+from tiered.broker.commitlog import CommitLog
+from tiered.broker.commitlog import list_files
+from tiered.broker.commitlog import parse_file_name
+from tiered.broker.commitlog import scan_file
+from tiered.cli.common import EXIT_DATA_ERROR
+from tiered.cli.common import Group
+from tiered.cli.common import commitlog_file_size_option
+from tiered.cli.common import console
+from tiered.cli.common import emit_json
+from tiered.cli.common import fail
+from tiered.cli.common import warn
 
 _path = click.Path(exists=True, path_type=Path)
 

@@ -14,15 +14,22 @@ import click
 from rich.table import Table
 
 from tiered.broker import message as msgcodec
-from tiered.cli.common import MESSAGE_COLUMNS, console, emit_json, message_cells
-from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.cli.common import MESSAGE_COLUMNS
+from tiered.cli.common import console
+from tiered.cli.common import emit_json
+from tiered.cli.common import message_cells
+from tiered.cli.config_option import config_option
+from tiered.cli.config_option import load
+from tiered.cli.config_option import setup_logging
 from tiered.cli.fetch import max_count_option
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
 from tiered.http.app import message_json
 from tiered.index.search import KeyHit
 from tiered.index.service import IndexService
-from tiered.metadata import LONG_MAX, MetadataStore, read_metadata
+from tiered.metadata import LONG_MAX
+from tiered.metadata import MetadataStore
+from tiered.metadata import read_metadata
 
 
 @click.command("query")

@@ -7,14 +7,23 @@ from pathlib import Path
 
 import click
 
-from tiered.cli.common import console, fail
-from tiered.cli.config_option import config_option, load, setup_logging, verbosity
+from tiered.cli.common import console
+from tiered.cli.common import fail
+from tiered.cli.config_option import config_option
+from tiered.cli.config_option import load
+from tiered.cli.config_option import setup_logging
+from tiered.cli.config_option import verbosity
 from tiered.core.local_source import LocalSource
-from tiered.core.metadata_rebuild import RebuildReport, merge_listing, rebuild_from_backend
-from tiered.core.sidecar import DataDirLock, build_provider
+from tiered.core.metadata_rebuild import RebuildReport
+from tiered.core.metadata_rebuild import merge_listing
+from tiered.core.metadata_rebuild import rebuild_from_backend
+from tiered.core.sidecar import DataDirLock
+from tiered.core.sidecar import build_provider
 from tiered.errors import MetadataError
 from tiered.file.flat_file_store import FlatFileStore
-from tiered.metadata import MetadataStore, mirror_key_for, now_ms
+from tiered.metadata import MetadataStore
+from tiered.metadata import mirror_key_for
+from tiered.metadata import now_ms
 from tiered.metadata.metadata_store import FILE_NAME
 from tiered.providers import Provider
 

@@ -8,7 +8,9 @@ from pathlib import Path
 
 import click
 
-from tiered.cli.config_option import config_option, load, setup_logging
+from tiered.cli.config_option import config_option
+from tiered.cli.config_option import load
+from tiered.cli.config_option import setup_logging
 from tiered.core.daemon import Daemon
 from tiered.core.message_store import TieredMessageStore
 from tiered.http.key_routes import keys_router

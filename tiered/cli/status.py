@@ -11,9 +11,13 @@ from rich.console import Console
 from rich.table import Table
 
 from tiered.broker.store_layout import check_store
-from tiered.cli.common import console, emit_json
-from tiered.cli.config_option import config_option, load
-from tiered.core.status_report import IndexStatusReport, StatusReport, collect_status
+from tiered.cli.common import console
+from tiered.cli.common import emit_json
+from tiered.cli.config_option import config_option
+from tiered.cli.config_option import load
+from tiered.core.status_report import IndexStatusReport
+from tiered.core.status_report import StatusReport
+from tiered.core.status_report import collect_status
 
 
 @click.command("status")

@@ -20,13 +20,15 @@ import signal
 import threading
 from collections.abc import Callable
 from types import FrameType
-from typing import Any, Protocol
+from typing import Any
+from typing import Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
-from tiered.logs import error_fields, traceback_if_debug
+from tiered.logs import error_fields
+from tiered.logs import traceback_if_debug
 from tiered.metadata import now_ms
 from tiered.providers import Provider
 

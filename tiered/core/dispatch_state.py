@@ -11,7 +11,8 @@ survive a crash). Losing it, or a damaged copy moved aside, loses only history s
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 

@@ -26,24 +26,37 @@ import os
 import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from concurrent.futures import Future
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 
 from tiered import metrics
 from tiered.closeable import Closeable
-from tiered.config import DispatchStartPolicy, TieredConfig
+from tiered.config import DispatchStartPolicy
+from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
 from tiered.file.flat_append_file import durable
 from tiered.file.flat_file_store import FlatFileStore
-from tiered.file.flat_message_file import FlatMessageFile, MessageBatch
+from tiered.file.flat_message_file import FlatMessageFile
+from tiered.file.flat_message_file import MessageBatch
 from tiered.logs import error_fields
 from tiered.metadata import now_ms
 
-from .dispatch_state import Gap, QueueState, StateFile, StateSnapshot
-from .local_source import BatchRequest, LocalSource
-from .offload_step import CommitListener, Limits, Plan, StepResult, execute, plan
+from .dispatch_state import Gap
+from .dispatch_state import QueueState
+from .dispatch_state import StateFile
+from .dispatch_state import StateSnapshot
+from .local_source import BatchRequest
+from .local_source import LocalSource
+from .offload_step import CommitListener
+from .offload_step import Limits
+from .offload_step import Plan
+from .offload_step import StepResult
+from .offload_step import execute
+from .offload_step import plan
 from .topic_filter import TopicFilter
 
 log = logging.getLogger(__name__)

@@ -21,10 +21,14 @@ from fnmatch import fnmatchcase
 from tiered import metrics
 from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
-from tiered.file.flat_append_file import SEGMENT_TYPES, FlatAppendFile, retrying
+from tiered.file.flat_append_file import SEGMENT_TYPES
+from tiered.file.flat_append_file import FlatAppendFile
+from tiered.file.flat_append_file import retrying
 from tiered.file.flat_file_store import FlatFileStore
-from tiered.logs import error_fields, traceback_if_debug
-from tiered.metadata import LONG_MAX, MetadataStore
+from tiered.logs import error_fields
+from tiered.logs import traceback_if_debug
+from tiered.metadata import LONG_MAX
+from tiered.metadata import MetadataStore
 from tiered.providers.base import Provider
 from tiered.providers.layout import SegmentAddress
 

@@ -11,8 +11,11 @@ from __future__ import annotations
 import functools
 import itertools
 import zlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
 from enum import StrEnum
 
 import numpy as np
@@ -20,11 +23,13 @@ import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
-from tiered.broker.unit_fields import as_uint8, check_units
+from tiered.broker.unit_fields import as_uint8
+from tiered.broker.unit_fields import check_units
 from tiered.core.read_cache import ReadAheadCache
 from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
-from tiered.errors import IntegrityError, ReadPastEndError
+from tiered.errors import IntegrityError
+from tiered.errors import ReadPastEndError
 from tiered.file.flat_message_file import FlatMessageFile
 
 __all__ = [

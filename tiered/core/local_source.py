@@ -24,20 +24,21 @@ from pathlib import Path
 import numpy as np
 import numpy.typing as npt
 
-from tiered.broker import coalesce, page_cache
+from tiered.broker import coalesce
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
+from tiered.broker import page_cache
 from tiered.broker.commitlog import CommitLog
-from tiered.broker.page_cache import Residency, residency
+from tiered.broker.page_cache import Residency
+from tiered.broker.page_cache import residency
 from tiered.broker.store_layout import mapped_sizes
-from tiered.broker.unit_fields import check_units, store_timestamps
+from tiered.broker.unit_fields import check_units
+from tiered.broker.unit_fields import store_timestamps
 from tiered.config import TieredConfig
-from tiered.errors import (
-    BrokerStoreError,
-    CorruptStoreFileError,
-    OffsetNotInStoreError,
-    StoreFileNotFoundError,
-)
+from tiered.errors import BrokerStoreError
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import OffsetNotInStoreError
+from tiered.errors import StoreFileNotFoundError
 from tiered.file.flat_message_file import MessageBatch
 from tiered.file.restart_reconcile import LocalUnits
 

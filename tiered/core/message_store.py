@@ -26,36 +26,37 @@ from typing import Any
 
 from tiered import metrics
 from tiered.closeable import Closeable
-from tiered.config import StorageLevel, TieredConfig
-from tiered.errors import (
-    IntegrityError,
-    InvalidRequestError,
-    OffsetNotInStoreError,
-    ProviderError,
-    StoreFileNotFoundError,
-)
+from tiered.config import StorageLevel
+from tiered.config import TieredConfig
+from tiered.errors import IntegrityError
+from tiered.errors import InvalidRequestError
+from tiered.errors import OffsetNotInStoreError
+from tiered.errors import ProviderError
+from tiered.errors import StoreFileNotFoundError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.logs import error_fields
-from tiered.metadata import MetadataStore, read_metadata
+from tiered.metadata import MetadataStore
+from tiered.metadata import read_metadata
 from tiered.providers import Provider
 from tiered.providers.read_ahead import large_read_bytes
 
-from .fetcher import (
-    DEFAULT_MAX_TRANSFER_BYTES,
-    Fetcher,
-    GetResult,
-    GetStatus,
-    TieredReader,
-    Unit,
-    matching,
-    out_of_range,
-)
+from .fetcher import DEFAULT_MAX_TRANSFER_BYTES
+from .fetcher import Fetcher
+from .fetcher import GetResult
+from .fetcher import GetStatus
+from .fetcher import TieredReader
+from .fetcher import Unit
+from .fetcher import matching
+from .fetcher import out_of_range
 from .local_source import LocalSource
-from .read_cache import ReadAheadCache, memory_limit_bytes
-from .read_route import Route, route
+from .read_cache import ReadAheadCache
+from .read_cache import memory_limit_bytes
+from .read_route import Route
+from .read_route import route
 from .tag_filter import TagFilter
-from .time_search import Boundary, offset_by_time
+from .time_search import Boundary
+from .time_search import offset_by_time
 from .topic_filter import is_system_topic
 
 __all__ = ["MAX_QUEUE_ID", "TOPIC_PATTERN", "Boundary", "TieredMessageStore", "check_request"]

@@ -31,12 +31,22 @@ from dataclasses import dataclass
 from tiered.broker import message as msgcodec
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.errors import ProviderError
-from tiered.file.flat_append_file import SEGMENT_TYPES, real_size, retrying
+from tiered.file.flat_append_file import SEGMENT_TYPES
+from tiered.file.flat_append_file import real_size
+from tiered.file.flat_append_file import retrying
 from tiered.index.uploaded import rebuild_index_records
-from tiered.metadata import LONG_MAX, FileSegmentMetadata, MessageQueue, MetadataStore, now_ms
-from tiered.metadata.models import STATUS_NEW, STATUS_SEALED
+from tiered.metadata import LONG_MAX
+from tiered.metadata import FileSegmentMetadata
+from tiered.metadata import MessageQueue
+from tiered.metadata import MetadataStore
+from tiered.metadata import now_ms
+from tiered.metadata.models import STATUS_NEW
+from tiered.metadata.models import STATUS_SEALED
 from tiered.providers.base import Provider
-from tiered.providers.layout import FileType, SegmentAddress, cluster_dir_name, logical_path
+from tiered.providers.layout import FileType
+from tiered.providers.layout import SegmentAddress
+from tiered.providers.layout import cluster_dir_name
+from tiered.providers.layout import logical_path
 
 log = logging.getLogger(__name__)
 

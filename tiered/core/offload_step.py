@@ -26,19 +26,28 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 import numpy.typing as npt
 
 from tiered import metrics
-from tiered.broker.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, is_blank_unit
-from tiered.errors import OffsetNotInStoreError, StoreFileNotFoundError, TieredStoreError
-from tiered.file.flat_message_file import CommitResult, FlatMessageFile, MessageBatch
-from tiered.logs import error_fields, traceback_if_debug
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.consumequeue import is_blank_unit
+from tiered.errors import OffsetNotInStoreError
+from tiered.errors import StoreFileNotFoundError
+from tiered.errors import TieredStoreError
+from tiered.file.flat_message_file import CommitResult
+from tiered.file.flat_message_file import FlatMessageFile
+from tiered.file.flat_message_file import MessageBatch
+from tiered.logs import error_fields
+from tiered.logs import traceback_if_debug
 
-from .dispatch_state import Gap, QueueState
+from .dispatch_state import Gap
+from .dispatch_state import QueueState
 from .local_source import LocalSource
 
 log = logging.getLogger(__name__)

@@ -10,7 +10,8 @@ operator why an offset is (or is not) read from the tier.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Literal
+from typing import Protocol
 
 from tiered.broker.page_cache import Residency
 from tiered.config import StorageLevel

@@ -18,16 +18,21 @@ from pathlib import Path
 from tiered.broker.store_layout import check_store
 from tiered.closeable import Closeable
 from tiered.config import TieredConfig
-from tiered.errors import ConfigError, TieredStoreError
+from tiered.errors import ConfigError
+from tiered.errors import TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.restart_reconcile import ReconcileReport
 from tiered.index.service import IndexService
-from tiered.metadata import MetadataStore, mirror_key_for
-from tiered.providers import MetricsProvider, Provider, from_config
+from tiered.metadata import MetadataStore
+from tiered.metadata import mirror_key_for
+from tiered.providers import MetricsProvider
+from tiered.providers import Provider
+from tiered.providers import from_config
 
 from .dispatch_state import StateFile
 from .dispatcher import Dispatcher
-from .expiry import ExpiryReport, expire
+from .expiry import ExpiryReport
+from .expiry import expire
 from .local_source import LocalSource
 from .metadata_rebuild import merge_listing
 

@@ -13,18 +13,26 @@ from __future__ import annotations
 
 import contextlib
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
-from tiered.index.format import END_MAGIC_CODE, HEADER_SIZE, IndexHeader
-from tiered.index.index_store_file import FILE_DIRECTORY_NAME, local_index_files
+from tiered.index.format import END_MAGIC_CODE
+from tiered.index.format import HEADER_SIZE
+from tiered.index.format import IndexHeader
+from tiered.index.index_store_file import FILE_DIRECTORY_NAME
+from tiered.index.index_store_file import local_index_files
 from tiered.index.progress import IndexProgress
-from tiered.metadata import FileSegmentType, MetadataDocument, read_metadata
-from tiered.providers.layout import index_logical_path, logical_path
+from tiered.metadata import FileSegmentType
+from tiered.metadata import MetadataDocument
+from tiered.metadata import read_metadata
+from tiered.providers.layout import index_logical_path
+from tiered.providers.layout import logical_path
 
 from .dispatch_state import StateFile
 from .local_source import LocalSource

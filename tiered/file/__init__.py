@@ -12,12 +12,17 @@ codecs; knows nothing of dispatch rounds or reads (``tiered.core`` uses it).
 
 from __future__ import annotations
 
-from .flat_append_file import FlatAddress, FlatAppendFile, Segment
+from .flat_append_file import FlatAddress
+from .flat_append_file import FlatAppendFile
+from .flat_append_file import Segment
 from .flat_commitlog import FlatCommitLogFile
 from .flat_consumequeue import FlatConsumeQueueFile
 from .flat_file_store import FlatFileStore
-from .flat_message_file import CommitResult, FlatMessageFile, MessageBatch
-from .restart_reconcile import ReconcileReport, reconcile
+from .flat_message_file import CommitResult
+from .flat_message_file import FlatMessageFile
+from .flat_message_file import MessageBatch
+from .restart_reconcile import ReconcileReport
+from .restart_reconcile import reconcile
 
 __all__ = [
     "CommitResult",

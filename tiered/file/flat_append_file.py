@@ -27,22 +27,29 @@ import bisect
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
 from typing import TypeVar
 
-from tiered.errors import (
-    IntegrityError,
-    PositionMismatchError,
-    ProviderError,
-    ReadPastEndError,
-    SegmentNotFoundError,
-    SegmentSealedError,
-)
-from tiered.metadata import LONG_MAX, FileSegmentMetadata, FileSegmentType, MetadataStore, now_ms
-from tiered.metadata.models import STATUS_NEW, STATUS_SEALED
+from tiered.errors import IntegrityError
+from tiered.errors import PositionMismatchError
+from tiered.errors import ProviderError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import SegmentSealedError
+from tiered.metadata import LONG_MAX
+from tiered.metadata import FileSegmentMetadata
+from tiered.metadata import FileSegmentType
+from tiered.metadata import MetadataStore
+from tiered.metadata import now_ms
+from tiered.metadata.models import STATUS_NEW
+from tiered.metadata.models import STATUS_SEALED
 from tiered.providers.base import Provider
-from tiered.providers.layout import FileType, logical_path, segment_key
+from tiered.providers.layout import FileType
+from tiered.providers.layout import logical_path
+from tiered.providers.layout import segment_key
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")

@@ -19,11 +19,14 @@ import numpy.typing as npt
 from tiered.broker import message as msgcodec
 from tiered.broker.unit_fields import rewrite_physical_offsets
 from tiered.errors import ProviderError
-from tiered.metadata import LONG_MAX, MetadataStore, now_ms
+from tiered.metadata import LONG_MAX
+from tiered.metadata import MetadataStore
+from tiered.metadata import now_ms
 from tiered.providers.base import Provider
 from tiered.providers.layout import FileType
 
-from .flat_append_file import FlatAddress, FlatAppendFile
+from .flat_append_file import FlatAddress
+from .flat_append_file import FlatAppendFile
 
 Int64s = npt.NDArray[np.int64]
 

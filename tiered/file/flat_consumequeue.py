@@ -14,12 +14,18 @@ from collections.abc import Callable
 import numpy as np
 import numpy.typing as npt
 
-from tiered.broker.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE, decode_units, encode_units
-from tiered.metadata import LONG_MAX, MetadataStore, now_ms
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.consumequeue import decode_units
+from tiered.broker.consumequeue import encode_units
+from tiered.metadata import LONG_MAX
+from tiered.metadata import MetadataStore
+from tiered.metadata import now_ms
 from tiered.providers.base import Provider
 from tiered.providers.layout import FileType
 
-from .flat_append_file import FlatAddress, FlatAppendFile
+from .flat_append_file import FlatAddress
+from .flat_append_file import FlatAppendFile
 
 Units = npt.NDArray[np.void]
 

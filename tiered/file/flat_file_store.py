@@ -15,12 +15,16 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tiered.config import TieredConfig
 from tiered.errors import ProviderError
-from tiered.metadata import MessageQueue, MetadataStore, now_ms
+from tiered.metadata import MessageQueue
+from tiered.metadata import MetadataStore
+from tiered.metadata import now_ms
 from tiered.providers.base import Provider
 
 from .flat_append_file import FlatAddress
 from .flat_message_file import FlatMessageFile
-from .restart_reconcile import LocalUnits, ReconcileReport, reconcile
+from .restart_reconcile import LocalUnits
+from .restart_reconcile import ReconcileReport
+from .restart_reconcile import reconcile
 
 log = logging.getLogger(__name__)
 

@@ -17,11 +17,15 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
-from tiered.errors import IntegrityError, MetadataError
-from tiered.metadata import MessageQueue, MetadataStore, now_ms
+from tiered.errors import IntegrityError
+from tiered.errors import MetadataError
+from tiered.metadata import MessageQueue
+from tiered.metadata import MetadataStore
+from tiered.metadata import now_ms
 from tiered.providers.base import Provider
 
-from .flat_append_file import FlatAddress, real_size
+from .flat_append_file import FlatAddress
+from .flat_append_file import real_size
 from .flat_commitlog import FlatCommitLogFile
 from .flat_consumequeue import FlatConsumeQueueFile
 

@@ -36,8 +36,10 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from tiered.broker.consumequeue import CQ_UNIT_SIZE, decode_units
-from tiered.broker.unit_fields import check_units, store_timestamps
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.consumequeue import decode_units
+from tiered.broker.unit_fields import check_units
+from tiered.broker.unit_fields import store_timestamps
 from tiered.errors import ProviderError
 from tiered.metadata import LONG_MAX
 

@@ -16,27 +16,40 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable, Sequence
-from typing import Annotated, Any, Literal, Protocol
+from collections.abc import Callable
+from collections.abc import Sequence
+from typing import Annotated
+from typing import Any
+from typing import Literal
+from typing import Protocol
 
-from fastapi import APIRouter, FastAPI, Path, Query, Request
+from fastapi import APIRouter
+from fastapi import FastAPI
+from fastapi import Path
+from fastapi import Query
+from fastapi import Request
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from fastapi.responses import JSONResponse
+from fastapi.responses import PlainTextResponse
+from fastapi.responses import Response
+from prometheus_client import CONTENT_TYPE_LATEST
+from prometheus_client import REGISTRY
+from prometheus_client import CollectorRegistry
+from prometheus_client import generate_latest
 
 from tiered.broker import message as msgcodec
 from tiered.core.fetcher import GetResult
-from tiered.core.message_store import MAX_QUEUE_ID, TOPIC_PATTERN, Boundary
+from tiered.core.message_store import MAX_QUEUE_ID
+from tiered.core.message_store import TOPIC_PATTERN
+from tiered.core.message_store import Boundary
 from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
-from tiered.errors import (
-    IntegrityError,
-    InvalidRequestError,
-    ProviderError,
-    ReadPastEndError,
-    SegmentNotFoundError,
-    TieredStoreError,
-)
+from tiered.errors import IntegrityError
+from tiered.errors import InvalidRequestError
+from tiered.errors import ProviderError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import TieredStoreError
 from tiered.logs import error_fields
 
 from .accounting import RequestAccounting

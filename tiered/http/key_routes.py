@@ -9,14 +9,18 @@ a standby sidecar, or still starting) a 503 that says so.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Annotated, Any
+from typing import Annotated
+from typing import Any
 
-from fastapi import APIRouter, Path, Query
+from fastapi import APIRouter
+from fastapi import Path
+from fastapi import Query
 from fastapi.responses import JSONResponse
 
 from tiered.core.message_store import TOPIC_PATTERN
 from tiered.errors import InvalidRequestError
-from tiered.http.app import MAX_COUNT_LIMIT, message_json
+from tiered.http.app import MAX_COUNT_LIMIT
+from tiered.http.app import message_json
 from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
 

@@ -19,11 +19,15 @@ The PySpark compaction job is ``tiered.jobs.compact_index``.
 
 from __future__ import annotations
 
-from tiered.index.compacted_file import CompactedIndexFile, check_compacted
+from tiered.index.compacted_file import CompactedIndexFile
+from tiered.index.compacted_file import check_compacted
 from tiered.index.compaction import compact_numpy
-from tiered.index.format import IndexHeader, IndexItem, IndexStatus
+from tiered.index.format import IndexHeader
+from tiered.index.format import IndexItem
+from tiered.index.format import IndexStatus
 from tiered.index.index_batch import IndexBatch
-from tiered.index.index_store_file import IndexStoreFile, local_index_files
+from tiered.index.index_store_file import IndexStoreFile
+from tiered.index.index_store_file import local_index_files
 from tiered.index.java_hash import index_hashes
 from tiered.index.key_set import message_key_sets
 

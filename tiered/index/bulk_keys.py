@@ -29,10 +29,17 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from tiered.broker.unit_fields import as_uint8, property_spans, span_index
+from tiered.broker.unit_fields import as_uint8
+from tiered.broker.unit_fields import property_spans
+from tiered.broker.unit_fields import span_index
 from tiered.index.index_batch import IndexBatch
-from tiered.index.java_hash import hashset_order, index_hashes, keyed_hashes, run_hashes
-from tiered.index.key_set import is_java_blank, key_properties, message_key_sets
+from tiered.index.java_hash import hashset_order
+from tiered.index.java_hash import index_hashes
+from tiered.index.java_hash import keyed_hashes
+from tiered.index.java_hash import run_hashes
+from tiered.index.key_set import is_java_blank
+from tiered.index.key_set import key_properties
+from tiered.index.key_set import message_key_sets
 from tiered.javautil import to_i32
 
 Int64s = npt.NDArray[np.int64]

@@ -15,7 +15,8 @@ from typing import Final
 
 import numpy as np
 
-from tiered.broker.consumequeue import CQ_UNIT_DTYPE, CQ_UNIT_SIZE
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.broker.unit_fields import store_timestamps
 from tiered.errors import ReadPastEndError
 from tiered.file.flat_message_file import FlatMessageFile

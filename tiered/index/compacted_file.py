@@ -17,18 +17,16 @@ from typing import Final
 import numpy as np
 
 from tiered.errors import IndexFileError
-from tiered.index.format import (
-    COMPACT_ITEM_DTYPE,
-    COMPACT_ITEM_SIZE,
-    END_MAGIC_CODE,
-    HEADER_SIZE,
-    MAX_UPLOAD_QUERY_ITEMS,
-    SLOT_SIZE,
-    IndexHeader,
-    IndexItem,
-    IndexStatus,
-    slot_of,
-)
+from tiered.index.format import COMPACT_ITEM_DTYPE
+from tiered.index.format import COMPACT_ITEM_SIZE
+from tiered.index.format import END_MAGIC_CODE
+from tiered.index.format import HEADER_SIZE
+from tiered.index.format import MAX_UPLOAD_QUERY_ITEMS
+from tiered.index.format import SLOT_SIZE
+from tiered.index.format import IndexHeader
+from tiered.index.format import IndexItem
+from tiered.index.format import IndexStatus
+from tiered.index.format import slot_of
 from tiered.index.java_hash import index_hashes
 from tiered.providers.base import Provider
 

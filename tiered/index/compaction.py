@@ -21,22 +21,22 @@ import struct
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Final, Literal
+from typing import Final
+from typing import Literal
 
 import numpy as np
 import numpy.typing as npt
 
 from tiered import metrics
-from tiered.errors import IndexFileError, MissingDependencyError
-from tiered.index.format import (
-    COMPACT_ITEM_SIZE,
-    HEADER_SIZE,
-    ITEM_DTYPE,
-    ITEM_SIZE,
-    SLOT_SIZE,
-    IndexHeader,
-    compacted_size,
-)
+from tiered.errors import IndexFileError
+from tiered.errors import MissingDependencyError
+from tiered.index.format import COMPACT_ITEM_SIZE
+from tiered.index.format import HEADER_SIZE
+from tiered.index.format import ITEM_DTYPE
+from tiered.index.format import ITEM_SIZE
+from tiered.index.format import SLOT_SIZE
+from tiered.index.format import IndexHeader
+from tiered.index.format import compacted_size
 from tiered.index.index_store_file import IndexStoreFile
 from tiered.javautil import to_i32
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 import enum
 import mmap
 import struct
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from dataclasses import replace
 from typing import Final
 
 import numpy as np

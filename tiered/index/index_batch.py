@@ -10,7 +10,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.index.java_hash import index_hashes
-from tiered.index.key_set import is_java_blank, message_key_sets
+from tiered.index.key_set import is_java_blank
+from tiered.index.key_set import message_key_sets
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]

@@ -36,22 +36,20 @@ import numpy.typing as npt
 
 from tiered.closeable import Closeable
 from tiered.errors import IndexFileError
-from tiered.index.format import (
-    BEGIN_MAGIC_CODE,
-    DEFAULT_MAX_ITEMS,
-    DEFAULT_SLOTS,
-    END_MAGIC_CODE,
-    HEADER_SIZE,
-    ITEM_DTYPE,
-    ITEM_SIZE,
-    MAX_QUERY_COUNT,
-    SLOT_SIZE,
-    IndexHeader,
-    IndexItem,
-    IndexStatus,
-    local_file_size,
-    slot_of,
-)
+from tiered.index.format import BEGIN_MAGIC_CODE
+from tiered.index.format import DEFAULT_MAX_ITEMS
+from tiered.index.format import DEFAULT_SLOTS
+from tiered.index.format import END_MAGIC_CODE
+from tiered.index.format import HEADER_SIZE
+from tiered.index.format import ITEM_DTYPE
+from tiered.index.format import ITEM_SIZE
+from tiered.index.format import MAX_QUERY_COUNT
+from tiered.index.format import SLOT_SIZE
+from tiered.index.format import IndexHeader
+from tiered.index.format import IndexItem
+from tiered.index.format import IndexStatus
+from tiered.index.format import local_file_size
+from tiered.index.format import slot_of
 from tiered.index.index_batch import IndexBatch
 from tiered.index.java_hash import index_hashes
 

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import logging
 import shutil
-from collections.abc import Callable, Collection
+from collections.abc import Callable
+from collections.abc import Collection
 from pathlib import Path
 from typing import Final
 
@@ -26,11 +27,9 @@ from tiered import metrics
 from tiered.errors import IndexFileError
 from tiered.index.format import IndexStatus
 from tiered.index.index_batch import IndexBatch
-from tiered.index.index_store_file import (
-    COMPACTED_DIRECTORY_NAME,
-    IndexStoreFile,
-    local_index_files,
-)
+from tiered.index.index_store_file import COMPACTED_DIRECTORY_NAME
+from tiered.index.index_store_file import IndexStoreFile
+from tiered.index.index_store_file import local_index_files
 from tiered.metadata import now_ms
 
 log = logging.getLogger(__name__)

@@ -35,7 +35,8 @@ import logging
 import threading
 import time
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 from tiered.metadata import mirror_key_for
 from tiered.metadata.state_file import JsonStateFile

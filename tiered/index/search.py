@@ -16,13 +16,16 @@ range are skipped.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable
+from collections.abc import Iterable
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from tiered import metrics
 from tiered.broker import message as msgcodec
-from tiered.errors import CorruptStoreFileError, IntegrityError
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import IntegrityError
 from tiered.index.format import IndexItem
 from tiered.index.key_set import key_set
 

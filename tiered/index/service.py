@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
 import numpy as np
 import numpy.typing as npt
@@ -39,35 +40,40 @@ import numpy.typing as npt
 from tiered import metrics
 from tiered.closeable import Closeable
 from tiered.config import TieredConfig
-from tiered.errors import (
-    InvalidRequestError,
-    ProviderError,
-    ReadPastEndError,
-    SegmentNotFoundError,
-    TieredStoreError,
-)
+from tiered.errors import InvalidRequestError
+from tiered.errors import ProviderError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentNotFoundError
+from tiered.errors import TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
-from tiered.file.flat_message_file import FlatMessageFile, MessageBatch
+from tiered.file.flat_message_file import FlatMessageFile
+from tiered.file.flat_message_file import MessageBatch
 from tiered.index.bulk_keys import index_batch_of_units
 from tiered.index.catch_up import reindex
-from tiered.index.compaction import Compacted, Compactor, Engine
+from tiered.index.compaction import Compacted
+from tiered.index.compaction import Compactor
+from tiered.index.compaction import Engine
 from tiered.index.format import IndexStatus
 from tiered.index.index_batch import IndexBatch
-from tiered.index.index_store_file import FILE_DIRECTORY_NAME, IndexStoreFile
+from tiered.index.index_store_file import FILE_DIRECTORY_NAME
+from tiered.index.index_store_file import IndexStoreFile
 from tiered.index.local_files import LocalIndexFiles
-from tiered.index.progress import (
-    IndexProgress,
-    Rows,
-    backend_key,
-    decode_rows,
-    encode_rows,
-)
-from tiered.index.search import Collector, KeyHit, newest_first
+from tiered.index.progress import IndexProgress
+from tiered.index.progress import Rows
+from tiered.index.progress import backend_key
+from tiered.index.progress import decode_rows
+from tiered.index.progress import encode_rows
+from tiered.index.search import Collector
+from tiered.index.search import KeyHit
+from tiered.index.search import newest_first
 from tiered.index.staging import Staging
 from tiered.index.uploaded import UploadedIndex
 from tiered.javautil import to_i32
-from tiered.logs import error_fields, traceback_if_debug
-from tiered.metadata import LONG_MAX, MetadataStore, now_ms
+from tiered.logs import error_fields
+from tiered.logs import traceback_if_debug
+from tiered.metadata import LONG_MAX
+from tiered.metadata import MetadataStore
+from tiered.metadata import now_ms
 from tiered.metadata.state_file import JsonStateFile
 from tiered.providers.base import Provider
 

@@ -26,13 +26,18 @@ from typing import Final
 
 from tiered import metrics
 from tiered.config import TieredConfig
-from tiered.errors import IndexFileError, ProviderError, SegmentNotFoundError
+from tiered.errors import IndexFileError
+from tiered.errors import ProviderError
+from tiered.errors import SegmentNotFoundError
 from tiered.file.flat_append_file import retrying
 from tiered.index.compacted_file import check_compacted
-from tiered.index.format import HEADER_SIZE, ITEM_SIZE, SLOT_SIZE
+from tiered.index.format import HEADER_SIZE
+from tiered.index.format import ITEM_SIZE
+from tiered.index.format import SLOT_SIZE
 from tiered.index.index_store_file import IndexStoreFile
 from tiered.providers.base import Provider
-from tiered.providers.layout import INDEX_TOPIC, cluster_dir_name
+from tiered.providers.layout import INDEX_TOPIC
+from tiered.providers.layout import cluster_dir_name
 
 log = logging.getLogger(__name__)
 

@@ -25,25 +25,33 @@ from __future__ import annotations
 import logging
 import struct
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 from tiered import metrics
-from tiered.errors import IndexFileError, ProviderError, SegmentNotFoundError
-from tiered.file.flat_append_file import durable, retrying
-from tiered.index.compacted_file import CompactedIndexFile, check_compacted
-from tiered.index.format import HEADER_SIZE, SLOT_SIZE, IndexHeader
-from tiered.metadata import FileSegmentMetadata, FileSegmentType, MetadataStore, now_ms
+from tiered.errors import IndexFileError
+from tiered.errors import ProviderError
+from tiered.errors import SegmentNotFoundError
+from tiered.file.flat_append_file import durable
+from tiered.file.flat_append_file import retrying
+from tiered.index.compacted_file import CompactedIndexFile
+from tiered.index.compacted_file import check_compacted
+from tiered.index.format import HEADER_SIZE
+from tiered.index.format import SLOT_SIZE
+from tiered.index.format import IndexHeader
+from tiered.metadata import FileSegmentMetadata
+from tiered.metadata import FileSegmentType
+from tiered.metadata import MetadataStore
+from tiered.metadata import now_ms
 from tiered.metadata.models import STATUS_SEALED
 from tiered.providers.base import Provider
-from tiered.providers.layout import (
-    INDEX_TOPIC,
-    FileType,
-    SegmentAddress,
-    cluster_dir_name,
-    index_logical_path,
-    segment_key,
-)
+from tiered.providers.layout import INDEX_TOPIC
+from tiered.providers.layout import FileType
+from tiered.providers.layout import SegmentAddress
+from tiered.providers.layout import cluster_dir_name
+from tiered.providers.layout import index_logical_path
+from tiered.providers.layout import segment_key
 
 log = logging.getLogger(__name__)
 

@@ -11,18 +11,20 @@ the container layer (``tiered.file``, ``tiered.index``) and above.
 
 from __future__ import annotations
 
-from .metadata_store import LoadReport, MetadataStore, mirror_key_for, now_ms, read_metadata
-from .models import (
-    LONG_MAX,
-    FileSegmentMetadata,
-    FileSegmentType,
-    MessageQueue,
-    MetadataDocument,
-    QueueMetadata,
-    TopicMetadata,
-    dump_metadata,
-    parse_metadata,
-)
+from .metadata_store import LoadReport
+from .metadata_store import MetadataStore
+from .metadata_store import mirror_key_for
+from .metadata_store import now_ms
+from .metadata_store import read_metadata
+from .models import LONG_MAX
+from .models import FileSegmentMetadata
+from .models import FileSegmentType
+from .models import MessageQueue
+from .models import MetadataDocument
+from .models import QueueMetadata
+from .models import TopicMetadata
+from .models import dump_metadata
+from .models import parse_metadata
 
 __all__ = [
     "LONG_MAX",

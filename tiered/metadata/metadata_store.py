@@ -21,27 +21,32 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Literal
 
 from tiered import metrics
-from tiered.errors import MetadataError, ProviderError, ReadPastEndError, SegmentNotFoundError
+from tiered.errors import MetadataError
+from tiered.errors import ProviderError
+from tiered.errors import ReadPastEndError
+from tiered.errors import SegmentNotFoundError
 from tiered.providers.base import Provider
-from tiered.providers.layout import check_component, check_key, cluster_dir_name
+from tiered.providers.layout import check_component
+from tiered.providers.layout import check_key
+from tiered.providers.layout import cluster_dir_name
 
 from .atomic import AtomicFile
-from .models import (
-    FileSegmentMetadata,
-    FileSegmentType,
-    MessageQueue,
-    MetadataDocument,
-    QueueMetadata,
-    TopicMetadata,
-    dump_metadata,
-    parse_metadata,
-)
+from .models import FileSegmentMetadata
+from .models import FileSegmentType
+from .models import MessageQueue
+from .models import MetadataDocument
+from .models import QueueMetadata
+from .models import TopicMetadata
+from .models import dump_metadata
+from .models import parse_metadata
 from .orphans import OrphanLog
 
 __all__ = [

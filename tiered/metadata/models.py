@@ -16,17 +16,17 @@ from __future__ import annotations
 import json
 import re
 from enum import IntEnum
-from typing import Annotated, Any, Final
+from typing import Annotated
+from typing import Any
+from typing import Final
 
-from pydantic import (
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    Strict,
-    ValidationError,
-    model_validator,
-)
+from pydantic import BaseModel
+from pydantic import BeforeValidator
+from pydantic import ConfigDict
+from pydantic import Field
+from pydantic import Strict
+from pydantic import ValidationError
+from pydantic import model_validator
 from pydantic.alias_generators import to_camel
 
 from tiered.broker.configjson import parse_fastjson

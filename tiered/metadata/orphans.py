@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Final
+from typing import Any
+from typing import Final
 
-from tiered.errors import ProviderError, SegmentNotFoundError
+from tiered.errors import ProviderError
+from tiered.errors import SegmentNotFoundError
 
 from .state_file import JsonStateFile
 

@@ -22,7 +22,9 @@ import logging
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Generic, TypeVar
+from typing import Any
+from typing import Generic
+from typing import TypeVar
 
 from .atomic import AtomicFile
 

@@ -22,7 +22,8 @@ from typing import Any
 
 import yaml
 
-from tiered.errors import AclError, ConfigError
+from tiered.errors import AclError
+from tiered.errors import ConfigError
 
 log = logging.getLogger(__name__)
 

@@ -14,9 +14,15 @@ import struct
 
 from tiered.closeable import Closeable
 
-from .acl import ACCESS_KEY, SIGNATURE, request_content, sign
+from .acl import ACCESS_KEY
+from .acl import SIGNATURE
+from .acl import request_content
+from .acl import sign
 from .codes import ONEWAY_FLAG
-from .frame import JSON, Command, decode, encode
+from .frame import JSON
+from .frame import Command
+from .frame import decode
+from .frame import encode
 
 _LEN = struct.Struct(">i")
 

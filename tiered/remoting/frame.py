@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import json
 import struct
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from typing import Any
 
 from tiered.errors import ProtocolError
 
-from .codes import ONEWAY_FLAG, RESPONSE_FLAG
+from .codes import ONEWAY_FLAG
+from .codes import RESPONSE_FLAG
 
 __all__ = ["JSON", "ROCKETMQ", "Command", "FrameReader", "decode", "encode"]
 

@@ -29,30 +29,27 @@ from tiered.config import TieredConfig
 from tiered.core.fetcher import GetStatus
 from tiered.core.message_store import TieredMessageStore
 from tiered.core.tag_filter import TagFilter
-from tiered.errors import (
-    AclError,
-    BrokerStoreError,
-    IndexFileError,
-    IntegrityError,
-    InvalidRequestError,
-    ProviderError,
-)
+from tiered.errors import AclError
+from tiered.errors import BrokerStoreError
+from tiered.errors import IndexFileError
+from tiered.errors import IntegrityError
+from tiered.errors import InvalidRequestError
+from tiered.errors import ProviderError
 from tiered.index.search import message_keys
 from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
 
 from .acl import Acl
-from .codes import (
-    FLAG_COMMIT_OFFSET,
-    FLAG_SUBSCRIPTION,
-    FLAG_SUSPEND,
-    UNIQUE_KEY_QUERY,
-    WRITES,
-    RequestCode,
-    ResponseCode,
-)
+from .codes import FLAG_COMMIT_OFFSET
+from .codes import FLAG_SUBSCRIPTION
+from .codes import FLAG_SUSPEND
+from .codes import UNIQUE_KEY_QUERY
+from .codes import WRITES
+from .codes import RequestCode
+from .codes import ResponseCode
 from .frame import Command
-from .groups import Clients, ReplayOffsets
+from .groups import Clients
+from .groups import ReplayOffsets
 from .naming import Naming
 
 log = logging.getLogger(__name__)

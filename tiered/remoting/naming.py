@@ -17,7 +17,9 @@ from tiered.config import TieredConfig
 from tiered.core.message_store import TieredMessageStore
 from tiered.errors import StoreFileNotFoundError
 
-from .codes import MASTER_ID, PERM_READ, RETRY_GROUP_TOPIC_PREFIX
+from .codes import MASTER_ID
+from .codes import PERM_READ
+from .codes import RETRY_GROUP_TOPIC_PREFIX
 
 
 class Naming:

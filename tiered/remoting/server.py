@@ -31,9 +31,16 @@ from tiered import metrics
 from tiered.errors import ProtocolError
 from tiered.listen import bind
 
-from .codes import RESPONSE_FLAG, ResponseCode, code_name
-from .frame import Command, FrameReader, decode, encode
-from .handlers import Replay, Response, Suspend
+from .codes import RESPONSE_FLAG
+from .codes import ResponseCode
+from .codes import code_name
+from .frame import Command
+from .frame import FrameReader
+from .frame import decode
+from .frame import encode
+from .handlers import Replay
+from .handlers import Response
+from .handlers import Suspend
 
 log = logging.getLogger(__name__)
 

@@ -14,13 +14,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tiered.broker.generator import GenSpec, generate_store
-from tiered.config import StorageLevel, TieredConfig, load_config
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
+from tiered.config import StorageLevel
+from tiered.config import TieredConfig
+from tiered.config import load_config
 from tiered.core.local_source import LocalSource
 from tiered.core.message_store import TieredMessageStore
-from tiered.core.sidecar import Sidecar, build_provider
+from tiered.core.sidecar import Sidecar
+from tiered.core.sidecar import build_provider
 from tiered.core.topic_filter import TopicFilter
-from tiered.providers import Provider, WrappedProvider
+from tiered.providers import Provider
+from tiered.providers import WrappedProvider
 
 QueueKey = tuple[str, int]
 MessageKey = tuple[str, int, int]

@@ -13,19 +13,26 @@ from __future__ import annotations
 
 import hashlib
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 
 import numpy as np
 
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
-from tiered.broker.consumequeue import CQ_UNIT_DTYPE, ConsumeQueue, list_queues
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE
+from tiered.broker.consumequeue import ConsumeQueue
+from tiered.broker.consumequeue import list_queues
 from tiered.config import TieredConfig
 from tiered.errors import CorruptStoreFileError
-from tiered.metadata import FileSegmentType, MetadataDocument, read_metadata
+from tiered.metadata import FileSegmentType
+from tiered.metadata import MetadataDocument
+from tiered.metadata import read_metadata
 from tiered.providers.base import Provider
-from tiered.providers.layout import FileType, logical_path, segment_key
+from tiered.providers.layout import FileType
+from tiered.providers.layout import logical_path
+from tiered.providers.layout import segment_key
 
 _MAX_PROBLEMS = 20
 
