@@ -765,35 +765,22 @@ class S3Provider(Provider):
     ) -> tuple[str, int]:
         """Upload or copy one part; returns its ETag and size."""
         client = self.client
+        where: dict[str, Any] = {
+            "Bucket": self.bucket, "Key": full, "UploadId": upload_id, "PartNumber": number
+        }  # fmt: skip
         if isinstance(part, Part) and part.copy:
             piece = part.pieces[0]
             source: CopySourceTypeDef = {"Bucket": self.bucket, "Key": self._root + piece.name}
-            copied = self._call(
-                "MPU_PART_COPY",
-                full,
-                functools.partial(
-                    client.upload_part_copy,
-                    Bucket=self.bucket,
-                    Key=full,
-                    UploadId=upload_id,
-                    PartNumber=number,
-                    CopySource=source,
-                    CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
-                ),
+            copy = functools.partial(
+                client.upload_part_copy,
+                **where,
+                CopySource=source,
+                CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
             )
-            return copied["CopyPartResult"]["ETag"], part.size
+            return self._call("MPU_PART_COPY", full, copy)["CopyPartResult"]["ETag"], part.size
         body = self._download(part) if isinstance(part, Part) else bytes(part)
         uploaded = self._call(
-            "MPU_PART",
-            full,
-            functools.partial(
-                client.upload_part,
-                Bucket=self.bucket,
-                Key=full,
-                UploadId=upload_id,
-                PartNumber=number,
-                Body=body,
-            ),
+            "MPU_PART", full, functools.partial(client.upload_part, **where, Body=body)
         )
         return uploaded["ETag"], len(body)
 

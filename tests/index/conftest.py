@@ -21,6 +21,7 @@ from tiered.index import IndexBatch
 from tiered.index import IndexStoreFile
 from tiered.testing import ConfigFactory
 from tiered.testing.index_keys import KeyTable
+from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.sample_tier import sample_config
 
 if TYPE_CHECKING:
@@ -80,20 +81,11 @@ def sealed_file(tmp_path: Path) -> SealedFactory:
 def index_spec() -> GenSpec:
     """A small store with two keys per message (plus UNIQ_KEY): v1 and v2 messages, IPv6 hosts
     and compressed bodies, commitlog and consumequeue files that roll."""
-    return GenSpec(
-        seed=23,
-        topics=3,
-        queues=2,
-        messages=900,
-        min_body=8,
-        max_body=300,
-        commitlog_file_size=128 << 10,
-        cq_file_entries=200,
-        v2_fraction=0.3,
-        ipv6_fraction=0.3,
-        compress_fraction=0.2,
+    return rolling_spec(
+        seed=23, topics=3, queues=2, messages=900, min_body=8, max_body=300,
+        commitlog_file_size=128 << 10, cq_file_entries=200, compress_fraction=0.2,
         keys_per_message=2,
-    )
+    )  # fmt: skip
 
 
 @pytest.fixture

@@ -25,6 +25,8 @@ from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
 from tiered.index.service import IndexService
 from tiered.testing import ConfigFactory
+from tiered.testing import http
+from tiered.testing.http import Reply
 from tiered.testing.index_keys import KeyTable
 
 
@@ -112,20 +114,8 @@ def test_compact_index_needs_the_lock_but_stage_does_not(
     assert "not reachable from a Spark cluster" in refused.stderr
 
 
-class Reply:
-    def __init__(self, status: int, body: bytes) -> None:
-        self.status = status
-        self.body = json.loads(body)
-
-
 def get(base: str, path: str, **params: Any) -> Reply:
-    query = urllib.parse.urlencode(params)
-    url = f"{base}{urllib.parse.quote(path)}" + (f"?{query}" if query else "")
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return Reply(r.status, r.read())
-    except urllib.error.HTTPError as e:
-        return Reply(e.code, e.read())
+    return http.get(base, urllib.parse.quote(path), **params)
 
 
 def test_http_keys_route(
@@ -154,13 +144,13 @@ def test_http_keys_route(
             path = f"/v1/topics/{topic}/keys/{key}"
             ok = get(server.url, path)
             assert ok.status == 200, ok.body
-            assert ok.body["key"] == key and ok.body["truncated"] is False
+            assert ok.json()["key"] == key and ok.json()["truncated"] is False
             fetched = store.get_message(topic, qid, qoff, 1)
-            assert ok.body["messages"] == [message_json(fetched.units[0].data, "tiered")]
-            assert get(server.url, path, begin=stored + 1000).body["messages"] == []
+            assert ok.json()["messages"] == [message_json(fetched.units[0].data, "tiered")]
+            assert get(server.url, path, begin=stored + 1000).json()["messages"] == []
             ranged = get(server.url, path, begin=stored - 1000, end=stored + 1000, maxCount=5)
-            assert ranged.body["messages"] == ok.body["messages"]
-            assert get(server.url, f"/v1/topics/{topic}/keys/a/b c").body["messages"] == []
+            assert ranged.json()["messages"] == ok.json()["messages"]
+            assert get(server.url, f"/v1/topics/{topic}/keys/a/b c").json()["messages"] == []
             for params, parameter in (
                 ({"maxCount": 0}, "maxCount"),
                 ({"maxCount": 5000}, "maxCount"),
@@ -169,11 +159,11 @@ def test_http_keys_route(
                 ({"begin": 10, "end": 5}, "begin"),
             ):
                 bad = get(server.url, path, **params)
-                assert (bad.status, bad.body.get("parameter")) == (400, parameter), bad.body
+                assert (bad.status, bad.json().get("parameter")) == (400, parameter), bad.body
             bad_topic = get(server.url, f"/v1/topics/no topic!/keys/{key}")
-            assert (bad_topic.status, bad_topic.body["parameter"]) == (400, "topic")
+            assert (bad_topic.status, bad_topic.json()["parameter"]) == (400, "topic")
             current[0] = None
             down = get(server.url, path)
-            assert down.status == 503 and "not running" in down.body["error"]
+            assert down.status == 503 and "not running" in down.json()["error"]
         finally:
             server.stop()

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import pytest
 
-from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
 from tiered.testing import ConfigFactory
 from tiered.testing.processes import wait_running
+from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.tier_check import check_tier
 
 ConfWriter = Callable[[TieredConfig], Path]
@@ -40,18 +40,8 @@ KILLS = 55
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
     tmp_path: Path, offload_config: ConfigFactory, write_conf: ConfWriter
 ) -> None:
-    spec = GenSpec(
-        seed=1,
-        topics=2,
-        queues=4,
-        messages=3000,
-        min_body=16,
-        max_body=900,
-        commitlog_file_size=256 << 10,
-        cq_file_entries=400,
-        v2_fraction=0.2,
-        ipv6_fraction=0.2,
-        compress_fraction=0.2,
+    spec = rolling_spec(
+        seed=1, queues=4, max_body=900, v2_fraction=0.2, ipv6_fraction=0.2, compress_fraction=0.2
     )
     store = tmp_path / "store"
     generate_store(store, spec)

@@ -31,6 +31,7 @@ from tiered.core.sidecar import Sidecar
 from tiered.file import reconcile
 from tiered.metadata import FileSegmentType
 from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
 
@@ -93,18 +94,10 @@ def finish(cfg: TieredConfig, provider: Provider) -> int:
 
 @pytest.fixture(scope="module")
 def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, GenSpec]:
-    spec = GenSpec(
-        seed=3,
-        topics=1,
-        queues=2,
-        messages=240,
-        min_body=20,
-        max_body=300,
-        commitlog_file_size=64 << 10,
-        cq_file_entries=100,
-        ipv6_fraction=0.3,
-        v2_fraction=0.3,
-    )
+    spec = rolling_spec(
+        seed=3, topics=1, queues=2, messages=240, min_body=20, max_body=300,
+        commitlog_file_size=64 << 10, cq_file_entries=100, compress_fraction=0.0,
+    )  # fmt: skip
     root = tmp_path_factory.mktemp("tiny") / "store"
     generate_store(root, spec)
     return root, spec

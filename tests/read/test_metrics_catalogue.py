@@ -40,6 +40,7 @@ from tiered.errors import InjectedFaultError
 from tiered.http.app import create_app
 from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
+from tiered.testing.http import get
 from tiered.testing.sample_tier import SampleTier
 from tiered.testing.sample_tier import build_sample_tier
 
@@ -96,14 +97,6 @@ def readme_table() -> dict[str, tuple[str, tuple[str, ...]]]:
         rows[name.group(1)] = (cells[1], tuple(m.group(1) for m in labels if m is not None))
     assert rows, f"{README}: the '## Metrics' section has no table rows"
     return rows
-
-
-def get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
 
 
 @dataclass
@@ -202,19 +195,21 @@ def run(tmp_path_factory: pytest.TempPathFactory, read_spec: GenSpec) -> Iterato
         server = HttpServer(app, "127.0.0.1", 0)
         server.start()
         base = f"{server.url}/v1/topics/{TOPIC}/queues/{QID}"
-        status, body = get(f"{base}/messages?offset=0&maxCount=8")
+        reply = get(f"{base}/messages?offset=0&maxCount=8")
+        status, body = reply.status, reply.body
         out.statuses["messages"] = status
         msg_id = re.search(rb'"msgId":\s*"([^"]+)"', body)
         assert msg_id is not None, body[:200]
         key = urllib.parse.quote(msg_id.group(1).decode(), safe="")
-        out.statuses["offsets"] = get(f"{base}/offsets?timestamp=0")[0]
-        out.statuses["keys"] = get(f"{server.url}/v1/topics/{TOPIC}/keys/{key}")[0]
-        out.statuses["healthz"] = get(f"{server.url}/healthz")[0]
-        out.statuses["missing"] = get(f"{server.url}/no/such/path")[0]
+        out.statuses["offsets"] = get(f"{base}/offsets?timestamp=0").status
+        out.statuses["keys"] = get(f"{server.url}/v1/topics/{TOPIC}/keys/{key}").status
+        out.statuses["healthz"] = get(f"{server.url}/healthz").status
+        out.statuses["missing"] = get(f"{server.url}/no/such/path").status
         topic, qid, offset = DAMAGED
         damaged = f"{server.url}/v1/topics/{topic}/queues/{qid}/messages?offset={offset}"
-        out.statuses["damaged"] = get(damaged)[0]
-        status, body = get(f"{server.url}/metrics")
+        out.statuses["damaged"] = get(damaged).status
+        reply = get(f"{server.url}/metrics")
+        status, body = reply.status, reply.body
         assert status == 200
         out.after = parse(body.decode())
         yield out

@@ -5,15 +5,10 @@ the time -- and offsets by time that the broker answers after asking the tier.""
 
 from __future__ import annotations
 
-import json
 import os
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 from prometheus_client import REGISTRY
@@ -25,26 +20,11 @@ from tiered.errors import AccessDeniedError
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.testing.http import get
 from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]
 TOPIC, QID = "GenTopic0", 0
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: Any
-
-
-def get(base: str, path: str, **params: Any) -> Reply:
-    url = f"{base}{path}?{urllib.parse.urlencode(params)}"
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, json.load(r))
-    except urllib.error.HTTPError as e:
-        return Reply(e.code, {k.lower(): v for k, v in e.headers.items()}, json.load(e))
 
 
 def fallbacks(operation: str) -> float:
@@ -101,8 +81,8 @@ def test_a_deleted_segment_is_a_503_naming_it_or_the_brokers_copy(served: Served
     was = fallbacks("get_message")
     r = get(served.url, MESSAGES, offset=cold, maxCount=4)
     assert r.status == 503, r.body
-    assert r.body["objectKey"] == key and r.body["retry"] is True
-    assert "gone from the backend" in r.body["error"] and "retry the request" in r.body["error"]
+    assert r.json()["objectKey"] == key and r.json()["retry"] is True
+    assert "gone from the backend" in r.json()["error"] and "retry the request" in r.json()["error"]
     assert r.headers["retry-after"] == "1"
     assert fallbacks("get_message") == was  # nothing served
     # the broker still has this one: its copy is served instead, counted as a fallback
@@ -110,8 +90,8 @@ def test_a_deleted_segment_is_a_503_naming_it_or_the_brokers_copy(served: Served
     if warm_key != key:
         served.posix.path(warm_key).unlink()
     r = get(served.url, MESSAGES, offset=lmin, maxCount=1, format="json")
-    assert (r.status, r.body["status"], r.body["tier"]) == (200, "FOUND", "local")
-    assert [m["queueOffset"] for m in r.body["messages"]] == [lmin]
+    assert (r.status, r.json()["status"], r.json()["tier"]) == (200, "FOUND", "local")
+    assert [m["queueOffset"] for m in r.json()["messages"]] == [lmin]
     assert fallbacks("get_message") == was + 1
 
 
@@ -122,8 +102,8 @@ def test_a_truncated_segment_is_a_503_not_a_silent_skip(served: Served) -> None:
     os.truncate(served.posix.path(key), 100)  # shorter than its record says
     r = get(served.url, MESSAGES, offset=cold, maxCount=4)
     assert r.status == 503, r.body  # was 200 OFFSET_FOUND_NULL, next offset past the segment
-    assert r.body["objectKey"] == key and r.body["retry"] is True
-    assert "holds less than its metadata said" in r.body["error"]
+    assert r.json()["objectKey"] == key and r.json()["retry"] is True
+    assert "holds less than its metadata said" in r.json()["error"]
 
 
 def test_offset_by_time_when_the_tier_fails(served: Served) -> None:
@@ -133,11 +113,11 @@ def test_offset_by_time_when_the_tier_fails(served: Served) -> None:
     was = fallbacks("get_offset_by_time")
     # older than anything the broker holds: only the tier knows, so no answer but a retry
     r = get(served.url, OFFSETS, timestamp=served.store_time(3))
-    assert r.status == 503 and r.body["objectKey"] == key, r.body
+    assert r.status == 503 and r.json()["objectKey"] == key, r.body
     assert fallbacks("get_offset_by_time") == was
     # a time the broker holds: its answer is exact, counted as a fallback
     r = get(served.url, OFFSETS, timestamp=served.store_time(lmin + 5))
-    assert r.status == 200 and r.body["offset"] == lmin + 5, r.body
+    assert r.status == 200 and r.json()["offset"] == lmin + 5, r.body
     assert fallbacks("get_offset_by_time") == was + 1
 
 
@@ -176,5 +156,5 @@ def test_a_backend_that_refuses_access_is_a_503_naming_the_object(
     monkeypatch.setattr(served.posix, "read", refuse)
     r = get(served.url, MESSAGES, offset=cold, maxCount=1)
     assert r.status == 503, r.body
-    assert r.body["objectKey"] == key and r.body["retry"] is False
-    assert "check the backend's permissions" in r.body["error"]
+    assert r.json()["objectKey"] == key and r.json()["retry"] is False
+    assert "check the backend's permissions" in r.json()["error"]

@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import base64
-import json
-import urllib.error
-import urllib.parse
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
@@ -22,27 +18,8 @@ from tiered.http.app import create_app
 from tiered.http.app import message_json
 from tiered.http.app import raw_units
 from tiered.http.server import HttpServer
+from tiered.testing.http import get
 from tiered.testing.sample_tier import SampleTier
-
-
-@dataclass
-class Reply:
-    status: int
-    headers: dict[str, str]
-    body: bytes
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-def get(base: str, path: str, **params: Any) -> Reply:
-    query = urllib.parse.urlencode(params)
-    url = f"{base}{path}" + (f"?{query}" if query else "")
-    try:
-        with urllib.request.urlopen(url, timeout=30) as r:
-            return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
-    except urllib.error.HTTPError as e:
-        return Reply(e.code, {k.lower(): v for k, v in e.headers.items()}, e.read())
 
 
 @dataclass

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import json
 import re
 import signal
 import socket
@@ -27,16 +26,14 @@ from tiered.http.service import http_service
 from tiered.http.service import liveness
 from tiered.http.service import readiness
 from tiered.testing import ConfigFactory
+from tiered.testing.http import get
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 
 
 def fetch(url: str) -> tuple[int, Any]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read())
+    reply = get(url, timeout=10)
+    return reply.status, reply.json()
 
 
 def until(predicate: Callable[[], bool], seconds: float = 60.0) -> None:

@@ -18,8 +18,6 @@ import signal
 import subprocess
 import sys
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -36,8 +34,10 @@ from tiered.remoting.groups import ReplayOffsets
 from tiered.remoting.handlers import Replay
 from tiered.remoting.naming import Naming
 from tiered.remoting.server import RemotingServer
+from tiered.testing.http import get
 from tiered.testing.sample_tier import SampleTier
 from tiered.testing.sample_tier import build_sample_tier
+from tiered.testing.sample_tier import rolling_spec
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 JS = Path(__file__).parent / "js"
@@ -49,20 +49,11 @@ TOPIC = "GenTopic0"
 def replay_spec() -> GenSpec:
     """4000 messages in 2 topics x 4 queues, 256 KiB commitlog files, 2 keys each, the broker's
     own index files written; V1, IPv4, uncompressed (what ali-ons decodes)."""
-    return GenSpec(
-        seed=31,
-        topics=2,
-        queues=4,
-        messages=4000,
-        min_body=16,
-        max_body=600,
-        commitlog_file_size=256 << 10,
-        cq_file_entries=400,
-        keys_per_message=2,
-        with_index=True,
-        index_slots=1000,
+    return rolling_spec(
+        seed=31, queues=4, messages=4000, v2_fraction=0.0, ipv6_fraction=0.0,
+        compress_fraction=0.0, keys_per_message=2, with_index=True, index_slots=1000,
         index_max_items=20000,
-    )
+    )  # fmt: skip
 
 
 def build_history(work: Path, spec: GenSpec, deleted_files: int = 3, **keys: Any) -> SampleTier:
@@ -152,14 +143,6 @@ def expected_messages(tier: SampleTier, topic: str) -> dict[tuple[int, int], msg
 # --- a real `rmq-tiered run` ----------------------------------------------------------------
 
 
-def _get(url: str) -> tuple[int, bytes]:
-    try:
-        with urllib.request.urlopen(url, timeout=10) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
-
-
 @dataclass
 class Sidecar:
     """``rmq-tiered run`` as a subprocess, with its HTTP URL and replay port."""
@@ -183,7 +166,7 @@ class Sidecar:
             remoting = re.search(
                 r"replay endpoint \(RocketMQ remoting\) listening on \S+:(\d+)", text
             )
-            if http and remoting and _get(f"{http.group(1)}/readyz")[0] == 200:
+            if http and remoting and get(f"{http.group(1)}/readyz", timeout=10).status == 200:
                 self.http, self.port = http.group(1), int(remoting.group(1))
                 return
             assert self.proc.poll() is None, f"run exited {self.proc.returncode}:\n{text}"
@@ -206,7 +189,8 @@ class Sidecar:
         """The sum of ``sample``'s series whose labels include ``labels``, from /metrics."""
         from prometheus_client.parser import text_string_to_metric_families
 
-        status, body = _get(f"{self.http}/metrics")
+        reply = get(f"{self.http}/metrics", timeout=10)
+        status, body = reply.status, reply.body
         assert status == 200
         return sum(
             s.value

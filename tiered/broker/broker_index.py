@@ -13,6 +13,7 @@ The bulk writer builds a whole file at once with numpy (stable sort by slot give
 
 from __future__ import annotations
 
+import io
 import mmap
 import os
 import struct
@@ -22,7 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from datetime import tzinfo
 from pathlib import Path
+from typing import BinaryIO
 from typing import Final
+from typing import TypedDict
+from typing import Unpack
 
 import numpy as np
 import numpy.typing as npt
@@ -243,15 +247,35 @@ def rollover_bounds(n_items: int, max_items: int = DEFAULT_MAX_INDEX_NUM) -> lis
     return [(lo, min(lo + per_file, n_items)) for lo in range(0, n_items, per_file)]
 
 
+class FileOptions(TypedDict, total=False):
+    """The keyword options of the writers: the file's ``slots`` and ``max_items`` (the broker's
+    defaults when absent) and ``prev_end_timestamp`` / ``prev_end_phy_offset``, the previous
+    file's end values, which a broker copies into a new file's header (0 for the first file);
+    they decide the first item's timeDiff."""
+
+    slots: int
+    max_items: int
+    prev_end_timestamp: int
+    prev_end_phy_offset: int
+
+
+def _size(options: FileOptions) -> int:
+    return index_file_size(
+        options.get("slots", DEFAULT_MAX_HASH_SLOT_NUM),
+        options.get("max_items", DEFAULT_MAX_INDEX_NUM),
+    )
+
+
 def _layout(
     key_hashes: npt.ArrayLike,
     phys_offsets: npt.ArrayLike,
     store_timestamps: npt.ArrayLike,
-    slots: int,
-    max_items: int,
-    prev_end_timestamp: int,
-    prev_end_phy_offset: int,
+    options: FileOptions,
 ) -> tuple[IndexHeader, npt.NDArray[np.int32], npt.NDArray[np.void]]:
+    slots = options.get("slots", DEFAULT_MAX_HASH_SLOT_NUM)
+    max_items = options.get("max_items", DEFAULT_MAX_INDEX_NUM)
+    prev_end_timestamp = options.get("prev_end_timestamp", 0)
+    prev_end_phy_offset = options.get("prev_end_phy_offset", 0)
     hashes = np.asarray(key_hashes, dtype=np.int64)
     phys = np.asarray(phys_offsets, dtype=np.int64)
     ts = np.asarray(store_timestamps, dtype=np.int64)
@@ -293,33 +317,33 @@ def _layout(
     return header, table, items
 
 
+def _write(
+    fh: BinaryIO,
+    key_hashes: npt.ArrayLike,
+    phys_offsets: npt.ArrayLike,
+    store_timestamps: npt.ArrayLike,
+    options: FileOptions,
+) -> IndexHeader:
+    """Write header, slot table, the unused item 0 and the items to ``fh``; return the header."""
+    header, table, items = _layout(key_hashes, phys_offsets, store_timestamps, options)
+    fh.write(header.encode())
+    fh.write(table.astype(">i4").tobytes())
+    fh.write(bytes(INDEX_ITEM_SIZE))
+    fh.write(items.tobytes())
+    return header
+
+
 def build_index_file(
     key_hashes: npt.ArrayLike,
     phys_offsets: npt.ArrayLike,
     store_timestamps: npt.ArrayLike,
-    *,
-    slots: int = DEFAULT_MAX_HASH_SLOT_NUM,
-    max_items: int = DEFAULT_MAX_INDEX_NUM,
-    prev_end_timestamp: int = 0,
-    prev_end_phy_offset: int = 0,
+    **options: Unpack[FileOptions],
 ) -> bytes:
     """The whole file a broker would write after putting these items in order (size
-    :func:`index_file_size`; prefer :func:`write_index_file` for default-sized files).
-
-    ``prev_end_*`` are the previous file's end values, which a broker copies into a new file's
-    header (0 for the first file); they decide the first item's timeDiff.
-    """
-    header, table, items = _layout(
-        key_hashes, phys_offsets, store_timestamps, slots, max_items,
-        prev_end_timestamp, prev_end_phy_offset,
-    )  # fmt: skip
-    out = bytearray(index_file_size(slots, max_items))
-    out[:INDEX_HEADER_SIZE] = header.encode()
-    table_end = INDEX_HEADER_SIZE + slots * HASH_SLOT_SIZE
-    out[INDEX_HEADER_SIZE:table_end] = table.astype(">i4").tobytes()
-    first = table_end + INDEX_ITEM_SIZE
-    out[first : first + items.nbytes] = items.tobytes()
-    return bytes(out)
+    :func:`index_file_size`; prefer :func:`write_index_file` for default-sized files)."""
+    out = io.BytesIO()
+    _write(out, key_hashes, phys_offsets, store_timestamps, options)
+    return out.getvalue().ljust(_size(options), b"\0")
 
 
 def write_index_file(
@@ -327,24 +351,13 @@ def write_index_file(
     key_hashes: npt.ArrayLike,
     phys_offsets: npt.ArrayLike,
     store_timestamps: npt.ArrayLike,
-    *,
-    slots: int = DEFAULT_MAX_HASH_SLOT_NUM,
-    max_items: int = DEFAULT_MAX_INDEX_NUM,
-    prev_end_timestamp: int = 0,
-    prev_end_phy_offset: int = 0,
+    **options: Unpack[FileOptions],
 ) -> IndexHeader:
     """Write the file :func:`build_index_file` describes to a NEW ``path`` (the unused tail is a
     sparse hole) and return its header. Refuses to overwrite."""
-    header, table, items = _layout(
-        key_hashes, phys_offsets, store_timestamps, slots, max_items,
-        prev_end_timestamp, prev_end_phy_offset,
-    )  # fmt: skip
     with open(path, "xb") as fh:
-        fh.write(header.encode())
-        fh.write(table.astype(">i4").tobytes())
-        fh.write(bytes(INDEX_ITEM_SIZE))
-        fh.write(items.tobytes())
-        fh.truncate(index_file_size(slots, max_items))
+        header = _write(fh, key_hashes, phys_offsets, store_timestamps, options)
+        fh.truncate(_size(options))
     return header
 
 
@@ -359,11 +372,8 @@ def write_index_files(
     phys_offsets: npt.ArrayLike,
     store_timestamps: npt.ArrayLike,
     *,
-    slots: int = DEFAULT_MAX_HASH_SLOT_NUM,
-    max_items: int = DEFAULT_MAX_INDEX_NUM,
-    prev_end_timestamp: int = 0,
-    prev_end_phy_offset: int = 0,
     tz: tzinfo | None = None,
+    **options: Unpack[FileOptions],
 ) -> list[tuple[Path, IndexHeader]]:
     """Put items in order into as many new files as rollover needs (full at ``max_items - 1``).
 
@@ -377,15 +387,13 @@ def write_index_files(
     directory = Path(index_dir)
     directory.mkdir(parents=True, exist_ok=True)
     written: list[tuple[Path, IndexHeader]] = []
-    for lo, hi in rollover_bounds(hashes.shape[0], max_items):
+    for lo, hi in rollover_bounds(hashes.shape[0], options.get("max_items", DEFAULT_MAX_INDEX_NUM)):
         name_ms = int(ts[lo])
         while (directory / index_file_name(name_ms, tz)).exists():
             name_ms += 1
         path = directory / index_file_name(name_ms, tz)
-        header = write_index_file(
-            path, hashes[lo:hi], phys[lo:hi], ts[lo:hi], slots=slots, max_items=max_items,
-            prev_end_timestamp=prev_end_timestamp, prev_end_phy_offset=prev_end_phy_offset,
-        )  # fmt: skip
-        prev_end_timestamp, prev_end_phy_offset = header.end_timestamp, header.end_phy_offset
+        header = write_index_file(path, hashes[lo:hi], phys[lo:hi], ts[lo:hi], **options)
+        options["prev_end_timestamp"] = header.end_timestamp
+        options["prev_end_phy_offset"] = header.end_phy_offset
         written.append((path, header))
     return written

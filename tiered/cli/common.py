@@ -29,6 +29,14 @@ commitlog_file_size_option = click.option(
 )
 """``--commitlog-file-size`` of the commands that write or read a broker store's files."""
 
+verbose_option = click.option(
+    "-v",
+    "--verbose",
+    count=True,
+    help="Log at INFO (-v) or DEBUG (-vv) level (default: WARNING, or tieredLogLevel if set).",
+)
+"""``-v``/``-vv`` of the one-shot commands (``verbosity`` turns the count into a level)."""
+
 
 class Group(click.Group):
     """A click group that turns our errors (and OS errors on named files) into one-line messages.

@@ -12,6 +12,7 @@ import click
 from tiered.cli.common import console
 from tiered.cli.common import emit_json
 from tiered.cli.common import fail
+from tiered.cli.common import verbose_option
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
@@ -45,12 +46,7 @@ from tiered.metadata import read_metadata
     help="auto: numpy below 1M items, the PySpark job (tieredIndexSparkMaster) above.",
 )
 @click.option("--json", "as_json", is_flag=True, help="One JSON report per file.")
-@click.option(
-    "-v",
-    "--verbose",
-    count=True,
-    help="Log at INFO (-v) or DEBUG (-vv) level (default: WARNING, or tieredLogLevel if set).",
-)
+@verbose_option
 def compact_index(
     configs: tuple[Path, ...], seal: bool, stage: bool, engine: str, as_json: bool, verbose: int
 ) -> None:

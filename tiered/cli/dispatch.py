@@ -17,6 +17,7 @@ from tiered.cli.common import EXIT_DATA_ERROR
 from tiered.cli.common import console
 from tiered.cli.common import emit_json
 from tiered.cli.common import fail
+from tiered.cli.common import verbose_option
 from tiered.cli.common import warn
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
@@ -39,12 +40,7 @@ from tiered.providers import RequestCounts
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as one JSON object.")
 @click.option("--quiet", is_flag=True, help="No progress bar.")
-@click.option(
-    "-v",
-    "--verbose",
-    count=True,
-    help="Log at INFO (-v) or DEBUG (-vv) level (default: WARNING, or tieredLogLevel if set).",
-)
+@verbose_option
 def dispatch(
     configs: tuple[Path, ...], once: bool, flush: bool, as_json: bool, quiet: bool, verbose: int
 ) -> None:

@@ -9,6 +9,7 @@ import click
 
 from tiered.cli.common import console
 from tiered.cli.common import fail
+from tiered.cli.common import verbose_option
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
@@ -40,12 +41,7 @@ from tiered.providers import Provider
     is_flag=True,
     help="Replace a valid local metadata file (it is kept beside as a copy).",
 )
-@click.option(
-    "-v",
-    "--verbose",
-    count=True,
-    help="Log at INFO (-v) or DEBUG (-vv) level (default: WARNING, or tieredLogLevel if set).",
-)
+@verbose_option
 def recover(configs: tuple[Path, ...], from_backend: bool, force: bool, verbose: int) -> None:
     """Rebuild {tieredDataDir}/config/tieredStoreMetadata.json from the backend mirror (or, with
     --from-backend, from the segments themselves), then reconcile every queue with the backend.

@@ -12,12 +12,13 @@ import logging
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 
 from tiered.config import TieredConfig
 from tiered.errors import ProviderError
 from tiered.metadata import MessageQueue
 from tiered.metadata import MetadataStore
-from tiered.metadata import now_ms
+from tiered.metadata.broker_tier import BrokerTier
 from tiered.providers.base import Provider
 
 from .flat_append_file import FlatAddress
@@ -34,27 +35,14 @@ LocalLookup = Callable[[str, int], LocalUnits | None]
 _MAX_LOAD_WORKERS = 16
 
 
-class FlatFileStore:
+@dataclass(eq=False, kw_only=True)
+class FlatFileStore(BrokerTier):
     """The flat files of one broker (``cluster``/``broker``), by ``(topic, queue id)``."""
 
-    def __init__(
-        self,
-        provider: Provider,
-        metadata: MetadataStore,
-        *,
-        cluster: str,
-        broker: str,
-        commitlog_max_size: int,
-        consume_queue_max_size: int,
-        clock: Callable[[], int] = now_ms,
-    ) -> None:
-        self.provider = provider
-        self.metadata = metadata
-        self.cluster = cluster
-        self.broker = broker
-        self.commitlog_max_size = commitlog_max_size
-        self.consume_queue_max_size = consume_queue_max_size
-        self.clock = clock
+    commitlog_max_size: int
+    consume_queue_max_size: int
+
+    def __post_init__(self) -> None:
         self._files: dict[tuple[str, int], FlatMessageFile] = {}
         self._lock = threading.Lock()
 

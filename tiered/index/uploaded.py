@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import logging
 import struct
-from collections.abc import Callable
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -43,7 +42,7 @@ from tiered.index.format import IndexHeader
 from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import FileSegmentType
 from tiered.metadata import MetadataStore
-from tiered.metadata import now_ms
+from tiered.metadata.broker_tier import BrokerTier
 from tiered.metadata.models import STATUS_SEALED
 from tiered.providers.base import Provider
 from tiered.providers.layout import INDEX_TOPIC
@@ -67,26 +66,14 @@ class ConvergeReport:
     ignored: list[str] = field(default_factory=list)  # keys left alone (not adoptable)
 
 
-class UploadedIndex:
+@dataclass(eq=False, kw_only=True)
+class UploadedIndex(BrokerTier):
     """The INDEX segments of one broker; thread-safe as far as the metadata store is."""
 
-    def __init__(
-        self,
-        provider: Provider,
-        metadata: MetadataStore,
-        *,
-        cluster: str,
-        broker: str,
-        slots: int,
-        clock: Callable[[], int] = now_ms,
-    ) -> None:
-        self.provider = provider
-        self.metadata = metadata
-        self.cluster = cluster
-        self.broker = broker
-        self.slots = slots
-        self.clock = clock
-        self.path = index_logical_path(broker)
+    slots: int
+
+    def __post_init__(self) -> None:
+        self.path = index_logical_path(self.broker)
 
     def key(self, base: int) -> str:
         """The provider key of the INDEX segment at ``base``."""
