@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Final
 from typing import Literal
 
+from tiered.broker.read_only import pread_file
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import StoreFileNotFoundError
 
@@ -71,16 +72,14 @@ def read_checkpoint(path: str | os.PathLike[str]) -> Checkpoint:
         StoreFileNotFoundError: the file does not exist.
         CorruptStoreFileError: it is shorter than 40 bytes.
     """
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError as e:
-        raise StoreFileNotFoundError(
+    buf = pread_file(
+        path,
+        CHECKPOINT_SIZE,
+        0,
+        lambda: StoreFileNotFoundError(
             f"{path}: no checkpoint file; point storePathRootDir at the broker's store"
-        ) from e
-    try:
-        buf = os.pread(fd, CHECKPOINT_SIZE, 0)
-    finally:
-        os.close(fd)
+        ),
+    )
     return decode_checkpoint(buf, path=path)
 
 

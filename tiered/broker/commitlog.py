@@ -15,6 +15,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,6 +25,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
+from tiered.broker.read_only import open_read_only
+from tiered.broker.read_only import pread_file
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
@@ -208,7 +211,7 @@ class CommitLog:
                     f"{', '.join(map(str, self.dirs))}"
                 )
             f = files[fi]
-            fd = _open(f)
+            fd = open_read_only(f.path, _gone(f))
             try:
                 for a, b in runs:
                     start, stop = int(so[a]), int(ends[b - 1])
@@ -234,21 +237,14 @@ class CommitLog:
         return BulkRead(data, starts, lens, len(run_starts))
 
 
-def _open(f: CommitLogFile) -> int:
-    try:
-        return os.open(f.path, os.O_RDONLY)
-    except FileNotFoundError as e:
-        raise StoreFileNotFoundError(
-            f"commitlog file {f.path} disappeared (the broker deleted it)"
-        ) from e
+def _gone(f: CommitLogFile) -> Callable[[], Exception]:
+    return lambda: StoreFileNotFoundError(
+        f"commitlog file {f.path} disappeared (the broker deleted it)"
+    )
 
 
 def _pread(f: CommitLogFile, position: int, length: int) -> bytes:
-    fd = _open(f)
-    try:
-        data = os.pread(fd, length, position)
-    finally:
-        os.close(fd)
+    data = pread_file(f.path, length, position, _gone(f))
     if len(data) != length:
         raise CorruptStoreFileError(
             f"{f.path}: short read at position {position} ({len(data)} of {length} bytes)",

@@ -27,6 +27,7 @@ from typing import NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from tiered.broker.read_only import pread_file
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
@@ -167,16 +168,14 @@ def list_offset_files(directory: Path, file_size: int, *, unit: int = 1) -> list
 
 
 def _pread(path: Path, length: int, position: int) -> bytes:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except FileNotFoundError as e:
-        raise OffsetNotInStoreError(
+    return pread_file(
+        path,
+        length,
+        position,
+        lambda: OffsetNotInStoreError(
             f"{path}: deleted by the broker while reading; retry from the new min offset"
-        ) from e
-    try:
-        return os.pread(fd, length, position)
-    finally:
-        os.close(fd)
+        ),
+    )
 
 
 class ConsumeQueue:

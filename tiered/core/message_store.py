@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from typing import Any
 
 from tiered import metrics
@@ -86,6 +87,18 @@ def check_request(topic: str, queue_id: int, offset: int = 0, max_count: int = 1
         raise InvalidRequestError(f"offset={offset!r} must be >= 0")
     if max_count < 1:
         raise InvalidRequestError(f"maxCount={max_count!r} must be >= 1")
+
+
+@dataclass(frozen=True, slots=True)
+class _Read:
+    """One message read as :meth:`TieredMessageStore.get_message` passes it to a tier."""
+
+    topic: str
+    queue_id: int
+    offset: int
+    max_count: int
+    filt: TagFilter
+    max_bytes: int
 
 
 class TieredMessageStore(Closeable):
@@ -205,12 +218,11 @@ class TieredMessageStore(Closeable):
         filt = tags if isinstance(tags, TagFilter) else TagFilter.parse(tags)
         with self._timed("get_message", topic):
             decision = self.route(topic, queue_id, offset, max_count)
+            read = _Read(topic, queue_id, offset, max_count, filt, max_bytes)
             if decision.tier == "local":
-                result = self._local_get(topic, queue_id, offset, max_count, filt, max_bytes)
+                result = self._local_get(read)
             else:
-                result = self._tiered_get(
-                    decision, topic, queue_id, offset, max_count, filt, max_bytes
-                )
+                result = self._tiered_get(decision, read)
         local_min = decision.local_min_offset
         if local_min >= 0:
             result.min_offset = (
@@ -244,19 +256,11 @@ class TieredMessageStore(Closeable):
         result = self.get_message(topic, queue_id, offset, max_count, max_bytes=max_bytes)
         return result, b"".join(u.data for u in result.units)
 
-    def _tiered_get(
-        self,
-        decision: Route,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        filt: TagFilter,
-        max_bytes: int,
-    ) -> GetResult:
+    def _tiered_get(self, decision: Route, read: _Read) -> GetResult:
+        topic, queue_id, offset = read.topic, read.queue_id, read.offset
         flat = self.flat_store.get(topic, queue_id)
         try:
-            result = self.fetcher.get(flat, offset, max_count, filt, max_bytes)
+            result = self.fetcher.get(flat, offset, read.max_count, read.filt, read.max_bytes)
         except IntegrityError as e:
             if decision.level is StorageLevel.FORCE or not self.local.in_store(
                 topic, queue_id, offset
@@ -292,7 +296,7 @@ class TieredMessageStore(Closeable):
                     topic,
                     queue_id,
                     offset,
-                    max_count,
+                    read.max_count,
                     result.status.value,
                     len(result.units),
                     result.next_begin_offset,
@@ -304,17 +308,10 @@ class TieredMessageStore(Closeable):
                     metrics.MESSAGES_OUT.labels(topic).inc(len(result.units))
                 return result
         metrics.GET_MESSAGE_FALLBACK.labels("get_message", topic).inc()
-        return self._local_get(topic, queue_id, offset, max_count, filt, max_bytes)
+        return self._local_get(read)
 
-    def _local_get(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        filt: TagFilter,
-        max_bytes: int,
-    ) -> GetResult:
+    def _local_get(self, read: _Read) -> GetResult:
+        topic, queue_id, offset = read.topic, read.queue_id, read.offset
         local = self.local
         lo, hi = local.min_offset(topic, queue_id), local.max_offset(topic, queue_id)
 
@@ -329,13 +326,14 @@ class TieredMessageStore(Closeable):
         if outside is not None:
             return status(*outside)
         try:
-            got = local.read(topic, queue_id, offset, min(max_count, hi - offset), max_bytes)
+            count = min(read.max_count, hi - offset)
+            got = local.read(topic, queue_id, offset, count, read.max_bytes)
         except (OffsetNotInStoreError, StoreFileNotFoundError):
             got = []  # the broker deleted the file meanwhile
         if not got:
             return status(GetStatus.OFFSET_FOUND_NULL, offset)
         units = [Unit(q, data, code) for q, data, code in got]
-        kept = [u for u, ok in zip(units, matching(units, filt), strict=True) if ok]
+        kept = [u for u, ok in zip(units, matching(units, read.filt), strict=True) if ok]
         result = status(
             GetStatus.FOUND if kept else GetStatus.NO_MATCHED_MESSAGE, offset + len(units)
         )

@@ -24,11 +24,14 @@ Segment records are written by the dispatcher after the round (one persist per r
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Concatenate
+from typing import ParamSpec
 
 import numpy as np
 import numpy.typing as npt
@@ -51,6 +54,8 @@ from .dispatch_state import QueueState
 from .local_source import LocalSource
 
 log = logging.getLogger(__name__)
+
+P = ParamSpec("P")
 
 Int64s = npt.NDArray[np.int64]
 
@@ -106,6 +111,25 @@ class Plan:
         return self.units is None
 
 
+def _recorded_in_state(
+    step: Callable[Concatenate[FlatMessageFile, QueueState, P], Plan | StepResult],
+) -> Callable[Concatenate[FlatMessageFile, QueueState, P], Plan | StepResult]:
+    """A queue-level problem ``step`` raises (``TieredStoreError``, ``OSError``) is recorded in
+    the queue's state and returned as a failed result, never raised."""
+
+    @functools.wraps(step)
+    def recorded(
+        flat: FlatMessageFile, state: QueueState, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Plan | StepResult:
+        try:
+            return step(flat, state, *args, **kwargs)
+        except (TieredStoreError, OSError) as e:
+            return failed(flat, state, e)
+
+    return recorded
+
+
+@_recorded_in_state
 def plan(
     flat: FlatMessageFile,
     state: QueueState,
@@ -117,21 +141,7 @@ def plan(
 ) -> Plan | StepResult:
     """Decide the queue's step (the caller holds the queue's lock): a :class:`Plan`, or the
     result of a step that has nothing to send (idle, holding, caught up, a gap skipped). A
-    queue-level problem is recorded in ``state`` and returned as a failed result, never raised."""
-    try:
-        return _plan(flat, state, local, limits, now, flush)
-    except (TieredStoreError, OSError) as e:
-        return failed(flat, state, e)
-
-
-def _plan(
-    flat: FlatMessageFile,
-    state: QueueState,
-    local: LocalSource,
-    limits: Limits,
-    now: int,
-    flush: bool,
-) -> Plan | StepResult:
+    queue-level problem is recorded in ``state`` and returned as a failed result."""
     topic, qid = flat.topic, flat.queue_id
     state.error = ""
     if flat.has_pending:

@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Annotated
 from typing import Any
 from typing import Literal
-from typing import Protocol
 
 from fastapi import APIRouter
 from fastapi import FastAPI
@@ -41,7 +40,7 @@ from tiered.broker import message as msgcodec
 from tiered.core.fetcher import GetResult
 from tiered.core.message_store import MAX_QUEUE_ID
 from tiered.core.message_store import TOPIC_PATTERN
-from tiered.core.message_store import Boundary
+from tiered.core.message_store import TieredMessageStore
 from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError
@@ -61,29 +60,6 @@ RETRY_AFTER_S = 1
 """``Retry-After`` of a 503 for an object that vanished under a read."""
 Checks = Callable[[], dict[str, str]]
 """Named checks, each ``"ok"`` (or ``"starting"``, also passing) or what is wrong."""
-
-
-class ReadStore(Protocol):
-    """What the API needs from the access layer (``TieredMessageStore``)."""
-
-    def get_message(
-        self,
-        topic: str,
-        queue_id: int,
-        offset: int,
-        max_count: int,
-        tags: str | TagFilter | None = None,
-        *,
-        max_bytes: int = ...,
-    ) -> GetResult: ...
-    def get_raw(
-        self, topic: str, queue_id: int, offset: int, max_count: int, *, max_bytes: int
-    ) -> tuple[GetResult, bytes]: ...
-    def offsets(self, topic: str, queue_id: int) -> dict[str, int]: ...
-    def get_offset_by_time(
-        self, topic: str, queue_id: int, timestamp_ms: int, boundary: Boundary | str = ...
-    ) -> int: ...
-    def explain(self, topic: str, queue_id: int, offset: int) -> dict[str, Any]: ...
 
 
 Topic = Annotated[str, Path(pattern=TOPIC_PATTERN, description="Topic name.")]
@@ -138,7 +114,7 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 
 
 def create_app(
-    store: ReadStore,
+    store: TieredMessageStore,
     *,
     status: Callable[[], dict[str, Any]],
     ready: Checks,

@@ -1,0 +1,27 @@
+"""Reading a broker's file without holding it open: the broker rolls and deletes its files under
+us, so every read opens the file read-only, ``pread``\\ s and closes it. A file that is gone
+raises the caller's error, which says what its absence means there."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+
+def open_read_only(path: str | os.PathLike[str], missing: Callable[[], Exception]) -> int:
+    """A read-only descriptor of ``path``; ``missing()`` is raised when the file does not exist."""
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError as e:
+        raise missing() from e
+
+
+def pread_file(
+    path: str | os.PathLike[str], length: int, position: int, missing: Callable[[], Exception]
+) -> bytes:
+    """Up to ``length`` bytes of ``path`` at ``position`` (fewer at its end)."""
+    fd = open_read_only(path, missing)
+    try:
+        return os.pread(fd, length, position)
+    finally:
+        os.close(fd)
