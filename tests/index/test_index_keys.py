@@ -70,6 +70,22 @@ def test_hash_chunks_and_awkward_strings(monkeypatch: pytest.MonkeyPatch) -> Non
     assert to_i32(int(java_hashes(["polygenelubricants"])[0][0])) == -(2**31)
 
 
+def test_substring_hashes_anywhere_in_a_buffer_of_many_blocks() -> None:
+    """Runs in any order, overlapping, empty, spanning block bounds, at the very end of a buffer
+    more than three blocks long (positions past 2**16 take the block tables)."""
+    rng = np.random.default_rng(7)
+    text = "".join(rng.choice(list("abcXYZ019 #é中"), size=3 * (1 << 16) + 777))
+    units = np.frombuffer(text.encode("utf-16-le"), dtype="<u2")
+    n = units.size
+    bounds = [(0, 0), (0, 1), (0, n), (n - 1, n), (n, n), ((1 << 16) - 5, (1 << 16) + 5)]
+    starts = rng.integers(0, n, size=400)
+    bounds += [(int(a), int(min(a + rng.integers(0, 90_000), n))) for a in starts]
+    start = np.array([a for a, _ in bounds], dtype=np.int64)
+    end = np.array([b for _, b in bounds], dtype=np.int64)
+    got = java_hash.substring_hashes(units, start, end)
+    assert [to_i32(int(h)) for h in got] == [java_string_hash(text[a:b]) for a, b in bounds]
+
+
 def test_index_hashes_equal_composite_hash() -> None:
     keys = [f"k{i}" for i in range(1000)] + ["", "中文键", "😀"]
     expected = tiered_hash([java_string_hash(f"Topic-x#{k}") & 0xFFFFFFFF for k in keys])

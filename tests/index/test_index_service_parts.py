@@ -190,6 +190,15 @@ def unit_properties(draw: st.DrawFn) -> bytes:
     return raw.encode("utf-8")
 
 
+def test_every_ascii_byte_in_keys_equals_the_message_by_message_keys() -> None:
+    """Each ASCII character (Java whitespace and its neighbours among them) alone as UNIQ_KEY,
+    alone as KEYS, doubled and inside tokens of KEYS."""
+    chars = [chr(c) for c in range(3, 128)] + ["\x00"]
+    props = [f"UNIQ_KEY\x01{c}\x02KEYS\x01{c}{c} a{c}b\x02".encode() for c in chars]
+    props += [f"UNIQ_KEY\x01u\x02KEYS\x01{c}\x02".encode() for c in chars]
+    _assert_numpy_keys_equal(props, [i % 2 == 0 for i in range(len(props))], [False] * len(props))
+
+
 @given(
     props=st.lists(unit_properties(), min_size=1, max_size=12),
     v2=st.lists(st.booleans(), min_size=12, max_size=12),
@@ -199,6 +208,10 @@ def unit_properties(draw: st.DrawFn) -> bytes:
 def test_numpy_keys_equal_the_message_by_message_keys(
     props: list[bytes], v2: list[bool], ipv6: list[bool]
 ) -> None:
+    _assert_numpy_keys_equal(props, v2, ipv6)
+
+
+def _assert_numpy_keys_equal(props: list[bytes], v2: list[bool], ipv6: list[bool]) -> None:
     units = [
         msgcodec.encode(
             topic="TopicK", queue_id=1, queue_offset=i, physical_offset=0, body=b"x" * (i % 5),

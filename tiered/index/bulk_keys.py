@@ -12,8 +12,8 @@ cost per message is a few array elements, not a few Python calls (spec §2.1, §
    matched at item starts, the last valid one of a message winning, as
    ``string2messageProperties`` does;
 3. the ``KEYS`` values are split at their spaces, trailing empty tokens dropped (Java ``split``);
-4. every token's bytes are packed once more and hashed (:func:`~.java_hash.run_hashes`), checked
-   for Java whitespace (blank values) and for non-ASCII bytes;
+4. every token is hashed where it lies (:func:`~.java_hash.substring_hashes`, prefix sums over
+   the packed bytes), checked for Java whitespace (blank values) and for non-ASCII bytes;
 5. duplicates are dropped, the ``HashSet`` order applied and ``topic#key`` hashed
    (:mod:`.java_hash`).
 
@@ -36,7 +36,7 @@ from tiered.index.index_batch import IndexBatch
 from tiered.index.java_hash import hashset_order
 from tiered.index.java_hash import index_hashes
 from tiered.index.java_hash import keyed_hashes
-from tiered.index.java_hash import run_hashes
+from tiered.index.java_hash import substring_hashes
 from tiered.index.key_set import is_java_blank
 from tiered.index.key_set import key_properties
 from tiered.index.key_set import message_key_sets
@@ -51,9 +51,12 @@ _ITEM_SEPARATOR: Final = 2
 _SPACE: Final = 0x20
 _UNIQ_NAME: Final = b"UNIQ_KEY\x01"
 _KEYS_NAME: Final = b"KEYS\x01"
-# Character.isWhitespace below 0x80: \t \n \x0b \x0c \r, \x1c..\x1f and the space
-_BLANK: Final = np.zeros(256, dtype=np.bool_)
-_BLANK[[9, 10, 11, 12, 13, 28, 29, 30, 31, 32]] = True
+
+
+def _is_blank(data: Bytes) -> Bools:
+    """``Character.isWhitespace`` of each byte below 0x80: ``\\t \\n \\x0b \\x0c \\r`` (9..13) and
+    ``\\x1c..\\x1f`` plus the space (28..32); uint8 subtraction wraps, so one compare per range."""
+    return ((data - np.uint8(9)) <= 4) | ((data - np.uint8(28)) <= 4)
 
 
 class _Props:
@@ -117,18 +120,14 @@ def _split(props: _Props, msg: Int64s, start: Int64s, end: Int64s) -> tuple[Int6
 
 def _facts(data: Bytes, start: Int64s, end: Int64s) -> tuple[npt.NDArray[np.uint32], Bools, Bools]:
     """Per token ``[start, end)`` of ``data``: its ``String.hashCode`` (unsigned), whether it
-    has a non-ASCII byte, whether it is all Java whitespace (empty tokens are)."""
-    length = end - start
-    packed = np.take(data, span_index(start, length))
-    hashes = run_hashes(packed, length)
-    high = np.zeros(start.size, dtype=np.bool_)
-    blank = np.ones(start.size, dtype=np.bool_)
-    filled = np.flatnonzero(length)
-    if filled.size:
-        firsts = (np.cumsum(length) - length)[filled]
-        high[filled] = np.maximum.reduceat(packed, firsts) >= 0x80
-        blank[filled] = np.logical_and.reduceat(np.take(_BLANK, packed), firsts)
-    return hashes, high, blank
+    has a non-ASCII byte, whether it is all Java whitespace (empty tokens are). Prefix sums over
+    ``data`` answer all three, the tokens' bytes are never copied."""
+    hashes = substring_hashes(data, start, end)
+    high = np.zeros(data.size + 1, dtype=np.int32)
+    np.cumsum(data >= 0x80, out=high[1:])
+    solid = np.zeros(data.size + 1, dtype=np.int32)
+    np.cumsum(~_is_blank(data), out=solid[1:])
+    return hashes, high[end] > high[start], solid[end] == solid[start]
 
 
 def _first_of_each(

@@ -3,10 +3,11 @@ the hash of ``topic#key``, the sign rule of the tiered index and ``HashSet`` ite
 
 Everything is computed over arrays of keys at once (spec §6.4, §6.8, vectors V3):
 
-- :func:`run_hashes` is the one ``String.hashCode`` kernel: ``sum(unit[j] * 31**(n-1-j))`` modulo
-  2**32 over runs of UTF-16 code units (a byte is one unit for ASCII keys);
-  :func:`string_hashes` feeds it Python strings, :mod:`.bulk_keys` the key bytes of stored
-  messages;
+- :func:`substring_hashes` is the one ``String.hashCode`` kernel: ``sum(unit[j] * 31**(n-1-j))``
+  modulo 2**32 over runs of UTF-16 code units (a byte is one unit for ASCII keys), computed from
+  prefix sums (31 is invertible modulo 2**32); :func:`run_hashes` applies it to consecutive runs,
+  :func:`string_hashes` to Python strings, :mod:`.bulk_keys` to the keys inside the packed
+  property bytes of stored messages;
 - :func:`keyed_hashes` extends a key's hash to the hash of ``topic + "#" + key`` (without
   building the string: ``h(p + k) = h(p) * 31**len(k) + h(k)``) and applies :func:`tiered_hash`,
   ``IndexStoreFile.hashCode``: negated when negative, so ``Integer.MIN_VALUE`` stays negative;
@@ -33,11 +34,11 @@ _MASK32: Final = 0xFFFFFFFF
 _CHUNK_UNITS: Final = 1 << 22  # UTF-16 units hashed per numpy pass (bounded temporaries)
 
 
-def powers_of_31(count: int) -> U32:
-    """``31**i mod 2**32`` for ``i`` in ``0 .. count-1`` (at least one)."""
+def powers_of(base: int, count: int) -> U32:
+    """``base**i mod 2**32`` for ``i`` in ``0 .. count-1`` (at least one)."""
     powers = np.ones(max(count, 1), dtype=np.uint32)
-    step, filled = 31, 1
-    while filled < count:  # doubling: powers[filled:2*filled] = powers[:filled] * 31**filled
+    step, filled = base & _MASK32, 1
+    while filled < count:  # doubling: powers[filled:2*filled] = powers[:filled] * base**filled
         take = min(filled, count - filled)
         powers[filled : filled + take] = powers[:take] * np.uint32(step)
         step = step * step & _MASK32
@@ -45,24 +46,51 @@ def powers_of_31(count: int) -> U32:
     return powers
 
 
+def powers_of_31(count: int) -> U32:
+    """``31**i mod 2**32`` for ``i`` in ``0 .. count-1`` (at least one)."""
+    return powers_of(31, count)
+
+
+# 31 is odd, so it has an inverse modulo 2**32: a substring's hash is a difference of prefix sums
+# of unit * 31**-position, scaled by 31**(its last position). Positions split into blocks of
+# _BLOCK: p = block * _BLOCK + low, so two small tables serve every position.
+_BLOCK: Final = 1 << 16
+_INV31: Final = pow(31, -1, 2**32)
+_POW_LOW: Final = powers_of(31, _BLOCK)
+_INV_LOW: Final = powers_of(_INV31, _BLOCK)
+_POW_BLOCK: Final = pow(31, _BLOCK, 2**32)
+_INV_BLOCK: Final = pow(_INV31, _BLOCK, 2**32)
+
+
+def substring_hashes(units: npt.NDArray[np.unsignedinteger], start: I64, end: I64) -> U32:
+    """``String.hashCode`` (unsigned) of the runs ``units[start[i]:end[i]]`` of one buffer of
+    code units (a byte is one unit for ASCII keys); empty runs hash to 0.
+
+    The one hash kernel: a pass of multiply and prefix sum over ``units`` (modulo 2**32, as Java's
+    int wraps), then two gathers per run -- no per-unit index arrays, however the runs lie."""
+    n = units.size
+    blocks = max(-(-n // _BLOCK), 1)
+    if blocks == 1:
+        terms = _INV_LOW[:n] * units
+    else:
+        terms = np.zeros(blocks * _BLOCK, dtype=np.uint32)
+        terms[:n] = units
+        by_block = terms.reshape(blocks, _BLOCK)
+        by_block *= _INV_LOW
+        by_block *= powers_of(_INV_BLOCK, blocks)[:, None]
+    prefix = np.zeros(n + 1, dtype=np.uint32)
+    np.cumsum(terms[:n], dtype=np.uint32, out=prefix[1:])
+    last = np.maximum(end - 1, 0)
+    scale = _POW_LOW[last & (_BLOCK - 1)] * powers_of(_POW_BLOCK, blocks)[last // _BLOCK]
+    hashes: U32 = (prefix[end] - prefix[start]) * scale
+    return hashes
+
+
 def run_hashes(units: npt.NDArray[np.unsignedinteger], lengths: I64) -> U32:
     """``String.hashCode`` (unsigned) of consecutive runs of code units: run ``i`` is the next
     ``lengths[i]`` entries of ``units``. Empty runs hash to 0."""
-    hashes = np.zeros(lengths.size, dtype=np.uint32)
-    filled = np.flatnonzero(lengths)
-    if not filled.size:
-        return hashes
-    length = lengths[filled]
-    firsts = np.cumsum(length) - length
-    # units after each unit in its run: a run's first unit jumps to len-1 (from the previous run's
-    # last, 0), then it counts down to 0
-    after = np.full(units.size, -1, dtype=np.intp)
-    after[firsts] = length - 1
-    np.cumsum(after, out=after)
-    terms = np.take(powers_of_31(int(length.max())), after)
-    terms *= units  # uint32 arithmetic wraps modulo 2**32, as Java's int does
-    hashes[filled] = np.add.reduceat(terms, firsts, dtype=np.uint32)
-    return hashes
+    end = np.cumsum(lengths)
+    return substring_hashes(units, end - lengths, end)
 
 
 def string_hashes(strings: Sequence[str]) -> tuple[U32, I64]:
