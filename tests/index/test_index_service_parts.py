@@ -192,10 +192,15 @@ def unit_properties(draw: st.DrawFn) -> bytes:
 
 def test_every_ascii_byte_in_keys_equals_the_message_by_message_keys() -> None:
     """Each ASCII character (Java whitespace and its neighbours among them) alone as UNIQ_KEY,
-    alone as KEYS, doubled and inside tokens of KEYS."""
+    alone as KEYS, doubled and inside tokens of KEYS; lone non-ASCII bytes inside keys."""
     chars = [chr(c) for c in range(3, 128)] + ["\x00"]
     props = [f"UNIQ_KEY\x01{c}\x02KEYS\x01{c}{c} a{c}b\x02".encode() for c in chars]
     props += [f"UNIQ_KEY\x01u\x02KEYS\x01{c}\x02".encode() for c in chars]
+    # one byte of a UTF-8 sequence alone (Java decodes it to U+FFFD), left to the Python path
+    props += [
+        b"UNIQ_KEY\x01" + bytes([b]) + b"\x02KEYS\x01a" + bytes([b]) + b" b\x02"
+        for b in (0x80, 0xC3, 0xFF)
+    ]
     _assert_numpy_keys_equal(props, [i % 2 == 0 for i in range(len(props))], [False] * len(props))
 
 

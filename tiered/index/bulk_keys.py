@@ -120,14 +120,21 @@ def _split(props: _Props, msg: Int64s, start: Int64s, end: Int64s) -> tuple[Int6
 
 def _facts(data: Bytes, start: Int64s, end: Int64s) -> tuple[npt.NDArray[np.uint32], Bools, Bools]:
     """Per token ``[start, end)`` of ``data``: its ``String.hashCode`` (unsigned), whether it
-    has a non-ASCII byte, whether it is all Java whitespace (empty tokens are). Prefix sums over
-    ``data`` answer all three, the tokens' bytes are never copied."""
+    has a non-ASCII byte, whether it is all Java whitespace (empty tokens are); the tokens' bytes
+    are never copied."""
     hashes = substring_hashes(data, start, end)
-    high = np.zeros(data.size + 1, dtype=np.int32)
-    np.cumsum(data >= 0x80, out=high[1:])
-    solid = np.zeros(data.size + 1, dtype=np.int32)
-    np.cumsum(~_is_blank(data), out=solid[1:])
-    return hashes, high[end] > high[start], solid[end] == solid[start]
+    return (
+        hashes,
+        _count_in(data >= 0x80, start, end) > 0,
+        _count_in(_is_blank(data), start, end) == end - start,
+    )
+
+
+def _count_in(mask: Bools, start: Int64s, end: Int64s) -> Int64s:
+    """How many set positions of ``mask`` each ``[start, end)`` holds (few are set: non-ASCII
+    and whitespace bytes, so their positions are searched instead of summing every byte)."""
+    where = np.flatnonzero(mask)
+    return np.searchsorted(where, end) - np.searchsorted(where, start)
 
 
 def _first_of_each(
