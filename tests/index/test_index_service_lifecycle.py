@@ -8,6 +8,8 @@ from __future__ import annotations
 import dataclasses
 from collections import Counter
 from collections.abc import Callable
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
@@ -20,6 +22,7 @@ from tiered.providers import WrappedProvider
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
+from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.errors import ProviderError
@@ -53,6 +56,21 @@ def index_of(sidecar: Sidecar) -> IndexService:
     return sidecar.index
 
 
+@contextmanager
+def started(cfg: TieredConfig, provider: Provider) -> Iterator[IndexService]:
+    """The index service of a sidecar started on ``provider``."""
+    with Sidecar(cfg, provider) as sidecar:
+        yield index_of(sidecar)
+
+
+@contextmanager
+def offloaded(cfg: TieredConfig, provider: Provider) -> Iterator[IndexService]:
+    """The index service of a sidecar that has offloaded (and indexed) the whole store."""
+    with Sidecar(cfg, provider) as sidecar:
+        sidecar.dispatcher.run_pass(flush=True)
+        yield index_of(sidecar)
+
+
 def check_segments(index: IndexService) -> None:
     """One record per uploaded file, bases cumulative (from 0 unless expired), every object
     present, no other one."""
@@ -84,9 +102,7 @@ def test_failed_put_is_retried_next_run(
 ) -> None:
     cfg = index_config(index_store)
     expected = store_keys(index_store)
-    with Sidecar(cfg, memory) as sidecar:
-        sidecar.dispatcher.run_pass(flush=True)
-        index = index_of(sidecar)
+    with offloaded(cfg, memory) as index:
         sealed = len(index.local.sealed())
         # puts: file 1, the metadata mirror, the index progress copy, file 2 (fails)
         memory.set_plan(FaultPlan(nth=[4], operations={"put"}, error=ProviderError))
@@ -115,9 +131,7 @@ def test_put_landed_but_unrecorded_is_recorded_without_a_second_put(
     puts = Puts(build_provider(cfg))
     faulty = FaultInjectingProvider(puts)
     expected = store_keys(index_store)
-    with Sidecar(cfg, faulty) as sidecar:
-        sidecar.dispatcher.run_pass(flush=True)
-        index = index_of(sidecar)
+    with offloaded(cfg, faulty) as index:
         # puts: file 1, the metadata mirror, the index progress copy, file 2 (lands, then fails)
         faulty.set_plan(FaultPlan(nth=[4], operations={"put"}, error=ProviderError, when="after"))
         sealed = len(index.local.sealed())
@@ -139,16 +153,13 @@ def test_crash_after_record_deletes_local_copy_at_start(
 ) -> None:
     cfg = index_config(index_store)
     expected = store_keys(index_store)
-    with Sidecar(cfg, memory) as sidecar:
-        sidecar.dispatcher.run_pass(flush=True)
-        index = index_of(sidecar)
+    with offloaded(cfg, memory) as index:
         f = index.local.sealed()[0]
         data = compact_file(f)
         index.uploaded.upload(f.header, data, len(data))  # then "crash": local copy not deleted
         path = f.path
     assert path.exists()
-    with Sidecar(cfg, memory) as sidecar:
-        index = index_of(sidecar)
+    with started(cfg, memory) as index:
         assert not path.exists()
         assert len(index.uploaded.records()) == 1
         assert f.begin_timestamp not in {x.begin_timestamp for x in index.local.files}
@@ -165,9 +176,7 @@ def test_crash_after_put_with_local_copy_lost_is_adopted(
 ) -> None:
     cfg = index_config(index_store)
     expected = store_keys(index_store)
-    with Sidecar(cfg, memory) as sidecar:
-        sidecar.dispatcher.run_pass(flush=True)
-        index = index_of(sidecar)
+    with offloaded(cfg, memory) as index:
         f = index.local.sealed()[0]
         data = compact_file(f)
         memory.put(index.uploaded.key(0), data)  # then "crash" before the record ...
@@ -175,8 +184,7 @@ def test_crash_after_put_with_local_copy_lost_is_adopted(
         garbage = index.uploaded.key(10**9)
         memory.put(garbage, b"not an index file")  # ... and an unrelated object far past it
     path.unlink()  # ... and the local disk lost that file
-    with Sidecar(cfg, memory) as sidecar:
-        index = index_of(sidecar)
+    with started(cfg, memory) as index:
         records = index.uploaded.records()
         assert [(r.base_offset, r.size, r.begin_timestamp, r.end_timestamp) for r in records] == [
             (0, len(data), header.begin_timestamp, header.end_timestamp)
@@ -194,9 +202,7 @@ def test_expiry_that_stopped_between_record_and_object_converges(
     memory: FaultInjectingProvider,
 ) -> None:
     cfg = index_config(index_store)
-    with Sidecar(cfg, memory) as sidecar:
-        sidecar.dispatcher.run_pass(flush=True)
-        index = index_of(sidecar)
+    with offloaded(cfg, memory) as index:
         index.compact_sealed()
         records = index.uploaded.records()
         assert len(records) >= 3
@@ -212,8 +218,7 @@ def test_expiry_that_stopped_between_record_and_object_converges(
         memory.set_plan(FaultPlan())
         assert len(index.uploaded.records()) == len(records) - 1  # record gone, object left
         assert memory.exists(index.uploaded.key(records[0].base_offset))
-    with Sidecar(cfg, memory) as sidecar:
-        index = index_of(sidecar)
+    with started(cfg, memory) as index:
         assert not memory.exists(index.uploaded.key(records[0].base_offset))  # converged
         check_segments(index)
         assert index.expire(now) == leading - 1
@@ -256,8 +261,7 @@ def test_uploaded_but_never_indexed_batches_are_caught_up(
         assert sidecar.dispatcher.run_pass(flush=True).messages == 400
     expected = store_keys(index_store)
     assert len(expected) == 1300 * 3
-    with Sidecar(cfg, memory) as sidecar:
-        index = index_of(sidecar)
+    with started(cfg, memory) as index:
         assert_all_found(index, expected)
         offsets = index.status()["indexedOffsets"]
         assert offsets == {
@@ -273,13 +277,10 @@ def test_lost_progress_reindexes_everything(
 ) -> None:
     cfg = index_config(index_store)
     expected = store_keys(index_store)
-    with Sidecar(cfg, memory) as sidecar:
-        sidecar.dispatcher.run_pass(flush=True)
-        index = index_of(sidecar)
+    with offloaded(cfg, memory) as index:
         progress = index.progress.path
     progress.unlink()
-    with Sidecar(cfg, memory) as sidecar:
-        index = index_of(sidecar)
+    with started(cfg, memory) as index:
         assert_all_found(index, expected, 2)  # indexed twice, found once
         assert index.status()["indexedOffsets"]
 
@@ -311,9 +312,7 @@ def test_another_topics_key_with_the_same_hash_is_filtered_out(
     other = "GenTopic2" if topic != "GenTopic2" else "GenTopic0"
     twin = colliding_key(f"{topic}#{key}", f"{other}#")
     assert index_hashes(other, [twin]).tolist() == index_hashes(topic, [key]).tolist()
-    with Sidecar(cfg, memory) as sidecar:
-        sidecar.dispatcher.run_pass(flush=True)
-        index = index_of(sidecar)
+    with offloaded(cfg, memory) as index:
         other_id = index.topic_id(other)
         files = index.local.files
         raw = [i for f in files for i in f.query(other, twin, 0, 2**62, 10)]
@@ -339,9 +338,7 @@ def test_recover_from_backend_records_the_uploaded_index_files(
     from tiered.metadata import MetadataStore
 
     cfg = index_config(index_store)
-    with Sidecar(cfg, memory) as sidecar:
-        sidecar.dispatcher.run_pass(flush=True)
-        index = index_of(sidecar)
+    with offloaded(cfg, memory) as index:
         index.compact_sealed()
         before = [
             (r.base_offset, r.size, r.begin_timestamp, r.end_timestamp)
