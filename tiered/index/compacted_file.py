@@ -12,6 +12,9 @@ from __future__ import annotations
 
 import logging
 import struct
+from dataclasses import KW_ONLY
+from dataclasses import dataclass
+from typing import ClassVar
 from typing import Final
 
 import numpy as np
@@ -63,6 +66,7 @@ def check_compacted(
     return header
 
 
+@dataclass(eq=False)
 class CompactedIndexFile:
     """An uploaded (UPLOAD) compacted file, queried through a provider.
 
@@ -70,24 +74,15 @@ class CompactedIndexFile:
     minTimestamp), so a query costs at most two ranged reads: the slot entry, then its items.
     """
 
-    status: Final = IndexStatus.UPLOAD
+    status: ClassVar[IndexStatus] = IndexStatus.UPLOAD
 
-    def __init__(
-        self,
-        provider: Provider,
-        key: str,
-        *,
-        size: int,
-        begin_timestamp: int,
-        end_timestamp: int = 0,
-        slots: int,
-    ):
-        self.provider = provider
-        self.key = key
-        self.size = size
-        self.begin_timestamp = begin_timestamp
-        self.end_timestamp = end_timestamp
-        self.slots = slots
+    provider: Provider
+    key: str
+    _: KW_ONLY
+    size: int
+    begin_timestamp: int
+    end_timestamp: int = 0
+    slots: int
 
     def __repr__(self) -> str:
         return f"CompactedIndexFile({self.key!r}, size={self.size}, begin={self.begin_timestamp})"
