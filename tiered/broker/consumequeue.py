@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker.read_only import pread_file
+from tiered.broker.unit_fields import gather_be
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
@@ -398,7 +399,7 @@ class ConsumeQueueExt:
                 )
             raw = np.frombuffer(_pread(f.path, hi - lo, lo), dtype=np.uint8)
             rel = pos - lo
-            sizes = _gather(raw, rel, 2, ">i2")
+            sizes = gather_be(raw, rel, 2)
             bad = np.flatnonzero(sizes < CQ_EXT_UNIT_HEADER)
             if bad.size:
                 at = f.start + int(pos[bad[0]])
@@ -408,8 +409,8 @@ class ConsumeQueueExt:
                     path=str(f.path),
                     offset=at,
                 )
-            tags[sel] = _gather(raw, rel + 2, 8, ">i8")
-            times[sel] = _gather(raw, rel + 10, 8, ">i8")
+            tags[sel] = gather_be(raw, rel + 2, 8)
+            times[sel] = gather_be(raw, rel + 10, 8)
         return tags, times
 
     def resolve_tags_codes(self, tags_codes: npt.ArrayLike) -> Int64s:
@@ -436,11 +437,6 @@ class ConsumeQueueExt:
     def scan(self) -> list[tuple[int, CqExtUnit]]:
         """``(address, unit)`` of every written unit in every file (diagnostics, not a hot path)."""
         return [pair for f in self.files() for pair in _parse_ext_units(f, 0)]
-
-
-def _gather(raw: npt.NDArray[np.uint8], rel: Int64s, width: int, dtype: str) -> Int64s:
-    cols = raw[rel[:, None] + np.arange(width)]
-    return np.ascontiguousarray(cols).view(dtype).ravel().astype(np.int64)
 
 
 def _parse_ext_units(

@@ -25,6 +25,7 @@ from tiered.broker import message as msgcodec
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.broker.unit_fields import as_uint8
 from tiered.broker.unit_fields import check_units
+from tiered.broker.unit_fields import gather_be
 from tiered.core.read_cache import ReadAheadCache
 from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
@@ -82,18 +83,12 @@ def crc_mismatches(data: bytes | bytearray | memoryview, starts: Int64s) -> list
     if not len(starts):
         return []
     buf = as_uint8(data)
-    idx4 = np.arange(4, dtype=np.int64)
-
-    def i32(pos: Int64s) -> Int64s:
-        raw = np.ascontiguousarray(buf[pos[:, None] + idx4])
-        return raw.view(">i4").reshape(-1).astype(np.int64)
-
-    flags = i32(starts + msgcodec.SYSFLAG_POSITION)
+    flags = gather_be(buf, starts + msgcodec.SYSFLAG_POSITION, 4)
     extra = np.where(flags & msgcodec.BORNHOST_V6_FLAG, 12, 0)
     extra += np.where(flags & msgcodec.STOREHOST_V6_FLAG, 12, 0)
     len_at = starts + _BODY_LEN_V4 + extra
-    body_lens = i32(len_at)
-    stored = i32(starts + 8)
+    body_lens = gather_be(buf, len_at, 4)
+    stored = gather_be(buf, starts + 8, 4)
     view = memoryview(data)
     bad = []
     for i, (a, n, crc) in enumerate(
@@ -235,9 +230,8 @@ class TieredReader:
         buf = as_uint8(data)
         inside = rel + 8 <= len(data)
         pos = rel[inside]
-        magic = np.ascontiguousarray(buf[(pos + 4)[:, None] + np.arange(4)]).view(">i4")
         coda = np.zeros(len(rel), dtype=bool)
-        coda[inside] = magic.reshape(-1) == msgcodec.BLANK_MAGIC
+        coda[inside] = gather_be(buf, pos + 4, 4) == msgcodec.BLANK_MAGIC
         return np.where(coda, rel + CODA_SIZE, rel)
 
 
