@@ -126,15 +126,16 @@ class Run:
             )
         ]
 
-    def body(self, count: int) -> bytes:
-        """The first ``count`` units back to back (one slice when they are contiguous)."""
+    def body(self, count: int) -> bytes | memoryview:
+        """The first ``count`` units back to back: a view of the read when they are contiguous
+        (no copy of a catch-up's megabytes), else one joined copy."""
         if not count:
             return b""
         rel, sizes = self.rel[:count], self.sizes[:count]
         end = int(rel[-1] + sizes[-1])
-        if end - int(rel[0]) == int(sizes.sum()):
-            return self.data[int(rel[0]) : end]
         mv = memoryview(self.data)
+        if end - int(rel[0]) == int(sizes.sum()):
+            return mv[int(rel[0]) : end]
         return b"".join(mv[a : a + n] for a, n in zip(rel.tolist(), sizes.tolist(), strict=True))
 
 
@@ -293,7 +294,7 @@ class Fetcher:
 
     def get_raw(
         self, flat: FlatMessageFile | None, offset: int, max_count: int, max_bytes: int
-    ) -> tuple[GetResult, bytes]:
+    ) -> tuple[GetResult, bytes | memoryview]:
         """Up to ``max_count`` messages from ``offset`` and about ``max_bytes`` (at least one),
         every subscription's, as one body of stored units back to back: a bulk read that makes
         no per-message objects (the result holds no units). For a status other than FOUND, or

@@ -232,7 +232,7 @@ class TieredMessageStore(Closeable):
 
     def get_raw(
         self, topic: str, queue_id: int, offset: int, max_count: int, *, max_bytes: int
-    ) -> tuple[GetResult, bytes]:
+    ) -> tuple[GetResult, bytes | memoryview]:
         """What :meth:`get_message` returns for every subscription, as one body of the stored
         units back to back (``format=raw``). A read the tier serves whole is done in bulk
         (:meth:`Fetcher.get_raw`, no per-message objects); anything else -- the local tier, a
