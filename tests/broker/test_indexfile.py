@@ -272,6 +272,9 @@ def test_writer_rejects_bad_input(tmp_path: Path) -> None:
         build_index_file([-1], [1], [T0], slots=3, max_items=5)
     with pytest.raises(ValueError, match="equally long"):
         build_index_file([1, 2], [1], [T0], slots=3, max_items=5)
+    with pytest.raises(ValueError, match="key_hash_local"):
+        write_index_file(tmp_path / "x", [-1], [1], [T0], slots=3, max_items=5)
+    assert not (tmp_path / "x").exists()  # refused before a byte is written
     write_index_file(tmp_path / "x", [1], [1], [T0], slots=3, max_items=5)
     with pytest.raises(FileExistsError):
         write_index_file(tmp_path / "x", [1], [1], [T0], slots=3, max_items=5)

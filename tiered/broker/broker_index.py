@@ -318,19 +318,13 @@ def _layout(
 
 
 def _write(
-    fh: BinaryIO,
-    key_hashes: npt.ArrayLike,
-    phys_offsets: npt.ArrayLike,
-    store_timestamps: npt.ArrayLike,
-    options: FileOptions,
-) -> IndexHeader:
-    """Write header, slot table, the unused item 0 and the items to ``fh``; return the header."""
-    header, table, items = _layout(key_hashes, phys_offsets, store_timestamps, options)
+    fh: BinaryIO, header: IndexHeader, table: npt.NDArray[np.int32], items: npt.NDArray[np.void]
+) -> None:
+    """Write header, slot table, the unused item 0 and the items of a :func:`_layout`."""
     fh.write(header.encode())
     fh.write(table.astype(">i4").tobytes())
     fh.write(bytes(INDEX_ITEM_SIZE))
     fh.write(items.tobytes())
-    return header
 
 
 def build_index_file(
@@ -342,7 +336,7 @@ def build_index_file(
     """The whole file a broker would write after putting these items in order (size
     :func:`index_file_size`; prefer :func:`write_index_file` for default-sized files)."""
     out = io.BytesIO()
-    _write(out, key_hashes, phys_offsets, store_timestamps, options)
+    _write(out, *_layout(key_hashes, phys_offsets, store_timestamps, options))
     return out.getvalue().ljust(_size(options), b"\0")
 
 
@@ -355,8 +349,9 @@ def write_index_file(
 ) -> IndexHeader:
     """Write the file :func:`build_index_file` describes to a NEW ``path`` (the unused tail is a
     sparse hole) and return its header. Refuses to overwrite."""
-    with open(path, "xb") as fh:
-        header = _write(fh, key_hashes, phys_offsets, store_timestamps, options)
+    header, table, items = _layout(key_hashes, phys_offsets, store_timestamps, options)
+    with open(path, "xb") as fh:  # only once the items are known to fit
+        _write(fh, header, table, items)
         fh.truncate(_size(options))
     return header
 
