@@ -123,11 +123,14 @@ def _facts(data: Bytes, start: Int64s, end: Int64s) -> tuple[npt.NDArray[np.uint
     has a non-ASCII byte, whether it is all Java whitespace (empty tokens are); the tokens' bytes
     are never copied."""
     hashes = substring_hashes(data, start, end)
-    return (
-        hashes,
-        _count_in(data >= 0x80, start, end) > 0,
-        _count_in(_is_blank(data), start, end) == end - start,
-    )
+    length = end - start
+    # blank needs a whitespace first byte: only those few tokens are counted byte by byte
+    blank = length == 0
+    maybe = ~blank
+    maybe[maybe] = _is_blank(data[start[maybe]])
+    if maybe.any():
+        blank[maybe] = _count_in(_is_blank(data), start[maybe], end[maybe]) == length[maybe]
+    return hashes, _count_in(data >= 0x80, start, end) > 0, blank
 
 
 def _count_in(mask: Bools, start: Int64s, end: Int64s) -> Int64s:
