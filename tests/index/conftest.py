@@ -11,16 +11,13 @@ from typing import Any
 import numpy as np
 import pytest
 
-from tiered.broker import message as msgcodec
-from tiered.broker.commitlog import list_files
-from tiered.broker.commitlog import scan_file
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.index import IndexBatch
 from tiered.index import IndexStoreFile
 from tiered.testing import ConfigFactory
-from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import IndexCase
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.sample_tier import sample_config
 
@@ -118,39 +115,6 @@ def index_config(tmp_path: Path, index_spec: GenSpec) -> ConfigFactory:
 
 
 @pytest.fixture
-def store_keys() -> Callable[[Path], KeyTable]:
-    """``store_keys(store)``: every (topic, key) of the broker store's messages (UNIQ_KEY and
-    KEYS tokens), read by scanning its commitlog -> (queue id, queue offset, store time)."""
-
-    def scan(store: Path) -> KeyTable:
-        table: KeyTable = {}
-        for f in list_files([store / "commitlog"]):
-            for item in scan_file(f.path, f.base):
-                m = item.message
-                if item.kind != "message" or m is None:
-                    continue
-                keys = [*m.keys, m.properties[msgcodec.PROPERTY_UNIQ_KEY]]
-                for key in keys:
-                    table[(m.topic, key)] = (m.queue_id, m.queue_offset, m.store_timestamp)
-        return table
-
-    return scan
-
-
-KeysFound = Callable[..., None]
-
-
-@pytest.fixture
-def keys_found() -> KeysFound:
-    """``keys_found(index, expected, step=1)``: every ``step``-th key of ``expected`` is found
-    by ``index.query`` exactly once, at its queue and offset."""
-    from tiered.index.service import IndexService
-
-    def check(index: IndexService, expected: KeyTable, step: int = 1) -> None:
-        for (topic, key), (qid, qoff, _) in sorted(expected.items())[::step]:
-            hits = index.query(topic, key)
-            assert len(hits) == 1, (topic, key, hits)
-            m = msgcodec.decode(hits[0].data)
-            assert (m.topic, m.queue_id, m.queue_offset) == (topic, qid, qoff)
-
-    return check
+def index_case(index_store: Path, index_spec: GenSpec, index_config: ConfigFactory) -> IndexCase:
+    """The generated store of ``index_spec`` with ``index_config``'s configurations."""
+    return IndexCase(index_store, index_spec, index_config)

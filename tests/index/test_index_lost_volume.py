@@ -8,7 +8,6 @@ from __future__ import annotations
 import dataclasses
 import shutil
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,9 @@ from tiered.core.sidecar import build_provider
 from tiered.index.progress import backend_key
 from tiered.index.service import IndexService
 from tiered.testing import ConfigFactory
-from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import IndexCase
+from tiered.testing.index_keys import assert_all_found
+from tiered.testing.index_keys import store_keys
 
 MAX_ITEMS = 300
 
@@ -30,8 +31,6 @@ def test_a_new_data_volume_reindexes_only_what_no_uploaded_file_covers(
     tmp_path: Path,
     index_spec: GenSpec,
     index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    keys_found: Callable[..., None],
 ) -> None:
     store = tmp_path / "big-store"
     generate_store(store, dataclasses.replace(index_spec, messages=3000))
@@ -54,17 +53,15 @@ def test_a_new_data_volume_reindexes_only_what_no_uploaded_file_covers(
         assert 0 < redone <= MAX_ITEMS and redone <= 0.05 * len(expected)
         index.seal()
         index.compact_sealed()
-        keys_found(index, expected, 7)
+        assert_all_found(index, expected, 7)
 
 
 class Killed(BaseException):
     """The process died (nothing catches it)."""
 
 
-def test_a_catch_up_killed_half_way_resumes_where_it_was(
-    index_store: Path, index_config: ConfigFactory
-) -> None:
-    cfg = index_config(index_store, tieredStoreIndexFileMaxIndexNum=100_000)
+def test_a_catch_up_killed_half_way_resumes_where_it_was(index_case: IndexCase) -> None:
+    cfg = index_case.config(tieredStoreIndexFileMaxIndexNum=100_000)
     provider = build_provider(cfg)
     off = cfg.model_copy(update={"message_index_enable": False})
     with Sidecar(off, provider) as sidecar:  # offloaded, never indexed: all to catch up

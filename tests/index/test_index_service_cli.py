@@ -7,7 +7,6 @@ import json
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +23,9 @@ from tiered.http.app import message_json
 from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
 from tiered.index.service import IndexService
-from tiered.testing import ConfigFactory
 from tiered.testing import http
 from tiered.testing.http import Reply
-from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import IndexCase
 
 
 def write_conf(cfg: TieredConfig, path: Path) -> Path:
@@ -51,16 +49,11 @@ def offload(cfg: TieredConfig) -> None:
         assert sidecar.dispatcher.run_pass(flush=True).messages == 900
 
 
-def test_query_and_compact_index_commands(
-    tmp_path: Path,
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-) -> None:
-    cfg = index_config(index_store, provider="posix", tieredStorageLevel="FORCE")
+def test_query_and_compact_index_commands(tmp_path: Path, index_case: IndexCase) -> None:
+    cfg = index_case.config(provider="posix", tieredStorageLevel="FORCE")
     conf = write_conf(cfg, tmp_path / "sidecar.conf")
     offload(cfg)
-    expected = store_keys(index_store)
+    expected = index_case.keys()
     (topic, key), (qid, qoff, stored) = sorted(expected.items())[123]
     base: list[str | Path | int] = ["--config", conf, "--topic", topic]
 
@@ -92,9 +85,9 @@ def test_query_and_compact_index_commands(
 
 
 def test_compact_index_needs_the_lock_but_stage_does_not(
-    tmp_path: Path, index_store: Path, index_config: ConfigFactory
+    tmp_path: Path, index_case: IndexCase
 ) -> None:
-    cfg = index_config(index_store, provider="posix")
+    cfg = index_case.config(provider="posix")
     conf = write_conf(cfg, tmp_path / "sidecar.conf")
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
@@ -109,7 +102,7 @@ def test_compact_index_needs_the_lock_but_stage_does_not(
         assert sidecar.index.staging.staged() == [
             f.begin_timestamp for f in sidecar.index.local.sealed()
         ]
-    memory = write_conf(index_config(index_store), tmp_path / "memory.conf")
+    memory = write_conf(index_case.config(), tmp_path / "memory.conf")
     refused = cli("compact-index", "--config", memory, "--stage", code=2)
     assert "not reachable from a Spark cluster" in refused.stderr
 
@@ -118,11 +111,9 @@ def get(base: str, path: str, **params: Any) -> Reply:
     return http.get(base, urllib.parse.quote(path), **params)
 
 
-def test_http_keys_route(
-    index_store: Path, index_config: ConfigFactory, store_keys: Callable[[Path], KeyTable]
-) -> None:
-    cfg = index_config(index_store, tieredStorageLevel="FORCE")
-    expected = store_keys(index_store)
+def test_http_keys_route(index_case: IndexCase) -> None:
+    cfg = index_case.config(tieredStorageLevel="FORCE")
+    expected = index_case.keys()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
         index: IndexService | None = sidecar.index

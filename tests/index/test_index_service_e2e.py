@@ -21,8 +21,7 @@ from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.index.search import KeyHit
 from tiered.index.service import IndexService
-from tiered.testing import ConfigFactory
-from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import IndexCase
 
 T = TypeVar("T")
 
@@ -60,14 +59,11 @@ def backend(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
 
 
 def test_every_key_found_after_offload_seal_compaction_and_upload(
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    backend: dict[str, Any],
+    index_case: IndexCase, backend: dict[str, Any]
 ) -> None:
-    cfg = index_config(index_store, **backend)
+    cfg = index_case.config(**backend)
     provider = Recording(build_provider(cfg))
-    expected = store_keys(index_store)
+    expected = index_case.keys()
     assert len(expected) == 900 * 3
     with Sidecar(cfg, provider) as sidecar:
         index = sidecar.index
@@ -103,11 +99,9 @@ def test_every_key_found_after_offload_seal_compaction_and_upload(
         assert sorted(listed) == sorted(index.uploaded.key(b) for b in bases)
 
 
-def test_time_range_and_max_count(
-    index_store: Path, index_config: ConfigFactory, store_keys: Callable[[Path], KeyTable]
-) -> None:
-    cfg = index_config(index_store)
-    expected = store_keys(index_store)
+def test_time_range_and_max_count(index_case: IndexCase) -> None:
+    cfg = index_case.config()
+    expected = index_case.keys()
     topic, key = sorted(expected)[10]
     _, _, stored = expected[(topic, key)]
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
@@ -125,12 +119,10 @@ def test_time_range_and_max_count(
         assert index.query(other, key) == []
 
 
-def test_catch_up_duplicates_collapse(
-    index_store: Path, index_config: ConfigFactory, store_keys: Callable[[Path], KeyTable]
-) -> None:
+def test_catch_up_duplicates_collapse(index_case: IndexCase) -> None:
     """Messages indexed twice (a catch-up behind a checkpoint that lagged) come back once."""
-    cfg = index_config(index_store, tieredStoreIndexFileMaxIndexNum="100000")
-    expected = store_keys(index_store)
+    cfg = index_case.config(tieredStoreIndexFileMaxIndexNum="100000")
+    expected = index_case.keys()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
         index = sidecar.index
@@ -149,10 +141,8 @@ def test_catch_up_duplicates_collapse(
             check_hit(index.query(t, key), t, key, where)
 
 
-def test_restart_reopens_the_unsealed_file(
-    index_store: Path, index_config: ConfigFactory, store_keys: Callable[[Path], KeyTable]
-) -> None:
-    cfg = index_config(index_store, tieredStoreIndexFileMaxIndexNum="100000")
+def test_restart_reopens_the_unsealed_file(index_case: IndexCase) -> None:
+    cfg = index_case.config(tieredStoreIndexFileMaxIndexNum="100000")
     provider = build_provider(cfg)
     with Sidecar(cfg, provider) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
@@ -167,32 +157,30 @@ def test_restart_reopens_the_unsealed_file(
         assert after == before  # same file, same begin, same items, still UNSEALED
         f = index.local.current()
         assert f.begin_timestamp == before[0]["beginTimestamp"]
-        expected = store_keys(index_store)
+        expected = index_case.keys()
         for topic, key in sorted(expected)[::53]:
             check_hit(index.query(topic, key), topic, key, expected[(topic, key)])
 
 
-def test_standby_and_disabled_index(index_store: Path, index_config: ConfigFactory) -> None:
-    cfg = index_config(index_store, messageIndexEnable="false")
+def test_standby_and_disabled_index(index_case: IndexCase) -> None:
+    cfg = index_case.config(messageIndexEnable="false")
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         assert sidecar.index is None
         sidecar.dispatcher.run_pass(flush=True)
     assert not (Path(cfg.tiered_data_dir) / "tiered_index_file").exists()
-    slave = index_config(index_store, brokerRole="SLAVE", brokerId="1")
+    slave = index_case.config(brokerRole="SLAVE", brokerId="1")
     with Sidecar(slave, build_provider(slave)) as sidecar:
         assert sidecar.index is None
 
 
-def test_reader_beside_a_running_sidecar(
-    index_store: Path, index_config: ConfigFactory, store_keys: Callable[[Path], KeyTable]
-) -> None:
+def test_reader_beside_a_running_sidecar(index_case: IndexCase) -> None:
     """A read-only service sees the writer's local files (mapped read-only) and uploads, and
     changes nothing."""
     from tiered.metadata import MetadataStore
     from tiered.metadata import read_metadata
 
-    cfg = index_config(index_store, provider="posix")
-    expected = store_keys(index_store)
+    cfg = index_case.config(provider="posix")
+    expected = index_case.keys()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
         assert sidecar.index is not None

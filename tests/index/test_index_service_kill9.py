@@ -15,19 +15,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tiered.broker import message as msgcodec
-from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.index.format import IndexHeader
-from tiered.testing import ConfigFactory
-from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import IndexCase
 from tiered.testing.processes import wait_running
 from tiered.testing.tier_check import check_tier
 
@@ -38,14 +35,9 @@ MAX_ITEMS_PER_KEY = 1.15
 
 @pytest.mark.slow
 def test_kill_9_loses_no_key_and_duplicates_no_index_file(
-    tmp_path: Path,
-    index_store: Path,
-    index_spec: GenSpec,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
+    tmp_path: Path, index_case: IndexCase
 ) -> None:
-    cfg = index_config(
-        index_store,
+    cfg = index_case.config(
         provider="posix",
         tieredStoreGroupCommitCount=16,
         tieredStoreDispatchIntervalMs=50,
@@ -69,9 +61,9 @@ def test_kill_9_loses_no_key_and_duplicates_no_index_file(
             proc.wait(timeout=30)
         text = log.read_text(errors="replace")
         assert "Traceback" not in text, text[-3000:]
-        more = dataclasses.replace(index_spec, seed=100 + kill, messages=150, append=True)
-        generate_store(index_store, more)
-    expected = store_keys(index_store)
+        more = dataclasses.replace(index_case.spec, seed=100 + kill, messages=150, append=True)
+        generate_store(index_case.store, more)
+    expected = index_case.keys()
     assert len(expected) == (900 + KILLS * 150) * 3
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         index = sidecar.index

@@ -20,7 +20,6 @@ from tiered.providers import MemoryProvider
 from tiered.providers import Provider
 from tiered.providers import WrappedProvider
 
-from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
@@ -30,7 +29,7 @@ from tiered.index.compaction import compact_file
 from tiered.index.java_hash import index_hashes
 from tiered.index.service import IndexService
 from tiered.javautil import java_string_hash
-from tiered.testing import ConfigFactory
+from tiered.testing.index_keys import IndexCase
 from tiered.testing.index_keys import KeyTable
 from tiered.testing.index_keys import assert_all_found
 
@@ -94,43 +93,48 @@ def memory() -> FaultInjectingProvider:
     return FaultInjectingProvider(MemoryProvider())
 
 
-def test_failed_put_is_retried_next_run(
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    memory: FaultInjectingProvider,
-) -> None:
-    cfg = index_config(index_store)
-    expected = store_keys(index_store)
-    with offloaded(cfg, memory) as index:
+@dataclasses.dataclass
+class Case:
+    """The generated store's sidecar configuration, the fault-injecting memory tier, the keys
+    the store holds."""
+
+    cfg: TieredConfig
+    memory: FaultInjectingProvider
+    expected: KeyTable
+
+
+@pytest.fixture
+def case(index_case: IndexCase, memory: FaultInjectingProvider) -> Case:
+    return Case(index_case.config(), memory, index_case.keys())
+
+
+def test_failed_put_is_retried_next_run(case: Case) -> None:
+    with offloaded(case.cfg, case.memory) as index:
         sealed = len(index.local.sealed())
         # puts: file 1, the metadata mirror, the index progress copy, file 2 (fails)
-        memory.set_plan(FaultPlan(nth=[4], operations={"put"}, error=ProviderError))
+        case.memory.set_plan(FaultPlan(nth=[4], operations={"put"}, error=ProviderError))
         first = index.compact_sealed()
         assert [r.action for r in first] == ["uploaded", "failed"]  # the run stops there
         assert len(index.local.sealed()) == sealed - 1
         assert len(index.uploaded.records()) == 1
-        memory.set_plan(FaultPlan())
+        case.memory.set_plan(FaultPlan())
         second = index.compact_sealed()
         assert [r.action for r in second] == ["uploaded"] * (sealed - 1)
         assert len(index.uploaded.records()) == sealed
         check_segments(index)
-        assert_all_found(index, expected, 3)
+        assert_all_found(index, case.expected, 3)
 
 
 @pytest.mark.parametrize("provider_name", ["memory", "posix"])
 def test_put_landed_but_unrecorded_is_recorded_without_a_second_put(
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    provider_name: str,
+    index_case: IndexCase, provider_name: str
 ) -> None:
     """The put took effect but its answer was lost (a crash right after it): the next run finds
     the object at the same base, checks it against the SEALED file and records it."""
-    cfg = index_config(index_store, provider=provider_name)
+    cfg = index_case.config(provider=provider_name)
     puts = Puts(build_provider(cfg))
     faulty = FaultInjectingProvider(puts)
-    expected = store_keys(index_store)
+    expected = index_case.keys()
     with offloaded(cfg, faulty) as index:
         # puts: file 1, the metadata mirror, the index progress copy, file 2 (lands, then fails)
         faulty.set_plan(FaultPlan(nth=[4], operations={"put"}, error=ProviderError, when="after"))
@@ -145,64 +149,45 @@ def test_put_landed_but_unrecorded_is_recorded_without_a_second_put(
         assert_all_found(index, expected, 3)
 
 
-def test_crash_after_record_deletes_local_copy_at_start(
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    memory: FaultInjectingProvider,
-) -> None:
-    cfg = index_config(index_store)
-    expected = store_keys(index_store)
-    with offloaded(cfg, memory) as index:
+def test_crash_after_record_deletes_local_copy_at_start(case: Case) -> None:
+    with offloaded(case.cfg, case.memory) as index:
         f = index.local.sealed()[0]
         data = compact_file(f)
         index.uploaded.upload(f.header, data, len(data))  # then "crash": local copy not deleted
         path = f.path
     assert path.exists()
-    with started(cfg, memory) as index:
+    with started(case.cfg, case.memory) as index:
         assert not path.exists()
         assert len(index.uploaded.records()) == 1
         assert f.begin_timestamp not in {x.begin_timestamp for x in index.local.files}
         index.compact_sealed()
         check_segments(index)
-        assert_all_found(index, expected, 3)
+        assert_all_found(index, case.expected, 3)
 
 
-def test_crash_after_put_with_local_copy_lost_is_adopted(
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    memory: FaultInjectingProvider,
-) -> None:
-    cfg = index_config(index_store)
-    expected = store_keys(index_store)
-    with offloaded(cfg, memory) as index:
+def test_crash_after_put_with_local_copy_lost_is_adopted(case: Case) -> None:
+    with offloaded(case.cfg, case.memory) as index:
         f = index.local.sealed()[0]
         data = compact_file(f)
-        memory.put(index.uploaded.key(0), data)  # then "crash" before the record ...
+        case.memory.put(index.uploaded.key(0), data)  # then "crash" before the record ...
         path, header = f.path, f.header
         garbage = index.uploaded.key(10**9)
-        memory.put(garbage, b"not an index file")  # ... and an unrelated object far past it
+        case.memory.put(garbage, b"not an index file")  # ... and an unrelated object far past it
     path.unlink()  # ... and the local disk lost that file
-    with started(cfg, memory) as index:
+    with started(case.cfg, case.memory) as index:
         records = index.uploaded.records()
         assert [(r.base_offset, r.size, r.begin_timestamp, r.end_timestamp) for r in records] == [
             (0, len(data), header.begin_timestamp, header.end_timestamp)
         ]
-        assert memory.exists(garbage)  # not adoptable, not below the recorded range: left
-        memory.delete(garbage)
+        assert case.memory.exists(garbage)  # not adoptable, not below the recorded range: left
+        case.memory.delete(garbage)
         index.compact_sealed()
         check_segments(index)
-        assert_all_found(index, expected, 3)
+        assert_all_found(index, case.expected, 3)
 
 
-def test_expiry_that_stopped_between_record_and_object_converges(
-    index_store: Path,
-    index_config: ConfigFactory,
-    memory: FaultInjectingProvider,
-) -> None:
-    cfg = index_config(index_store)
-    with offloaded(cfg, memory) as index:
+def test_expiry_that_stopped_between_record_and_object_converges(case: Case) -> None:
+    with offloaded(case.cfg, case.memory) as index:
         index.compact_sealed()
         records = index.uploaded.records()
         assert len(records) >= 3
@@ -212,14 +197,14 @@ def test_expiry_that_stopped_between_record_and_object_converges(
         before = now - 72 * 3_600_000
         leading = next(i for i, r in enumerate(records) if r.end_timestamp >= before)
         assert 2 <= leading < len(records)
-        memory.set_plan(FaultPlan(rate=1.0, operations={"delete"}, error=ProviderError))
+        case.memory.set_plan(FaultPlan(rate=1.0, operations={"delete"}, error=ProviderError))
         with pytest.raises(ProviderError):
             index.expire(now)
-        memory.set_plan(FaultPlan())
+        case.memory.set_plan(FaultPlan())
         assert len(index.uploaded.records()) == len(records) - 1  # record gone, object left
-        assert memory.exists(index.uploaded.key(records[0].base_offset))
-    with started(cfg, memory) as index:
-        assert not memory.exists(index.uploaded.key(records[0].base_offset))  # converged
+        assert case.memory.exists(index.uploaded.key(records[0].base_offset))
+    with started(case.cfg, case.memory) as index:
+        assert not case.memory.exists(index.uploaded.key(records[0].base_offset))  # converged
         check_segments(index)
         assert index.expire(now) == leading - 1
         check_segments(index)
@@ -228,38 +213,32 @@ def test_expiry_that_stopped_between_record_and_object_converges(
         ]
 
 
-def test_compacting_leftovers_are_deleted_at_start(
-    index_store: Path, index_config: ConfigFactory, memory: FaultInjectingProvider
-) -> None:
-    cfg = index_config(index_store)
-    with Sidecar(cfg, memory) as sidecar:
+def test_compacting_leftovers_are_deleted_at_start(case: Case) -> None:
+    with Sidecar(case.cfg, case.memory) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
         leftover = index_of(sidecar).local.compacting_dir / "1700000000000"
     leftover.parent.mkdir(parents=True, exist_ok=True)
     leftover.write_bytes(b"half a compacted file")
-    with Sidecar(cfg, memory):
+    with Sidecar(case.cfg, case.memory):
         assert not leftover.parent.exists()
 
 
 def test_uploaded_but_never_indexed_batches_are_caught_up(
-    tmp_path: Path,
-    index_store: Path,
-    index_spec: GenSpec,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    memory: FaultInjectingProvider,
+    tmp_path: Path, index_case: IndexCase, memory: FaultInjectingProvider
 ) -> None:
     """Batches uploaded while the listener could not run (a crash between upload and put; here:
     a run without the index) are indexed from the tier at the next start."""
-    cfg = index_config(index_store)
+    cfg = index_case.config()
     with Sidecar(cfg, memory) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
         index_of(sidecar).compact_sealed()
-    generate_store(index_store, dataclasses.replace(index_spec, append=True, messages=400))
-    off = index_config(index_store, messageIndexEnable="false")
+    generate_store(
+        index_case.store, dataclasses.replace(index_case.spec, append=True, messages=400)
+    )
+    off = index_case.config(messageIndexEnable="false")
     with Sidecar(off, memory) as sidecar:
         assert sidecar.dispatcher.run_pass(flush=True).messages == 400
-    expected = store_keys(index_store)
+    expected = index_case.keys()
     assert len(expected) == 1300 * 3
     with started(cfg, memory) as index:
         assert_all_found(index, expected)
@@ -269,19 +248,12 @@ def test_uploaded_but_never_indexed_batches_are_caught_up(
         }
 
 
-def test_lost_progress_reindexes_everything(
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    memory: FaultInjectingProvider,
-) -> None:
-    cfg = index_config(index_store)
-    expected = store_keys(index_store)
-    with offloaded(cfg, memory) as index:
+def test_lost_progress_reindexes_everything(case: Case) -> None:
+    with offloaded(case.cfg, case.memory) as index:
         progress = index.progress.path
     progress.unlink()
-    with started(cfg, memory) as index:
-        assert_all_found(index, expected, 2)  # indexed twice, found once
+    with started(case.cfg, case.memory) as index:
+        assert_all_found(index, case.expected, 2)  # indexed twice, found once
         assert index.status()["indexedOffsets"]
 
 
@@ -300,19 +272,12 @@ def colliding_key(target: str, prefix: str) -> str:
     return "".join(chr(lo + d) for d in digits)
 
 
-def test_another_topics_key_with_the_same_hash_is_filtered_out(
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    memory: FaultInjectingProvider,
-) -> None:
-    cfg = index_config(index_store)
-    expected = store_keys(index_store)
-    (topic, key), _ = sorted(expected.items())[5]
+def test_another_topics_key_with_the_same_hash_is_filtered_out(case: Case) -> None:
+    (topic, key), _ = sorted(case.expected.items())[5]
     other = "GenTopic2" if topic != "GenTopic2" else "GenTopic0"
     twin = colliding_key(f"{topic}#{key}", f"{other}#")
     assert index_hashes(other, [twin]).tolist() == index_hashes(topic, [key]).tolist()
-    with offloaded(cfg, memory) as index:
+    with offloaded(case.cfg, case.memory) as index:
         other_id = index.topic_id(other)
         files = index.local.files
         raw = [i for f in files for i in f.query(other, twin, 0, 2**62, 10)]
@@ -328,16 +293,11 @@ def test_another_topics_key_with_the_same_hash_is_filtered_out(
         assert len(index.query(topic, key)) == 1
 
 
-def test_recover_from_backend_records_the_uploaded_index_files(
-    tmp_path: Path,
-    index_store: Path,
-    index_config: ConfigFactory,
-    memory: FaultInjectingProvider,
-) -> None:
+def test_recover_from_backend_records_the_uploaded_index_files(tmp_path: Path, case: Case) -> None:
     from tiered.core.metadata_rebuild import rebuild_from_backend
     from tiered.metadata import MetadataStore
 
-    cfg = index_config(index_store)
+    cfg, memory = case.cfg, case.memory
     with offloaded(cfg, memory) as index:
         index.compact_sealed()
         before = [

@@ -8,7 +8,6 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -23,8 +22,7 @@ from tiered.index.service import IndexService
 from tiered.index.staging import COMPACTED_DIR
 from tiered.index.staging import STAGING_DIR
 from tiered.index.staging import submit_command
-from tiered.testing import ConfigFactory
-from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import IndexCase
 from tiered.testing.index_keys import assert_all_found
 
 if TYPE_CHECKING:
@@ -42,18 +40,14 @@ def staging_objects(index: IndexService) -> list[str]:
 
 
 def test_in_process_spark_compaction_uploads_the_walk_bytes(
-    spark: SparkSession,
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
+    spark: SparkSession, index_case: IndexCase
 ) -> None:
-    cfg = index_config(
-        index_store,
+    cfg = index_case.config(
         provider="posix",
         tieredIndexSparkMaster="local[2]",
         tieredStoreIndexFileMaxIndexNum="1500",
     )
-    expected = store_keys(index_store)
+    expected = index_case.keys()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         index = sidecar.index
         assert index is not None
@@ -76,17 +70,13 @@ def test_in_process_spark_compaction_uploads_the_walk_bytes(
 
 @pytest.mark.slow
 def test_spark_submit_on_staged_files_is_picked_up(
-    spark: SparkSession,
-    tmp_path: Path,
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
+    spark: SparkSession, tmp_path: Path, index_case: IndexCase
 ) -> None:
     """``tieredIndexSparkMaster=external``: large files are staged, not compacted; the job runs
     elsewhere (in-process ``--pending`` for one file, ``spark-submit`` for the rest) and the
     next compaction run picks the results up."""
-    cfg = index_config(index_store, provider="posix", tieredIndexSparkMaster="external")
-    expected = store_keys(index_store)
+    cfg = index_case.config(provider="posix", tieredIndexSparkMaster="external")
+    expected = index_case.keys()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         index = sidecar.index
         assert index is not None

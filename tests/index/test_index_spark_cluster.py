@@ -14,7 +14,6 @@ import shlex
 import subprocess
 import sys
 import time
-from collections.abc import Callable
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -24,8 +23,8 @@ from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.index import compact_numpy
 from tiered.index.staging import submit_command
-from tiered.testing import ConfigFactory
-from tiered.testing.index_keys import KeyTable
+from tiered.testing.index_keys import IndexCase
+from tiered.testing.index_keys import assert_all_found
 
 BIN = Path(sys.executable).parent
 RMQ_TIERED = BIN / "rmq-tiered"
@@ -79,16 +78,10 @@ def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 def test_spark_submit_on_a_standalone_cluster_is_picked_up_byte_identical(
-    spark_cluster: str,
-    tmp_path: Path,
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    s3_keys: dict[str, str],
-    keys_found: Callable[..., None],
+    spark_cluster: str, tmp_path: Path, index_case: IndexCase, s3_keys: dict[str, str]
 ) -> None:
-    cfg = index_config(index_store, provider="s3", tieredIndexSparkMaster="external", **s3_keys)
-    expected = store_keys(index_store)
+    cfg = index_case.config(provider="s3", tieredIndexSparkMaster="external", **s3_keys)
+    expected = index_case.keys()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         index = sidecar.index
         assert index is not None
@@ -126,19 +119,14 @@ def test_spark_submit_on_a_standalone_cluster_is_picked_up_byte_identical(
             r = records[begin]
             got = index.provider.read(index.uploaded.key(r.base_offset), 0, r.size)
             assert got == data, f"index file {begin}: the cluster's bytes differ"
-        keys_found(index, expected, 3)
+        assert_all_found(index, expected, 3)
 
 
 def test_an_in_process_driver_with_cluster_executors(
-    spark_cluster: str,
-    tmp_path: Path,
-    index_store: Path,
-    index_config: ConfigFactory,
-    store_keys: Callable[[Path], KeyTable],
-    keys_found: Callable[..., None],
+    spark_cluster: str, tmp_path: Path, index_case: IndexCase
 ) -> None:
-    cfg = index_config(index_store, provider="posix", tieredIndexSparkMaster=spark_cluster)
-    expected = store_keys(index_store)
+    cfg = index_case.config(provider="posix", tieredIndexSparkMaster=spark_cluster)
+    expected = index_case.keys()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
         assert sidecar.index is not None
@@ -156,4 +144,4 @@ def test_an_in_process_driver_with_cluster_executors(
         index = sidecar.index
         assert index is not None
         assert len(index.uploaded.records()) == sealed and not index.local.sealed()
-        keys_found(index, expected, 3)
+        assert_all_found(index, expected, 3)
