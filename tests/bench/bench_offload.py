@@ -165,6 +165,7 @@ def test_offload_against_cp(tmp_path: Path) -> None:
     for body in BODIES:
         store = tmp_path / f"store{body}"
         report = generate_store(store, _spec(SIZE_BYTES, body))
+        subprocess.run(["sync"], check=True)  # or the first copy's sync writes the new store back
         gib = report.bytes / (1 << 30)
         runs: dict[str, list[Run]] = {"cp": [], "on": [], "off": []}
         for i in range(REPEAT):
