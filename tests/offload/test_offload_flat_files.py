@@ -14,7 +14,6 @@ from tiered.providers import FaultInjectingProvider
 from tiered.providers import FaultPlan
 from tiered.providers import MemoryProvider
 from tiered.providers import Provider
-from tiered.providers.layout import FileType
 
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
@@ -28,6 +27,7 @@ from tiered.errors import IntegrityError
 from tiered.errors import ReadPastEndError
 from tiered.file import FlatAddress
 from tiered.file import FlatAppendFile
+from tiered.file import FlatCommitLogFile
 from tiered.file import FlatMessageFile
 from tiered.file import MessageBatch
 from tiered.metadata import FileSegmentType
@@ -50,7 +50,7 @@ def on_disk(store: MetadataStore, kind: FileSegmentType) -> dict[int, int]:
 
 
 def append_file(tmp_path: Path, provider: Provider, max_size: int = 100) -> FlatAppendFile:
-    f = FlatAppendFile(provider, metadata(tmp_path), ADDRESS, FileType.COMMIT_LOG, max_size)
+    f = FlatCommitLogFile(provider, metadata(tmp_path), ADDRESS, max_size)
     f.init_offset(0)
     return f
 

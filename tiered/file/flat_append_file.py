@@ -31,6 +31,7 @@ from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
+from typing import ClassVar
 from typing import TypeVar
 
 from tiered.errors import IntegrityError
@@ -160,27 +161,32 @@ def _merge_max(a: int, b: int) -> int:
 
 
 class FlatAppendFile:
-    """The segments of one flat file (commitlog or consumequeue) of one queue."""
+    """The segments of one flat file of one queue; a subclass says which (``file_type``)."""
+
+    file_type: ClassVar[FileType]
 
     def __init__(
         self,
         provider: Provider,
         metadata: MetadataStore,
         address: FlatAddress,
-        file_type: FileType,
         max_size: int,
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.provider = provider
         self.metadata = metadata
         self.address = address
-        self.file_type = file_type
-        self.segment_type = SEGMENT_TYPES[file_type]
-        self.max_size = max_size
+        self.segment_type = SEGMENT_TYPES[self.file_type]
+        self.max_size = self.segment_size(max_size)
         self.clock = clock
         self.path = address.path
         self._segments: list[Segment] = []
         self._dirty: set[int] = set()
+
+    @staticmethod
+    def segment_size(max_size: int) -> int:
+        """The size of this file's segments when ``max_size`` is configured."""
+        return max_size
 
     def __repr__(self) -> str:
         return (

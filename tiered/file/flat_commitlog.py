@@ -11,8 +11,6 @@ written with one numpy scatter.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import numpy.typing as npt
 
@@ -20,12 +18,8 @@ from tiered.broker import message as msgcodec
 from tiered.broker.unit_fields import rewrite_physical_offsets
 from tiered.errors import ProviderError
 from tiered.metadata import LONG_MAX
-from tiered.metadata import MetadataStore
-from tiered.metadata import now_ms
-from tiered.providers.base import Provider
 from tiered.providers.layout import FileType
 
-from .flat_append_file import FlatAddress
 from .flat_append_file import FlatAppendFile
 
 Int64s = npt.NDArray[np.int64]
@@ -34,16 +28,8 @@ Int64s = npt.NDArray[np.int64]
 class FlatCommitLogFile(FlatAppendFile):
     """The flat commitlog of one queue (segments of ``tieredStoreCommitLogMaxSize``)."""
 
-    def __init__(
-        self,
-        provider: Provider,
-        metadata: MetadataStore,
-        address: FlatAddress,
-        max_size: int,
-        clock: Callable[[], int] = now_ms,
-    ) -> None:
-        super().__init__(provider, metadata, address, FileType.COMMIT_LOG, max_size, clock)
-        self._first_queue_offset: int | None = None
+    file_type = FileType.COMMIT_LOG
+    _first_queue_offset: int | None = None
 
     def append_units(
         self,

@@ -9,8 +9,6 @@ between two segments, never filler units.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 import numpy.typing as npt
 
@@ -19,12 +17,8 @@ from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.broker.consumequeue import decode_units
 from tiered.broker.consumequeue import encode_units
 from tiered.metadata import LONG_MAX
-from tiered.metadata import MetadataStore
-from tiered.metadata import now_ms
-from tiered.providers.base import Provider
 from tiered.providers.layout import FileType
 
-from .flat_append_file import FlatAddress
 from .flat_append_file import FlatAppendFile
 
 Units = npt.NDArray[np.void]
@@ -33,19 +27,12 @@ Units = npt.NDArray[np.void]
 class FlatConsumeQueueFile(FlatAppendFile):
     """The flat consumequeue of one queue (segments of ``tieredStoreConsumeQueueMaxSize``)."""
 
-    def __init__(
-        self,
-        provider: Provider,
-        metadata: MetadataStore,
-        address: FlatAddress,
-        max_size: int,
-        clock: Callable[[], int] = now_ms,
-    ) -> None:
-        # a segment holds whole units only
-        units = max(max_size // CQ_UNIT_SIZE, 1)
-        super().__init__(
-            provider, metadata, address, FileType.CONSUME_QUEUE, units * CQ_UNIT_SIZE, clock
-        )
+    file_type = FileType.CONSUME_QUEUE
+
+    @staticmethod
+    def segment_size(max_size: int) -> int:
+        """A segment holds whole units only: ``max_size`` rounded down to units (at least one)."""
+        return max(max_size // CQ_UNIT_SIZE, 1) * CQ_UNIT_SIZE
 
     @property
     def min_queue_offset(self) -> int:
