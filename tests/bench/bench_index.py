@@ -24,6 +24,7 @@ from tiered.index import IndexBatch
 from tiered.index import IndexStoreFile
 from tiered.index import compact_numpy
 from tiered.index.compaction import compact_walk
+from tiered.index.format import KeyQuery
 from tiered.index.java_hash import index_hashes
 from tiered.javautil import java_string_hash
 
@@ -192,7 +193,7 @@ def test_index_benchmark(tmp_path: Path) -> None:
     for k in range(QUERY_KEYS):
         started = time.perf_counter()
         for uploaded in files:
-            uploaded.query("TopicTest", f"missing-or-not-{k}", 0, 2**62, 32)
+            uploaded.query(KeyQuery("TopicTest", f"missing-or-not-{k}", 0, 2**62, 32))
         latencies.append(time.perf_counter() - started)
     per_file = len(requests) / (QUERY_KEYS * QUERY_FILES)
     p50 = statistics.median(latencies) * 1e3

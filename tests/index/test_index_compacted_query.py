@@ -23,6 +23,7 @@ from tiered.index import check_compacted
 from tiered.index import compact_numpy
 from tiered.index.compaction import compact_file
 from tiered.index.format import BEGIN_MAGIC_CODE
+from tiered.index.format import KeyQuery
 
 T0 = 1_700_000_000_000
 SealedFactory = Callable[..., tuple[Path, bytes]]
@@ -67,17 +68,17 @@ def test_compacted_queries_take_at_most_two_reads(provider: Provider, tmp_path: 
         provider.add_request_listener(requests)
         for key, max_count in (("k1", 10), ("k1", 1), ("k2", 10), ("absent", 10)):
             requests.clear()
-            hits = compacted.query("TopicTest", key, T0, T0 + 10000, max_count)
-            local = f.query("TopicTest", key, T0, T0 + 10000, max_count)[:max_count]
+            hits = compacted.query(KeyQuery("TopicTest", key, T0, T0 + 10000, max_count))
+            local = f.query(KeyQuery("TopicTest", key, T0, T0 + 10000, max_count))[:max_count]
             assert [(i.queue_id, i.offset) for i in hits] == [(i.queue_id, i.offset) for i in local]
             reads = sum(requests.values())
             assert reads == 2 if local else reads <= 2  # slot entry, then the slot's items
         requests.clear()
-        assert compacted.query("TopicTest", "nothing-in-slot-3", T0, T0 + 10000, 10) == []
-        assert compacted.query("TopicTest", "k1", T0, T0 + 10000, 1)[0].offset == 220
+        assert compacted.query(KeyQuery("TopicTest", "nothing-in-slot-3", T0, T0 + 10000, 10)) == []
+        assert compacted.query(KeyQuery("TopicTest", "k1", T0, T0 + 10000, 1))[0].offset == 220
     empty = upload(provider, b"", T0, 5)
     requests.clear()
-    assert empty.query("TopicTest", "k1", 0, 2**62, 10) == []
+    assert empty.query(KeyQuery("TopicTest", "k1", 0, 2**62, 10)) == []
     assert sum(requests.values()) == 0
 
 
@@ -98,7 +99,10 @@ def test_compacted_queries_filter_topics_hash_and_time(provider: Provider, tmp_p
 
     def offsets(*args: int | None, begin: int = T0, end: int = T0 + 10000) -> list[int]:
         max_count, topic_id = args
-        return [i.offset for i in compacted.query("T", "k", begin, end, max_count or 10, topic_id)]
+        return [
+            i.offset
+            for i in compacted.query(KeyQuery("T", "k", begin, end, max_count or 10, topic_id))
+        ]
 
     assert offsets(None, None) == [4, 3, 0]
     assert offsets(None, 1) == [4, 0]
@@ -119,9 +123,9 @@ def test_compacted_query_reads_only_the_newest_1024_items_of_a_slot(tmp_path: Pa
             )
         )  # fmt: skip
         compacted = upload(provider, compact_file(f), T0, 1)
-        assert len(f.query("T", "old", 0, 2**62, 100)) == 0  # beyond 512 visits locally
-    assert compacted.query("T", "old", 0, 2**62, 100) == []  # beyond the 1024 newest
-    assert len(compacted.query("T", "new", 0, 2**62, 2000)) == 1024
+        assert len(f.query(KeyQuery("T", "old", 0, 2**62, 100))) == 0  # beyond 512 visits locally
+    assert compacted.query(KeyQuery("T", "old", 0, 2**62, 100)) == []  # beyond the 1024 newest
+    assert len(compacted.query(KeyQuery("T", "new", 0, 2**62, 2000))) == 1024
 
 
 def test_check_compacted_accepts_its_own_output_and_rejects_others(

@@ -19,6 +19,7 @@ from tiered.providers.layout import INDEX_TOPIC
 from tiered.broker import message as msgcodec
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
+from tiered.index.format import KeyQuery
 from tiered.index.search import KeyHit
 from tiered.index.service import IndexService
 from tiered.testing.index_keys import IndexCase
@@ -136,7 +137,7 @@ def test_catch_up_duplicates_collapse(index_case: IndexCase) -> None:
         f = index.local.current()
         assert f.item_count == 900 * 3 + sum(f.commit_offset for f in flats) * 3
         for (t, key), where in sorted(expected.items())[::7]:
-            items = f.query(t, key, 0, 2**62, 10)
+            items = f.query(KeyQuery(t, key, 0, 2**62, 10))
             assert len(items) == (2 if t == topic else 1)
             check_hit(index.query(t, key), t, key, where)
 

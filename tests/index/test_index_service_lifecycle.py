@@ -26,6 +26,7 @@ from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.errors import ProviderError
 from tiered.index.compaction import compact_file
+from tiered.index.format import KeyQuery
 from tiered.index.java_hash import index_hashes
 from tiered.index.service import IndexService
 from tiered.javautil import java_string_hash
@@ -280,15 +281,19 @@ def test_another_topics_key_with_the_same_hash_is_filtered_out(case: Case) -> No
     with offloaded(case.cfg, case.memory) as index:
         other_id = index.topic_id(other)
         files = index.local.files
-        raw = [i for f in files for i in f.query(other, twin, 0, 2**62, 10)]
+        raw = [i for f in files for i in f.query(KeyQuery(other, twin, 0, 2**62, 10))]
         assert [i.topic_id for i in raw] == [index.topic_id(topic)]  # the collision is real
-        assert [i for f in files for i in f.query(other, twin, 0, 2**62, 10, other_id)] == []
+        assert [
+            i for f in files for i in f.query(KeyQuery(other, twin, 0, 2**62, 10, other_id))
+        ] == []
         assert index.query(other, twin) == []
         index.compact_sealed()
         uploaded = index.uploaded.files()
-        raw = [i for f in uploaded for i in f.query(other, twin, 0, 2**62, 10)]
+        raw = [i for f in uploaded for i in f.query(KeyQuery(other, twin, 0, 2**62, 10))]
         assert len(raw) == 1
-        assert [i for f in uploaded for i in f.query(other, twin, 0, 2**62, 10, other_id)] == []
+        assert [
+            i for f in uploaded for i in f.query(KeyQuery(other, twin, 0, 2**62, 10, other_id))
+        ] == []
         assert index.query(other, twin) == []
         assert len(index.query(topic, key)) == 1
 

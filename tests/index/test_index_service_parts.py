@@ -21,6 +21,7 @@ from tiered.errors import IndexFileError
 from tiered.index import IndexBatch
 from tiered.index import IndexStoreFile
 from tiered.index.bulk_keys import index_batch_of_units
+from tiered.index.format import KeyQuery
 from tiered.index.key_set import key_properties
 from tiered.index.local_files import LocalIndexFiles
 from tiered.index.progress import IndexProgress
@@ -158,13 +159,13 @@ def test_read_only_index_file(tmp_path: Path) -> None:
     f.flush()
     ro = IndexStoreFile.open(f.path, slots=11, max_items=50, readonly=True)
     assert ro.readonly and ro.item_count == 3
-    assert [i.offset for i in ro.query("T", "b", 0, 2**62, 5)] == [0]
+    assert [i.offset for i in ro.query(KeyQuery("T", "b", 0, 2**62, 5))] == [0]
     with pytest.raises(IndexFileError, match="read-only"):
         ro.put_many(batch_of(1))
     with pytest.raises(IndexFileError, match="read-only"):
         ro.seal()
     f.put_many(IndexBatch.for_queue("T", 1, 0, [10], [10], [T0], ["u2"], ["c"]))
-    assert ro.query("T", "c", 0, 2**62, 5) == []  # put after the open: not seen
+    assert ro.query(KeyQuery("T", "c", 0, 2**62, 5)) == []  # put after the open: not seen
     ro.flush()  # a no-op
     ro.close()
     f.close()

@@ -21,6 +21,7 @@ from tiered.index import IndexStoreFile
 from tiered.index import local_index_files
 from tiered.index.format import BEGIN_MAGIC_CODE
 from tiered.index.format import END_MAGIC_CODE
+from tiered.index.format import KeyQuery
 from tiered.index.key_set import message_key_sets
 from tiered.javautil import java_rem
 from tiered.javautil import java_string_hash
@@ -126,16 +127,18 @@ def test_v6_local_file_is_byte_exact(tmp_path: Path) -> None:
 
 def test_v6_queries_newest_first_and_the_unsealed_off_by_one(tmp_path: Path) -> None:
     with v6_file(tmp_path) as f:
-        found = f.query("TopicTest", "k1", T0, T0 + 10000, 10)
+        found = f.query(KeyQuery("TopicTest", "k1", T0, T0 + 10000, 10))
         assert [(i.queue_id, i.offset, i.item_index) for i in found] == [(2, 220, 3), (1, 0, 1)]
         assert found[0].store_timestamp(f.begin_timestamp) == T0 + 3000
-        assert len(f.query("TopicTest", "k1", T0, T0 + 10000, 1)) == 2  # upstream quirk, kept
-        assert [i.offset for i in f.query("TopicTest", "k1", T0, T0 + 2000, 10)] == [0]
-        assert f.query("TopicTest", "k1", T0 + 4000, T0 + 9000, 10) == []
-        assert f.query("TopicTest", "k1", T0, T0 + 10000, 10, topic_id=8) == []
-        assert f.query("OtherTopic", "k1", T0, T0 + 10000, 10) == []
+        assert (
+            len(f.query(KeyQuery("TopicTest", "k1", T0, T0 + 10000, 1))) == 2
+        )  # upstream quirk, kept
+        assert [i.offset for i in f.query(KeyQuery("TopicTest", "k1", T0, T0 + 2000, 10))] == [0]
+        assert f.query(KeyQuery("TopicTest", "k1", T0 + 4000, T0 + 9000, 10)) == []
+        assert f.query(KeyQuery("TopicTest", "k1", T0, T0 + 10000, 10, topic_id=8)) == []
+        assert f.query(KeyQuery("OtherTopic", "k1", T0, T0 + 10000, 10)) == []
     assert f.status is IndexStatus.SHUTDOWN
-    assert f.query("TopicTest", "k1", T0, T0 + 10000, 10) == []
+    assert f.query(KeyQuery("TopicTest", "k1", T0, T0 + 10000, 10)) == []
 
 
 def test_reopen_keeps_the_end_timestamp_and_continues(tmp_path: Path) -> None:
@@ -223,7 +226,7 @@ def test_min_value_key_with_default_slots_is_not_indexed(tmp_path: Path) -> None
     with IndexStoreFile.create(tmp_path, T0, slots=5_000_000, max_items=100) as f:
         assert f.put_many(min_value_batch()) == 1
         assert f.item_count == 0 and f.end_timestamp == 0
-        assert f.query("TopicTest", "ogaQmc", 0, 2**62, 10) == []
+        assert f.query(KeyQuery("TopicTest", "ogaQmc", 0, 2**62, 10)) == []
 
 
 @pytest.mark.parametrize("slots", [5, 7])
@@ -235,14 +238,14 @@ def test_min_value_key_with_tiny_slots_is_counted_but_unreachable(
     with IndexStoreFile.create(tmp_path, T0, slots=slots, max_items=20) as f:
         assert f.put_many(min_value_batch()) == 1
         assert f.item_count == 1
-        assert f.query("TopicTest", "ogaQmc", 0, 2**62, 10) == []
+        assert f.query(KeyQuery("TopicTest", "ogaQmc", 0, 2**62, 10)) == []
         assert file_bytes(f) == bytes(reference.buf)
 
 
 def test_min_value_key_with_power_of_two_slots_lands_in_slot_0(tmp_path: Path) -> None:
     with IndexStoreFile.create(tmp_path, T0, slots=4, max_items=20) as f:
         f.put_many(min_value_batch())
-        (hit,) = f.query("TopicTest", "ogaQmc", 0, 2**62, 10)
+        (hit,) = f.query(KeyQuery("TopicTest", "ogaQmc", 0, 2**62, 10))
         assert hit.hash == -(2**31)
 
 
@@ -305,8 +308,8 @@ def test_a_batch_cut_short_by_a_crash_is_undone_on_open(tmp_path: Path) -> None:
     path.write_bytes(data)
     with IndexStoreFile.open(path, slots=7, max_items=200) as f:
         assert f.item_count == 50
-        assert [i.offset for i in f.query("T", "k60", 0, 2**62, 5)] == []
-        assert [i.offset for i in f.query("T", "k3", 0, 2**62, 5)] == [3]
+        assert [i.offset for i in f.query(KeyQuery("T", "k60", 0, 2**62, 5))] == []
+        assert [i.offset for i in f.query(KeyQuery("T", "k3", 0, 2**62, 5))] == [3]
         assert f.put_many(second) == 50
     assert path.read_bytes() == expected
 
@@ -344,9 +347,9 @@ def test_a_query_visits_at_most_512_items(tmp_path: Path) -> None:
     with IndexStoreFile.create(tmp_path, T0, slots=1, max_items=1000) as f:
         f.put_many(single_keys(1))  # k0, then 600 newer items in the same (only) slot
         f.put_many(single_keys(511, start=1))
-        assert [i.offset for i in f.query("T", "k0", 0, 2**62, 5)] == [0]
+        assert [i.offset for i in f.query(KeyQuery("T", "k0", 0, 2**62, 5))] == [0]
         f.put_many(single_keys(1, start=512))
-        assert f.query("T", "k0", 0, 2**62, 5) == []
+        assert f.query(KeyQuery("T", "k0", 0, 2**62, 5)) == []
 
 
 def test_topic_id_filter_drops_colliding_topics_before_counting(tmp_path: Path) -> None:
@@ -357,5 +360,5 @@ def test_topic_id_filter_drops_colliding_topics_before_counting(tmp_path: Path) 
     with IndexStoreFile.create(tmp_path, T0, slots=1, max_items=20) as f:
         for b in batches:
             f.put_many(b)
-        assert [i.offset for i in f.query("T", "k", 0, 2**62, 1, topic_id=1)] == [0]
-        assert [i.offset for i in f.query("T", "k", 0, 2**62, 1)] == [3, 2]
+        assert [i.offset for i in f.query(KeyQuery("T", "k", 0, 2**62, 1, topic_id=1))] == [0]
+        assert [i.offset for i in f.query(KeyQuery("T", "k", 0, 2**62, 1))] == [3, 2]

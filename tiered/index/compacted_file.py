@@ -29,8 +29,8 @@ from tiered.index.format import SLOT_SIZE
 from tiered.index.format import IndexHeader
 from tiered.index.format import IndexItem
 from tiered.index.format import IndexStatus
+from tiered.index.format import KeyQuery
 from tiered.index.format import slot_of
-from tiered.index.java_hash import index_hashes
 from tiered.providers.base import Provider
 
 _LOG = logging.getLogger(__name__)
@@ -87,19 +87,9 @@ class CompactedIndexFile:
     def __repr__(self) -> str:
         return f"CompactedIndexFile({self.key!r}, size={self.size}, begin={self.begin_timestamp})"
 
-    def query(
-        self,
-        topic: str,
-        key: str,
-        begin_ms: int,
-        end_ms: int,
-        max_count: int,
-        topic_id: int | None = None,
-    ) -> list[IndexItem]:
-        """Items of ``topic#key`` stored in ``[begin_ms, end_ms]``, newest first, at most
-        ``max_count``, from the newest 1024 items of the key's slot (upstream's cap).
-
-        ``topic_id``, when given, drops other topics' items whose key hash collides.
+    def query(self, q: KeyQuery) -> list[IndexItem]:
+        """The items answering ``q``, newest first, at most ``max_count``, from the newest 1024
+        items of the key's slot (upstream's cap).
 
         Raises:
             IndexFileError: the slot entry points outside the file.
@@ -107,8 +97,7 @@ class CompactedIndexFile:
         """
         if self.size <= HEADER_SIZE:
             return []
-        (key_hash,) = index_hashes(topic, [key]).tolist()
-        entry = HEADER_SIZE + slot_of(key_hash, self.slots) * SLOT_SIZE
+        entry = HEADER_SIZE + slot_of(q.key_hash, self.slots) * SLOT_SIZE
         if entry < 0:
             return []
         raw = self.provider.read(self.key, entry, SLOT_SIZE)
@@ -135,11 +124,9 @@ class CompactedIndexFile:
             return []
         items = np.frombuffer(data, COMPACT_ITEM_DTYPE)
         stored = self.begin_timestamp + items["time_diff"].astype(np.int64) * 1000
-        match = (items["hash"] == key_hash) & (stored >= begin_ms) & (stored <= end_ms)
-        if topic_id is not None:
-            match &= items["topic_id"] == topic_id
+        match = q.matches(items["hash"], stored, items["topic_id"])
         return [
             IndexItem(int(r["hash"]), int(r["topic_id"]), int(r["queue_id"]), int(r["offset"]),
                       int(r["size"]), int(r["time_diff"]), 0)
-            for r in items[match][:max_count]
+            for r in items[match][: q.max_count]
         ]  # fmt: skip

@@ -16,14 +16,17 @@ recorded anywhere in a local file: writer and reader must be given the same ``sl
 from __future__ import annotations
 
 import enum
+import functools
 import mmap
 import struct
 from dataclasses import dataclass
 from dataclasses import replace
+from typing import Any
 from typing import Final
 
 import numpy as np
 
+from tiered.index.java_hash import index_hashes
 from tiered.javautil import to_i32
 
 HEADER_SIZE: Final = 28
@@ -108,6 +111,34 @@ class IndexItem:
     def store_timestamp(self, begin_timestamp: int) -> int:
         """The store time the item encodes, seconds precision: ``begin + timeDiff * 1000``."""
         return begin_timestamp + self.time_diff * 1000
+
+
+@dataclass(frozen=True)
+class KeyQuery:
+    """One key lookup in an index file, local or compacted: the items of ``topic#key`` stored in
+    ``[begin_ms, end_ms]``, up to ``max_count``; with ``topic_id``, another topic's key whose
+    hash collides is dropped before it counts."""
+
+    topic: str
+    key: str
+    begin_ms: int
+    end_ms: int
+    max_count: int
+    topic_id: int | None = None
+
+    @functools.cached_property
+    def key_hash(self) -> int:
+        """The index hash of ``topic#key``."""
+        (h,) = index_hashes(self.topic, [self.key]).tolist()
+        return int(h)
+
+    def matches(self, key_hash: Any, stored: Any, topic_id: Any) -> Any:
+        """Whether items (ints, or numpy arrays of them) answer the query: the key's hash, a
+        store time within the range and, when the query names one, the topic id."""
+        match = (key_hash == self.key_hash) & (stored >= self.begin_ms) & (stored <= self.end_ms)
+        if self.topic_id is not None:
+            match = match & (topic_id == self.topic_id)
+        return match
 
 
 def local_file_size(slots: int, max_items: int) -> int:

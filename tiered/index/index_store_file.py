@@ -48,10 +48,10 @@ from tiered.index.format import SLOT_SIZE
 from tiered.index.format import IndexHeader
 from tiered.index.format import IndexItem
 from tiered.index.format import IndexStatus
+from tiered.index.format import KeyQuery
 from tiered.index.format import local_file_size
 from tiered.index.format import slot_of
 from tiered.index.index_batch import IndexBatch
-from tiered.index.java_hash import index_hashes
 
 _LOG = logging.getLogger(__name__)
 FILE_DIRECTORY_NAME: Final = "tiered_index_file"
@@ -350,26 +350,16 @@ class IndexStoreFile(Closeable):
 
     # --- query ------------------------------------------------------------------------------------
 
-    def query(
-        self,
-        topic: str,
-        key: str,
-        begin_ms: int,
-        end_ms: int,
-        max_count: int,
-        topic_id: int | None = None,
-    ) -> list[IndexItem]:
-        """Items of ``topic#key`` stored in ``[begin_ms, end_ms]``, newest first (spec §6.6).
+    def query(self, q: KeyQuery) -> list[IndexItem]:
+        """The items answering ``q``, newest first (spec §6.6).
 
         Upstream's walk: from the slot head while ``0 < index <= item_count``, at most 512 items,
         stopping *after* adding when more than ``max_count`` matched, so up to ``max_count + 1``
-        items come back (the service trims; vectors V6). ``topic_id``, when given, also drops
-        items of other topics whose key hash collides, before they count.
+        items come back (the service trims; vectors V6).
         """
         if self._status not in (IndexStatus.UNSEALED, IndexStatus.SEALED):
             return []
-        (key_hash,) = index_hashes(topic, [key]).tolist()
-        position = HEADER_SIZE + slot_of(key_hash, self.slots) * SLOT_SIZE
+        position = HEADER_SIZE + slot_of(q.key_hash, self.slots) * SLOT_SIZE
         if position < 0:
             return []  # upstream: an exception, caught, empty result
         (current,) = _I32.unpack_from(self._mm, position)
@@ -380,14 +370,9 @@ class IndexStoreFile(Closeable):
                 self._mm, self._items_base + current * ITEM_SIZE
             )
             item = IndexItem(h, tid, qid, offset, size, diff, current)
-            stored = item.store_timestamp(self._begin)
-            if (
-                item.hash == key_hash
-                and begin_ms <= stored <= end_ms
-                and (topic_id is None or item.topic_id == topic_id)
-            ):
+            if q.matches(h, item.store_timestamp(self._begin), tid):
                 result.append(item)
-                if len(result) > max_count:
+                if len(result) > q.max_count:
                     break
             current = nxt
             left -= 1

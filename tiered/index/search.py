@@ -27,6 +27,7 @@ from tiered.broker import message as msgcodec
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import IntegrityError
 from tiered.index.format import IndexItem
+from tiered.index.format import KeyQuery
 from tiered.index.key_set import key_set
 
 log = logging.getLogger(__name__)
@@ -45,15 +46,7 @@ class Searchable(Protocol):
     @property
     def end_timestamp(self) -> int: ...
 
-    def query(
-        self,
-        topic: str,
-        key: str,
-        begin_ms: int,
-        end_ms: int,
-        max_count: int,
-        topic_id: int | None = None,
-    ) -> list[IndexItem]: ...
+    def query(self, q: KeyQuery) -> list[IndexItem]: ...
 
 
 @dataclass(frozen=True)

@@ -54,6 +54,7 @@ from tiered.index.compaction import Compacted
 from tiered.index.compaction import Compactor
 from tiered.index.compaction import Engine
 from tiered.index.format import IndexStatus
+from tiered.index.format import KeyQuery
 from tiered.index.index_batch import IndexBatch
 from tiered.index.index_store_file import FILE_DIRECTORY_NAME
 from tiered.index.index_store_file import IndexStoreFile
@@ -562,9 +563,9 @@ class IndexService(Closeable):
         topic_id = self.topic_id(topic)
         collector = Collector(topic, key, max_count, self._read)
         if topic_id is not None:
-            args = (topic, key, begin_ms, end_ms, max_count, topic_id)
+            q = KeyQuery(topic, key, begin_ms, end_ms, max_count, topic_id)
             with self._lock:
-                local = [f.query(*args) for f in newest_first(self.local.files, begin_ms)]
+                local = [f.query(q) for f in newest_first(self.local.files, begin_ms)]
             for items in local:
                 if collector.add(items):
                     break
@@ -572,7 +573,7 @@ class IndexService(Closeable):
                 if collector.full:
                     break
                 try:
-                    collector.add(cf.query(*args))
+                    collector.add(cf.query(q))
                 except (SegmentNotFoundError, ReadPastEndError):
                     continue  # expired meanwhile
         elapsed_ms = (time.monotonic() - started) * 1000
