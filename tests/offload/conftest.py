@@ -8,16 +8,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from tiered.broker.generator import GenSpec
-from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 from tiered.testing.sample_tier import rolling_spec
-from tiered.testing.sample_tier import sample_config
 
 
 @pytest.fixture
@@ -28,46 +25,9 @@ def small_spec() -> GenSpec:
 
 
 @pytest.fixture
-def make_store(tmp_path: Path, small_spec: GenSpec) -> Callable[..., Path]:
-    """``make_store(spec=small_spec, name="store")``: generate a broker store, return its root."""
-
-    def make(spec: GenSpec | None = None, name: str = "store") -> Path:
-        root = tmp_path / name
-        generate_store(root, spec or small_spec)
-        return root
-
-    return make
-
-
-@pytest.fixture
-def offload_config(tmp_path: Path, small_spec: GenSpec) -> ConfigFactory:
-    """``offload_config(store, provider="memory", spec=small_spec, work=tmp_path, **keys)``.
-
-    Small flat segments (64 KiB commitlog, 200-unit consumequeue) so both roll; group commit of
-    128 messages / 32 KiB (32 KiB on object stores too), no hold time; ``keys`` (upstream
-    names) override.
-    """
-
-    def make(
-        store: Path,
-        provider: str = "memory",
-        *,
-        spec: GenSpec | None = None,
-        work: Path | None = None,
-        **keys: Any,
-    ) -> TieredConfig:
-        settings: dict[str, Any] = {
-            "tieredStoreCommitLogMaxSize": 64 << 10,
-            "tieredStoreConsumeQueueMaxSize": 200 * 20,
-            "tieredStoreGroupCommitCount": 128,
-            "tieredStoreGroupCommitSize": 32 << 10,
-            "objectStoreGroupCommitSize": 32 << 10,
-        }
-        return sample_config(
-            store, work or tmp_path, spec or small_spec, provider, **(settings | keys)
-        )
-
-    return make
+def offload_case(tmp_path: Path, small_spec: GenSpec) -> OffloadCase:
+    """Stores of ``small_spec`` and small-segment configurations under ``tmp_path``."""
+    return OffloadCase(tmp_path, small_spec)
 
 
 def conf_text(cfg: TieredConfig) -> str:

@@ -11,15 +11,13 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tiered.config import TieredConfig
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 
-StoreFactory = Callable[..., Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 MAPPED = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue")
 
@@ -38,12 +36,12 @@ def rmq(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[
 @pytest.mark.parametrize("command", ["dispatch", "run", "status"])
 @pytest.mark.parametrize("what", ["missing", "empty"])
 def test_a_missing_or_empty_store_is_one_line_and_non_zero(
-    tmp_path: Path, offload_config: ConfigFactory, command: str, what: str
+    tmp_path: Path, offload_case: OffloadCase, command: str, what: str
 ) -> None:
     root = tmp_path / "store"
     if what == "empty":
         root.mkdir()
-    conf = write(tmp_path / "s.conf", offload_config(root, "posix").as_properties())
+    conf = write(tmp_path / "s.conf", offload_case.config(root, "posix").as_properties())
     extra = ["--once"] if command == "dispatch" else []
     done = rmq(command, "--config", conf, *extra)
     assert done.returncode == 2, done.stderr
@@ -58,10 +56,12 @@ def _props_without_sizes(cfg: TieredConfig) -> dict[str, str]:
 
 
 def test_sizes_come_from_the_files_when_the_keys_are_absent(
-    tmp_path: Path, make_store: StoreFactory, offload_config: ConfigFactory
+    tmp_path: Path, offload_case: OffloadCase
 ) -> None:
-    store = make_store()  # 256 KiB commitlog and 8000-byte consumequeue files, not the defaults
-    conf = write(tmp_path / "s.conf", _props_without_sizes(offload_config(store, "posix")))
+    store = (
+        offload_case.store()
+    )  # 256 KiB commitlog and 8000-byte consumequeue files, not the defaults
+    conf = write(tmp_path / "s.conf", _props_without_sizes(offload_case.config(store, "posix")))
     done = rmq("dispatch", "--config", conf, "--once", "--flush", "--json")
     assert done.returncode == 0, done.stderr
     summary = json.loads(done.stdout.splitlines()[-1])
@@ -69,10 +69,10 @@ def test_sizes_come_from_the_files_when_the_keys_are_absent(
 
 
 def test_keys_that_disagree_with_the_files_are_overruled_with_one_warning(
-    tmp_path: Path, make_store: StoreFactory, offload_config: ConfigFactory
+    tmp_path: Path, offload_case: OffloadCase
 ) -> None:
-    store = make_store()
-    props = offload_config(store, "posix").as_properties()
+    store = offload_case.store()
+    props = offload_case.config(store, "posix").as_properties()
     props["mappedFileSizeConsumeQueue"] = "6000000"
     conf = write(tmp_path / "s.conf", props)
     done = rmq("dispatch", "--config", conf, "--once", "--flush", "--json")
@@ -84,14 +84,14 @@ def test_keys_that_disagree_with_the_files_are_overruled_with_one_warning(
 
 
 def test_a_queue_that_cannot_be_read_fails_the_pass_and_is_named(
-    tmp_path: Path, make_store: StoreFactory, offload_config: ConfigFactory
+    tmp_path: Path, offload_case: OffloadCase
 ) -> None:
-    store = make_store()
+    store = offload_case.store()
     broken = store / "consumequeue" / "GenTopic1" / "2"
     first = sorted(broken.iterdir())[0]
     with first.open("r+b") as f:  # a torn file: not a whole number of units
         f.truncate(first.stat().st_size - 7)
-    conf = write(tmp_path / "s.conf", offload_config(store, "posix").as_properties())
+    conf = write(tmp_path / "s.conf", offload_case.config(store, "posix").as_properties())
     done = rmq("dispatch", "--config", conf, "--once", "--flush", "--json")
     assert done.returncode == 1, done.stderr
     (line,) = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]

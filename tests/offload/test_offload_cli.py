@@ -22,12 +22,11 @@ from tiered.cli import main
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
 from tiered.testing.tier_check import store_fingerprint
 
-StoreFactory = Callable[..., Path]
 ConfWriter = Callable[[TieredConfig], Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 
@@ -44,11 +43,9 @@ def cli_json(*args: str | Path) -> dict[str, Any]:
     return obj
 
 
-def test_dispatch_once_then_status(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
-) -> None:
-    store = make_store()
-    cfg = offload_config(store, "posix")
+def test_dispatch_once_then_status(offload_case: OffloadCase, write_conf: ConfWriter) -> None:
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix")
     conf = write_conf(cfg)
     before = cli_json("status", "--config", conf, "--json")
     assert before["role"] == "master" and before["totals"]["lagMessages"] == 3000
@@ -74,28 +71,24 @@ def test_dispatch_once_then_status(
     assert check_tier(cfg, build_provider(cfg)).problems == []
 
 
-def test_dispatch_needs_once(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
-) -> None:
-    conf = write_conf(offload_config(make_store()))
+def test_dispatch_needs_once(offload_case: OffloadCase, write_conf: ConfWriter) -> None:
+    conf = write_conf(offload_case.config(offload_case.store()))
     assert "pass --once" in cli("dispatch", "--config", conf, code=2)
 
 
-def test_status_of_a_slave_says_standby(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
-) -> None:
-    conf = write_conf(offload_config(make_store(), "posix", brokerRole="SLAVE", brokerId=1))
+def test_status_of_a_slave_says_standby(offload_case: OffloadCase, write_conf: ConfWriter) -> None:
+    conf = write_conf(
+        offload_case.config(offload_case.store(), "posix", brokerRole="SLAVE", brokerId=1)
+    )
     summary = cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
     assert summary["messages"] == 0 and summary["role"] == "standby"
     assert cli_json("status", "--config", conf, "--json")["role"] == "standby"
     assert "stands by" in cli("status", "--config", conf)
 
 
-def test_status_shows_the_key_index(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
-) -> None:
-    cfg = offload_config(
-        make_store(),
+def test_status_shows_the_key_index(offload_case: OffloadCase, write_conf: ConfWriter) -> None:
+    cfg = offload_case.config(
+        offload_case.store(),
         "posix",
         messageIndexEnable="true",
         tieredStoreIndexFileMaxHashSlotNum=1000,
@@ -115,18 +108,17 @@ def test_status_shows_the_key_index(
     assert [f["status"] for f in after["localFiles"]] in ([], ["UNSEALED"])
     assert all(q["indexedOffset"] == q["tieredCommit"] for q in status["queues"])
     assert "1 uploaded" in cli("status", "--config", conf)
-    off = write_conf(offload_config(make_store(name="other"), "posix", messageIndexEnable="false"))
+    off = write_conf(
+        offload_case.config(offload_case.store(name="other"), "posix", messageIndexEnable="false")
+    )
     assert cli_json("status", "--config", off, "--json")["index"]["enabled"] is False
 
 
 def test_recover_from_the_mirror_then_from_the_segments(
-    make_store: StoreFactory,
-    offload_config: ConfigFactory,
-    write_conf: ConfWriter,
-    small_spec: GenSpec,
+    offload_case: OffloadCase, write_conf: ConfWriter, small_spec: GenSpec
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, "posix")
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix")
     conf = write_conf(cfg)
     cli("dispatch", "--config", conf, "--once", "--flush")
     original = read_document(cfg)
@@ -157,15 +149,12 @@ def test_recover_from_the_mirror_then_from_the_segments(
 
 
 def test_a_lost_data_dir_is_restored_from_the_mirror_at_start(
-    make_store: StoreFactory,
-    offload_config: ConfigFactory,
-    write_conf: ConfWriter,
-    small_spec: GenSpec,
+    offload_case: OffloadCase, write_conf: ConfWriter, small_spec: GenSpec
 ) -> None:
     """A new data volume (an emptyDir after the pod moved): the next start restores the metadata
     from the backend mirror by itself and goes on where the lost copy stopped."""
-    store = make_store()
-    cfg = offload_config(store, "posix")
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix")
     conf = write_conf(cfg)
     cli("dispatch", "--config", conf, "--once", "--flush")
     original = read_document(cfg)
@@ -200,14 +189,10 @@ def _wait(predicate: Callable[[], bool], seconds: float = 30.0) -> None:
 
 
 def test_run_follows_the_broker_status_works_meanwhile_and_sigterm_exits_0(
-    make_store: StoreFactory,
-    offload_config: ConfigFactory,
-    write_conf: ConfWriter,
-    small_spec: GenSpec,
-    tmp_path: Path,
+    offload_case: OffloadCase, write_conf: ConfWriter, small_spec: GenSpec, tmp_path: Path
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, "posix")
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix")
     conf = write_conf(cfg)
     proc = subprocess.Popen(
         [RMQ_TIERED, "run", "--config", conf], stderr=subprocess.PIPE, text=True, cwd=tmp_path
@@ -252,10 +237,10 @@ def _ro_bind_works(tmp_path: Path) -> bool:
 
 
 def test_the_broker_store_is_read_only_to_the_sidecar(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter, tmp_path: Path
+    offload_case: OffloadCase, write_conf: ConfWriter, tmp_path: Path
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, "posix")
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix")
     conf = write_conf(cfg)
     before = store_fingerprint(store)
     command = f"{RMQ_TIERED} dispatch --config {conf} --once --flush --json"

@@ -5,17 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 
 from tiered.providers import MemoryProvider
 
 from tiered.core.daemon import Daemon
 from tiered.core.local_source import LocalSource
 from tiered.metadata import FileSegmentType
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 from tiered.testing.tier_check import read_document
-
-StoreFactory = Callable[..., Path]
 
 
 def _until(predicate: Callable[[], bool], seconds: float = 30.0) -> None:
@@ -25,11 +22,9 @@ def _until(predicate: Callable[[], bool], seconds: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def test_the_daemon_dispatches_then_expires_and_stops_cleanly(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    store = make_store()  # store times of 2023: older than any reserve time
-    cfg = offload_config(store, tieredStoreDeleteFileInterval=300)
+def test_the_daemon_dispatches_then_expires_and_stops_cleanly(offload_case: OffloadCase) -> None:
+    store = offload_case.store()  # store times of 2023: older than any reserve time
+    cfg = offload_case.config(store, tieredStoreDeleteFileInterval=300)
     provider = MemoryProvider()
     daemon = Daemon(cfg, provider)
     done: list[int] = []

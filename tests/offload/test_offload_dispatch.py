@@ -30,12 +30,10 @@ from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.metadata import FileSegmentType
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
 from tiered.testing.tier_check import store_fingerprint
-
-StoreFactory = Callable[..., Path]
 
 
 def offload(cfg: TieredConfig, provider: Provider, *, flush: bool = True) -> int:
@@ -67,10 +65,10 @@ def provider_for(cfg: TieredConfig) -> Provider:
 
 @pytest.mark.parametrize("backend", ["posix", "memory"])
 def test_every_message_offloaded_once_in_order_with_rolls(
-    backend: str, make_store: StoreFactory, offload_config: ConfigFactory
+    backend: str, offload_case: OffloadCase
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, backend)
+    store = offload_case.store()
+    cfg = offload_case.config(store, backend)
     provider = provider_for(cfg)
     before = store_fingerprint(store)
     assert offload(cfg, provider) == 3000
@@ -83,11 +81,9 @@ def test_every_message_offloaded_once_in_order_with_rolls(
 
 
 @pytest.mark.s3
-def test_s3_end_to_end(
-    make_store: StoreFactory, offload_config: ConfigFactory, s3_keys: dict[str, str]
-) -> None:
-    store = make_store()
-    cfg = offload_config(store, "s3", tieredStoreCommitLogMaxSize=96 << 10, **s3_keys)
+def test_s3_end_to_end(offload_case: OffloadCase, s3_keys: dict[str, str]) -> None:
+    store = offload_case.store()
+    cfg = offload_case.config(store, "s3", tieredStoreCommitLogMaxSize=96 << 10, **s3_keys)
     provider = provider_for(cfg)
     assert offload(cfg, provider) == 3000
     check = check_tier(cfg, provider)
@@ -100,7 +96,7 @@ def test_s3_end_to_end(
 
 @pytest.mark.s3
 def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
-    tmp_path: Path, offload_config: ConfigFactory, small_spec: GenSpec, s3_keys: dict[str, str]
+    tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec, s3_keys: dict[str, str]
 ) -> None:
     store = tmp_path / "store"
     now = int(time.time() * 1000)
@@ -113,7 +109,7 @@ def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
         "tieredStoreCommitLogMaxSize": 1 << 30,
         "tieredStoreConsumeQueueMaxSize": 100 << 20,
     }
-    held = offload_config(
+    held = offload_case.config(
         store,
         "s3",
         objectStoreGroupCommitTimeout=600_000,
@@ -125,7 +121,7 @@ def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
     assert offload(held, provider, flush=False) == 0  # young messages wait on an object store
     requests: list[str] = []
     provider.add_request_listener(requests.append)
-    sized = offload_config(
+    sized = offload_case.config(
         store,
         "s3",
         objectStoreGroupCommitTimeout=0,
@@ -146,10 +142,10 @@ def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
 
 @pytest.mark.parametrize("backend", ["posix", "memory"])
 def test_follows_a_broker_that_keeps_writing_and_rolling(
-    backend: str, make_store: StoreFactory, offload_config: ConfigFactory, small_spec: GenSpec
+    backend: str, offload_case: OffloadCase, small_spec: GenSpec
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, backend)
+    store = offload_case.store()
+    cfg = offload_case.config(store, backend)
     provider = provider_for(cfg)
     total = offload(cfg, provider)
     for round_ in range(3):
@@ -162,10 +158,10 @@ def test_follows_a_broker_that_keeps_writing_and_rolling(
 
 
 def test_a_running_dispatcher_follows_appends_between_passes(
-    make_store: StoreFactory, offload_config: ConfigFactory, small_spec: GenSpec
+    offload_case: OffloadCase, small_spec: GenSpec
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store)
+    store = offload_case.store()
+    cfg = offload_case.config(store)
     provider = MemoryProvider()
     with Sidecar(cfg, provider) as sidecar:
         total = sidecar.dispatcher.run_pass(flush=True).messages
@@ -179,10 +175,10 @@ def test_a_running_dispatcher_follows_appends_between_passes(
 
 
 def test_gap_when_the_broker_deleted_unoffloaded_files(
-    make_store: StoreFactory, offload_config: ConfigFactory, small_spec: GenSpec
+    offload_case: OffloadCase, small_spec: GenSpec
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store)
+    store = offload_case.store()
+    cfg = offload_case.config(store)
     provider = MemoryProvider()
     offload(cfg, provider)
     first = check_tier(cfg, provider)
@@ -208,17 +204,15 @@ def test_gap_when_the_broker_deleted_unoffloaded_files(
         assert set(range(a, b)) <= check.tier_offsets[key]
 
 
-def test_system_topics_never_offloaded_and_include_exclude_apply(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    store = make_store()
+def test_system_topics_never_offloaded_and_include_exclude_apply(offload_case: OffloadCase) -> None:
+    store = offload_case.store()
     import shutil
 
     cq = store / "consumequeue"
     for name in ("RMQ_SYS_TRACE_TOPIC", "rmq_sys_REVIVE_LOG_x", "%LMQ%q", "broker-a", "TBW102"):
         shutil.copytree(cq / "GenTopic0" / "0", cq / name / "0")
     shutil.copytree(cq / "GenTopic0" / "1", cq / "%RETRY%group" / "0")
-    cfg = offload_config(store, tieredStoreTopicExclude="GenTopic1")
+    cfg = offload_case.config(store, tieredStoreTopicExclude="GenTopic1")
     provider = MemoryProvider()
     offload(cfg, provider)
     doc = read_document(cfg)
@@ -227,24 +221,24 @@ def test_system_topics_never_offloaded_and_include_exclude_apply(
     assert check.problems == [] and len(check.ranges) == 4
 
 
-def test_a_slave_stands_by_unless_told_to_upload(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    store = make_store()
+def test_a_slave_stands_by_unless_told_to_upload(offload_case: OffloadCase) -> None:
+    store = offload_case.store()
     provider = MemoryProvider()
-    slave = offload_config(store, brokerRole="SLAVE", brokerId=1)
+    slave = offload_case.config(store, brokerRole="SLAVE", brokerId=1)
     with Sidecar(slave, provider) as sidecar:
         assert sidecar.dispatcher.role == "standby"
         report = sidecar.dispatcher.run_pass(flush=True)
     assert report.messages == 0 and report.role == "standby"
     assert list(provider.list()) == []
     assert read_document(slave).topic_metadata_table == {}
-    forced = offload_config(store, brokerRole="SLAVE", brokerId=1, tieredStoreUploadOnSlave=True)
+    forced = offload_case.config(
+        store, brokerRole="SLAVE", brokerId=1, tieredStoreUploadOnSlave=True
+    )
     assert offload(forced, provider) == 3000
 
 
 def test_recent_policy_starts_near_now(
-    tmp_path: Path, offload_config: ConfigFactory, small_spec: GenSpec
+    tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec
 ) -> None:
     store = tmp_path / "store"
     now = int(time.time() * 1000)
@@ -253,7 +247,7 @@ def test_recent_policy_starts_near_now(
     recent = generate_store(
         store, dataclasses.replace(old, seed=3, messages=600, start_ms=now, append=True)
     )
-    cfg = offload_config(store, tieredStoreDispatchStartPolicy="RECENT")
+    cfg = offload_case.config(store, tieredStoreDispatchStartPolicy="RECENT")
     provider = MemoryProvider()
     assert offload(cfg, provider) == 600
     start = {key: first for key, (first, _) in recent.queues.items()}
@@ -263,12 +257,12 @@ def test_recent_policy_starts_near_now(
 
 
 def test_a_message_bigger_than_the_batch_size_goes_alone(
-    tmp_path: Path, offload_config: ConfigFactory, small_spec: GenSpec
+    tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec
 ) -> None:
     store = tmp_path / "store"
     spec = dataclasses.replace(small_spec, messages=300, min_body=3000, max_body=6000)
     generate_store(store, spec)
-    cfg = offload_config(
+    cfg = offload_case.config(
         store, spec=spec, tieredStoreGroupCommitSize=1024, tieredStoreCommitLogMaxSize=4096
     )
     provider = MemoryProvider()
@@ -279,20 +273,20 @@ def test_a_message_bigger_than_the_batch_size_goes_alone(
 
 
 def test_the_hold_rule_waits_for_age_or_count(
-    tmp_path: Path, offload_config: ConfigFactory, small_spec: GenSpec
+    tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec
 ) -> None:
     store = tmp_path / "store"
     now = int(time.time() * 1000)
     generate_store(store, dataclasses.replace(small_spec, messages=600, start_ms=now))
     provider = MemoryProvider()
-    held = offload_config(
+    held = offload_case.config(
         store,
         tieredStoreGroupCommitTimeout=600_000,
         tieredStoreGroupCommitCount=1000,
         tieredStoreGroupCommitSize=1 << 20,
     )
     assert offload(held, provider, flush=False) == 0  # young, few: held
-    by_count = offload_config(
+    by_count = offload_case.config(
         store,
         tieredStoreGroupCommitTimeout=600_000,
         tieredStoreGroupCommitCount=40,
@@ -327,10 +321,10 @@ class _Concurrency(WrappedProvider):
 
 
 def test_uploads_of_different_queues_run_concurrently_and_bounded(
-    make_store: StoreFactory, offload_config: ConfigFactory
+    offload_case: OffloadCase,
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store)
+    store = offload_case.store()
+    cfg = offload_case.config(store)
     provider = _Concurrency(MemoryProvider())
     with Sidecar(cfg, provider, workers=3) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
@@ -340,10 +334,10 @@ def test_uploads_of_different_queues_run_concurrently_and_bounded(
 
 @pytest.mark.s3
 def test_ten_percent_of_s3_calls_failing_loses_nothing(
-    make_store: StoreFactory, offload_config: ConfigFactory, s3_keys: dict[str, str]
+    offload_case: OffloadCase, s3_keys: dict[str, str]
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, "s3", tieredStoreCommitLogMaxSize=96 << 10, **s3_keys)
+    store = offload_case.store()
+    cfg = offload_case.config(store, "s3", tieredStoreCommitLogMaxSize=96 << 10, **s3_keys)
     s3 = build_provider(cfg)
     before = FaultInjectingProvider(s3, FaultPlan(rate=0.05, seed=1))  # nothing happened
     faulty = FaultInjectingProvider(before, FaultPlan(rate=0.05, seed=2, when="after"))
@@ -356,10 +350,8 @@ def test_ten_percent_of_s3_calls_failing_loses_nothing(
     assert check.problems == [] and check.messages == 3000
 
 
-def test_cold_backlog_pages_are_released(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    store = make_store()
+def test_cold_backlog_pages_are_released(offload_case: OffloadCase) -> None:
+    store = offload_case.store()
     files = sorted((store / "commitlog").iterdir())
     import os
 
@@ -367,7 +359,7 @@ def test_cold_backlog_pages_are_released(
     for f in files:
         f.read_bytes()  # warm the page cache
     assert sum(residency(f, 0, f.stat().st_size).resident_pages for f in files) > 0
-    cfg = offload_config(store)
+    cfg = offload_case.config(store)
     with Sidecar(cfg, MemoryProvider()) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
         released = sidecar.dispatcher.released_bytes
@@ -379,22 +371,20 @@ def test_cold_backlog_pages_are_released(
     assert left <= total // 10
 
 
-def test_many_queues(tmp_path: Path, offload_config: ConfigFactory, small_spec: GenSpec) -> None:
+def test_many_queues(tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec) -> None:
     spec = dataclasses.replace(small_spec, topics=4, queues=16, messages=6400, max_body=300)
     store = tmp_path / "store"
     generate_store(store, spec)
-    cfg = offload_config(store, spec=spec)
+    cfg = offload_case.config(store, spec=spec)
     provider = MemoryProvider()
     assert offload(cfg, provider) == 6400
     check = check_tier(cfg, provider)
     assert check.problems == [] and len(check.ranges) == 64 and check.messages == 6400
 
 
-def test_posix_tier_is_the_java_layout(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    store = make_store()
-    cfg = offload_config(store, "posix")
+def test_posix_tier_is_the_java_layout(offload_case: OffloadCase) -> None:
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix")
     provider = PosixProvider(cfg.tiered_store_file_path)
     offload(cfg, provider)
     root = Path(cfg.tiered_store_file_path) / "212d6b50_DefaultCluster" / "broker-a"
@@ -407,9 +397,9 @@ def test_posix_tier_is_the_java_layout(
 
 
 def test_commit_listeners_hear_every_batch_once_after_both_uploads(
-    make_store: StoreFactory, offload_config: ConfigFactory
+    offload_case: OffloadCase,
 ) -> None:
-    cfg = offload_config(make_store())
+    cfg = offload_case.config(offload_case.store())
     inner = MemoryProvider()
     # 15 % of uploads fail: a batch is told only once both of its uploads landed
     faulty = FaultInjectingProvider(inner, FaultPlan(rate=0.15, operations={"append"}, seed=4))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -24,11 +23,10 @@ from tiered.core.sidecar import Sidecar
 from tiered.errors import AccessDeniedError
 from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentType
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
 
-StoreFactory = Callable[..., Path]
 TYPES = {
     FileSegmentType.COMMIT_LOG: FileType.COMMIT_LOG,
     FileSegmentType.CONSUME_QUEUE: FileType.CONSUME_QUEUE,
@@ -90,10 +88,8 @@ def ends(cfg: TieredConfig, kind: FileSegmentType) -> dict[str, list[tuple[int, 
     }
 
 
-def test_nothing_expires_within_the_reserve_time(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    cfg = offload_config(make_store())
+def test_nothing_expires_within_the_reserve_time(offload_case: OffloadCase) -> None:
+    cfg = offload_case.config(offload_case.store())
     provider = MemoryProvider()
     offload(cfg, provider)
     newest = max(
@@ -109,10 +105,8 @@ def test_nothing_expires_within_the_reserve_time(
     assert newest > oldest
 
 
-def test_old_segments_go_oldest_first_metadata_before_data(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    cfg = offload_config(make_store())
+def test_old_segments_go_oldest_first_metadata_before_data(offload_case: OffloadCase) -> None:
+    cfg = offload_case.config(offload_case.store())
     memory = MemoryProvider()
     provider = WriteOrder(memory, cfg)
     offload(cfg, provider)
@@ -142,10 +136,10 @@ def test_old_segments_go_oldest_first_metadata_before_data(
 
 
 def test_an_idle_queue_keeps_its_position_when_everything_expired(
-    make_store: StoreFactory, offload_config: ConfigFactory, small_spec: GenSpec
+    offload_case: OffloadCase, small_spec: GenSpec
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store)
+    store = offload_case.store()
+    cfg = offload_case.config(store)
     memory = MemoryProvider()
     provider = WriteOrder(memory, cfg)
     offload(cfg, provider)
@@ -164,8 +158,10 @@ def test_an_idle_queue_keeps_its_position_when_everything_expired(
     assert check.problems == [] and check.messages == 600
 
 
-def test_reserve_time_per_topic(make_store: StoreFactory, offload_config: ConfigFactory) -> None:
-    cfg = offload_config(make_store(), tieredStoreFileReservedTimeOverrides="GenTopic0:1")
+def test_reserve_time_per_topic(offload_case: OffloadCase) -> None:
+    cfg = offload_case.config(
+        offload_case.store(), tieredStoreFileReservedTimeOverrides="GenTopic0:1"
+    )
     provider = MemoryProvider()
     offload(cfg, provider)
     newest = max(
@@ -185,8 +181,8 @@ def test_reserve_time_per_topic(make_store: StoreFactory, offload_config: Config
     assert all(sum(s for _, s, _ in segs) > 0 for p, segs in after.items() if "GenTopic1" in p)
 
 
-def test_expiry_can_be_disabled(make_store: StoreFactory, offload_config: ConfigFactory) -> None:
-    cfg = offload_config(make_store(), tieredStoreDeleteFileEnable="false")
+def test_expiry_can_be_disabled(offload_case: OffloadCase) -> None:
+    cfg = offload_case.config(offload_case.store(), tieredStoreDeleteFileEnable="false")
     provider = MemoryProvider()
     offload(cfg, provider)
     with Sidecar(cfg, provider) as sidecar:
@@ -221,9 +217,9 @@ def expiry_failures(file_type: str) -> float:
 @pytest.mark.parametrize(("marker", "file_type"), [("/CONSUME_QUEUE/", "consume_queue"),
                                                    ("/COMMIT_LOG/", "commit_log")])  # fmt: skip
 def test_a_failed_segment_expiry_is_counted_by_file_type(
-    make_store: StoreFactory, offload_config: ConfigFactory, marker: str, file_type: str
+    offload_case: OffloadCase, marker: str, file_type: str
 ) -> None:
-    cfg = offload_config(make_store())
+    cfg = offload_case.config(offload_case.store())
     provider = FailingDeletes(MemoryProvider())
     offload(cfg, provider)
     before = {t: expiry_failures(t) for t in ("commit_log", "consume_queue", "index")}
@@ -242,12 +238,10 @@ def test_a_failed_segment_expiry_is_counted_by_file_type(
         assert expiry_failures(file_type) - before[file_type] == queues
 
 
-def test_objects_whose_delete_failed_are_deleted_by_a_later_run(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
+def test_objects_whose_delete_failed_are_deleted_by_a_later_run(offload_case: OffloadCase) -> None:
     """The record goes first, so a refused delete would leave the object in the backend for
     good; the orphan log keeps its key and the next run deletes it -- also after a restart."""
-    cfg = offload_config(make_store())
+    cfg = offload_case.config(offload_case.store())
     memory = MemoryProvider()
     provider = FailingDeletes(memory)
     offload(cfg, provider)
@@ -276,11 +270,9 @@ def test_objects_whose_delete_failed_are_deleted_by_a_later_run(
     assert stored <= recorded  # no object without a record is left behind
 
 
-def test_a_logged_key_whose_record_survived_is_never_deleted(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
+def test_a_logged_key_whose_record_survived_is_never_deleted(offload_case: OffloadCase) -> None:
     """A crash after logging the key but before removing the record: the object is live."""
-    cfg = offload_config(make_store())
+    cfg = offload_case.config(offload_case.store())
     memory = MemoryProvider()
     offload(cfg, memory)
     with Sidecar(cfg, memory) as sidecar:

@@ -26,8 +26,8 @@ import pytest
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
-from tiered.testing import ConfigFactory
 from tiered.testing.processes import wait_running
+from tiered.testing.sample_tier import OffloadCase
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.tier_check import check_tier
 
@@ -38,14 +38,14 @@ KILLS = 55
 
 @pytest.mark.slow
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
-    tmp_path: Path, offload_config: ConfigFactory, write_conf: ConfWriter
+    tmp_path: Path, offload_case: OffloadCase, write_conf: ConfWriter
 ) -> None:
     spec = rolling_spec(
         seed=1, queues=4, max_body=900, v2_fraction=0.2, ipv6_fraction=0.2, compress_fraction=0.2
     )
     store = tmp_path / "store"
     generate_store(store, spec)
-    cfg = offload_config(
+    cfg = offload_case.config(
         store,
         "posix",
         spec=spec,

@@ -3,9 +3,6 @@ its header is read with the batch, in the same preads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from pathlib import Path
-
 import numpy as np
 from prometheus_client import REGISTRY
 from tiered.providers import MemoryProvider
@@ -13,9 +10,8 @@ from tiered.providers import MemoryProvider
 from tiered.core.local_source import BatchRequest
 from tiered.core.local_source import LocalSource
 from tiered.core.sidecar import Sidecar
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 
-StoreFactory = Callable[..., Path]
 NOW = 4_000_000_000_000  # later than every generated store time
 
 
@@ -26,10 +22,8 @@ def latency(topic: str, queue_id: int) -> float:
     return value
 
 
-def test_latency_is_the_age_of_the_first_message_left_waiting(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    cfg = offload_config(make_store())  # batches of at most 128 messages / 32 KiB
+def test_latency_is_the_age_of_the_first_message_left_waiting(offload_case: OffloadCase) -> None:
+    cfg = offload_case.config(offload_case.store())  # batches of at most 128 messages / 32 KiB
     local = LocalSource(cfg)
     with Sidecar(cfg, MemoryProvider()) as sidecar:
         dispatcher = sidecar.dispatcher
@@ -51,10 +45,8 @@ def test_latency_is_the_age_of_the_first_message_left_waiting(
         assert dispatcher.local.preads == preads  # caught up: no commitlog read at all
 
 
-def test_the_next_header_comes_in_the_batches_preads(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    cfg = offload_config(make_store())
+def test_the_next_header_comes_in_the_batches_preads(offload_case: OffloadCase) -> None:
+    cfg = offload_case.config(offload_case.store())
     local = LocalSource(cfg)
     queues = local.queues()
     units = {q: local.read_units(*q, 0, 101) for q in queues}

@@ -5,7 +5,6 @@ the backend, and nothing else."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 from tiered.providers import PosixProvider
@@ -13,9 +12,7 @@ from tiered.providers import PosixProvider
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
-from tiered.testing import ConfigFactory
-
-StoreFactory = Callable[..., Path]
+from tiered.testing.sample_tier import OffloadCase
 
 
 def leftover(directory: Path, name: str) -> Path:
@@ -39,10 +36,8 @@ def test_clean_temporary_removes_only_interrupted_puts_under_the_prefix(tmp_path
     assert sorted(p.list("c/b/")) == ["c/b/T/0/COMMIT_LOG/x", "c/b/config/meta.json"]
 
 
-def test_start_removes_a_killed_mirror_put(
-    make_store: StoreFactory, offload_config: ConfigFactory
-) -> None:
-    cfg = offload_config(make_store(), "posix")
+def test_start_removes_a_killed_mirror_put(offload_case: OffloadCase) -> None:
+    cfg = offload_case.config(offload_case.store(), "posix")
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)
     mirror = Path(cfg.tiered_store_file_path) / mirror_key_for("DefaultCluster", "broker-a")

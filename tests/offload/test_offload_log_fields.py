@@ -44,9 +44,8 @@ from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 from tiered.logs import IsoJsonFormatter
 from tiered.logs import error_fields
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 
-StoreFactory = Callable[..., Path]
 ISO_MS_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 STEP_LOGGER = "tiered.core.offload_step"
 
@@ -291,10 +290,10 @@ def test_injected_faults_name_the_object() -> None:
 
 
 def _failed_step_records(
-    caplog: pytest.LogCaptureFixture, make_store: StoreFactory, offload_config: ConfigFactory
+    caplog: pytest.LogCaptureFixture, offload_case: OffloadCase
 ) -> tuple[list[logging.LogRecord], Provider]:
     """Dispatch with the first append failing; the WARNING+ records of the queue steps."""
-    cfg = offload_config(make_store())
+    cfg = offload_case.config(offload_case.store())
     provider = FaultInjectingProvider(MemoryProvider(), FaultPlan(nth={1}, operations={"append"}))
     with Sidecar(cfg, provider) as sidecar:
         report = sidecar.dispatcher.run_pass(flush=True)
@@ -304,10 +303,10 @@ def _failed_step_records(
 
 
 def test_a_failed_step_is_one_warning_naming_the_object_without_traceback(
-    caplog: pytest.LogCaptureFixture, make_store: StoreFactory, offload_config: ConfigFactory
+    caplog: pytest.LogCaptureFixture, offload_case: OffloadCase
 ) -> None:
     caplog.set_level(logging.INFO)
-    records, provider = _failed_step_records(caplog, make_store, offload_config)
+    records, provider = _failed_step_records(caplog, offload_case)
     assert len(records) == 1
     (record,) = records
     key = record.__dict__["objectKey"]
@@ -319,10 +318,10 @@ def test_a_failed_step_is_one_warning_naming_the_object_without_traceback(
 
 
 def test_a_failed_step_has_its_traceback_at_debug(
-    caplog: pytest.LogCaptureFixture, make_store: StoreFactory, offload_config: ConfigFactory
+    caplog: pytest.LogCaptureFixture, offload_case: OffloadCase
 ) -> None:
     caplog.set_level(logging.DEBUG)
-    records, _ = _failed_step_records(caplog, make_store, offload_config)
+    records, _ = _failed_step_records(caplog, offload_case)
     assert len(records) == 1 and records[0].exc_info is not None
     obj = json.loads(IsoJsonFormatter().format(records[0]))
     assert "InjectedFaultError" in obj["exc_info"] and obj["objectKey"] in obj["message"]

@@ -26,10 +26,9 @@ from tiered.config import TieredConfig
 from tiered.core.dispatcher import MAX_FAILURES
 from tiered.core.local_source import LocalSource
 from tiered.metadata import FileSegmentType
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 from tiered.testing.tier_check import read_document
 
-StoreFactory = Callable[..., Path]
 ConfWriter = Callable[[TieredConfig], Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 ISO_MS_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
@@ -77,10 +76,10 @@ def json_lines(stderr: str) -> list[dict[str, Any]]:
 
 
 def test_json_debug_dispatch_logs_one_line_per_batch(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
+    offload_case: OffloadCase, write_conf: ConfWriter
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, "posix", tieredLogLevel="debug", tieredLogFormat="json")
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix", tieredLogLevel="debug", tieredLogFormat="json")
     summary, stderr = dispatch(write_conf(cfg))  # no -v: the configured level applies
     lines = json_lines(stderr)
     batches = [o for o in lines if o["message"].startswith("uploaded batch ")]
@@ -129,10 +128,10 @@ def test_json_debug_dispatch_logs_one_line_per_batch(
 
 
 def test_a_failing_queue_logs_one_warning_per_failed_step_with_its_object_key(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
+    offload_case: OffloadCase, write_conf: ConfWriter
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, "posix", tieredLogFormat="json", tieredLogLevel="INFO")
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix", tieredLogFormat="json", tieredLogLevel="INFO")
     key = segment_key(
         cfg.broker_cluster_name, cfg.broker_name, "GenTopic0", 1, FileType.COMMIT_LOG, 0
     )
@@ -155,10 +154,10 @@ def test_a_failing_queue_logs_one_warning_per_failed_step_with_its_object_key(
 
 
 def test_text_by_default_and_quiet_one_shot_commands(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter
+    offload_case: OffloadCase, write_conf: ConfWriter
 ) -> None:
-    store = make_store()
-    conf = write_conf(offload_config(store, "posix"))
+    store = offload_case.store()
+    conf = write_conf(offload_case.config(store, "posix"))
     text = conf.read_text(encoding="utf-8")  # as an operator writes it: no log keys
     conf.write_text(re.sub(r"(?m)^tieredLog\w+=.*\n", "", text), encoding="utf-8")
     summary, stderr = dispatch(conf, "-v")
@@ -173,10 +172,10 @@ def test_text_by_default_and_quiet_one_shot_commands(
 
 
 def test_run_in_json_sends_uvicorn_through_the_same_handler(
-    make_store: StoreFactory, offload_config: ConfigFactory, write_conf: ConfWriter, tmp_path: Path
+    offload_case: OffloadCase, write_conf: ConfWriter, tmp_path: Path
 ) -> None:
-    store = make_store()
-    cfg = offload_config(store, "posix", tieredLogFormat="json", tieredLogLevel="DEBUG")
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix", tieredLogFormat="json", tieredLogLevel="DEBUG")
     received: list[str] = []
     with subprocess.Popen(
         [RMQ_TIERED, "run", "--config", write_conf(cfg)],

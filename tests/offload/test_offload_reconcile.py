@@ -30,7 +30,7 @@ from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
 from tiered.file import reconcile
 from tiered.metadata import FileSegmentType
-from tiered.testing import ConfigFactory
+from tiered.testing.sample_tier import OffloadCase
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
@@ -103,10 +103,8 @@ def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, GenSpec]
     return root, spec
 
 
-def tiny_config(
-    offload_config: ConfigFactory, store: Path, spec: GenSpec, work: Path
-) -> TieredConfig:
-    return offload_config(
+def tiny_config(offload_case: OffloadCase, store: Path, spec: GenSpec, work: Path) -> TieredConfig:
+    return offload_case.config(
         store,
         spec=spec,
         work=work,
@@ -140,17 +138,17 @@ def fast_dir(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_a_crash_at_every_provider_call_loses_and_duplicates_nothing(
-    tiny_store: tuple[Path, GenSpec], offload_config: ConfigFactory, fast_dir: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, fast_dir: Path
 ) -> None:
     store, spec = tiny_store
     tmp_path = fast_dir
-    total = count_calls(tiny_config(offload_config, store, spec, tmp_path / "probe"))
+    total = count_calls(tiny_config(offload_case, store, spec, tmp_path / "probe"))
     assert total > 100
     points = 0
     for at in range(1, total + 1):
         for after in (False, True):
             work = tmp_path / f"c{at}{'a' if after else 'b'}"
-            cfg = tiny_config(offload_config, store, spec, work)
+            cfg = tiny_config(offload_case, store, spec, work)
             inner = MemoryProvider()
             assert crash_run(cfg, Dying(inner, at, after=after))
             finish(cfg, inner)
@@ -162,11 +160,11 @@ def test_a_crash_at_every_provider_call_loses_and_duplicates_nothing(
 
 
 def test_a_posix_crash_sweep(
-    tiny_store: tuple[Path, GenSpec], offload_config: ConfigFactory, tmp_path: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, tmp_path: Path
 ) -> None:
     store, spec = tiny_store
     for at in (5, 17, 40, 77, 120):
-        cfg = tiny_config(offload_config, store, spec, tmp_path / f"p{at}")
+        cfg = tiny_config(offload_case, store, spec, tmp_path / f"p{at}")
         inner = PosixProvider(cfg.tiered_store_file_path)
         crash_run(cfg, Dying(inner, at, after=at % 2 == 1))
         finish(cfg, inner)
@@ -175,10 +173,10 @@ def test_a_posix_crash_sweep(
 
 
 def test_unrecorded_units_that_agree_are_kept_not_uploaded_again(
-    tiny_store: tuple[Path, GenSpec], offload_config: ConfigFactory, tmp_path: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, tmp_path: Path
 ) -> None:
     store, spec = tiny_store
-    cfg = tiny_config(offload_config, store, spec, tmp_path)
+    cfg = tiny_config(offload_case, store, spec, tmp_path)
     inner = MemoryProvider()
     # die right after an upload of consumequeue units, before the round's metadata persist
     dying = Dying(inner, 0, after=True)
@@ -213,12 +211,12 @@ def test_unrecorded_units_that_agree_are_kept_not_uploaded_again(
 
 
 def test_garbage_tails_are_cut_without_truncate(
-    tiny_store: tuple[Path, GenSpec], offload_config: ConfigFactory, tmp_path: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, tmp_path: Path
 ) -> None:
     source, spec = tiny_store
     store = tmp_path / "store"
     shutil.copytree(source, store)
-    cfg = tiny_config(offload_config, store, spec, tmp_path)
+    cfg = tiny_config(offload_case, store, spec, tmp_path)
     inner = PosixProvider(cfg.tiered_store_file_path)
     finish(cfg, inner)
     with Sidecar(cfg, inner, lock=False) as sidecar:
@@ -243,10 +241,10 @@ def test_garbage_tails_are_cut_without_truncate(
 
 
 def test_reconcile_is_a_no_op_on_a_clean_tier(
-    tiny_store: tuple[Path, GenSpec], offload_config: ConfigFactory, tmp_path: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, tmp_path: Path
 ) -> None:
     store, spec = tiny_store
-    cfg = tiny_config(offload_config, store, spec, tmp_path)
+    cfg = tiny_config(offload_case, store, spec, tmp_path)
     inner = MemoryProvider()
     finish(cfg, inner)
     with Sidecar(cfg, inner, lock=False) as sidecar:

@@ -82,6 +82,36 @@ def rolling_spec(**changes: Any) -> GenSpec:
 
 
 @dataclasses.dataclass
+class OffloadCase:
+    """Broker stores and sidecar configurations for offload tests, under ``work``:
+    ``store(spec=None, name="store")`` generates a store (``spec`` by default) and returns its
+    root; ``config(store, provider="memory", *, spec=None, work=None, **keys)`` configures a
+    sidecar for it with small flat segments (64 KiB commitlog, 200-unit consumequeue) so both
+    roll and group commits of 128 messages / 32 KiB (object stores too), no hold time; ``keys``
+    (upstream names) override."""
+
+    work: Path
+    spec: GenSpec
+
+    def store(self, spec: GenSpec | None = None, name: str = "store") -> Path:
+        root = self.work / name
+        generate_store(root, spec or self.spec)
+        return root
+
+    def config(self, store: Path, provider: str = "memory", **keys: Any) -> TieredConfig:
+        spec: GenSpec = keys.pop("spec", None) or self.spec
+        work: Path = keys.pop("work", None) or self.work
+        settings: dict[str, Any] = {
+            "tieredStoreCommitLogMaxSize": 64 << 10,
+            "tieredStoreConsumeQueueMaxSize": 200 * 20,
+            "tieredStoreGroupCommitCount": 128,
+            "tieredStoreGroupCommitSize": 32 << 10,
+            "objectStoreGroupCommitSize": 32 << 10,
+        }
+        return sample_config(store, work, spec, provider, **(settings | keys))
+
+
+@dataclasses.dataclass
 class SampleTier:
     """An offloaded store: its configuration, the open sidecar, what each message must be."""
 
