@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from tiered.providers.testing.servers import HttpFaults
 from tiered.providers.testing.servers import S3Endpoint
-from tiered.providers.testing.servers import moto_server
+from tiered.providers.testing.servers import running_moto
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REAL_DATA = SHARED / "testdata" / "real"
@@ -39,21 +39,11 @@ def http_faults(http_faults_session: HttpFaults) -> Iterator[HttpFaults]:
 @pytest.fixture(scope="session")
 def moto_s3(http_faults_session: HttpFaults) -> Iterator[S3Endpoint]:
     """One moto S3 server over HTTP on 127.0.0.1 (port 0), for the whole test run."""
-    server = moto_server(http_faults_session)
-    server.start()
-    host, port = server.get_host_and_port()
-    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
-    server.stop()
+    with running_moto(http_faults_session) as endpoint:
+        yield endpoint
 
 
 @pytest.fixture
 def s3_keys(moto_s3: S3Endpoint) -> dict[str, str]:
     """Configuration keys of an S3 backend in a fresh bucket of the session's moto server."""
-    return {
-        "objectStoreEndpoint": moto_s3.url,
-        "objectStoreBucket": moto_s3.new_bucket(),
-        "objectStoreAccessKey": moto_s3.access_key,
-        "objectStoreSecretKey": moto_s3.secret_key,
-        "objectStoreRegion": moto_s3.region,
-        "objectStorePathStyle": "true",
-    }
+    return moto_s3.config_keys(moto_s3.new_bucket())

@@ -6,6 +6,7 @@ needs an S3 endpoint. moto and boto3 are imported only when a server is started.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import re
@@ -16,10 +17,13 @@ import time
 import uuid
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+from tiered.providers.object_store import ObjectStoreOptions
 
 Environ = dict[str, Any]
 StartResponse = Callable[..., Any]
@@ -49,6 +53,27 @@ class S3Endpoint:
         bucket = f"rmq-{uuid.uuid4().hex[:16]}"
         self.client().create_bucket(Bucket=bucket)
         return bucket
+
+    def options(self) -> ObjectStoreOptions:
+        """This endpoint as the providers' S3 client settings (path-style)."""
+        return ObjectStoreOptions(
+            endpoint=self.url,
+            region=self.region,
+            access_key=self.access_key,
+            secret_key=self.secret_key,
+            path_style=True,
+        )
+
+    def config_keys(self, bucket: str) -> dict[str, str]:
+        """The ``objectStore*`` configuration keys of this endpoint and ``bucket``."""
+        return {
+            "objectStoreEndpoint": self.url,
+            "objectStoreBucket": bucket,
+            "objectStoreAccessKey": self.access_key,
+            "objectStoreSecretKey": self.secret_key,
+            "objectStoreRegion": self.region,
+            "objectStorePathStyle": "true",
+        }
 
 
 @functools.cache
@@ -146,6 +171,21 @@ class HttpFaults:
             return [body]
 
         return faulty
+
+
+@contextlib.contextmanager
+def running_moto(
+    faults: HttpFaults | None = None, account: str = "testing"
+) -> Iterator[S3Endpoint]:
+    """A started moto server (:func:`moto_server`), as an endpoint signed in as ``account``
+    (access and secret key); stopped on exit."""
+    server = moto_server(faults or HttpFaults())
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        yield S3Endpoint(f"http://{host}:{port}", account, account, "us-east-1", "moto")
+    finally:
+        server.stop()
 
 
 def moto_server(faults: HttpFaults) -> Any:

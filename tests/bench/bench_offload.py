@@ -23,12 +23,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
-from tiered.providers.testing.servers import HttpFaults
-from tiered.providers.testing.servers import moto_server
+from tiered.providers import RequestCounts
+from tiered.providers.testing.servers import running_moto
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
@@ -200,20 +199,7 @@ def test_offload_against_cp(tmp_path: Path) -> None:
 
 
 def test_s3_requests_per_gib(tmp_path: Path) -> None:
-    server = moto_server(HttpFaults())
-    server.start()
-    try:
-        host, port = server.get_host_and_port()
-        endpoint = f"http://{host}:{port}"
-        import boto3
-
-        boto3.client(
-            "s3",
-            endpoint_url=endpoint,
-            aws_access_key_id="testing",
-            aws_secret_access_key="testing",
-            region_name="us-east-1",
-        ).create_bucket(Bucket="bench")
+    with running_moto() as moto:
         store = tmp_path / "store"
         report = generate_store(store, _spec(S3_SIZE_BYTES))
         cfg = load_config(
@@ -222,27 +208,14 @@ def test_s3_requests_per_gib(tmp_path: Path) -> None:
                     tmp_path / "s3.conf",
                     store,
                     tmp_path,
-                    {
-                        "tieredBackendServiceProvider": "s3",
-                        "objectStoreEndpoint": endpoint,
-                        "objectStoreBucket": "bench",
-                        "objectStoreAccessKey": "testing",
-                        "objectStoreSecretKey": "testing",
-                        "objectStorePathStyle": "true",
-                    },
+                    {"tieredBackendServiceProvider": "s3"} | moto.config_keys(moto.new_bucket()),
                 )
             ],
             env={},
         )
         provider = build_provider(cfg)
-        ops: Counter[str] = Counter()
-        lock = threading.Lock()
-
-        def count(operation: str) -> None:
-            with lock:
-                ops[operation] += 1
-
-        provider.add_request_listener(count)
+        requests = RequestCounts()
+        provider.add_request_listener(requests)
         t0 = time.perf_counter()
         with Sidecar(cfg, provider) as sidecar:
             done = sidecar.dispatcher.run_pass(flush=True)
@@ -251,8 +224,7 @@ def test_s3_requests_per_gib(tmp_path: Path) -> None:
         gib = report.bytes / (1 << 30)
         check = check_tier(cfg, build_provider(cfg))
         assert check.problems == [] and check.messages == report.messages
-    finally:
-        server.stop()
+    ops = requests.counts
     per_gib = {k: round(v / gib) for k, v in sorted(ops.items())}
     print(
         f"\noffload of {report.bytes / (1 << 20):.0f} MiB to S3 (moto over HTTP) in "

@@ -31,9 +31,8 @@ from tiered.providers import PosixProvider
 from tiered.providers import Provider
 from tiered.providers import S3Provider
 from tiered.providers.testing import seg
-from tiered.providers.testing.servers import HttpFaults
 from tiered.providers.testing.servers import S3Endpoint
-from tiered.providers.testing.servers import moto_server
+from tiered.providers.testing.servers import running_moto
 
 MIB = 1 << 20
 GIB = 1 << 30
@@ -205,11 +204,8 @@ class RawS3:
 
 @pytest.fixture(scope="module")
 def moto() -> Iterator[S3Endpoint]:
-    server = moto_server(HttpFaults())
-    server.start()
-    host, port = server.get_host_and_port()
-    yield S3Endpoint(f"http://{host}:{port}", "bench", "bench", "us-east-1", "moto")
-    server.stop()
+    with running_moto(account="bench") as endpoint:
+        yield endpoint
 
 
 def test_local_providers(tmp_path: Path, table: list[Row]) -> None:
@@ -236,12 +232,7 @@ def test_s3_providers(moto: S3Endpoint, table: list[Row]) -> None:
         )
 
     def fsspec_s3() -> Provider:
-        options = {
-            "key": moto.access_key,
-            "secret": moto.secret_key,
-            "client_kwargs": {"endpoint_url": moto.url, "region_name": moto.region},
-            "config_kwargs": {"s3": {"addressing_style": "path"}},
-        }
+        options = moto.options().s3fs_storage_options()
         return FsspecProvider(f"s3://{bucket}/fs/{uuid.uuid4().hex[:8]}", storage_options=options)
 
     measure("s3 (moto)", s3, total, raw, table)

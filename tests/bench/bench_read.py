@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import dataclasses
 import gc
-import http.client
 import json
 import os
 import random
@@ -41,9 +40,8 @@ from pathlib import Path
 import pytest
 from tiered.providers import Provider
 from tiered.providers import RequestCounts
-from tiered.providers.testing.servers import HttpFaults
 from tiered.providers.testing.servers import S3Endpoint
-from tiered.providers.testing.servers import moto_server
+from tiered.providers.testing.servers import running_moto
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
@@ -54,6 +52,7 @@ from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.testing.http import scan_queue
 from tiered.testing.page_cache import drop_cache
 from tiered.testing.sample_tier import sample_config
 
@@ -138,11 +137,8 @@ def _offload(root: Path, spec: GenSpec, name: str, **keys: str) -> Backend:
 
 @pytest.fixture(scope="module")
 def s3() -> Iterator[S3Endpoint]:
-    server = moto_server(HttpFaults())
-    server.start()
-    host, port = server.get_host_and_port()
-    yield S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")
-    server.stop()
+    with running_moto() as endpoint:
+        yield endpoint
 
 
 @pytest.fixture(scope="module")
@@ -195,27 +191,15 @@ def scan_store(store: TieredMessageStore) -> tuple[int, int]:
 
 
 def scan_http(server: HttpServer, end: int, fmt: str) -> tuple[int, int]:
-    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
-    offset = nbytes = count = 0
-    try:
-        while offset < end:
-            path = f"/v1/topics/{TOPIC}/queues/{QID}/messages?offset={offset}&maxCount={BATCH}"
-            conn.request("GET", f"{path}&format={fmt}")
-            response = conn.getresponse()
-            body = response.read()
-            assert response.status == 200, body[:200]
-            nxt = int(response.getheader("X-Next-Begin-Offset") or offset)
-            if fmt == "json":
-                messages = json.loads(body)["messages"]
-                count += len(messages)
-                nbytes += sum(m["totalSize"] for m in messages)
-            else:
-                count += nxt - offset
-                nbytes += len(body)
-            assert nxt > offset
-            offset = nxt
-    finally:
-        conn.close()
+    nbytes = count = 0
+    for offset, nxt, body in scan_queue(server.port, TOPIC, QID, end, BATCH, fmt):
+        if fmt == "json":
+            messages = json.loads(body)["messages"]
+            count += len(messages)
+            nbytes += sum(m["totalSize"] for m in messages)
+        else:
+            count += nxt - offset
+            nbytes += len(body)
     return nbytes, count
 
 

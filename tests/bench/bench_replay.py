@@ -20,7 +20,6 @@ the backend. Figures are medians of :data:`REPEAT` runs; the sidecar's CPU-secon
 
 from __future__ import annotations
 
-import http.client
 import os
 import re
 import signal
@@ -42,6 +41,7 @@ from tiered.core.sidecar import build_provider
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RequestCode
 from tiered.remoting.codes import ResponseCode
+from tiered.testing.http import scan_queue
 from tiered.testing.page_cache import drop_cache
 from tiered.testing.sample_tier import sample_config
 
@@ -145,21 +145,10 @@ def replay(served: Served, batch: int) -> tuple[int, int]:
 
 
 def http_raw(served: Served, batch: int) -> tuple[int, int]:
-    conn = http.client.HTTPConnection("127.0.0.1", served.http_port, timeout=120)
-    offset = nbytes = 0
-    try:
-        while offset < served.end:
-            path = f"/v1/topics/{TOPIC}/queues/{QID}/messages?offset={offset}&maxCount={batch}"
-            conn.request("GET", f"{path}&format=raw")
-            response = conn.getresponse()
-            body = response.read()
-            assert response.status == 200, body[:200]
-            nxt = int(response.getheader("X-Next-Begin-Offset") or offset)
-            assert nxt > offset
-            nbytes += len(body)
-            offset = nxt
-    finally:
-        conn.close()
+    nbytes = offset = 0
+    for _, nxt, body in scan_queue(served.http_port, TOPIC, QID, served.end, batch, "raw"):
+        nbytes += len(body)
+        offset = nxt
     return nbytes, offset
 
 

@@ -40,9 +40,8 @@ from pathlib import Path
 import pytest
 from tiered.providers import Provider
 from tiered.providers import RequestCounts
-from tiered.providers.testing.servers import HttpFaults
 from tiered.providers.testing.servers import S3Endpoint
-from tiered.providers.testing.servers import moto_server
+from tiered.providers.testing.servers import running_moto
 from tiered.providers.testing.servers import start_ceph
 from tiered.providers.testing.servers import stop_ceph
 
@@ -72,15 +71,10 @@ CEPH_RGW = Path(__file__).resolve().parents[2].parent / "shared" / "tools" / "ce
 
 @pytest.fixture(scope="module")
 def servers() -> Iterator[list[S3Endpoint]]:
-    moto = moto_server(HttpFaults())
-    moto.start()
-    host, port = moto.get_host_and_port()
-    found = [S3Endpoint(f"http://{host}:{port}", "testing", "testing", "us-east-1", "moto")]
-    ceph_dir = Path(tempfile.mkdtemp(prefix="bench-rgw-"))
-    ceph, env = start_ceph(CEPH_RGW, ceph_dir)
-    found.append(ceph)
-    yield found
-    moto.stop()
+    with running_moto() as moto:
+        ceph_dir = Path(tempfile.mkdtemp(prefix="bench-rgw-"))
+        ceph, env = start_ceph(CEPH_RGW, ceph_dir)
+        yield [moto, ceph]
     stop_ceph(CEPH_RGW, ceph_dir, env)
 
 
@@ -97,15 +91,9 @@ def settings(store: Path, work: Path, endpoint: S3Endpoint | None, **keys: str) 
     if endpoint is None:
         values |= {"tieredBackendServiceProvider": "posix", "tieredStoreFilePath": str(work / "t")}
     else:
-        values |= {
-            "tieredBackendServiceProvider": "s3",
-            "objectStoreEndpoint": endpoint.url,
-            "objectStoreBucket": endpoint.new_bucket(),
-            "objectStoreAccessKey": endpoint.access_key,
-            "objectStoreSecretKey": endpoint.secret_key,
-            "objectStoreRegion": endpoint.region,
-            "objectStorePathStyle": "true",
-        }
+        values |= {"tieredBackendServiceProvider": "s3"} | endpoint.config_keys(
+            endpoint.new_bucket()
+        )
     return load_config([], env={}, overrides=values | keys)
 
 

@@ -370,20 +370,8 @@ def test_spark_job_on_s3_urls(
 ) -> None:
     from tiered.jobs.compact_index import compact_index_file
 
-    options = {
-        "key": moto_s3.access_key,
-        "secret": moto_s3.secret_key,
-        "client_kwargs": {"endpoint_url": moto_s3.url, "region_name": moto_s3.region},
-    }
-    import boto3
-
-    s3 = boto3.client(
-        "s3",
-        endpoint_url=moto_s3.url,
-        aws_access_key_id=moto_s3.access_key,
-        aws_secret_access_key=moto_s3.secret_key,
-        region_name=moto_s3.region,
-    )
+    options = moto_s3.options().s3fs_storage_options()
+    s3 = moto_s3.client()
     bucket = moto_s3.new_bucket()
     _, data = sealed_file(3000, 40, 4000)
     s3.put_object(Bucket=bucket, Key="staging/1700000000000", Body=data)

@@ -26,12 +26,7 @@ from tiered.index.service import IndexService
 from tiered.testing import http
 from tiered.testing.http import Reply
 from tiered.testing.index_keys import IndexCase
-
-
-def write_conf(cfg: TieredConfig, path: Path) -> Path:
-    props = cfg.as_properties()
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items() if v != ""), "utf-8")
-    return path
+from tiered.testing.sample_tier import write_conf
 
 
 def cli(*args: str | Path | int, code: int = 0) -> Result:

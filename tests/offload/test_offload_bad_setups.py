@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tiered.config import TieredConfig
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 MAPPED = ("mappedFileSizeCommitLog", "mappedFileSizeConsumeQueue")
@@ -36,7 +36,7 @@ def rmq(*args: str | Path, timeout: float = 120) -> subprocess.CompletedProcess[
 @pytest.mark.parametrize("command", ["dispatch", "run", "status"])
 @pytest.mark.parametrize("what", ["missing", "empty"])
 def test_a_missing_or_empty_store_is_one_line_and_non_zero(
-    tmp_path: Path, offload_case: OffloadCase, command: str, what: str
+    tmp_path: Path, offload_case: SidecarCase, command: str, what: str
 ) -> None:
     root = tmp_path / "store"
     if what == "empty":
@@ -56,7 +56,7 @@ def _props_without_sizes(cfg: TieredConfig) -> dict[str, str]:
 
 
 def test_sizes_come_from_the_files_when_the_keys_are_absent(
-    tmp_path: Path, offload_case: OffloadCase
+    tmp_path: Path, offload_case: SidecarCase
 ) -> None:
     store = (
         offload_case.store()
@@ -69,7 +69,7 @@ def test_sizes_come_from_the_files_when_the_keys_are_absent(
 
 
 def test_keys_that_disagree_with_the_files_are_overruled_with_one_warning(
-    tmp_path: Path, offload_case: OffloadCase
+    tmp_path: Path, offload_case: SidecarCase
 ) -> None:
     store = offload_case.store()
     props = offload_case.config(store, "posix").as_properties()
@@ -84,7 +84,7 @@ def test_keys_that_disagree_with_the_files_are_overruled_with_one_warning(
 
 
 def test_a_queue_that_cannot_be_read_fails_the_pass_and_is_named(
-    tmp_path: Path, offload_case: OffloadCase
+    tmp_path: Path, offload_case: SidecarCase
 ) -> None:
     store = offload_case.store()
     broken = store / "consumequeue" / "GenTopic1" / "2"

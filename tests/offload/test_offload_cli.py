@@ -19,15 +19,13 @@ from click.testing import CliRunner
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.cli import main
-from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
 from tiered.testing.tier_check import store_fingerprint
 
-ConfWriter = Callable[[TieredConfig], Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 
 
@@ -43,10 +41,10 @@ def cli_json(*args: str | Path) -> dict[str, Any]:
     return obj
 
 
-def test_dispatch_once_then_status(offload_case: OffloadCase, write_conf: ConfWriter) -> None:
+def test_dispatch_once_then_status(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix")
-    conf = write_conf(cfg)
+    conf = offload_case.conf_file(cfg)
     before = cli_json("status", "--config", conf, "--json")
     assert before["role"] == "master" and before["totals"]["lagMessages"] == 3000
     summary = cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
@@ -71,13 +69,13 @@ def test_dispatch_once_then_status(offload_case: OffloadCase, write_conf: ConfWr
     assert check_tier(cfg, build_provider(cfg)).problems == []
 
 
-def test_dispatch_needs_once(offload_case: OffloadCase, write_conf: ConfWriter) -> None:
-    conf = write_conf(offload_case.config(offload_case.store()))
+def test_dispatch_needs_once(offload_case: SidecarCase) -> None:
+    conf = offload_case.conf_file(offload_case.config(offload_case.store()))
     assert "pass --once" in cli("dispatch", "--config", conf, code=2)
 
 
-def test_status_of_a_slave_says_standby(offload_case: OffloadCase, write_conf: ConfWriter) -> None:
-    conf = write_conf(
+def test_status_of_a_slave_says_standby(offload_case: SidecarCase) -> None:
+    conf = offload_case.conf_file(
         offload_case.config(offload_case.store(), "posix", brokerRole="SLAVE", brokerId=1)
     )
     summary = cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
@@ -86,7 +84,7 @@ def test_status_of_a_slave_says_standby(offload_case: OffloadCase, write_conf: C
     assert "stands by" in cli("status", "--config", conf)
 
 
-def test_status_shows_the_key_index(offload_case: OffloadCase, write_conf: ConfWriter) -> None:
+def test_status_shows_the_key_index(offload_case: SidecarCase) -> None:
     cfg = offload_case.config(
         offload_case.store(),
         "posix",
@@ -94,7 +92,7 @@ def test_status_shows_the_key_index(offload_case: OffloadCase, write_conf: ConfW
         tieredStoreIndexFileMaxHashSlotNum=1000,
         tieredStoreIndexFileMaxIndexNum=100000,
     )
-    conf = write_conf(cfg)
+    conf = offload_case.conf_file(cfg)
     cli("dispatch", "--config", conf, "--once", "--flush")
     index = cli_json("status", "--config", conf, "--json")["index"]
     assert index["enabled"] and index["lagMessages"] == 0 and index["uploadedFiles"] == 0
@@ -108,18 +106,18 @@ def test_status_shows_the_key_index(offload_case: OffloadCase, write_conf: ConfW
     assert [f["status"] for f in after["localFiles"]] in ([], ["UNSEALED"])
     assert all(q["indexedOffset"] == q["tieredCommit"] for q in status["queues"])
     assert "1 uploaded" in cli("status", "--config", conf)
-    off = write_conf(
+    off = offload_case.conf_file(
         offload_case.config(offload_case.store(name="other"), "posix", messageIndexEnable="false")
     )
     assert cli_json("status", "--config", off, "--json")["index"]["enabled"] is False
 
 
 def test_recover_from_the_mirror_then_from_the_segments(
-    offload_case: OffloadCase, write_conf: ConfWriter, small_spec: GenSpec
+    offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix")
-    conf = write_conf(cfg)
+    conf = offload_case.conf_file(cfg)
     cli("dispatch", "--config", conf, "--once", "--flush")
     original = read_document(cfg)
     assert "exists and is valid" in cli("recover", "--config", conf, code=2)
@@ -149,13 +147,13 @@ def test_recover_from_the_mirror_then_from_the_segments(
 
 
 def test_a_lost_data_dir_is_restored_from_the_mirror_at_start(
-    offload_case: OffloadCase, write_conf: ConfWriter, small_spec: GenSpec
+    offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     """A new data volume (an emptyDir after the pod moved): the next start restores the metadata
     from the backend mirror by itself and goes on where the lost copy stopped."""
     store = offload_case.store()
     cfg = offload_case.config(store, "posix")
-    conf = write_conf(cfg)
+    conf = offload_case.conf_file(cfg)
     cli("dispatch", "--config", conf, "--once", "--flush")
     original = read_document(cfg)
     shutil.rmtree(cfg.tiered_data_dir)
@@ -189,11 +187,11 @@ def _wait(predicate: Callable[[], bool], seconds: float = 30.0) -> None:
 
 
 def test_run_follows_the_broker_status_works_meanwhile_and_sigterm_exits_0(
-    offload_case: OffloadCase, write_conf: ConfWriter, small_spec: GenSpec, tmp_path: Path
+    offload_case: SidecarCase, small_spec: GenSpec, tmp_path: Path
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix")
-    conf = write_conf(cfg)
+    conf = offload_case.conf_file(cfg)
     proc = subprocess.Popen(
         [RMQ_TIERED, "run", "--config", conf], stderr=subprocess.PIPE, text=True, cwd=tmp_path
     )
@@ -237,11 +235,11 @@ def _ro_bind_works(tmp_path: Path) -> bool:
 
 
 def test_the_broker_store_is_read_only_to_the_sidecar(
-    offload_case: OffloadCase, write_conf: ConfWriter, tmp_path: Path
+    offload_case: SidecarCase, tmp_path: Path
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix")
-    conf = write_conf(cfg)
+    conf = offload_case.conf_file(cfg)
     before = store_fingerprint(store)
     command = f"{RMQ_TIERED} dispatch --config {conf} --once --flush --json"
     if _ro_bind_works(tmp_path):  # the store mounted read-only for the sidecar's process

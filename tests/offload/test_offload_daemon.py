@@ -11,7 +11,7 @@ from tiered.providers import MemoryProvider
 from tiered.core.daemon import Daemon
 from tiered.core.local_source import LocalSource
 from tiered.metadata import FileSegmentType
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import read_document
 
 
@@ -22,7 +22,7 @@ def _until(predicate: Callable[[], bool], seconds: float = 30.0) -> None:
         time.sleep(0.05)
 
 
-def test_the_daemon_dispatches_then_expires_and_stops_cleanly(offload_case: OffloadCase) -> None:
+def test_the_daemon_dispatches_then_expires_and_stops_cleanly(offload_case: SidecarCase) -> None:
     store = offload_case.store()  # store times of 2023: older than any reserve time
     cfg = offload_case.config(store, tieredStoreDeleteFileInterval=300)
     provider = MemoryProvider()

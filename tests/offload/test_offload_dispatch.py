@@ -30,7 +30,7 @@ from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.metadata import FileSegmentType
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
 from tiered.testing.tier_check import store_fingerprint
@@ -65,7 +65,7 @@ def provider_for(cfg: TieredConfig) -> Provider:
 
 @pytest.mark.parametrize("backend", ["posix", "memory"])
 def test_every_message_offloaded_once_in_order_with_rolls(
-    backend: str, offload_case: OffloadCase
+    backend: str, offload_case: SidecarCase
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, backend)
@@ -81,7 +81,7 @@ def test_every_message_offloaded_once_in_order_with_rolls(
 
 
 @pytest.mark.s3
-def test_s3_end_to_end(offload_case: OffloadCase, s3_keys: dict[str, str]) -> None:
+def test_s3_end_to_end(offload_case: SidecarCase, s3_keys: dict[str, str]) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "s3", tieredStoreCommitLogMaxSize=96 << 10, **s3_keys)
     provider = provider_for(cfg)
@@ -96,7 +96,7 @@ def test_s3_end_to_end(offload_case: OffloadCase, s3_keys: dict[str, str]) -> No
 
 @pytest.mark.s3
 def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
-    tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec, s3_keys: dict[str, str]
+    tmp_path: Path, offload_case: SidecarCase, small_spec: GenSpec, s3_keys: dict[str, str]
 ) -> None:
     store = tmp_path / "store"
     now = int(time.time() * 1000)
@@ -142,7 +142,7 @@ def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
 
 @pytest.mark.parametrize("backend", ["posix", "memory"])
 def test_follows_a_broker_that_keeps_writing_and_rolling(
-    backend: str, offload_case: OffloadCase, small_spec: GenSpec
+    backend: str, offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, backend)
@@ -158,7 +158,7 @@ def test_follows_a_broker_that_keeps_writing_and_rolling(
 
 
 def test_a_running_dispatcher_follows_appends_between_passes(
-    offload_case: OffloadCase, small_spec: GenSpec
+    offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store)
@@ -175,7 +175,7 @@ def test_a_running_dispatcher_follows_appends_between_passes(
 
 
 def test_gap_when_the_broker_deleted_unoffloaded_files(
-    offload_case: OffloadCase, small_spec: GenSpec
+    offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store)
@@ -204,7 +204,7 @@ def test_gap_when_the_broker_deleted_unoffloaded_files(
         assert set(range(a, b)) <= check.tier_offsets[key]
 
 
-def test_system_topics_never_offloaded_and_include_exclude_apply(offload_case: OffloadCase) -> None:
+def test_system_topics_never_offloaded_and_include_exclude_apply(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     import shutil
 
@@ -221,7 +221,7 @@ def test_system_topics_never_offloaded_and_include_exclude_apply(offload_case: O
     assert check.problems == [] and len(check.ranges) == 4
 
 
-def test_a_slave_stands_by_unless_told_to_upload(offload_case: OffloadCase) -> None:
+def test_a_slave_stands_by_unless_told_to_upload(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     provider = MemoryProvider()
     slave = offload_case.config(store, brokerRole="SLAVE", brokerId=1)
@@ -238,7 +238,7 @@ def test_a_slave_stands_by_unless_told_to_upload(offload_case: OffloadCase) -> N
 
 
 def test_recent_policy_starts_near_now(
-    tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec
+    tmp_path: Path, offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     store = tmp_path / "store"
     now = int(time.time() * 1000)
@@ -257,7 +257,7 @@ def test_recent_policy_starts_near_now(
 
 
 def test_a_message_bigger_than_the_batch_size_goes_alone(
-    tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec
+    tmp_path: Path, offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     store = tmp_path / "store"
     spec = dataclasses.replace(small_spec, messages=300, min_body=3000, max_body=6000)
@@ -273,7 +273,7 @@ def test_a_message_bigger_than_the_batch_size_goes_alone(
 
 
 def test_the_hold_rule_waits_for_age_or_count(
-    tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec
+    tmp_path: Path, offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     store = tmp_path / "store"
     now = int(time.time() * 1000)
@@ -321,7 +321,7 @@ class _Concurrency(WrappedProvider):
 
 
 def test_uploads_of_different_queues_run_concurrently_and_bounded(
-    offload_case: OffloadCase,
+    offload_case: SidecarCase,
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store)
@@ -334,7 +334,7 @@ def test_uploads_of_different_queues_run_concurrently_and_bounded(
 
 @pytest.mark.s3
 def test_ten_percent_of_s3_calls_failing_loses_nothing(
-    offload_case: OffloadCase, s3_keys: dict[str, str]
+    offload_case: SidecarCase, s3_keys: dict[str, str]
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "s3", tieredStoreCommitLogMaxSize=96 << 10, **s3_keys)
@@ -350,7 +350,7 @@ def test_ten_percent_of_s3_calls_failing_loses_nothing(
     assert check.problems == [] and check.messages == 3000
 
 
-def test_cold_backlog_pages_are_released(offload_case: OffloadCase) -> None:
+def test_cold_backlog_pages_are_released(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     files = sorted((store / "commitlog").iterdir())
     import os
@@ -371,7 +371,7 @@ def test_cold_backlog_pages_are_released(offload_case: OffloadCase) -> None:
     assert left <= total // 10
 
 
-def test_many_queues(tmp_path: Path, offload_case: OffloadCase, small_spec: GenSpec) -> None:
+def test_many_queues(tmp_path: Path, offload_case: SidecarCase, small_spec: GenSpec) -> None:
     spec = dataclasses.replace(small_spec, topics=4, queues=16, messages=6400, max_body=300)
     store = tmp_path / "store"
     generate_store(store, spec)
@@ -382,7 +382,7 @@ def test_many_queues(tmp_path: Path, offload_case: OffloadCase, small_spec: GenS
     assert check.problems == [] and len(check.ranges) == 64 and check.messages == 6400
 
 
-def test_posix_tier_is_the_java_layout(offload_case: OffloadCase) -> None:
+def test_posix_tier_is_the_java_layout(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix")
     provider = PosixProvider(cfg.tiered_store_file_path)
@@ -397,7 +397,7 @@ def test_posix_tier_is_the_java_layout(offload_case: OffloadCase) -> None:
 
 
 def test_commit_listeners_hear_every_batch_once_after_both_uploads(
-    offload_case: OffloadCase,
+    offload_case: SidecarCase,
 ) -> None:
     cfg = offload_case.config(offload_case.store())
     inner = MemoryProvider()

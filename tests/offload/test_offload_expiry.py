@@ -23,7 +23,7 @@ from tiered.core.sidecar import Sidecar
 from tiered.errors import AccessDeniedError
 from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentType
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
 
@@ -88,7 +88,7 @@ def ends(cfg: TieredConfig, kind: FileSegmentType) -> dict[str, list[tuple[int, 
     }
 
 
-def test_nothing_expires_within_the_reserve_time(offload_case: OffloadCase) -> None:
+def test_nothing_expires_within_the_reserve_time(offload_case: SidecarCase) -> None:
     cfg = offload_case.config(offload_case.store())
     provider = MemoryProvider()
     offload(cfg, provider)
@@ -105,7 +105,7 @@ def test_nothing_expires_within_the_reserve_time(offload_case: OffloadCase) -> N
     assert newest > oldest
 
 
-def test_old_segments_go_oldest_first_metadata_before_data(offload_case: OffloadCase) -> None:
+def test_old_segments_go_oldest_first_metadata_before_data(offload_case: SidecarCase) -> None:
     cfg = offload_case.config(offload_case.store())
     memory = MemoryProvider()
     provider = WriteOrder(memory, cfg)
@@ -136,7 +136,7 @@ def test_old_segments_go_oldest_first_metadata_before_data(offload_case: Offload
 
 
 def test_an_idle_queue_keeps_its_position_when_everything_expired(
-    offload_case: OffloadCase, small_spec: GenSpec
+    offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store)
@@ -158,7 +158,7 @@ def test_an_idle_queue_keeps_its_position_when_everything_expired(
     assert check.problems == [] and check.messages == 600
 
 
-def test_reserve_time_per_topic(offload_case: OffloadCase) -> None:
+def test_reserve_time_per_topic(offload_case: SidecarCase) -> None:
     cfg = offload_case.config(
         offload_case.store(), tieredStoreFileReservedTimeOverrides="GenTopic0:1"
     )
@@ -181,7 +181,7 @@ def test_reserve_time_per_topic(offload_case: OffloadCase) -> None:
     assert all(sum(s for _, s, _ in segs) > 0 for p, segs in after.items() if "GenTopic1" in p)
 
 
-def test_expiry_can_be_disabled(offload_case: OffloadCase) -> None:
+def test_expiry_can_be_disabled(offload_case: SidecarCase) -> None:
     cfg = offload_case.config(offload_case.store(), tieredStoreDeleteFileEnable="false")
     provider = MemoryProvider()
     offload(cfg, provider)
@@ -217,7 +217,7 @@ def expiry_failures(file_type: str) -> float:
 @pytest.mark.parametrize(("marker", "file_type"), [("/CONSUME_QUEUE/", "consume_queue"),
                                                    ("/COMMIT_LOG/", "commit_log")])  # fmt: skip
 def test_a_failed_segment_expiry_is_counted_by_file_type(
-    offload_case: OffloadCase, marker: str, file_type: str
+    offload_case: SidecarCase, marker: str, file_type: str
 ) -> None:
     cfg = offload_case.config(offload_case.store())
     provider = FailingDeletes(MemoryProvider())
@@ -238,7 +238,7 @@ def test_a_failed_segment_expiry_is_counted_by_file_type(
         assert expiry_failures(file_type) - before[file_type] == queues
 
 
-def test_objects_whose_delete_failed_are_deleted_by_a_later_run(offload_case: OffloadCase) -> None:
+def test_objects_whose_delete_failed_are_deleted_by_a_later_run(offload_case: SidecarCase) -> None:
     """The record goes first, so a refused delete would leave the object in the backend for
     good; the orphan log keeps its key and the next run deletes it -- also after a restart."""
     cfg = offload_case.config(offload_case.store())
@@ -270,7 +270,7 @@ def test_objects_whose_delete_failed_are_deleted_by_a_later_run(offload_case: Of
     assert stored <= recorded  # no object without a record is left behind
 
 
-def test_a_logged_key_whose_record_survived_is_never_deleted(offload_case: OffloadCase) -> None:
+def test_a_logged_key_whose_record_survived_is_never_deleted(offload_case: SidecarCase) -> None:
     """A crash after logging the key but before removing the record: the object is live."""
     cfg = offload_case.config(offload_case.store())
     memory = MemoryProvider()

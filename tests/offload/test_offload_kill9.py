@@ -18,27 +18,24 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tiered.broker.generator import generate_store
-from tiered.config import TieredConfig
 from tiered.core.sidecar import build_provider
 from tiered.testing.processes import wait_running
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.tier_check import check_tier
 
-ConfWriter = Callable[[TieredConfig], Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 KILLS = 55
 
 
 @pytest.mark.slow
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
-    tmp_path: Path, offload_case: OffloadCase, write_conf: ConfWriter
+    tmp_path: Path, offload_case: SidecarCase
 ) -> None:
     spec = rolling_spec(
         seed=1, queues=4, max_body=900, v2_fraction=0.2, ipv6_fraction=0.2, compress_fraction=0.2
@@ -55,7 +52,7 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
         tieredStoreConsumeQueueMaxSize=60 * 20,
         tieredStoreDispatchIntervalMs=50,
     )
-    conf = write_conf(cfg)
+    conf = offload_case.conf_file(cfg)
     rng = random.Random(20261122)
     total = spec.messages
     reconciled = 0

@@ -10,7 +10,7 @@ from tiered.providers import MemoryProvider
 from tiered.core.local_source import BatchRequest
 from tiered.core.local_source import LocalSource
 from tiered.core.sidecar import Sidecar
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 
 NOW = 4_000_000_000_000  # later than every generated store time
 
@@ -22,7 +22,7 @@ def latency(topic: str, queue_id: int) -> float:
     return value
 
 
-def test_latency_is_the_age_of_the_first_message_left_waiting(offload_case: OffloadCase) -> None:
+def test_latency_is_the_age_of_the_first_message_left_waiting(offload_case: SidecarCase) -> None:
     cfg = offload_case.config(offload_case.store())  # batches of at most 128 messages / 32 KiB
     local = LocalSource(cfg)
     with Sidecar(cfg, MemoryProvider()) as sidecar:
@@ -45,7 +45,7 @@ def test_latency_is_the_age_of_the_first_message_left_waiting(offload_case: Offl
         assert dispatcher.local.preads == preads  # caught up: no commitlog read at all
 
 
-def test_the_next_header_comes_in_the_batches_preads(offload_case: OffloadCase) -> None:
+def test_the_next_header_comes_in_the_batches_preads(offload_case: SidecarCase) -> None:
     cfg = offload_case.config(offload_case.store())
     local = LocalSource(cfg)
     queues = local.queues()

@@ -12,7 +12,7 @@ from tiered.providers import PosixProvider
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 
 
 def leftover(directory: Path, name: str) -> Path:
@@ -36,7 +36,7 @@ def test_clean_temporary_removes_only_interrupted_puts_under_the_prefix(tmp_path
     assert sorted(p.list("c/b/")) == ["c/b/T/0/COMMIT_LOG/x", "c/b/config/meta.json"]
 
 
-def test_start_removes_a_killed_mirror_put(offload_case: OffloadCase) -> None:
+def test_start_removes_a_killed_mirror_put(offload_case: SidecarCase) -> None:
     cfg = offload_case.config(offload_case.store(), "posix")
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         sidecar.dispatcher.run_pass(flush=True)

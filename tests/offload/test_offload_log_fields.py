@@ -44,7 +44,7 @@ from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 from tiered.logs import IsoJsonFormatter
 from tiered.logs import error_fields
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 
 ISO_MS_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 STEP_LOGGER = "tiered.core.offload_step"
@@ -290,7 +290,7 @@ def test_injected_faults_name_the_object() -> None:
 
 
 def _failed_step_records(
-    caplog: pytest.LogCaptureFixture, offload_case: OffloadCase
+    caplog: pytest.LogCaptureFixture, offload_case: SidecarCase
 ) -> tuple[list[logging.LogRecord], Provider]:
     """Dispatch with the first append failing; the WARNING+ records of the queue steps."""
     cfg = offload_case.config(offload_case.store())
@@ -303,7 +303,7 @@ def _failed_step_records(
 
 
 def test_a_failed_step_is_one_warning_naming_the_object_without_traceback(
-    caplog: pytest.LogCaptureFixture, offload_case: OffloadCase
+    caplog: pytest.LogCaptureFixture, offload_case: SidecarCase
 ) -> None:
     caplog.set_level(logging.INFO)
     records, provider = _failed_step_records(caplog, offload_case)
@@ -318,7 +318,7 @@ def test_a_failed_step_is_one_warning_naming_the_object_without_traceback(
 
 
 def test_a_failed_step_has_its_traceback_at_debug(
-    caplog: pytest.LogCaptureFixture, offload_case: OffloadCase
+    caplog: pytest.LogCaptureFixture, offload_case: SidecarCase
 ) -> None:
     caplog.set_level(logging.DEBUG)
     records, _ = _failed_step_records(caplog, offload_case)

@@ -14,7 +14,6 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,14 +21,12 @@ from tiered.providers.layout import FileType
 from tiered.providers.layout import logical_path
 from tiered.providers.layout import segment_key
 
-from tiered.config import TieredConfig
 from tiered.core.dispatcher import MAX_FAILURES
 from tiered.core.local_source import LocalSource
 from tiered.metadata import FileSegmentType
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import read_document
 
-ConfWriter = Callable[[TieredConfig], Path]
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 ISO_MS_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 TEXT_LINE = re.compile(
@@ -75,12 +72,10 @@ def json_lines(stderr: str) -> list[dict[str, Any]]:
     return out
 
 
-def test_json_debug_dispatch_logs_one_line_per_batch(
-    offload_case: OffloadCase, write_conf: ConfWriter
-) -> None:
+def test_json_debug_dispatch_logs_one_line_per_batch(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix", tieredLogLevel="debug", tieredLogFormat="json")
-    summary, stderr = dispatch(write_conf(cfg))  # no -v: the configured level applies
+    summary, stderr = dispatch(offload_case.conf_file(cfg))  # no -v: the configured level applies
     lines = json_lines(stderr)
     batches = [o for o in lines if o["message"].startswith("uploaded batch ")]
     assert batches and all(o["level"] == "DEBUG" for o in batches)
@@ -128,7 +123,7 @@ def test_json_debug_dispatch_logs_one_line_per_batch(
 
 
 def test_a_failing_queue_logs_one_warning_per_failed_step_with_its_object_key(
-    offload_case: OffloadCase, write_conf: ConfWriter
+    offload_case: SidecarCase,
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix", tieredLogFormat="json", tieredLogLevel="INFO")
@@ -137,7 +132,7 @@ def test_a_failing_queue_logs_one_warning_per_failed_step_with_its_object_key(
     )
     # a directory where the queue's first commitlog object goes: every append to it fails
     (Path(cfg.tiered_store_file_path) / key).mkdir(parents=True)
-    summary, stderr = dispatch(write_conf(cfg), code=1)
+    summary, stderr = dispatch(offload_case.conf_file(cfg), code=1)
     *logs, last = stderr.splitlines()
     assert last.startswith("error: 1 queues could not be offloaded: broker-a/GenTopic0/1")
     lines = json_lines("\n".join(logs))
@@ -153,11 +148,9 @@ def test_a_failing_queue_logs_one_warning_per_failed_step_with_its_object_key(
     assert summary["queues"] == 5 and summary["messages"] == 3000 - failing  # the others went up
 
 
-def test_text_by_default_and_quiet_one_shot_commands(
-    offload_case: OffloadCase, write_conf: ConfWriter
-) -> None:
+def test_text_by_default_and_quiet_one_shot_commands(offload_case: SidecarCase) -> None:
     store = offload_case.store()
-    conf = write_conf(offload_case.config(store, "posix"))
+    conf = offload_case.conf_file(offload_case.config(store, "posix"))
     text = conf.read_text(encoding="utf-8")  # as an operator writes it: no log keys
     conf.write_text(re.sub(r"(?m)^tieredLog\w+=.*\n", "", text), encoding="utf-8")
     summary, stderr = dispatch(conf, "-v")
@@ -172,13 +165,13 @@ def test_text_by_default_and_quiet_one_shot_commands(
 
 
 def test_run_in_json_sends_uvicorn_through_the_same_handler(
-    offload_case: OffloadCase, write_conf: ConfWriter, tmp_path: Path
+    offload_case: SidecarCase, tmp_path: Path
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix", tieredLogFormat="json", tieredLogLevel="DEBUG")
     received: list[str] = []
     with subprocess.Popen(
-        [RMQ_TIERED, "run", "--config", write_conf(cfg)],
+        [RMQ_TIERED, "run", "--config", offload_case.conf_file(cfg)],
         stderr=subprocess.PIPE,
         text=True,
         cwd=tmp_path,

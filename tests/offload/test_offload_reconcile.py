@@ -30,7 +30,7 @@ from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
 from tiered.file import reconcile
 from tiered.metadata import FileSegmentType
-from tiered.testing.sample_tier import OffloadCase
+from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
@@ -103,7 +103,7 @@ def tiny_store(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, GenSpec]
     return root, spec
 
 
-def tiny_config(offload_case: OffloadCase, store: Path, spec: GenSpec, work: Path) -> TieredConfig:
+def tiny_config(offload_case: SidecarCase, store: Path, spec: GenSpec, work: Path) -> TieredConfig:
     return offload_case.config(
         store,
         spec=spec,
@@ -138,7 +138,7 @@ def fast_dir(tmp_path: Path) -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_a_crash_at_every_provider_call_loses_and_duplicates_nothing(
-    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, fast_dir: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: SidecarCase, fast_dir: Path
 ) -> None:
     store, spec = tiny_store
     tmp_path = fast_dir
@@ -160,7 +160,7 @@ def test_a_crash_at_every_provider_call_loses_and_duplicates_nothing(
 
 
 def test_a_posix_crash_sweep(
-    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, tmp_path: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: SidecarCase, tmp_path: Path
 ) -> None:
     store, spec = tiny_store
     for at in (5, 17, 40, 77, 120):
@@ -173,7 +173,7 @@ def test_a_posix_crash_sweep(
 
 
 def test_unrecorded_units_that_agree_are_kept_not_uploaded_again(
-    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, tmp_path: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: SidecarCase, tmp_path: Path
 ) -> None:
     store, spec = tiny_store
     cfg = tiny_config(offload_case, store, spec, tmp_path)
@@ -211,7 +211,7 @@ def test_unrecorded_units_that_agree_are_kept_not_uploaded_again(
 
 
 def test_garbage_tails_are_cut_without_truncate(
-    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, tmp_path: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: SidecarCase, tmp_path: Path
 ) -> None:
     source, spec = tiny_store
     store = tmp_path / "store"
@@ -241,7 +241,7 @@ def test_garbage_tails_are_cut_without_truncate(
 
 
 def test_reconcile_is_a_no_op_on_a_clean_tier(
-    tiny_store: tuple[Path, GenSpec], offload_case: OffloadCase, tmp_path: Path
+    tiny_store: tuple[Path, GenSpec], offload_case: SidecarCase, tmp_path: Path
 ) -> None:
     store, spec = tiny_store
     cfg = tiny_config(offload_case, store, spec, tmp_path)

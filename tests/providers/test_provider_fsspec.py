@@ -78,12 +78,7 @@ class FsspecS3Tests(S3Fixtures, ChunkedProviderTests):
 
     @pytest.fixture
     def provider(self, endpoint: S3Endpoint, bucket: str, key_prefix: str) -> FsspecProvider:
-        options = {
-            "key": endpoint.access_key,
-            "secret": endpoint.secret_key,
-            "client_kwargs": {"endpoint_url": endpoint.url, "region_name": endpoint.region},
-            "config_kwargs": {"s3": {"addressing_style": "path"}},
-        }
+        options = endpoint.options().s3fs_storage_options()
         return FsspecProvider(f"s3://{bucket}/{key_prefix}", storage_options=options)
 
 

@@ -17,11 +17,10 @@ import pytest
 
 from tiered.broker.generator import GenSpec
 from tiered.core.sidecar import Sidecar
-from tiered.testing import ConfigFactory
 from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.sample_tier import build_sample_tier
 from tiered.testing.sample_tier import rolling_spec
-from tiered.testing.sample_tier import sample_config
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +34,10 @@ TierFactory = Callable[..., SampleTier]
 
 
 @pytest.fixture
-def read_settings() -> ConfigFactory:
-    """``read_settings(store, work, spec, provider, **keys)``: see :func:`sample_config`."""
-    return sample_config
+def read_case(tmp_path: Path, read_spec: GenSpec) -> SidecarCase:
+    """Stores of ``read_spec`` and sidecar configurations (:func:`sample_config`) under
+    ``tmp_path``."""
+    return SidecarCase(tmp_path, read_spec)
 
 
 @pytest.fixture

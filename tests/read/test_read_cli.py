@@ -11,22 +11,16 @@ from typing import Any
 
 import pytest
 
-from tiered.config import TieredConfig
 from tiered.core.sidecar import DataDirLock
 from tiered.errors import ConfigError
 from tiered.http.app import message_json
 from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sample_tier import write_conf
 
 TierFactory = Callable[..., SampleTier]
 
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
-
-
-def write_conf(cfg: TieredConfig, path: Path, **keys: str) -> Path:
-    props = {**cfg.as_properties(), **keys}
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items() if v != ""), encoding="utf-8")
-    return path
 
 
 def run(*args: str | Path, code: int = 0) -> subprocess.CompletedProcess[str]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import signal
 import socket
@@ -19,14 +18,12 @@ from typing import Any
 import pytest
 from tiered.providers import MemoryProvider
 
-from tiered.broker.generator import GenSpec
-from tiered.broker.generator import generate_store
 from tiered.core.daemon import Daemon
 from tiered.http.service import http_service
 from tiered.http.service import liveness
 from tiered.http.service import readiness
-from tiered.testing import ConfigFactory
 from tiered.testing.http import get
+from tiered.testing.sample_tier import SidecarCase
 
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 
@@ -43,19 +40,11 @@ def until(predicate: Callable[[], bool], seconds: float = 60.0) -> None:
         time.sleep(0.1)
 
 
-def conf_file(path: Path, cfg_props: dict[str, str]) -> Path:
-    path.write_text("".join(f"{k}={v}\n" for k, v in cfg_props.items() if v != ""))
-    return path
-
-
 def test_run_serves_the_tier_it_offloads_and_stops_cleanly(
-    tmp_path: Path, read_spec: GenSpec, read_settings: ConfigFactory
+    tmp_path: Path, read_case: SidecarCase
 ) -> None:
-    spec = dataclasses.replace(read_spec, messages=1200)
-    store = tmp_path / "store"
-    generate_store(store, spec)
-    cfg = read_settings(store, tmp_path, spec, "posix", tieredStorageLevel="FORCE")
-    conf = conf_file(tmp_path / "sidecar.conf", cfg.as_properties())
+    store = read_case.store(messages=1200)
+    conf = read_case.conf_file(read_case.config(store, "posix", tieredStorageLevel="FORCE"))
     log = tmp_path / "run.log"
     with log.open("w") as err:
         proc = subprocess.Popen([RMQ_TIERED, "run", "--config", conf], stderr=err, text=True)
@@ -87,18 +76,13 @@ def test_run_serves_the_tier_it_offloads_and_stops_cleanly(
     assert "stopped cleanly" in text and "Traceback" not in text
 
 
-def test_a_port_in_use_stops_run_with_one_line(
-    tmp_path: Path, read_spec: GenSpec, read_settings: ConfigFactory
-) -> None:
-    store = tmp_path / "store"
-    spec = dataclasses.replace(read_spec, messages=10)
-    generate_store(store, spec)
+def test_a_port_in_use_stops_run_with_one_line(read_case: SidecarCase) -> None:
+    store = read_case.store(messages=10)
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        cfg = read_settings(store, tmp_path, spec, "posix", tieredHttpPort=port)
-        conf = conf_file(tmp_path / "sidecar.conf", cfg.as_properties())
+        conf = read_case.conf_file(read_case.config(store, "posix", tieredHttpPort=port))
         done = subprocess.run(
             [RMQ_TIERED, "run", "--config", conf],
             capture_output=True,
@@ -113,13 +97,9 @@ def test_a_port_in_use_stops_run_with_one_line(
     assert "Traceback" not in done.stderr
 
 
-def test_health_and_readiness_name_what_is_wrong(
-    tmp_path: Path, read_spec: GenSpec, read_settings: ConfigFactory
-) -> None:
-    store = tmp_path / "store"
-    spec = dataclasses.replace(read_spec, messages=50)
-    generate_store(store, spec)
-    cfg = read_settings(store, tmp_path, spec, "memory")
+def test_health_and_readiness_name_what_is_wrong(read_case: SidecarCase) -> None:
+    store = read_case.store(messages=50)
+    cfg = read_case.config(store)
     daemon = Daemon(cfg, MemoryProvider())
     assert liveness(daemon) == {"process": "ok", "scheduler": "starting"}
     early = readiness(daemon)

@@ -17,7 +17,6 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tiered.broker import message as msgcodec
-from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import StorageLevel
 from tiered.core.fetcher import GetStatus
@@ -28,8 +27,8 @@ from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError
-from tiered.testing import ConfigFactory
 from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sample_tier import SidecarCase
 
 TierFactory = Callable[..., SampleTier]
 
@@ -218,14 +217,11 @@ def test_message_bytes_cap_and_response_min_offsets(make_tier: TierFactory) -> N
     assert len(one.units) == 1  # at least one message
 
 
-def test_gap_between_tier_segments_is_skipped(
-    tmp_path: Path, read_spec: GenSpec, read_settings: ConfigFactory
-) -> None:
+def test_gap_between_tier_segments_is_skipped(read_case: SidecarCase) -> None:
     """The broker deleted messages before they were offloaded: a read in the gap points past it."""
-    store_root = tmp_path / "store"
-    spec = dataclasses.replace(read_spec, topics=1, queues=1, messages=800)
-    generate_store(store_root, spec)
-    cfg = read_settings(store_root, tmp_path, spec, "posix", tieredStorageLevel="FORCE")
+    spec = dataclasses.replace(read_case.spec, topics=1, queues=1, messages=800)
+    store_root = read_case.store(spec)
+    cfg = read_case.config(store_root, "posix", tieredStorageLevel="FORCE")
     provider = build_provider(cfg)
     with Sidecar(cfg, provider) as sidecar:
         assert sidecar.dispatcher.run_pass(flush=True).messages == 800

@@ -14,6 +14,6 @@ from collections.abc import Callable
 from tiered.config import TieredConfig
 
 ConfigFactory = Callable[..., TieredConfig]
-"""A fixture that builds a sidecar configuration (``offload_config``, ``read_settings``)."""
+"""A fixture that builds a sidecar configuration (the index tests' ``index_config``)."""
 
 __all__ = ["ConfigFactory"]

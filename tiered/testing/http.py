@@ -3,10 +3,12 @@ errors included (urllib raises on 4xx/5xx; a test wants to look at them)."""
 
 from __future__ import annotations
 
+import http.client
 import json
 import urllib.error
 import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -32,3 +34,30 @@ def get(base: str, path: str = "", *, timeout: float = 30.0, **params: Any) -> R
             return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
     except urllib.error.HTTPError as e:
         return Reply(e.code, {k.lower(): v for k, v in e.headers.items()}, e.read())
+
+
+def scan_queue(
+    port: int, topic: str, queue_id: int, end: int, batch: int, fmt: str
+) -> Iterator[tuple[int, int, bytes]]:
+    """Read one queue from offset 0 up to ``end`` through ``GET .../messages`` on 127.0.0.1 at
+    ``port``, ``batch`` messages a request in ``fmt``, over one kept-alive connection: yields the
+    offset, the next begin offset and the body of each answer.
+
+    Raises:
+        AssertionError: an answer other than 200, or one that does not move the offset on.
+    """
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    offset = 0
+    try:
+        while offset < end:
+            path = f"/v1/topics/{topic}/queues/{queue_id}/messages"
+            conn.request("GET", f"{path}?offset={offset}&maxCount={batch}&format={fmt}")
+            response = conn.getresponse()
+            body = response.read()
+            assert response.status == 200, body[:200]
+            nxt = int(response.getheader("X-Next-Begin-Offset") or offset)
+            assert nxt > offset, (offset, nxt)
+            yield offset, nxt, body
+            offset = nxt
+    finally:
+        conn.close()

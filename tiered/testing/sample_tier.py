@@ -4,7 +4,9 @@
 captures every message from the broker's files (what each must read back as), offloads everything
 with one flushing dispatcher pass through :class:`~tiered.core.sidecar.Sidecar`, then deletes the
 broker's oldest commitlog files as its cleanup would -- so the oldest offsets exist only in the
-tier. Nothing here is used by the sidecar itself.
+tier. :class:`SidecarCase` makes the stores and configurations of one test and
+:func:`write_conf` writes a configuration as the properties file the CLI reads. Nothing here is
+used by the sidecar itself.
 """
 
 from __future__ import annotations
@@ -81,34 +83,61 @@ def rolling_spec(**changes: Any) -> GenSpec:
     return dataclasses.replace(spec, **changes)
 
 
+SMALL_SEGMENTS: dict[str, Any] = {
+    "tieredStoreCommitLogMaxSize": 64 << 10,
+    "tieredStoreConsumeQueueMaxSize": 200 * 20,
+    "tieredStoreGroupCommitCount": 128,
+    "tieredStoreGroupCommitSize": 32 << 10,
+    "objectStoreGroupCommitSize": 32 << 10,
+}
+"""Flat segments small enough that both files roll in a test store (64 KiB commitlog, 200-unit
+consumequeue) and group commits of 128 messages / 32 KiB (object stores too)."""
+
+
 @dataclasses.dataclass
-class OffloadCase:
-    """Broker stores and sidecar configurations for offload tests, under ``work``:
-    ``store(spec=None, name="store")`` generates a store (``spec`` by default) and returns its
-    root; ``config(store, provider="memory", *, spec=None, work=None, **keys)`` configures a
-    sidecar for it with small flat segments (64 KiB commitlog, 200-unit consumequeue) so both
-    roll and group commits of 128 messages / 32 KiB (object stores too), no hold time; ``keys``
-    (upstream names) override."""
+class SidecarCase:
+    """Broker stores and sidecar configurations for one test, under ``work``.
+
+    ``store(spec=None, name="store", **changes)`` generates a store of ``spec`` (the case's by
+    default, with ``changes`` to its fields) and returns its root; ``config(store,
+    provider="memory", *, spec=None, work=None, **keys)`` configures a sidecar for it
+    (:func:`sample_config` with the spec the store was generated with, then the case's ``keys``,
+    then these); ``conf_file(cfg, **keys)`` writes a configuration as a properties file for the
+    CLI."""
 
     work: Path
     spec: GenSpec
+    keys: dict[str, Any] = dataclasses.field(default_factory=dict)
+    _specs: dict[Path, GenSpec] = dataclasses.field(default_factory=dict, repr=False)
+    _files: int = dataclasses.field(default=0, repr=False)
 
-    def store(self, spec: GenSpec | None = None, name: str = "store") -> Path:
+    def store(self, spec: GenSpec | None = None, name: str = "store", **changes: Any) -> Path:
         root = self.work / name
-        generate_store(root, spec or self.spec)
+        self._specs[root] = dataclasses.replace(spec or self.spec, **changes)
+        generate_store(root, self._specs[root])
         return root
 
     def config(self, store: Path, provider: str = "memory", **keys: Any) -> TieredConfig:
-        spec: GenSpec = keys.pop("spec", None) or self.spec
+        spec: GenSpec = keys.pop("spec", None) or self._specs.get(store, self.spec)
         work: Path = keys.pop("work", None) or self.work
-        settings: dict[str, Any] = {
-            "tieredStoreCommitLogMaxSize": 64 << 10,
-            "tieredStoreConsumeQueueMaxSize": 200 * 20,
-            "tieredStoreGroupCommitCount": 128,
-            "tieredStoreGroupCommitSize": 32 << 10,
-            "objectStoreGroupCommitSize": 32 << 10,
-        }
-        return sample_config(store, work, spec, provider, **(settings | keys))
+        return sample_config(store, work, spec, provider, **(self.keys | keys))
+
+    def conf_file(self, cfg: TieredConfig, **keys: Any) -> Path:
+        self._files += 1
+        return write_conf(cfg, self.work / f"sidecar-{self._files}.conf", **keys)
+
+
+def write_conf(cfg: TieredConfig, path: Path, **keys: Any) -> Path:
+    """Write ``cfg`` (``keys``, upstream names, override) as a properties file the CLI reads,
+    the secret included, and return ``path``."""
+    props = cfg.as_properties() | {
+        "objectStoreSecretKey": cfg.object_store_secret_key.get_secret_value()
+    }
+    props |= {k: str(v) for k, v in keys.items()}
+    # a backslash escapes in a properties file: paths and values keep theirs
+    lines = (f"{k}={v}".replace("\\", "\\\\") for k, v in props.items() if v)
+    path.write_text("".join(f"{line}\n" for line in lines), encoding="utf-8")
+    return path
 
 
 @dataclasses.dataclass
