@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 import signal
@@ -16,8 +15,6 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from tiered.broker.generator import GenSpec
-from tiered.broker.generator import generate_store
 from tiered.cli import main
 from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
@@ -112,9 +109,7 @@ def test_status_shows_the_key_index(offload_case: SidecarCase) -> None:
     assert cli_json("status", "--config", off, "--json")["index"]["enabled"] is False
 
 
-def test_recover_from_the_mirror_then_from_the_segments(
-    offload_case: SidecarCase, small_spec: GenSpec
-) -> None:
+def test_recover_from_the_mirror_then_from_the_segments(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix")
     conf = offload_case.conf_file(cfg)
@@ -140,15 +135,13 @@ def test_recover_from_the_mirror_then_from_the_segments(
             p: {b: s.size for b, s in v.items()} for p, v in old.items()
         }
     assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 0
-    generate_store(store, dataclasses.replace(small_spec, seed=4, messages=500, append=True))
+    offload_case.append(store, seed=4, messages=500)
     assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 500
     check = check_tier(cfg, provider)
     assert check.problems == [] and check.messages == 3500
 
 
-def test_a_lost_data_dir_is_restored_from_the_mirror_at_start(
-    offload_case: SidecarCase, small_spec: GenSpec
-) -> None:
+def test_a_lost_data_dir_is_restored_from_the_mirror_at_start(offload_case: SidecarCase) -> None:
     """A new data volume (an emptyDir after the pod moved): the next start restores the metadata
     from the backend mirror by itself and goes on where the lost copy stopped."""
     store = offload_case.store()
@@ -157,7 +150,7 @@ def test_a_lost_data_dir_is_restored_from_the_mirror_at_start(
     cli("dispatch", "--config", conf, "--once", "--flush")
     original = read_document(cfg)
     shutil.rmtree(cfg.tiered_data_dir)
-    generate_store(store, dataclasses.replace(small_spec, seed=5, messages=300, append=True))
+    offload_case.append(store, seed=5, messages=300)
     assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 300
     restored = read_document(cfg)
     assert restored.topic_metadata_table.keys() == original.topic_metadata_table.keys()
@@ -187,7 +180,7 @@ def _wait(predicate: Callable[[], bool], seconds: float = 30.0) -> None:
 
 
 def test_run_follows_the_broker_status_works_meanwhile_and_sigterm_exits_0(
-    offload_case: SidecarCase, small_spec: GenSpec, tmp_path: Path
+    offload_case: SidecarCase, tmp_path: Path
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, "posix")
@@ -205,7 +198,7 @@ def test_run_follows_the_broker_status_works_meanwhile_and_sigterm_exits_0(
         assert cli_json("status", "--config", conf, "--json")["daemon"]["pid"] == proc.pid
         second = cli("dispatch", "--config", conf, "--once", code=2)
         assert f"in use by another rmq-tiered (pid {proc.pid})" in second
-        generate_store(store, dataclasses.replace(small_spec, seed=8, messages=800, append=True))
+        offload_case.append(store, seed=8, messages=800)
         _wait(lambda: lag() == 0)
         proc.send_signal(signal.SIGTERM)
         _, err = proc.communicate(timeout=30)

@@ -142,47 +142,40 @@ def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
 
 @pytest.mark.parametrize("backend", ["posix", "memory"])
 def test_follows_a_broker_that_keeps_writing_and_rolling(
-    backend: str, offload_case: SidecarCase, small_spec: GenSpec
+    backend: str, offload_case: SidecarCase
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store, backend)
     provider = provider_for(cfg)
     total = offload(cfg, provider)
     for round_ in range(3):
-        more = dataclasses.replace(small_spec, seed=100 + round_, messages=700, append=True)
-        generate_store(store, more)
+        offload_case.append(store, seed=100 + round_, messages=700)
         total += offload(cfg, provider)
     assert total == 3000 + 3 * 700
     check = check_tier(cfg, provider)
     assert check.problems == [] and check.messages == total
 
 
-def test_a_running_dispatcher_follows_appends_between_passes(
-    offload_case: SidecarCase, small_spec: GenSpec
-) -> None:
+def test_a_running_dispatcher_follows_appends_between_passes(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store)
     provider = MemoryProvider()
     with Sidecar(cfg, provider) as sidecar:
         total = sidecar.dispatcher.run_pass(flush=True).messages
         for i in range(3):
-            generate_store(
-                store, dataclasses.replace(small_spec, seed=7 + i, messages=500, append=True)
-            )
+            offload_case.append(store, seed=7 + i, messages=500)
             total += sidecar.dispatcher.run_pass(flush=True).messages
     assert total == 4500
     assert check_tier(cfg, provider).problems == []
 
 
-def test_gap_when_the_broker_deleted_unoffloaded_files(
-    offload_case: SidecarCase, small_spec: GenSpec
-) -> None:
+def test_gap_when_the_broker_deleted_unoffloaded_files(offload_case: SidecarCase) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store)
     provider = MemoryProvider()
     offload(cfg, provider)
     first = check_tier(cfg, provider)
-    generate_store(store, dataclasses.replace(small_spec, seed=5, messages=3000, append=True))
+    offload_case.append(store, seed=5, messages=3000)
     files = sorted((store / "commitlog").iterdir())
     for f in files[:-1]:  # the broker deleted every file but the newest
         f.unlink()

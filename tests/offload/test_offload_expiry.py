@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -13,8 +12,6 @@ from tiered.providers import WrappedProvider
 from tiered.providers.layout import FileType
 from tiered.providers.layout import segment_key
 
-from tiered.broker.generator import GenSpec
-from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.core.expiry import HOUR_MS
 from tiered.core.expiry import expire
@@ -136,7 +133,7 @@ def test_old_segments_go_oldest_first_metadata_before_data(offload_case: Sidecar
 
 
 def test_an_idle_queue_keeps_its_position_when_everything_expired(
-    offload_case: SidecarCase, small_spec: GenSpec
+    offload_case: SidecarCase,
 ) -> None:
     store = offload_case.store()
     cfg = offload_case.config(store)
@@ -151,7 +148,7 @@ def test_an_idle_queue_keeps_its_position_when_everything_expired(
             assert [s.size for s in flat.commitlog.segments] == [0]
             assert flat.commit_offset == first.ranges[(flat.topic, flat.queue_id)][1]
     assert len(list(memory.list("212d6b50_DefaultCluster/broker-a/GenTopic"))) == 0
-    generate_store(store, dataclasses.replace(small_spec, seed=21, messages=600, append=True))
+    offload_case.append(store, seed=21, messages=600)
     offload(cfg, provider)
     start = {k: end for k, (_, end) in first.ranges.items()}
     check = check_tier(cfg, memory, start=start)

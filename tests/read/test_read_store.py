@@ -17,7 +17,6 @@ import pytest
 from prometheus_client import REGISTRY
 
 from tiered.broker import message as msgcodec
-from tiered.broker.generator import generate_store
 from tiered.config import StorageLevel
 from tiered.core.fetcher import GetStatus
 from tiered.core.fetcher import Unit
@@ -225,7 +224,7 @@ def test_gap_between_tier_segments_is_skipped(read_case: SidecarCase) -> None:
     provider = build_provider(cfg)
     with Sidecar(cfg, provider) as sidecar:
         assert sidecar.dispatcher.run_pass(flush=True).messages == 800
-        generate_store(store_root, dataclasses.replace(spec, seed=5, messages=2000, append=True))
+        read_case.append(store_root, seed=5, messages=2000)
         for f in sorted((store_root / "commitlog").iterdir())[:-2]:
             f.unlink()
         local = LocalSource(cfg)

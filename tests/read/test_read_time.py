@@ -28,20 +28,25 @@ TierFactory = Callable[..., SampleTier]
 EXAMPLE = [(10, 40), (11, 50), (12, 50), (13, 50), (14, 60), (15, 60), (16, 70)]
 
 
-def flat_queue(
-    tmp_path: Path, rows: list[tuple[int, int]], units_per_segment: int
-) -> FlatMessageFile:
-    """A flat queue holding one message per ``(queue offset, store time)``; a jump in the
-    offsets is a gap (a new consumequeue segment)."""
-    metadata = MetadataStore(tmp_path / f"data-{units_per_segment}")
+def empty_queue(data_dir: Path, units_per_segment: int) -> FlatMessageFile:
+    """A flat queue in memory, not yet initialised, with metadata under ``data_dir``."""
+    metadata = MetadataStore(data_dir)
     metadata.load()
-    flat = FlatMessageFile(
+    return FlatMessageFile(
         MemoryProvider(),
         metadata,
         FlatAddress("DefaultCluster", "broker-a", "TopicTest", 0),
         commitlog_max_size=1 << 20,
         consume_queue_max_size=units_per_segment * 20,
     )
+
+
+def flat_queue(
+    tmp_path: Path, rows: list[tuple[int, int]], units_per_segment: int
+) -> FlatMessageFile:
+    """A flat queue holding one message per ``(queue offset, store time)``; a jump in the
+    offsets is a gap (a new consumequeue segment)."""
+    flat = empty_queue(tmp_path / f"data-{units_per_segment}", units_per_segment)
     flat.init(rows[0][0])
     for queue_offset, ts in rows:
         if queue_offset != flat.append_offset:
@@ -108,15 +113,7 @@ def test_gaps_are_never_probed(tmp_path: Path) -> None:
 
 
 def test_an_empty_tier_answers_minus_one(tmp_path: Path) -> None:
-    metadata = MetadataStore(tmp_path)
-    metadata.load()
-    flat = FlatMessageFile(
-        MemoryProvider(),
-        metadata,
-        FlatAddress("C", "b", "T", 0),
-        commitlog_max_size=1 << 20,
-        consume_queue_max_size=2000,
-    )
+    flat = empty_queue(tmp_path, 100)
     assert offset_by_time(flat, 5, Boundary.LOWER) == -1
     flat.init(7)
     assert offset_by_time(flat, 5, Boundary.LOWER) == 7

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from tiered.broker.generator import GenReport
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import StorageLevel
@@ -99,7 +100,8 @@ class SidecarCase:
     """Broker stores and sidecar configurations for one test, under ``work``.
 
     ``store(spec=None, name="store", **changes)`` generates a store of ``spec`` (the case's by
-    default, with ``changes`` to its fields) and returns its root; ``config(store,
+    default, with ``changes`` to its fields) and returns its root; ``append(store, **changes)`` writes more
+    into it; ``config(store,
     provider="memory", *, spec=None, work=None, **keys)`` configures a sidecar for it
     (:func:`sample_config` with the spec the store was generated with, then the case's ``keys``,
     then these); ``conf_file(cfg, **keys)`` writes a configuration as a properties file for the
@@ -116,6 +118,12 @@ class SidecarCase:
         self._specs[root] = dataclasses.replace(spec or self.spec, **changes)
         generate_store(root, self._specs[root])
         return root
+
+    def append(self, store: Path, **changes: Any) -> GenReport:
+        """The broker writes more: append messages of the spec ``store`` was generated with, with
+        ``changes`` (a new ``seed`` and ``messages`` at least)."""
+        spec = dataclasses.replace(self._specs.get(store, self.spec), **changes, append=True)
+        return generate_store(store, spec)
 
     def config(self, store: Path, provider: str = "memory", **keys: Any) -> TieredConfig:
         spec: GenSpec = keys.pop("spec", None) or self._specs.get(store, self.spec)
