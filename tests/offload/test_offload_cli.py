@@ -137,8 +137,7 @@ def test_recover_from_the_mirror_then_from_the_segments(offload_case: SidecarCas
     assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 0
     offload_case.append(store, seed=4, messages=500)
     assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 500
-    check = check_tier(cfg, provider)
-    assert check.problems == [] and check.messages == 3500
+    check_tier(cfg, provider).assert_ok(3500)
 
 
 def test_a_lost_data_dir_is_restored_from_the_mirror_at_start(offload_case: SidecarCase) -> None:
@@ -154,8 +153,7 @@ def test_a_lost_data_dir_is_restored_from_the_mirror_at_start(offload_case: Side
     assert cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")["messages"] == 300
     restored = read_document(cfg)
     assert restored.topic_metadata_table.keys() == original.topic_metadata_table.keys()
-    check = check_tier(cfg, build_provider(cfg))
-    assert check.problems == [] and check.messages == 3300
+    check_tier(cfg, build_provider(cfg)).assert_ok(3300)
     # without a mirror nothing is guessed: queues whose objects exist are refused, not re-uploaded
     shutil.rmtree(cfg.tiered_data_dir)
     build_provider(cfg).delete(mirror_key_for(cfg.broker_cluster_name, cfg.broker_name))
@@ -208,8 +206,7 @@ def test_run_follows_the_broker_status_works_meanwhile_and_sigterm_exits_0(
     assert proc.returncode == 0, err
     assert "stopped cleanly" in err
     assert not cli_json("status", "--config", conf, "--json")["daemon"]["running"]
-    check = check_tier(cfg, build_provider(cfg))
-    assert check.problems == [] and check.messages == 3800
+    check_tier(cfg, build_provider(cfg)).assert_ok(3800)
 
 
 def _ro_bind_works(tmp_path: Path) -> bool:

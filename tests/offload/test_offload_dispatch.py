@@ -86,8 +86,7 @@ def test_s3_end_to_end(offload_case: SidecarCase, s3_keys: dict[str, str]) -> No
     cfg = offload_case.config(store, "s3", tieredStoreCommitLogMaxSize=96 << 10, **s3_keys)
     provider = provider_for(cfg)
     assert offload(cfg, provider) == 3000
-    check = check_tier(cfg, provider)
-    assert check.problems == [] and check.messages == 3000
+    check_tier(cfg, provider).assert_ok(3000)
     cl_segments, cq_segments = segment_counts(cfg)
     assert cl_segments > 1 and cq_segments > 1  # sealed (consolidated) segments on S3 too
     # a fresh sidecar restores everything from metadata and finds nothing left to do
@@ -152,8 +151,7 @@ def test_follows_a_broker_that_keeps_writing_and_rolling(
         offload_case.append(store, seed=100 + round_, messages=700)
         total += offload(cfg, provider)
     assert total == 3000 + 3 * 700
-    check = check_tier(cfg, provider)
-    assert check.problems == [] and check.messages == total
+    check_tier(cfg, provider).assert_ok(total)
 
 
 def test_a_running_dispatcher_follows_appends_between_passes(offload_case: SidecarCase) -> None:
@@ -244,8 +242,7 @@ def test_recent_policy_starts_near_now(
     provider = MemoryProvider()
     assert offload(cfg, provider) == 600
     start = {key: first for key, (first, _) in recent.queues.items()}
-    check = check_tier(cfg, provider, start=start)
-    assert check.problems == [] and check.messages == 600
+    check = check_tier(cfg, provider, start=start).assert_ok(600)
     assert all(min(check.tier_offsets[k]) == v for k, v in start.items())
 
 
@@ -339,8 +336,7 @@ def test_ten_percent_of_s3_calls_failing_loses_nothing(
     assert report.errors == {} and report.messages == 3000
     assert report.failures > 0  # failed steps were retried from where they stopped
     assert before.injected > 0 and faulty.injected > 0
-    check = check_tier(cfg, s3)
-    assert check.problems == [] and check.messages == 3000
+    check_tier(cfg, s3).assert_ok(3000)
 
 
 def test_cold_backlog_pages_are_released(offload_case: SidecarCase) -> None:

@@ -151,8 +151,7 @@ def test_an_idle_queue_keeps_its_position_when_everything_expired(
     offload_case.append(store, seed=21, messages=600)
     offload(cfg, provider)
     start = {k: end for k, (_, end) in first.ranges.items()}
-    check = check_tier(cfg, memory, start=start)
-    assert check.problems == [] and check.messages == 600
+    check_tier(cfg, memory, start=start).assert_ok(600)
 
 
 def test_reserve_time_per_topic(offload_case: SidecarCase) -> None:

@@ -152,9 +152,7 @@ def test_a_crash_at_every_provider_call_loses_and_duplicates_nothing(
             inner = MemoryProvider()
             assert crash_run(cfg, Dying(inner, at, after=after))
             finish(cfg, inner)
-            check = check_tier(cfg, inner)
-            assert check.problems == [], (at, after, check.problems)
-            assert check.messages == 240
+            check_tier(cfg, inner).assert_ok(240, context=(at, after))
             points += 1
     assert points >= 200
 
@@ -168,8 +166,7 @@ def test_a_posix_crash_sweep(
         inner = PosixProvider(cfg.tiered_store_file_path)
         crash_run(cfg, Dying(inner, at, after=at % 2 == 1))
         finish(cfg, inner)
-        check = check_tier(cfg, inner)
-        assert check.problems == [] and check.messages == 240, (at, check.problems)
+        check_tier(cfg, inner).assert_ok(240, context=at)
 
 
 def test_unrecorded_units_that_agree_are_kept_not_uploaded_again(
@@ -206,8 +203,7 @@ def test_unrecorded_units_that_agree_are_kept_not_uploaded_again(
     now = read_document(cfg).segment_table(FileSegmentType.CONSUME_QUEUE)
     assert sum(recorded.values()) < sum(s.size for segs in now.values() for s in segs.values())
     assert report.messages == 240 - sum(recorded.values()) // 20 - kept
-    check = check_tier(cfg, inner)
-    assert check.problems == [] and check.messages == 240
+    check_tier(cfg, inner).assert_ok(240)
 
 
 def test_garbage_tails_are_cut_without_truncate(
@@ -236,8 +232,7 @@ def test_garbage_tails_are_cut_without_truncate(
     assert reports[flats[0].path].orphan_bytes == 66
     generate_store(store, dataclasses.replace(spec, seed=9, messages=200, append=True))
     assert finish(cfg, inner) == 200
-    check = check_tier(cfg, inner)
-    assert check.problems == [] and check.messages == 440
+    check_tier(cfg, inner).assert_ok(440)
 
 
 def test_reconcile_is_a_no_op_on_a_clean_tier(

@@ -139,6 +139,15 @@ def _config(tmp_path: Path, **props: str) -> TieredConfig:
     )
 
 
+S3_KEYS = {
+    "objectStoreEndpoint": "http://127.0.0.1:9000",
+    "objectStoreAccessKey": "AK",
+    "objectStoreSecretKey": "SK",
+    "objectStorePathStyle": "true",
+}
+"""The ``objectStore*`` keys the s3 and fsspec providers both map to their clients."""
+
+
 def test_from_config_builds_each_provider(tmp_path: Path) -> None:
     posix = from_config(
         _config(
@@ -154,13 +163,10 @@ def test_from_config_builds_each_provider(tmp_path: Path) -> None:
         _config(
             tmp_path,
             tieredBackendServiceProvider="s3",
-            objectStoreEndpoint="http://127.0.0.1:9000",
             objectStoreBucket="tiered-bucket",
-            objectStoreAccessKey="AK",
-            objectStoreSecretKey="SK",
             objectStorePrefix="prod/",
             objectStoreRegion="eu-west-1",
-            objectStorePathStyle="true",
+            **S3_KEYS,
         )
     )
     assert isinstance(s3, S3Provider)
@@ -177,10 +183,7 @@ def test_from_config_builds_each_provider(tmp_path: Path) -> None:
             tmp_path,
             tieredBackendServiceProvider="fsspec",
             tieredStoreFsspecUrl="s3://bucket/tiered",
-            objectStoreEndpoint="http://127.0.0.1:9000",
-            objectStoreAccessKey="AK",
-            objectStoreSecretKey="SK",
-            objectStorePathStyle="true",
+            **S3_KEYS,
         )
     )
     assert isinstance(fs, FsspecProvider)

@@ -100,12 +100,11 @@ class SidecarCase:
     """Broker stores and sidecar configurations for one test, under ``work``.
 
     ``store(spec=None, name="store", **changes)`` generates a store of ``spec`` (the case's by
-    default, with ``changes`` to its fields) and returns its root; ``append(store, **changes)`` writes more
-    into it; ``config(store,
-    provider="memory", *, spec=None, work=None, **keys)`` configures a sidecar for it
-    (:func:`sample_config` with the spec the store was generated with, then the case's ``keys``,
-    then these); ``conf_file(cfg, **keys)`` writes a configuration as a properties file for the
-    CLI."""
+    default, with ``changes`` to its fields) and returns its root; ``append(store, **changes)``
+    writes more into it; ``config(store, provider="memory", *, spec=None, work=None, **keys)``
+    configures a sidecar for it (:func:`sample_config` with the spec the store was generated
+    with, then the case's ``keys``, then these); ``conf_file(cfg, **keys)`` writes a
+    configuration as a properties file for the CLI."""
 
     work: Path
     spec: GenSpec

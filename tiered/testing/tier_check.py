@@ -50,6 +50,18 @@ class TierCheck:
         """Messages checked."""
         return sum(b - a for a, b in self.ranges.values())
 
+    def assert_ok(self, messages: int | None = None, *, context: object = "") -> TierCheck:
+        """Assert no problem was found (and that ``messages`` were checked); return ``self``.
+
+        Raises:
+            AssertionError: with ``context`` (e.g. the crash point of a sweep), naming the first
+                problems or both message counts.
+        """
+        assert not self.problems, f"{context} {len(self.problems)} problem(s): {self.problems[:5]}"
+        if messages is not None:
+            assert self.messages == messages, f"{context} checked {self.messages}, not {messages}"
+        return self
+
 
 def read_document(cfg: TieredConfig) -> MetadataDocument:
     """The metadata file as written (an empty document when there is none)."""
