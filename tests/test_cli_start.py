@@ -1,0 +1,43 @@
+"""What starting ``rmq-tiered`` costs the broker's node: no BLAS threads, no unused imports."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+
+def _run(code: str, **env: str) -> list[str]:
+    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    environ.update(env)
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", code], env=environ, capture_output=True, text=True, check=True
+    )
+    return done.stdout.split()
+
+
+@pytest.mark.skipif(os.cpu_count() == 1, reason="OpenBLAS starts no thread on one core")
+def test_numpy_starts_no_blas_thread_under_the_command_line() -> None:
+    threads = "import os, sys, numpy; print(len(os.listdir('/proc/self/task')))"
+    assert int(_run(threads)[0]) > 1  # what the setting saves: one OpenBLAS thread per core
+    code = (
+        "import os, tiered.cli, numpy; "
+        "print(os.environ['OPENBLAS_NUM_THREADS'], len(os.listdir('/proc/self/task')))"
+    )
+    assert _run(code) == ["1", "1"]
+
+
+def test_an_operators_blas_setting_is_kept() -> None:
+    code = "import os, tiered.cli; print(os.environ['OPENBLAS_NUM_THREADS'])"
+    assert _run(code, OPENBLAS_NUM_THREADS="2") == ["2"]
+
+
+def test_dispatch_does_not_import_the_http_app_or_the_object_store_clients() -> None:
+    code = (
+        "import sys; from tiered.cli import main; main.get_command(None, 'dispatch'); "
+        "print(sorted(m for m in ('fastapi', 'uvicorn', 'boto3', 's3fs', 'pyspark') "
+        "if m in sys.modules) or ['none'])"
+    )
+    assert _run(code) == ["['none']"]
