@@ -8,7 +8,9 @@ tokens per message, 1 GiB commitlog files) and offloaded with the default config
 index on and index off, alternating
 with the copy, :data:`REPEAT` times, the page cache warmed before each run. Printed per size:
 medians of wall time and their ratio to the copy, CPU-seconds (user + system, from the process's
-own rusage) per GiB of message bytes, and peak RSS (polled ``VmHWM``).
+own rusage) per GiB of message bytes, peak RSS (polled ``VmHWM``), and the CPU the whole machine
+spent per GiB until a ``sync`` after the run (the copy's writeback is done by ``sync`` and the
+kernel's flusher threads, the sidecar's by its own ``fdatasync``: only this figure compares them).
 
 A second part offloads :data:`S3_SIZE_BYTES` to S3 (moto over HTTP) and prints requests per GiB
 of message bytes, by operation (PUT = one per chunk append, per metadata mirror, per part).
@@ -84,16 +86,29 @@ def _conf(path: Path, store: Path, work: Path, extra: dict[str, str] | None = No
 
 @dataclass
 class Run:
-    """One measured process: wall seconds, CPU-seconds (user + system), peak RSS bytes."""
+    """One measured process: wall seconds, CPU-seconds (user + system), peak RSS bytes, and the
+    CPU-seconds the whole machine was busy from its start to the end of a ``sync`` after it."""
 
     wall: float
     cpu: float
     rss: int
+    node: float
+
+
+def _busy() -> float:
+    """CPU-seconds the machine has been busy (user, nice, system, irq, softirq: /proc/stat)."""
+    user, nice, system, _idle, _iowait, irq, softirq = map(
+        int, Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:8]
+    )
+    return (user + nice + system + irq + softirq) / os.sysconf("SC_CLK_TCK")
 
 
 def _measure(argv: list[str], cwd: Path) -> tuple[Run, bytes]:
-    """Run ``argv``; its wall time, its own CPU time (``wait4`` rusage) and its peak RSS, polled
-    from /proc (the rusage peak of a forked child also counts the parent's inherited pages)."""
+    """Run ``argv``; its wall time, its own CPU time (``wait4`` rusage), its peak RSS, polled
+    from /proc (the rusage peak of a forked child also counts the parent's inherited pages), and
+    the machine's busy CPU until a ``sync`` after it has returned: what the node pays, with the
+    writeback of what the process left dirty, wherever the kernel does it."""
+    busy = _busy()
     t0 = time.perf_counter()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, cwd=cwd, env=INSTALLED_ENV)
     peak = 0
@@ -115,15 +130,15 @@ def _measure(argv: list[str], cwd: Path) -> tuple[Run, bytes]:
     stop.set()
     watcher.join()
     assert proc.returncode == 0, argv
-    return Run(wall, usage.ru_utime + usage.ru_stime, peak), out
+    subprocess.run(["sync"], check=True)
+    return Run(wall, usage.ru_utime + usage.ru_stime, peak, _busy() - busy), out
 
 
 def _cp(store: Path, target: Path) -> Run:
     """``cp -r commitlog && sync``: the copy's wall time (both), CPU of the copy itself."""
     t0 = time.perf_counter()
     run, _ = _measure(["cp", "-r", str(store / "commitlog"), str(target)], target.parent)
-    subprocess.run(["sync"], check=True)
-    return Run(time.perf_counter() - t0, run.cpu, run.rss)
+    return Run(time.perf_counter() - t0, run.cpu, run.rss, run.node)
 
 
 def _hwm(pid: int) -> int:
@@ -151,6 +166,7 @@ def _median(runs: list[Run]) -> Run:
         statistics.median(r.wall for r in runs),
         statistics.median(r.cpu for r in runs),
         max(r.rss for r in runs),
+        statistics.median(r.node for r in runs),
     )
 
 
@@ -202,6 +218,11 @@ def test_offload_against_cp(tmp_path: Path) -> None:
             f"(copy CPU {statistics.median(r.cpu for r in runs['cp']) / gib:.2f} s/GiB); "
             f"on {', '.join(f'{r.wall:.2f}' for r in runs['on'])}; "
             f"off {', '.join(f'{r.wall:.2f}' for r in runs['off'])}"
+        )
+        lines.append(
+            f"{'':>6} the node's CPU-s/GiB (every process and kernel thread, until a sync after "
+            f"the run has written everything back): cp {cp.node / gib:.2f}, "
+            f"index on {on.node / gib:.2f}, index off {off.node / gib:.2f}"
         )
         shutil.rmtree(store)
     print("\n".join(lines))
