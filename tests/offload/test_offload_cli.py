@@ -59,7 +59,7 @@ def test_dispatch_once_then_status(offload_case: SidecarCase) -> None:
     for q in status["queues"]:
         assert q["tieredCommit"] == q["localMax"] and q["tieredMin"] == q["localMin"] == 0
         assert q["lastUploadMs"] > 0
-    table = cli("status", "--config", conf)
+    table = cli("status", "-c", conf)  # -c as the broker's own `mqbroker -c broker.conf`
     assert "role master" in table and "GenTopic0" in table
     again = cli_json("dispatch", "--config", conf, "--once", "--json")
     assert again["messages"] == 0

@@ -1,4 +1,4 @@
-"""``--config FILE`` (repeatable) and logging set-up for the commands that run the sidecar."""
+"""``-c/--config FILE`` (repeatable) and logging set-up for the commands that run the sidecar."""
 
 from __future__ import annotations
 
@@ -18,8 +18,10 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 def config_option(func: F) -> F:
-    """Add ``--config FILE`` (required, repeatable; later files win)."""
+    """Add ``-c/--config FILE`` (required, repeatable; later files win). ``-c`` as the broker's
+    own ``mqbroker -c broker.conf``."""
     return click.option(
+        "-c",
         "--config",
         "configs",
         type=click.Path(dir_okay=False, path_type=Path),
