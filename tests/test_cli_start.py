@@ -20,7 +20,7 @@ def _run(code: str, **env: str) -> list[str]:
 
 @pytest.mark.skipif(os.cpu_count() == 1, reason="OpenBLAS starts no thread on one core")
 def test_numpy_starts_no_blas_thread_under_the_command_line() -> None:
-    threads = "import os, sys, numpy; print(len(os.listdir('/proc/self/task')))"
+    threads = "import os, numpy; print(len(os.listdir('/proc/self/task')))"
     assert int(_run(threads)[0]) > 1  # what the setting saves: one OpenBLAS thread per core
     code = (
         "import os, tiered.cli, numpy; "

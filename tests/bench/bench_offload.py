@@ -5,12 +5,12 @@ Run with ``make bench`` (not part of the test run; needs ~8 GB of free disk). Fo
 one store of about :data:`SIZE_BYTES` is generated (16 queues, ``UNIQ_KEY`` plus two ``KEYS``
 tokens per message, 1 GiB commitlog files) and offloaded with the default configuration by a
 ``rmq-tiered dispatch`` process (process start included, bytecode compiled as pip installs it),
-index on and index off, alternating
-with the copy, :data:`REPEAT` times, the page cache warmed before each run. Printed per size:
-medians of wall time and their ratio to the copy, CPU-seconds (user + system, from the process's
-own rusage) per GiB of message bytes, peak RSS (polled ``VmHWM``), and the CPU the whole machine
-spent per GiB until a ``sync`` after the run (the copy's writeback is done by ``sync`` and the
-kernel's flusher threads, the sidecar's by its own ``fdatasync``: only this figure compares them).
+index on and index off, alternating with the copy, :data:`REPEAT` times, the page cache warmed
+before each run. Printed per size: medians of wall time and their ratio to the copy, CPU-seconds
+(user + system, from the process's own rusage) per GiB of message bytes, peak RSS (polled
+``VmHWM``), and the CPU the whole machine spent per GiB until a ``sync`` after the run (the copy's
+writeback is done by ``sync`` and the kernel's flusher threads, the sidecar's by its own
+``fdatasync``: only this figure compares them).
 
 A second part offloads :data:`S3_SIZE_BYTES` to S3 (moto over HTTP) and prints requests per GiB
 of message bytes, by operation (PUT = one per chunk append, per metadata mirror, per part).
