@@ -2,10 +2,10 @@
 
 Run with ``make bench`` (not part of the test run; needs ~4 GB of free disk and ~3 GB of memory).
 One generated queue of :data:`SIZE_BYTES` (4 KiB bodies) is offloaded to posix and to S3 (moto
-over HTTP) with 256 MiB flat commitlog segments (so most are sealed) and the default 4 MiB
-batches. Then, with ``tieredStorageLevel=FORCE``, the whole queue is read from offset 0 the way
-a consumer catching up does (``nextBeginOffset`` after ``nextBeginOffset``, 1024 messages / 16 MiB
-per call):
+over HTTP) with 256 MiB flat commitlog segments (so most are sealed) and the default batches
+(4 MiB; 64 MiB on S3, ``objectStoreGroupCommitSize``). Then, with ``tieredStorageLevel=FORCE``,
+the whole queue is read from offset 0 the way a consumer catching up does (``nextBeginOffset``
+after ``nextBeginOffset``, 1024 messages / 16 MiB per call):
 
 * through :class:`TieredMessageStore` (a fresh read-ahead cache each run),
 * through the HTTP API on a real uvicorn server, ``format=raw`` and JSON,
@@ -119,6 +119,7 @@ def _offload(root: Path, spec: GenSpec, name: str, **keys: str) -> Backend:
         tieredStoreConsumeQueueMaxSize=str(100 * MIB),
         tieredStoreGroupCommitCount="4096",
         tieredStoreGroupCommitSize=str(4 * MIB),
+        objectStoreGroupCommitSize=str(64 * MIB),  # the default (sample_config's is 64 KiB)
         tieredHttpMaxResponseBytes=str(BATCH_BYTES),
         readAheadCacheExpireDuration="600000",  # the warm pass comes long after (moto is slow)
         **keys,
