@@ -10,7 +10,8 @@ import pytest
 
 
 def _run(code: str, **env: str) -> list[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_NUM_THREADS"}
+    blas = ("OPENBLAS_NUM_THREADS", "GOTO_NUM_THREADS", "OMP_NUM_THREADS")  # OpenBLAS reads all
+    environ = {k: v for k, v in os.environ.items() if k not in blas}
     environ.update(env)
     done = subprocess.run(
         [sys.executable, "-P", "-c", code], env=environ, capture_output=True, text=True, check=True
