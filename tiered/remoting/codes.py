@@ -19,6 +19,9 @@ class RequestCode(enum.IntEnum):
     QUERY_CONSUMER_OFFSET = 14
     UPDATE_CONSUMER_OFFSET = 15
     UPDATE_AND_CREATE_TOPIC = 17
+    UPDATE_AND_CREATE_TOPIC_LIST = 18
+    UPDATE_BROKER_CONFIG = 25
+    GET_BROKER_RUNTIME_INFO = 28
     SEARCH_OFFSET_BY_TIMESTAMP = 29
     GET_MAX_OFFSET = 30
     GET_MIN_OFFSET = 31
@@ -34,9 +37,24 @@ class RequestCode(enum.IntEnum):
     CHECK_CLIENT_CONFIG = 46
     GET_ROUTEINFO_BY_TOPIC = 105
     GET_BROKER_CLUSTER_INFO = 106
+    UPDATE_AND_CREATE_SUBSCRIPTIONGROUP = 200
+    GET_TOPIC_STATS_INFO = 202
+    GET_CONSUMER_CONNECTION_LIST = 203
+    GET_ALL_TOPIC_LIST_FROM_NAMESERVER = 206
+    DELETE_SUBSCRIPTIONGROUP = 207
+    GET_CONSUME_STATS = 208
+    DELETE_TOPIC_IN_BROKER = 215
+    DELETE_TOPIC_IN_NAMESRV = 216
+    GET_CONSUMER_STATUS_FROM_CLIENT = 221
+    INVOKE_BROKER_TO_RESET_OFFSET = 222
+    INVOKE_BROKER_TO_GET_CONSUMER_STATUS = 223
+    GET_TOPICS_BY_CLUSTER = 224
     QUERY_TOPIC_CONSUME_BY_WHO = 300
+    GET_CONSUMER_RUNNING_INFO = 307
+    CONSUME_MESSAGE_DIRECTLY = 309
     SEND_MESSAGE_V2 = 310
     SEND_BATCH_MESSAGE = 320
+    GET_TOPIC_CONFIG = 351
     LITE_PULL_MESSAGE = 361
 
 
@@ -51,6 +69,32 @@ WRITES = frozenset(
     }
 )
 """Requests that would write to the broker: refused (the endpoint is read-only)."""
+
+CONFIG_WRITES = frozenset(
+    {
+        RequestCode.UPDATE_AND_CREATE_TOPIC_LIST,
+        RequestCode.UPDATE_BROKER_CONFIG,
+        RequestCode.UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+        RequestCode.DELETE_SUBSCRIPTIONGROUP,
+        RequestCode.DELETE_TOPIC_IN_BROKER,
+        RequestCode.DELETE_TOPIC_IN_NAMESRV,
+        RequestCode.INVOKE_BROKER_TO_RESET_OFFSET,
+    }
+)
+"""Admin requests that change topics, groups, offsets or the broker's configuration (mqadmin
+updateTopic/deleteTopic/updateSubGroup/deleteSubGroup/updateBrokerConfig/resetOffsetByTime):
+refused, the endpoint keeps no such configuration."""
+
+CLIENT_CALLBACKS = frozenset(
+    {
+        RequestCode.GET_CONSUMER_STATUS_FROM_CLIENT,
+        RequestCode.INVOKE_BROKER_TO_GET_CONSUMER_STATUS,
+        RequestCode.GET_CONSUMER_RUNNING_INFO,
+        RequestCode.CONSUME_MESSAGE_DIRECTLY,
+    }
+)
+"""Requests a broker answers by asking a consumer over its connection (mqadmin consumerStatus,
+consumerProgress -s, queryMsgById -g -d): refused, the endpoint never calls into its clients."""
 
 
 class ResponseCode(enum.IntEnum):
@@ -68,6 +112,7 @@ class ResponseCode(enum.IntEnum):
     QUERY_NOT_FOUND = 22
     SUBSCRIPTION_PARSE_FAILED = 23
     INVALID_PARAMETER = 29
+    CONSUMER_NOT_ONLINE = 206
 
 
 def code_name(code: int) -> str:

@@ -49,6 +49,7 @@ class Command:
     language: str = "JAVA"
     version: int = 0
     serialize_type: int = JSON
+    peer: str = ""  # the sender's ip:port (set by the server; never encoded)
 
     @property
     def is_response(self) -> bool:

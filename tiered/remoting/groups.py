@@ -3,7 +3,11 @@
 :class:`Clients` records each group's client ids from ``HEART_BEAT`` (a rebalancing client takes
 no queue unless ``GET_CONSUMER_LIST_BY_GROUP`` lists it) and the subscription each group sent
 (a Java push consumer pulls without one and the broker uses the heartbeat's); a client that has
-not sent a heartbeat for :data:`CLIENT_EXPIRY_S` is dropped, as the broker does.
+not sent a heartbeat for :data:`CLIENT_EXPIRY_S` is dropped, as the broker does. For
+``GET_CONSUMER_CONNECTION_LIST`` it also keeps what the broker's ``ConsumerGroupInfo`` keeps: each
+client's address, language and version (from the heartbeat's connection and header), the group's
+``consumeType``, ``messageModel`` and ``consumeFromWhere``, and each ``SubscriptionData`` as the
+client sent it.
 
 :class:`ReplayOffsets` keeps the replay groups' committed offsets in
 ``{tieredDataDir}/config/replayConsumerOffset.json`` -- never in the broker's store, whose groups
@@ -43,10 +47,36 @@ class Subscription:
     expression_type: str = "TAG"
 
 
+@dataclass(frozen=True, slots=True)
+class ClientInfo:
+    """One client of a group as a ``Connection`` shows it."""
+
+    client_id: str
+    address: str
+    language: str
+    version: int
+
+
+@dataclass(frozen=True, slots=True)
+class GroupInfo:
+    """A group as ``ConsumerConnection`` shows it: live clients and what they declared."""
+
+    clients: list[ClientInfo]
+    consume_type: str
+    message_model: str
+    consume_from_where: str
+    subscriptions: dict[str, dict[str, Any]]
+
+
 @dataclass(slots=True)
 class _Group:
     clients: dict[str, float] = field(default_factory=dict)  # client id -> last heartbeat
+    info: dict[str, ClientInfo] = field(default_factory=dict)
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
+    raw: dict[str, dict[str, Any]] = field(default_factory=dict)  # topic -> SubscriptionData
+    consume_type: str = "CONSUME_PASSIVELY"
+    message_model: str = "CLUSTERING"
+    consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
 
 
 class Clients:
@@ -57,8 +87,17 @@ class Clients:
         self._groups: dict[str, _Group] = {}
         self._lock = threading.Lock()
 
-    def heartbeat(self, data: dict[str, Any], now: float | None = None) -> list[str]:
-        """Record a ``HeartbeatData`` body; returns the consumer groups it named.
+    def heartbeat(
+        self,
+        data: dict[str, Any],
+        now: float | None = None,
+        *,
+        address: str = "",
+        language: str = "JAVA",
+        version: int = 0,
+    ) -> list[str]:
+        """Record a ``HeartbeatData`` body sent from ``address`` by a client of ``language`` and
+        ``version`` (the request header's); returns the consumer groups it named.
 
         Raises:
             ValueError: the body is not a heartbeat (no ``clientID``).
@@ -67,6 +106,7 @@ class Clients:
         if not isinstance(client, str) or not client:
             raise ValueError("the heartbeat has no clientID")
         stamp = time.monotonic() if now is None else now
+        info = ClientInfo(client, address, language, version)
         groups: list[str] = []
         with self._lock:
             for consumer in data.get("consumerDataSet") or []:
@@ -75,12 +115,18 @@ class Clients:
                     continue
                 group = self._groups.setdefault(name, _Group())
                 group.clients[client] = stamp
+                group.info[client] = info
+                for key in ("consumeType", "messageModel", "consumeFromWhere"):
+                    value = consumer.get(key)
+                    if isinstance(value, str) and value:
+                        setattr(group, _ATTRS[key], value)
                 for sub in consumer.get("subscriptionDataSet") or []:
                     if isinstance(sub, dict) and isinstance(sub.get("topic"), str):
                         group.subscriptions[sub["topic"]] = Subscription(
                             str(sub.get("subString") or "*"),
                             str(sub.get("expressionType") or "TAG"),
                         )
+                        group.raw[sub["topic"]] = sub
                 groups.append(name)
         return groups
 
@@ -90,24 +136,67 @@ class Clients:
             for name, g in self._groups.items():
                 if not group or name == group:
                     g.clients.pop(client, None)
+                    g.info.pop(client, None)
 
-    def clients(self, group: str, now: float | None = None) -> list[str]:
-        """The group's clients heard from within the expiry, sorted."""
+    def _live(self, group: str, now: float | None) -> _Group | None:
+        """The group with its expired clients dropped (call under the lock)."""
         stamp = time.monotonic() if now is None else now
-        with self._lock:
-            g = self._groups.get(group)
-            if g is None:
-                return []
+        g = self._groups.get(group)
+        if g is not None:
             for client, seen in list(g.clients.items()):
                 if stamp - seen > self.expiry_s:
                     del g.clients[client]
-            return sorted(g.clients)
+                    g.info.pop(client, None)
+        return g
+
+    def clients(self, group: str, now: float | None = None) -> list[str]:
+        """The group's clients heard from within the expiry, sorted."""
+        with self._lock:
+            g = self._live(group, now)
+            return sorted(g.clients) if g is not None else []
+
+    def group(self, group: str, now: float | None = None) -> GroupInfo | None:
+        """What ``group``'s live clients declared; ``None`` when none is live."""
+        with self._lock:
+            g = self._live(group, now)
+            if g is None or not g.clients:
+                return None
+            return GroupInfo(
+                [g.info[c] for c in sorted(g.info)],
+                g.consume_type,
+                g.message_model,
+                g.consume_from_where,
+                dict(g.raw),
+            )
+
+    def live_groups(self, now: float | None = None) -> list[str]:
+        """The groups with a live client, sorted."""
+        with self._lock:
+            return sorted(n for n in list(self._groups) if (g := self._live(n, now)) and g.clients)
+
+    def subscribers(self, topic: str) -> list[str]:
+        """The groups that subscribed to ``topic`` in a heartbeat, sorted."""
+        with self._lock:
+            return sorted(n for n, g in self._groups.items() if topic in g.subscriptions)
 
     def subscription(self, group: str, topic: str) -> Subscription | None:
         """The subscription ``group`` last sent for ``topic`` in a heartbeat."""
         with self._lock:
             g = self._groups.get(group)
             return g.subscriptions.get(topic) if g is not None else None
+
+    def subscribed_topics(self, group: str) -> set[str]:
+        """The topics ``group`` subscribed to in its heartbeats."""
+        with self._lock:
+            g = self._groups.get(group)
+            return set(g.subscriptions) if g is not None else set()
+
+
+_ATTRS = {
+    "consumeType": "consume_type",
+    "messageModel": "message_model",
+    "consumeFromWhere": "consume_from_where",
+}
 
 
 class ReplayOffsets:
@@ -138,6 +227,23 @@ class ReplayOffsets:
     def get(self, group: str, topic: str, queue_id: int) -> int | None:
         with self._lock:
             return self._table.get(f"{topic}@{group}", {}).get(queue_id)
+
+    def topics(self, group: str) -> list[str]:
+        """The topics ``group`` committed offsets on (upstream's ``whichTopicByConsumer``)."""
+        suffix = f"@{group}"
+        with self._lock:
+            return sorted(k[: -len(suffix)] for k in self._table if k.endswith(suffix))
+
+    def groups(self, topic: str | None = None) -> list[str]:
+        """The groups that committed offsets (on ``topic``: ``whichGroupByTopic``)."""
+        with self._lock:
+            keys = list(self._table)
+        found = set()
+        for key in keys:
+            name, _, group = key.partition("@")  # topics never hold an "@"
+            if topic is None or name == topic:
+                found.add(group)
+        return sorted(found)
 
     def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
         """Remember ``offset`` (written by the next :meth:`flush`)."""

@@ -3,7 +3,11 @@
 Every read goes through :class:`~tiered.core.message_store.TieredMessageStore` (storage levels,
 per-topic overrides, CRC checks, the read-ahead cache) -- offsets the broker still holds are read
 from its store, read-only -- and key queries through the key index (plus the broker's own index
-files for what is only local). Writes are refused: the endpoint is read-only.
+files for what is only local). Writes are refused: the endpoint is read-only -- messages, and the
+admin requests that change topics, groups, offsets or the broker's configuration
+(:data:`~.codes.CONFIG_WRITES`); requests a broker answers by calling into a consumer
+(:data:`~.codes.CLIENT_CALLBACKS`) are refused by name too. Orderly consumers' queue locks are
+kept as the broker keeps them (:mod:`.locks`); the ``mqadmin`` requests are :mod:`.admin`'s.
 
 Status mapping of a pull (as the broker's ``PullMessageProcessor``): FOUND -> SUCCESS with the
 messages as stored, back to back; NO_MATCHED_MESSAGE -> PULL_RETRY_IMMEDIATELY; OFFSET_OVERFLOW_ONE
@@ -40,6 +44,11 @@ from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
 
 from .acl import Acl
+from .admin import Admin
+from .body import dumps
+from .body import message_queue
+from .codes import CLIENT_CALLBACKS
+from .codes import CONFIG_WRITES
 from .codes import FLAG_COMMIT_OFFSET
 from .codes import FLAG_SUBSCRIPTION
 from .codes import FLAG_SUSPEND
@@ -47,9 +56,13 @@ from .codes import UNIQUE_KEY_QUERY
 from .codes import WRITES
 from .codes import RequestCode
 from .codes import ResponseCode
+from .fields import field
+from .fields import int_field
+from .frame import LANGUAGES
 from .frame import Command
 from .groups import Clients
 from .groups import ReplayOffsets
+from .locks import RebalanceLocks
 from .naming import Naming
 
 log = logging.getLogger(__name__)
@@ -81,25 +94,6 @@ _BEFORE_READY = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT
 """Requests answered while the sidecar restores its queues (they read nothing)."""
 
 
-def _field(ext: dict[str, str], name: str) -> str:
-    value = ext.get(name)
-    if value is None or value == "":
-        raise InvalidRequestError(f"the request has no {name} field")
-    return value
-
-
-def _int(ext: dict[str, str], name: str, default: int | None = None) -> int:
-    raw = ext.get(name)
-    if raw is None or raw == "":
-        if default is None:
-            raise InvalidRequestError(f"the request has no {name} field")
-        return default
-    try:
-        return int(raw)
-    except ValueError as e:
-        raise InvalidRequestError(f"{name}={raw!r} is not a whole number") from e
-
-
 class Replay:
     """Answers one request at a time (thread-safe; the server calls it from a thread pool)."""
 
@@ -114,6 +108,7 @@ class Replay:
         offsets: ReplayOffsets,
         acl: Acl | None = None,
         ready: Callable[[], bool] = lambda: True,
+        locks: RebalanceLocks | None = None,
     ) -> None:
         self.cfg = cfg
         self.ready = ready
@@ -123,6 +118,8 @@ class Replay:
         self.clients = clients or Clients()
         self.offsets = offsets
         self.acl = acl
+        self.locks = locks or RebalanceLocks()
+        self.admin = Admin(cfg, store, naming, self.clients, offsets)
         self._handlers: dict[int, Callable[[Command], Response]] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
@@ -140,7 +137,9 @@ class Replay:
             RequestCode.GET_EARLIEST_MSG_STORETIME: self.earliest_time,
             RequestCode.QUERY_MESSAGE: self.query_message,
             RequestCode.VIEW_MESSAGE_BY_ID: self.view_message,
-            RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
+            RequestCode.LOCK_BATCH_MQ: self.lock_batch,
+            RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
+            **self.admin.handlers(),
         }
 
     # --- dispatch ---------------------------------------------------------------------------------
@@ -156,13 +155,28 @@ class Replay:
                 f"{RequestCode(code).name} refused: this is a read-only replay endpoint "
                 "(rocketmq-tiered); send messages to the broker",
             )
+        if code in CONFIG_WRITES:
+            return request.response(
+                ResponseCode.NO_PERMISSION,
+                f"{RequestCode(code).name} refused: this is a read-only replay endpoint "
+                "(rocketmq-tiered) that keeps no topic, group, offset or broker configuration to "
+                "change; send it to the broker or its name server",
+            )
+        if code in CLIENT_CALLBACKS:
+            return request.response(
+                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
+                f"{RequestCode(code).name} is not served by the rocketmq-tiered replay endpoint: "
+                "answering it means asking the consumer over its connection, and the endpoint "
+                "never calls into its clients",
+            )
         handler = self._handlers.get(code)
         if handler is None:
             return request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"request code {code} is not supported by the rocketmq-tiered replay endpoint "
-                "(it answers routes, heartbeats, pulls, offsets, and queries by key, time and "
-                "id; orderly-consumer locks and admin commands are not served)",
+                "(it answers routes, heartbeats, pulls, offsets, orderly-consumer locks, queries "
+                "by key, time and id, and the read-only admin requests of mqadmin clusterList, "
+                "topicList, topicStatus, consumerProgress and queryMsgBy*/printMsg*)",
             )
         if code not in _BEFORE_READY and not self.ready():
             return request.response(
@@ -199,7 +213,7 @@ class Replay:
     # --- name server ------------------------------------------------------------------------------
 
     def route(self, request: Command) -> Response:
-        topic = _field(request.ext_fields, "topic")
+        topic = field(request.ext_fields, "topic")
         body = self.naming.route(topic)
         if body is None:
             return request.response(
@@ -219,18 +233,21 @@ class Replay:
             data = json.loads(request.body or b"{}")
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
-            self.clients.heartbeat(data)
+            language = request.language if request.language in _LANGUAGE_NAMES else "OTHER"
+            self.clients.heartbeat(
+                data, address=request.peer, language=language, version=request.version
+            )
         except (UnicodeDecodeError, ValueError) as e:
             raise InvalidRequestError(f"the heartbeat body is not HeartbeatData JSON: {e}") from e
         return request.response(ResponseCode.SUCCESS)
 
     def unregister(self, request: Command) -> Response:
         ext = request.ext_fields
-        self.clients.unregister(_field(ext, "clientID"), ext.get("consumerGroup"))
+        self.clients.unregister(field(ext, "clientID"), ext.get("consumerGroup"))
         return request.response(ResponseCode.SUCCESS)
 
     def consumer_list(self, request: Command) -> Response:
-        group = _field(request.ext_fields, "consumerGroup")
+        group = field(request.ext_fields, "consumerGroup")
         found = self.clients.clients(group)
         if not found:
             return request.response(
@@ -253,8 +270,8 @@ class Replay:
 
     def query_offset(self, request: Command) -> Response:
         ext = request.ext_fields
-        group, topic = _field(ext, "consumerGroup"), _field(ext, "topic")
-        queue_id = _int(ext, "queueId")
+        group, topic = field(ext, "consumerGroup"), field(ext, "topic")
+        queue_id = int_field(ext, "queueId")
         offset = self.offsets.get(group, topic, queue_id)
         if offset is None:
             if self.cfg.tiered_remoting_new_group_offset == "CLIENT":
@@ -270,23 +287,37 @@ class Replay:
     def update_offset(self, request: Command) -> Response:
         ext = request.ext_fields
         self.offsets.commit(
-            _field(ext, "consumerGroup"),
-            _field(ext, "topic"),
-            _int(ext, "queueId"),
-            _int(ext, "commitOffset"),
+            field(ext, "consumerGroup"),
+            field(ext, "topic"),
+            int_field(ext, "queueId"),
+            int_field(ext, "commitOffset"),
         )
+        return request.response(ResponseCode.SUCCESS)
+
+    # --- orderly consumers' queue locks ----------------------------------------------------------
+
+    def lock_batch(self, request: Command) -> Response:
+        """``LockBatchResponseBody``: the queues of the request the client now holds."""
+        group, client, queues = _lock_body(request.body, self.cfg.broker_name)
+        held = set(self.locks.try_lock(group, client, queues))
+        locked = [message_queue(t, b, q) for (t, q), b in queues.items() if (t, q) in held]
+        return request.response(ResponseCode.SUCCESS, body=dumps({"lockOKMQSet": locked}))
+
+    def unlock_batch(self, request: Command) -> Response:
+        group, client, queues = _lock_body(request.body, self.cfg.broker_name)
+        self.locks.unlock(group, client, queues)
         return request.response(ResponseCode.SUCCESS)
 
     # --- pull -------------------------------------------------------------------------------------
 
     def pull(self, request: Command, *, may_suspend: bool = True) -> Response:
         ext = request.ext_fields
-        topic, queue_id = _field(ext, "topic"), _int(ext, "queueId")
-        offset, sys_flag = _int(ext, "queueOffset"), _int(ext, "sysFlag", 0)
+        topic, queue_id = field(ext, "topic"), int_field(ext, "queueId")
+        offset, sys_flag = int_field(ext, "queueOffset"), int_field(ext, "sysFlag", 0)
         group = ext.get("consumerGroup") or ""
-        max_count = min(max(_int(ext, "maxMsgNums", 32), 1), MAX_PULL_COUNT)
+        max_count = min(max(int_field(ext, "maxMsgNums", 32), 1), MAX_PULL_COUNT)
         if sys_flag & FLAG_COMMIT_OFFSET and group:
-            committed = _int(ext, "commitOffset", -1)
+            committed = int_field(ext, "commitOffset", -1)
             if committed >= 0:
                 self.offsets.commit(group, topic, queue_id, committed)
         if sys_flag & FLAG_SUBSCRIPTION:
@@ -301,7 +332,7 @@ class Replay:
             tags = TagFilter.parse(expression)
         except InvalidRequestError as e:
             return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
-        max_bytes = min(_int(ext, "maxMsgBytes", MAX_PULL_BYTES), MAX_PULL_BYTES)
+        max_bytes = min(int_field(ext, "maxMsgBytes", MAX_PULL_BYTES), MAX_PULL_BYTES)
         started = time.perf_counter()
         result = self.store.get_message(
             topic, queue_id, offset, max_count, tags, max_bytes=max(max_bytes, 1)
@@ -331,7 +362,7 @@ class Replay:
                 f"next {result.next_begin_offset}",
                 ext_fields=header,
             )
-        suspend_ms = min(max(_int(ext, "suspendTimeoutMillis", 0), 0), MAX_SUSPEND_MS)
+        suspend_ms = min(max(int_field(ext, "suspendTimeoutMillis", 0), 0), MAX_SUSPEND_MS)
         if may_suspend and sys_flag & FLAG_SUSPEND and suspend_ms > 0:
             return Suspend(request, topic, queue_id, offset, time.monotonic() + suspend_ms / 1000)
         return request.response(ResponseCode.PULL_NOT_FOUND, ext_fields=header)
@@ -343,7 +374,7 @@ class Replay:
     # --- offsets and times ------------------------------------------------------------------------
 
     def _queue(self, request: Command) -> tuple[str, int]:
-        return _field(request.ext_fields, "topic"), _int(request.ext_fields, "queueId")
+        return field(request.ext_fields, "topic"), int_field(request.ext_fields, "queueId")
 
     def max_offset(self, request: Command) -> Response:
         value = max(self.store.get_max_offset(*self._queue(request)), 0)
@@ -357,7 +388,9 @@ class Replay:
         topic, queue_id = self._queue(request)
         ext = request.ext_fields
         boundary = (ext.get("boundaryType") or "LOWER").upper()
-        value = self.store.get_offset_by_time(topic, queue_id, _int(ext, "timestamp"), boundary)
+        value = self.store.get_offset_by_time(
+            topic, queue_id, int_field(ext, "timestamp"), boundary
+        )
         return request.response(ResponseCode.SUCCESS, ext_fields={"offset": str(max(value, 0))})
 
     def earliest_time(self, request: Command) -> Response:
@@ -368,9 +401,9 @@ class Replay:
 
     def query_message(self, request: Command) -> Response:
         ext = request.ext_fields
-        topic, key = _field(ext, "topic"), _field(ext, "key")
-        max_num = min(max(_int(ext, "maxNum", DEFAULT_QUERY_MAX), 1), MAX_QUERY_NUM)
-        begin, end = _int(ext, "beginTimestamp", 0), _int(ext, "endTimestamp", LONG_MAX)
+        topic, key = field(ext, "topic"), field(ext, "key")
+        max_num = min(max(int_field(ext, "maxNum", DEFAULT_QUERY_MAX), 1), MAX_QUERY_NUM)
+        begin, end = int_field(ext, "beginTimestamp", 0), int_field(ext, "endTimestamp", LONG_MAX)
         if ext.get(UNIQUE_KEY_QUERY) == "true":
             begin, end = 0, LONG_MAX  # a msgId query: the caller's time range is a guess
         found: dict[tuple[int, int], bytes] = {}
@@ -432,7 +465,7 @@ class Replay:
         return None
 
     def view_message(self, request: Command) -> Response:
-        phys = _int(request.ext_fields, "offset")
+        phys = int_field(request.ext_fields, "offset")
         data = self._local_message(phys)
         if data is None:
             return request.response(
@@ -443,8 +476,36 @@ class Replay:
             )
         return request.response(ResponseCode.SUCCESS, body=data)
 
-    def consumed_by(self, request: Command) -> Response:
-        return request.response(ResponseCode.SUCCESS, body=b'{"groupList":[]}')
+
+_LANGUAGE_NAMES = frozenset(LANGUAGES.values())
+
+
+def _lock_body(body: bytes, broker_name: str) -> tuple[str, str, dict[tuple[str, int], str]]:
+    """``consumerGroup``, ``clientId`` and ``mqSet`` (``(topic, queueId) -> brokerName``) of a
+    ``LockBatchRequestBody`` / ``UnlockBatchRequestBody``."""
+    try:
+        data = json.loads(body or b"{}")
+    except (UnicodeDecodeError, ValueError) as e:
+        raise InvalidRequestError(f"the lock request body is not JSON: {e}") from e
+    if not isinstance(data, dict):
+        raise InvalidRequestError("the lock request body is not a JSON object")
+    group, client, mqs = data.get("consumerGroup"), data.get("clientId"), data.get("mqSet")
+    if not isinstance(group, str) or not group or not isinstance(client, str) or not client:
+        raise InvalidRequestError("the lock request body has no consumerGroup or clientId")
+    if not isinstance(mqs, list | None):
+        raise InvalidRequestError(f"the lock request's mqSet {mqs!r} is not a list")
+    queues: dict[tuple[str, int], str] = {}
+    for mq in mqs or []:
+        topic = mq.get("topic") if isinstance(mq, dict) else None
+        queue_id = mq.get("queueId") if isinstance(mq, dict) else None
+        if (
+            not isinstance(topic, str)
+            or isinstance(queue_id, bool)
+            or not isinstance(queue_id, int)
+        ):
+            raise InvalidRequestError(f"mqSet entry {mq!r} is not a MessageQueue")
+        queues[(topic, queue_id)] = str(mq.get("brokerName") or broker_name)
+    return group, client, queues
 
 
 def _sql92_refused(kind: str) -> str:

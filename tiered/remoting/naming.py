@@ -4,7 +4,9 @@ A topic is known when the tier or the broker's store holds any of its queues; it
 read-only queue-data entry (``perm`` = read) with ``readQueueNums`` = highest queue id + 1, and
 one broker-data entry whose master (``brokerAddrs["0"]``) is the sidecar's advertised address.
 A consumer group's retry topic (``%RETRY%<group>``) gets an empty one-queue read-only route, so
-push consumers that subscribe to it start without errors.
+push consumers that subscribe to it start without errors. The cluster name and the broker name
+route to the broker with no queues, as the name server's cluster and broker topics do (``mqadmin
+topicStatus -c`` finds brokers through the cluster's route).
 """
 
 from __future__ import annotations
@@ -45,9 +47,10 @@ class Naming:
             out.setdefault(topic, set()).add(queue_id)
         return out
 
-    def queue_count(self, topic: str) -> int:
-        """``readQueueNums`` of ``topic``: highest queue id + 1 (0 when unknown)."""
-        found = self.queues().get(topic)
+    def queue_count(self, topic: str, queues: dict[str, set[int]] | None = None) -> int:
+        """``readQueueNums`` of ``topic``: highest queue id + 1 (0 when unknown); ``queues`` is
+        a listing :meth:`queues` already made."""
+        found = (self.queues() if queues is None else queues).get(topic)
         if not found:
             return 1 if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else 0
         return max(found) + 1
@@ -62,19 +65,18 @@ class Naming:
     def route(self, topic: str) -> bytes | None:
         """``TopicRouteData`` JSON of ``topic``, or ``None`` when it is not known."""
         count = self.queue_count(topic)
-        if count == 0:
+        if count == 0 and topic not in (self.cfg.broker_cluster_name, self.cfg.broker_name):
             return None
+        queue = {
+            "brokerName": self.cfg.broker_name,
+            "readQueueNums": count,
+            "writeQueueNums": 0,
+            "perm": PERM_READ,
+            "topicSysFlag": 0,
+        }
         route: dict[str, Any] = {
             "orderTopicConf": None,
-            "queueDatas": [
-                {
-                    "brokerName": self.cfg.broker_name,
-                    "readQueueNums": count,
-                    "writeQueueNums": 0,
-                    "perm": PERM_READ,
-                    "topicSysFlag": 0,
-                }
-            ],
+            "queueDatas": [queue] if count else [],
             "brokerDatas": [self._broker_data()],
             "filterServerTable": {},
         }

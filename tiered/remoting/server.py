@@ -60,6 +60,14 @@ def _result_name(code: int) -> str:
         return str(code)
 
 
+def _address(peer: object) -> str:
+    """``ip:port`` (``[ip]:port`` for IPv6) of an accepted socket's peer."""
+    if isinstance(peer, tuple) and len(peer) >= 2:
+        host, port = peer[0], peer[1]
+        return f"[{host}]:{port}" if ":" in str(host) else f"{host}:{port}"
+    return str(peer)
+
+
 class _Connection:
     """One client connection: its socket, its write lock, its reader thread."""
 
@@ -67,6 +75,7 @@ class _Connection:
         self.server = server
         self.sock = sock
         self.peer = peer
+        self.peer_address = _address(peer)
         self.write_lock = threading.Lock()
         self.closed = False
         self.thread = threading.Thread(target=self.run, name=f"tiered-remoting {peer}", daemon=True)
@@ -112,6 +121,7 @@ class _Connection:
                     for frame in frames.feed(data):
                         request = decode(frame)
                         if not request.is_response:  # nothing is ever asked of a client
+                            request.peer = self.peer_address
                             server.serve(self, request)
                 except ProtocolError as e:
                     metrics.REMOTING_REJECTED.labels(e.reason).inc()
