@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # mapped to tiered.providers / tiered.jobs); a new module re-runs the install.
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: venv demo test bench lint clean ops-tools FORCE
+.PHONY: venv demo test bench lint clean ops-tools rmq FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -42,12 +42,28 @@ ops-tools:
 	  $(SUDO) apt-get install -y -q prometheus >/dev/null || { \
 	    $(SUDO) apt-get update -q >/dev/null && $(SUDO) apt-get install -y -q prometheus >/dev/null; }; }
 
+# A real RocketMQ (name server, broker, tieredstore plugin, mqadmin, Java client) for the
+# real-broker tests (tests/realbroker): the jars of RMQ_VERSION copied from Maven Central once
+# (Maven's own cache, ~/.m2, keeps them between clones); `make test RMQ_VERSION=5.4.0` tries another.
+RMQ_VERSION ?= 5.3.3
+export RMQ_VERSION
+RMQ_LIB := .rmq/$(RMQ_VERSION)/lib
+$(RMQ_LIB)/.copied: tests/realbroker/pom.xml
+	@command -v mvn >/dev/null && command -v javac >/dev/null || { \
+	  echo "the real-broker tests need Java 17 (javac) and Maven (mvn) on the PATH"; exit 1; }
+	rm -rf $(RMQ_LIB)
+	mvn -B -q -f tests/realbroker/pom.xml -Drmq.version=$(RMQ_VERSION) \
+	  org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+	  -DoutputDirectory=$(CURDIR)/$(RMQ_LIB) -DincludeScope=runtime
+	@touch $@
+rmq: $(RMQ_LIB)/.copied
+
 venv: $(VENV)/.installed
 
 demo: $(VENV)/.installed
 	$(BIN)/rmq-tiered demo
 
-test: lint $(JS)/node_modules/.installed ops-tools
+test: lint $(JS)/node_modules/.installed ops-tools rmq
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # mypy runs inside the editable link tree, where tiered.providers and tiered.jobs resolve;
@@ -64,4 +80,4 @@ bench: $(VENV)/.installed-dev $(JS)/node_modules/.installed
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/bench/bench_*.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .rmq

@@ -18,6 +18,11 @@ BROKER_IDENTITY_KEYS: frozenset[str] = frozenset(
         "brokerId",
         "brokerName",
         "inBrokerContainer",
+        # Spellings a running broker writes back into its broker.conf (updateBrokerConfig
+        # persists every field under its Java name; seen on a real 5.3.3 broker).
+        "isBrokerContainer",
+        "isInBrokerContainer",
+        "isScanAvailableNameSrv",
     }
 )
 

@@ -25,10 +25,10 @@ from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sidecar_process import Sidecar
 
 from .conftest import TOPIC
 from .conftest import Consumed
-from .conftest import Sidecar
 from .conftest import ali_ons
 from .conftest import build_history
 from .conftest import expected_messages

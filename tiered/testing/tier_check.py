@@ -122,6 +122,20 @@ class _FlatQueue:
         return b""
 
 
+def tier_queue(
+    cfg: TieredConfig, provider: Provider, topic: str, queue_id: int
+) -> dict[int, tuple[int, bytes]]:
+    """Queue offset -> (flat offset, stored bytes) of every message the tier holds of one queue,
+    read whole through the metadata and plain provider reads.
+
+    Raises:
+        AssertionError: the queue's segments do not walk, or hold an offset twice.
+    """
+    flat = _FlatQueue(cfg, provider, read_document(cfg), topic, queue_id)
+    assert not flat.problems and not flat.duplicates, (flat.problems, flat.duplicates[:5])
+    return {q: (off, flat.message(off, size)) for q, (off, size, _) in sorted(flat.units.items())}
+
+
 def check_tier(
     cfg: TieredConfig,
     provider: Provider,

@@ -1,0 +1,460 @@
+/*
+ * The Java side of the real-broker tests: RocketMQ's own remoting client (rocketmq-client) and
+ * admin tool (rocketmq-tools), driven by the Python tests.
+ *
+ *   java -cp <classes>:<lib>/* Driver <command> '<json arguments>'
+ *
+ * Every result is one JSON object per line on stdout; logs go to stderr and to the client log.
+ * Commands:
+ *   produce   create the scenario's topics on the broker, then send plain, keyed, tagged,
+ *             property-carrying, large (compressed), batch, ordered, delayed and transactional
+ *             messages; one line per message sent ({"sent": ...}), rolled-back transactions
+ *             as {"rolledBack": ...}
+ *   bulk      send `count` messages of `size` bytes to `topic` (fills commitlog files)
+ *   consume   read `topics` through a name server with a DefaultLitePullConsumer (assign + seek),
+ *             a DefaultMQPushConsumer, or an orderly push consumer; one line per message
+ *   admin     run mqadmin sub-commands (MQAdminStartup, as the mqadmin script does) in this JVM;
+ *             one line per command with what it printed
+ */
+
+import com.alibaba.fastjson.JSON;
+import com.alibaba.fastjson.JSONArray;
+import com.alibaba.fastjson.JSONObject;
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.net.InetSocketAddress;
+import java.net.SocketAddress;
+import java.nio.charset.StandardCharsets;
+import java.security.MessageDigest;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.HashMap;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Random;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicLong;
+import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.LocalTransactionState;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.client.producer.SendStatus;
+import org.apache.rocketmq.client.producer.TransactionListener;
+import org.apache.rocketmq.client.producer.TransactionMQProducer;
+import org.apache.rocketmq.client.producer.TransactionSendResult;
+import org.apache.rocketmq.common.TopicConfig;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
+import org.apache.rocketmq.tools.command.MQAdminStartup;
+
+public class Driver {
+    static final PrintStream OUT = System.out;
+
+    public static void main(String[] args) throws Exception {
+        System.setOut(System.err); // client and admin chatter goes to stderr; results to OUT
+        JSONObject a = JSON.parseObject(args.length > 1 ? args[1] : "{}");
+        switch (args[0]) {
+            case "produce": produce(a); break;
+            case "bulk": bulk(a); break;
+            case "consume": consume(a); break;
+            case "admin": admin(a); break;
+            default: throw new IllegalArgumentException("unknown command " + args[0]);
+        }
+        emit(Map.of("done", true));
+        OUT.flush();
+        System.exit(0); // client threads are not all daemons
+    }
+
+    static synchronized void emit(Object o) {
+        OUT.println(JSON.toJSONString(o));
+        OUT.flush();
+    }
+
+    // --- produce -------------------------------------------------------------------------------
+
+    static DefaultMQProducer producer(JSONObject a, String group) throws Exception {
+        DefaultMQProducer p = new DefaultMQProducer(group);
+        p.setNamesrvAddr(a.getString("namesrv"));
+        p.setInstanceName(group + "-" + System.nanoTime());
+        p.setVipChannelEnabled(false);
+        p.setMaxMessageSize(2 * 1024 * 1024);
+        p.setSendMsgTimeout(15000);
+        p.start();
+        return p;
+    }
+
+    static void createTopics(JSONObject a) throws Exception {
+        JSONObject topics = a.getJSONObject("topics");
+        if (topics == null || topics.isEmpty()) {
+            return;
+        }
+        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        admin.setNamesrvAddr(a.getString("namesrv"));
+        admin.setInstanceName("it-admin-" + System.nanoTime());
+        admin.start();
+        try {
+            for (String t : topics.keySet()) {
+                int n = topics.getIntValue(t);
+                admin.createAndUpdateTopicConfig(a.getString("broker"), new TopicConfig(t, n, n, 6));
+            }
+        } finally {
+            admin.shutdown();
+        }
+    }
+
+    static byte[] body(Random r, int size, boolean compressible) {
+        byte[] b = new byte[size];
+        if (compressible) {
+            byte[] word = "the quick brown fox jumps over the lazy dog; ".getBytes(StandardCharsets.US_ASCII);
+            for (int i = 0; i < size; i++) {
+                b[i] = word[i % word.length];
+            }
+        } else {
+            r.nextBytes(b);
+        }
+        return b;
+    }
+
+    static void sent(String kind, SendResult r, int count) {
+        Map<String, Object> m = new LinkedHashMap<>();
+        m.put("kind", kind);
+        m.put("topic", r.getMessageQueue().getTopic());
+        m.put("queueId", r.getMessageQueue().getQueueId());
+        m.put("queueOffset", r.getQueueOffset());
+        m.put("count", count);
+        m.put("msgId", r.getMsgId());
+        m.put("offsetMsgId", r.getOffsetMsgId());
+        m.put("status", r.getSendStatus().name());
+        emit(Map.of("sent", m));
+        if (r.getSendStatus() != SendStatus.SEND_OK) {
+            throw new IllegalStateException("send " + kind + " returned " + r.getSendStatus());
+        }
+    }
+
+    /** The scenario of a live broker: every kind of message the tests compare. */
+    static void produce(JSONObject a) throws Exception {
+        createTopics(a);
+        Random rnd = new Random(a.getLongValue("seed"));
+        String main = a.getString("main");
+        DefaultMQProducer p = producer(a, "it-producer");
+        try {
+            int[] sizes = {1, 2, 17, 100, 1000, 4095, 4096, 4097, 8000, 65536, 300000, 1048576};
+            int n = 0;
+            for (int size : sizes) {
+                for (boolean comp : new boolean[] {false, true}) {
+                    Message m = new Message(main, body(rnd, size, comp));
+                    sent("plain", p.send(m), 1);
+                    n++;
+                }
+            }
+            for (int i = 0; i < 40; i++) {
+                Message m = new Message(main, "Tag" + (char) ('A' + i % 3), "key-" + i + " shared-key",
+                    ("keyed and tagged " + i).getBytes(StandardCharsets.UTF_8));
+                if (i % 4 == 0) {
+                    m.putUserProperty("region", i % 8 == 0 ? "eu" : "us");
+                    m.putUserProperty("名前", "値-" + i + " ünïcödé");
+                }
+                if (i % 5 == 0) {
+                    m.setKeys(List.of("key-" + i, "κλειδί-" + i, "鍵" + i));
+                }
+                sent("keyed", p.send(m), 1);
+            }
+            // batch sends (one queue per batch, all in one request)
+            for (int b = 0; b < 3; b++) {
+                List<Message> batch = new ArrayList<>();
+                for (int i = 0; i < 10; i++) {
+                    Message m = new Message(main, "Batch", "batch-" + b + "-" + i,
+                        body(rnd, 50 + 30 * i, false));
+                    batch.add(m);
+                }
+                sent("batch", p.send(batch), batch.size());
+            }
+            // ordered sends to chosen queues
+            for (int i = 0; i < 30; i++) {
+                Message m = new Message(main, "Order", "order-" + i,
+                    ("order " + i).getBytes(StandardCharsets.UTF_8));
+                int q = i % 2 == 0 ? 1 : 3;
+                sent("ordered", p.send(m, (mqs, msg, arg) -> mqs.get((Integer) arg % mqs.size()), q), 1);
+            }
+            // delayed (level 1 = 1 s): stored in SCHEDULE_TOPIC_XXXX first, re-put when due
+            for (int i = 0; i < 5; i++) {
+                Message m = new Message(main, "Delay", "delay-" + i,
+                    ("delayed " + i).getBytes(StandardCharsets.UTF_8));
+                m.setDelayTimeLevel(1);
+                sent("delayed", p.send(m), 1);
+            }
+            // other topics, other queue counts
+            JSONObject topics = a.getJSONObject("topics");
+            for (String t : topics.keySet()) {
+                if (t.equals(main)) {
+                    continue;
+                }
+                for (int i = 0; i < 12 * topics.getIntValue(t); i++) {
+                    Message m = new Message(t, "T", t + "-" + i, body(rnd, 200 + i, false));
+                    sent("other", p.send(m), 1);
+                }
+            }
+        } finally {
+            p.shutdown();
+        }
+        transactions(a, main);
+    }
+
+    static void transactions(JSONObject a, String topic) throws Exception {
+        TransactionMQProducer p = new TransactionMQProducer("it-tx-producer");
+        p.setNamesrvAddr(a.getString("namesrv"));
+        p.setInstanceName("it-tx-" + System.nanoTime());
+        p.setVipChannelEnabled(false);
+        p.setTransactionListener(new TransactionListener() {
+            public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
+                return "commit".equals(msg.getUserProperty("decision"))
+                    ? LocalTransactionState.COMMIT_MESSAGE : LocalTransactionState.ROLLBACK_MESSAGE;
+            }
+
+            public LocalTransactionState checkLocalTransaction(MessageExt msg) {
+                return "commit".equals(msg.getUserProperty("decision"))
+                    ? LocalTransactionState.COMMIT_MESSAGE : LocalTransactionState.ROLLBACK_MESSAGE;
+            }
+        });
+        p.start();
+        try {
+            for (int i = 0; i < 10; i++) {
+                boolean commit = i % 2 == 0;
+                Message m = new Message(topic, "Tx", "tx-" + i,
+                    ("transaction " + i).getBytes(StandardCharsets.UTF_8));
+                m.putUserProperty("decision", commit ? "commit" : "rollback");
+                TransactionSendResult r = p.sendMessageInTransaction(m, null);
+                Map<String, Object> o = new LinkedHashMap<>();
+                o.put("kind", commit ? "txCommit" : "txRollback");
+                o.put("msgId", r.getMsgId());
+                o.put("state", r.getLocalTransactionState().name());
+                emit(Map.of(commit ? "committed" : "rolledBack", o));
+            }
+        } finally {
+            p.shutdown();
+        }
+    }
+
+    static void bulk(JSONObject a) throws Exception {
+        createTopics(a);
+        Random rnd = new Random(a.getLongValue("seed"));
+        DefaultMQProducer p = producer(a, "it-bulk");
+        String topic = a.getString("topic");
+        int count = a.getIntValue("count");
+        int size = a.getIntValue("size");
+        int keyEvery = a.getIntValue("keyEvery");
+        long pause = a.getLongValue("pauseMs");
+        try {
+            for (int i = 0; i < count; i++) {
+                Message m = new Message(topic, "Bulk", body(rnd, size, false));
+                if (keyEvery > 0 && i % keyEvery == 0) {
+                    m.setKeys("bulk-" + a.getString("tag") + "-" + i);
+                }
+                SendResult r = p.send(m);
+                if (a.getBooleanValue("verbose")) {
+                    sent("bulk", r, 1);
+                } else if (r.getSendStatus() != SendStatus.SEND_OK) {
+                    sent("bulk", r, 1);
+                }
+                if (pause > 0) {
+                    Thread.sleep(pause);
+                }
+            }
+        } finally {
+            p.shutdown();
+        }
+        emit(Map.of("bulk", count));
+    }
+
+    // --- consume -------------------------------------------------------------------------------
+
+    static String host(SocketAddress s) {
+        InetSocketAddress i = (InetSocketAddress) s;
+        return i.getAddress().getHostAddress() + ":" + i.getPort();
+    }
+
+    static Map<String, Object> describe(MessageExt m, String kind) throws Exception {
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("via", kind);
+        o.put("topic", m.getTopic());
+        o.put("queueId", m.getQueueId());
+        o.put("queueOffset", m.getQueueOffset());
+        o.put("commitLogOffset", m.getCommitLogOffset());
+        o.put("storeSize", m.getStoreSize());
+        o.put("msgId", m.getMsgId());
+        o.put("bornTimestamp", m.getBornTimestamp());
+        o.put("storeTimestamp", m.getStoreTimestamp());
+        o.put("bornHost", host(m.getBornHost()));
+        o.put("storeHost", host(m.getStoreHost()));
+        o.put("sysFlag", m.getSysFlag());
+        o.put("flag", m.getFlag());
+        o.put("reconsumeTimes", m.getReconsumeTimes());
+        o.put("bodyCRC", m.getBodyCRC());
+        o.put("tags", m.getTags());
+        o.put("keys", m.getKeys());
+        o.put("properties", new TreeMap<>(m.getProperties()));
+        byte[] b = m.getBody() == null ? new byte[0] : m.getBody();
+        o.put("bodyLength", b.length);
+        StringBuilder hex = new StringBuilder();
+        for (byte x : MessageDigest.getInstance("SHA-256").digest(b)) {
+            hex.append(String.format("%02x", x));
+        }
+        o.put("bodySha256", hex.toString());
+        return o;
+    }
+
+    static void consume(JSONObject a) throws Exception {
+        String mode = a.getString("mode");
+        if ("lite".equals(mode)) {
+            lite(a);
+        } else {
+            push(a, "orderly".equals(mode));
+        }
+    }
+
+    /** Assign every queue of the topics, seek each to its first offset, poll to its max offset. */
+    static void lite(JSONObject a) throws Exception {
+        String ns = a.getString("namesrv");
+        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        admin.setNamesrvAddr(ns);
+        admin.setInstanceName("it-lite-admin-" + System.nanoTime());
+        admin.start();
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(a.getString("group"));
+        c.setNamesrvAddr(ns);
+        c.setInstanceName("it-lite-" + System.nanoTime());
+        c.setVipChannelEnabled(false);
+        c.setAutoCommit(false);
+        c.setPullBatchSize(a.getIntValue("batch") > 0 ? a.getIntValue("batch") : 32);
+        c.start();
+        Map<MessageQueue, Long> end = new HashMap<>();
+        List<MessageQueue> all = new ArrayList<>();
+        for (Object t : a.getJSONArray("topics")) {
+            for (MessageQueue mq : c.fetchMessageQueues((String) t)) {
+                long max = admin.maxOffset(mq);
+                if (max > 0) {
+                    end.put(mq, max);
+                    all.add(mq);
+                }
+            }
+        }
+        emit(Map.of("queues", end.size()));
+        c.assign(all);
+        for (MessageQueue mq : all) {
+            c.seek(mq, a.containsKey("from") ? a.getLongValue("from") : 0L);
+        }
+        Map<MessageQueue, Long> next = new HashMap<>();
+        long deadline = System.currentTimeMillis() + a.getLongValue("maxMs");
+        while (!end.isEmpty() && System.currentTimeMillis() < deadline) {
+            for (MessageExt m : c.poll(1000)) {
+                emit(Map.of("msg", describe(m, "lite")));
+                MessageQueue mq = new MessageQueue(m.getTopic(), m.getBrokerName(), m.getQueueId());
+                if (end.containsKey(mq) && m.getQueueOffset() + 1 >= end.get(mq)) {
+                    end.remove(mq);
+                    c.pause(List.of(mq));
+                }
+            }
+        }
+        emit(Map.of("unfinished", end.toString()));
+        c.shutdown();
+        admin.shutdown();
+    }
+
+    /** A push consumer from the first offset, stopped after `stopAfter` (or `expect`) messages. */
+    static void push(JSONObject a, boolean orderly) throws Exception {
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(a.getString("group"));
+        c.setNamesrvAddr(a.getString("namesrv"));
+        c.setInstanceName("it-push-" + System.nanoTime());
+        c.setVipChannelEnabled(false);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setConsumeThreadMin(1);
+        c.setConsumeThreadMax(1);
+        c.setConsumeMessageBatchMaxSize(1);
+        c.setPollNameServerInterval(1000);
+        c.setPersistConsumerOffsetInterval(1000);
+        for (Object t : a.getJSONArray("topics")) {
+            c.subscribe((String) t, a.getString("expression") == null ? "*" : a.getString("expression"));
+        }
+        int stopAfter = a.getIntValue("stopAfter");
+        AtomicInteger count = new AtomicInteger();
+        AtomicLong last = new AtomicLong(System.currentTimeMillis());
+        String via = orderly ? "orderly" : "push";
+        if (orderly) {
+            c.registerMessageListener((MessageListenerOrderly) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    if (count.get() >= stopAfter) {
+                        return ConsumeOrderlyStatus.SUSPEND_CURRENT_QUEUE_A_MOMENT;
+                    }
+                    record(m, via, count, last);
+                }
+                return ConsumeOrderlyStatus.SUCCESS;
+            });
+        } else {
+            c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+                for (MessageExt m : msgs) {
+                    if (count.get() >= stopAfter) {
+                        return ConsumeConcurrentlyStatus.RECONSUME_LATER;
+                    }
+                    record(m, via, count, last);
+                }
+                return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+            });
+        }
+        c.start();
+        long deadline = System.currentTimeMillis() + a.getLongValue("maxMs");
+        long idle = a.getLongValue("idleMs");
+        while (System.currentTimeMillis() < deadline && count.get() < stopAfter
+            && (idle == 0 || System.currentTimeMillis() - last.get() < idle)) {
+            Thread.sleep(100);
+        }
+        Thread.sleep(500);
+        c.shutdown(); // persists the consumed offsets to the broker the route names
+        emit(Map.of("consumed", count.get()));
+    }
+
+    static void record(MessageExt m, String via, AtomicInteger count, AtomicLong last) {
+        try {
+            emit(Map.of("msg", describe(m, via)));
+        } catch (Exception e) {
+            throw new RuntimeException(e);
+        }
+        count.incrementAndGet();
+        last.set(System.currentTimeMillis());
+    }
+
+    // --- admin ---------------------------------------------------------------------------------
+
+    /** Run each mqadmin sub-command as the mqadmin script would, capturing what it prints. */
+    static void admin(JSONObject a) throws Exception {
+        JSONArray commands = a.getJSONArray("commands");
+        for (int i = 0; i < commands.size(); i++) {
+            String[] argv = commands.getJSONArray(i).toArray(new String[0]);
+            ByteArrayOutputStream buf = new ByteArrayOutputStream();
+            PrintStream cap = new PrintStream(buf, true, StandardCharsets.UTF_8);
+            PrintStream oldErr = System.err;
+            System.setOut(cap);
+            System.setErr(cap);
+            try {
+                MQAdminStartup.main0(argv, null);
+            } finally {
+                System.setOut(oldErr);
+                System.setErr(oldErr);
+            }
+            Map<String, Object> o = new LinkedHashMap<>();
+            o.put("command", List.of(argv));
+            o.put("output", buf.toString(StandardCharsets.UTF_8));
+            emit(Map.of("admin", o));
+        }
+    }
+}

@@ -1,0 +1,369 @@
+"""The sidecar beside a real, live RocketMQ 5.3.3 broker.
+
+One history for the module (:func:`live`): ``rmq-tiered run`` is started on the broker's own
+broker.conf while the Java producer sends every kind of message (plain, keyed, tagged, with
+non-ASCII properties, 1 B to 1 MiB bodies -- compressed above 4 KiB --, batches, ordered sends to
+chosen queues, delayed and transactional messages, topics of 1, 4 and 8 queues) and then enough
+bulk to roll the broker's 4 MiB commitlog files; a Java reference consumer reads everything from
+the broker; the broker then deletes its old commitlog files for real (``fileReservedTime=0`` and
+``deleteExpiredCommitLog``). The tests compare what the tier holds and what real Java consumers and
+mqadmin read through the sidecar with that reference.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tiered.providers.registry import from_config
+
+from tiered.config import TieredConfig
+from tiered.config import load_config
+from tiered.testing.http import get
+from tiered.testing.realbroker import Broker
+from tiered.testing.realbroker import NameServer
+from tiered.testing.realbroker import Runtime
+from tiered.testing.sidecar_process import RMQ_TIERED
+from tiered.testing.sidecar_process import Sidecar
+from tiered.testing.tier_check import check_tier
+from tiered.testing.tier_check import tier_queue
+
+MAIN, ONE, EIGHT, LOCAL_ONLY = "RealMain", "RealOne", "RealEight", "RealLocalOnly"
+TOPICS = {MAIN: 4, ONE: 1, EIGHT: 8}
+BULK = 5000  # 2 KiB bodies: ~11 MiB, three 4 MiB commitlog files rolled
+Key = tuple[str, int, int]
+CLIENT_PROPERTIES = frozenset({"MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME"})
+"""Properties the Java client adds to a message it consumed (from the pull, at consumption)."""
+
+
+def messages(lines: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
+    """The driver's consumed messages by (topic, queueId, queueOffset); a message seen twice
+    fails."""
+    out: dict[Key, dict[str, Any]] = {}
+    for line in lines:
+        if "msg" in line:
+            m = line["msg"]
+            k = (m["topic"], m["queueId"], m["queueOffset"])
+            assert k not in out, f"{k} consumed twice"
+            out[k] = m
+    return out
+
+
+def comparable(m: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal wherever a message is read: everything but how it was read, its
+    physical offset (the tier's is the flat commitlog's) and the client's own properties."""
+    drop = {"via", "commitLogOffset"}
+    out = {k: v for k, v in m.items() if k not in drop}
+    out["properties"] = {
+        k: v
+        for k, v in m["properties"].items()
+        if k not in ("MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME")
+    }
+    return out
+
+
+def assert_same(got: dict[Key, dict[str, Any]], want: dict[Key, dict[str, Any]]) -> None:
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    assert not missing and not extra, f"missing {missing[:5]} ({len(missing)}), extra {extra[:5]}"
+    differ = [k for k in want if comparable(got[k]) != comparable(want[k])]
+    assert not differ, (
+        f"{len(differ)} differ, first {differ[0]}: "
+        f"{comparable(got[differ[0]])} != {comparable(want[differ[0]])}"
+    )
+
+
+class ReadOnlyWatch(threading.Thread):
+    """Samples a process's open files and mappings every 50 ms: none under ``root`` may be open
+    for writing (O_WRONLY/O_RDWR) or mapped writable."""
+
+    def __init__(self, pid: int, root: Path) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.root = pid, str(root.resolve())
+        self.violations: list[str] = []
+        self.samples = 0
+        self.seen: set[str] = set()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.05):
+            try:
+                self.sample()
+            except (FileNotFoundError, ProcessLookupError):
+                return
+
+    def sample(self) -> None:
+        proc = Path(f"/proc/{self.pid}")
+        for fd in (proc / "fd").iterdir():
+            try:
+                target = os.readlink(fd)
+                flags = (proc / "fdinfo" / fd.name).read_text().split("flags:")[1].split()[0]
+            except (FileNotFoundError, IndexError):
+                continue
+            if target.startswith(self.root):
+                self.seen.add(target)
+                if int(flags, 8) & 0o3:
+                    self.violations.append(f"fd {fd.name} -> {target} flags {flags}")
+        for line in (proc / "maps").read_text().splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith(self.root) and "w" in parts[1]:
+                self.violations.append(f"writable mapping {line}")
+        self.samples += 1
+
+
+@dataclass
+class History:
+    """What the module's tests share."""
+
+    broker: Broker
+    namesrv: NameServer
+    rocketmq: Runtime
+    sidecar: Sidecar
+    cfg: TieredConfig
+    reference: dict[Key, dict[str, Any]]
+    raw: dict[Key, bytes]
+    produced: list[dict[str, Any]]
+    min_after_delete: dict[tuple[str, int], int] = field(default_factory=dict)
+    watch: ReadOnlyWatch | None = None
+
+    def drive(self, command: str, **args: Any) -> list[dict[str, Any]]:
+        return self.rocketmq.driver(command, **args)
+
+    @property
+    def tier_only(self) -> list[Key]:
+        """Reference messages the broker no longer holds."""
+        return [k for k in self.reference if k[2] < self.min_after_delete.get(k[:2], 0)]
+
+
+def read_raw(broker: Broker, ref: dict[Key, dict[str, Any]]) -> dict[Key, bytes]:
+    """Each reference message's stored bytes, read straight from the broker's commitlog files
+    (file = offset rounded down to the file size) -- none of the sidecar's code."""
+    size = int(str(broker.settings()["mappedFileSizeCommitLog"]))
+    out: dict[Key, bytes] = {}
+    for k, m in ref.items():
+        off = int(m["commitLogOffset"])
+        path = broker.store / "commitlog" / f"{off // size * size:020d}"
+        with path.open("rb") as f:
+            f.seek(off % size)
+            out[k] = f.read(int(m["storeSize"]))
+    return out
+
+
+def wait_for(what: str, check: Any, timeout: float, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(every)
+
+
+def sidecar_conf(path: Path, work: Path, **keys: Any) -> Path:
+    """The sidecar's own keys (the broker's broker.conf is read before them)."""
+    props: dict[str, Any] = {
+        "tieredBackendServiceProvider": "posix",
+        "tieredStoreFilePath": work / "tier",
+        "tieredDataDir": work / "data",
+        "tieredHttpPort": 0,
+        "tieredRemotingPort": 0,
+        "tieredStoreDispatchIntervalMs": 200,
+        "tieredStoreGroupCommitTimeout": 300,
+        "tieredStoreFileReservedTime": 1_000_000,
+        "tieredStoreCommitLogMaxSize": 2 << 20,  # flat segments seal and roll
+        "tieredStoreTopicExclude": LOCAL_ONLY,
+        **keys,
+    }
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()), "utf-8")
+    return path
+
+
+def delete_old_commitlog(h: History) -> None:
+    """Make the broker delete every commitlog file but its last, for real: reserve time 0, then
+    ``deleteExpiredCommitLog`` (its cleaning task first runs 60 s after the broker started)."""
+    b = h.broker
+    files = sorted((b.store / "commitlog").iterdir())
+    assert len(files) >= 3, f"the commitlog did not roll: {files}"
+    time.sleep(max(0.0, b.started_at + 61 - time.time()))
+    out = h.rocketmq.mqadmin(
+        h.namesrv.address,
+        ["updateBrokerConfig", "-b", b.address, "-k", "fileReservedTime", "-v", "0"],
+        ["deleteExpiredCommitLog", "-b", b.address],
+    )
+    assert "success" in out[0] and "success" in out[1], out
+    wait_for(
+        "the broker to delete its old commitlog files",
+        lambda: not (b.store / "commitlog" / files[0].name).exists(),
+        timeout=60,
+    )
+    h.rocketmq.mqadmin(
+        h.namesrv.address,
+        ["updateBrokerConfig", "-b", b.address, "-k", "fileReservedTime", "-v", "72"],
+    )
+
+
+@pytest.fixture(scope="module")
+def live(
+    broker: Broker, namesrv: NameServer, rocketmq: Runtime, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[History]:
+    work = tmp_path_factory.mktemp("live")
+    conf = sidecar_conf(work / "sidecar.conf", work)
+    car = Sidecar(conf, work / "run", broker_conf=broker.conf)
+    car.start()
+    try:
+        yield from _live(broker, namesrv, rocketmq, car, conf)
+    finally:
+        car.stop()
+
+
+def _live(
+    broker: Broker, namesrv: NameServer, rocketmq: Runtime, car: Sidecar, conf: Path
+) -> Iterator[History]:
+    assert car.proc is not None
+    watch = ReadOnlyWatch(car.proc.pid, broker.store)
+    watch.start()
+    common: dict[str, Any] = {"namesrv": namesrv.address, "broker": broker.address}
+    produced = rocketmq.driver("produce", seed=25, main=MAIN, topics=TOPICS, **common)
+    produced += rocketmq.driver(
+        "bulk", seed=26, topic=MAIN, count=BULK, size=2048, keyEvery=50, tag="a", **common
+    )
+    rocketmq.driver(
+        "bulk", seed=27, topic=LOCAL_ONLY, count=20, size=100, keyEvery=1, tag="local",
+        topics={LOCAL_ONLY: 2}, **common,
+    )  # fmt: skip
+    wait_for(  # the delayed messages are re-put into MAIN after 1 s
+        "the delayed messages",
+        lambda: sum(1 for _ in (broker.store / "consumequeue" / MAIN).rglob("0*")) > 0,
+        timeout=10,
+    )
+    time.sleep(2)
+    ref = messages(rocketmq.driver("consume", mode="lite", group="it-reference",
+                                   topics=list(TOPICS), maxMs=120_000, **common))  # fmt: skip
+    raw = read_raw(broker, ref)
+    cfg = load_config([broker.conf, conf])
+    provider = from_config(cfg)
+    wait_for(
+        "the tier to catch up",
+        lambda: check_tier(cfg, provider, topics=set(TOPICS)).problems == [],
+        60,
+    )
+    h = History(broker, namesrv, rocketmq, car, cfg, ref, raw, produced, watch=watch)
+    delete_old_commitlog(h)
+    for topic, count in TOPICS.items():
+        for qid in range(count):
+            reply = get(car.http, f"/v1/topics/{topic}/queues/{qid}/offsets").json()
+            h.min_after_delete[(topic, qid)] = reply["localMin"]
+    try:
+        yield h
+    finally:
+        watch.stopping.set()
+        watch.join()
+
+
+def test_the_tier_holds_exactly_what_the_broker_stored(live: History) -> None:
+    """Per queue the same offsets; each message's stored bytes equal the broker's but for bytes
+    28..35 (its flat offset); no rolled-back transaction, no system topic, nothing extra."""
+    provider = from_config(live.cfg)
+    tier: dict[Key, bytes] = {}
+    tier_topics = set()
+    for path in (Path(live.cfg.tiered_store_file_path)).glob("*/*/*/*"):
+        if not path.name.isdigit() or path.parent.name == "rmq_sys_INDEX":
+            continue
+        topic, qid = path.parent.name, int(path.name)
+        tier_topics.add(topic)
+        for offset, (flat, data) in tier_queue(live.cfg, provider, topic, qid).items():
+            assert int.from_bytes(data[28:36], "big") == flat, (topic, qid, offset)
+            tier[(topic, qid, offset)] = data
+    assert tier_topics == set(TOPICS)
+    assert set(tier) == set(live.reference)
+    for k, want in live.raw.items():
+        got = tier[k]
+        assert len(got) == len(want) and got[:28] + got[36:] == want[:28] + want[36:], k
+    kinds: dict[str, int] = {}
+    for line in live.produced:
+        if "sent" in line:
+            kinds[line["sent"]["kind"]] = kinds.get(line["sent"]["kind"], 0) + line["sent"]["count"]
+        elif "bulk" in line:
+            kinds["bulk"] = kinds.get("bulk", 0) + line["bulk"]
+    uniq = {m["msgId"] for m in live.reference.values()}
+    committed = [line["committed"]["msgId"] for line in live.produced if "committed" in line]
+    rolled_back = [line["rolledBack"]["msgId"] for line in live.produced if "rolledBack" in line]
+    assert committed and set(committed) <= uniq
+    assert rolled_back and not set(rolled_back) & uniq
+    delayed = [m for m in live.reference.values() if m["properties"].get("DELAY") == "1"]
+    assert len(delayed) == kinds["delayed"] == 5
+    assert sum(kinds.values()) + len(committed) == len(live.reference)
+    assert live.tier_only, "the broker deleted nothing the tier holds"
+    print(f"kinds sent {kinds}, committed {len(committed)}, rolled back {len(rolled_back)}; "
+          f"{len(live.reference)} compared, {len(live.tier_only)} only in the tier")  # fmt: skip
+
+
+def test_the_sidecar_never_writes_to_the_broker_store(live: History) -> None:
+    assert live.watch is not None
+    assert live.watch.samples > 100 and live.watch.seen, "the watch saw nothing"
+    assert live.watch.violations == []
+
+
+@pytest.mark.parametrize("codec", ["JSON", "ROCKETMQ"])
+def test_java_lite_pull_consumer_replays_everything(live: History, codec: str) -> None:
+    """DefaultLitePullConsumer, assign + seek(0) on every queue, through the sidecar after the
+    broker deleted its old files; the JSON and the binary (ROCKETMQ) header codec."""
+    lines = live.rocketmq.driver(
+        "consume", mode="lite", group=f"it-lite-{codec}", topics=list(TOPICS), maxMs=120_000,
+        namesrv=live.sidecar.name_server, batch=64,
+        java_flags=(f"-Drocketmq.serialize.type={codec}",),
+    )  # fmt: skip
+    got = messages(lines)
+    assert_same(got, live.reference)
+    print(f"{codec}: {len(got)} replayed, {len(live.tier_only)} of them only in the tier")
+
+
+def test_java_push_consumer_restarted_half_way(live: History) -> None:
+    """DefaultMQPushConsumer from the first offset, stopped after half the messages (its offsets
+    committed to the sidecar), then started again: every message exactly once."""
+    total = len(live.reference)
+    common: dict[str, Any] = {
+        "mode": "push", "group": "it-push", "topics": list(TOPICS), "maxMs": 180_000,
+        "namesrv": live.sidecar.name_server,
+    }  # fmt: skip
+    first = messages(live.rocketmq.driver("consume", stopAfter=total // 2, **common))
+    assert len(first) == total // 2
+    second = messages(live.rocketmq.driver("consume", stopAfter=total - len(first), **common))
+    assert not set(first) & set(second), sorted(set(first) & set(second))[:5]
+    assert_same(first | second, live.reference)
+
+
+def test_java_orderly_consumer(live: History) -> None:
+    """MessageListenerOrderly: the sidecar answers the queue locks; each queue in offset order."""
+    lines = live.rocketmq.driver(
+        "consume", mode="orderly", group="it-orderly", topics=list(TOPICS), maxMs=180_000,
+        stopAfter=len(live.reference), namesrv=live.sidecar.name_server,
+    )  # fmt: skip
+    got = messages(lines)
+    assert_same(got, live.reference)
+    last: dict[tuple[str, int], int] = {}
+    for line in lines:
+        if "msg" in line:
+            m = line["msg"]
+            q = (m["topic"], m["queueId"])
+            assert m["queueOffset"] == last.get(q, -1) + 1, (q, m["queueOffset"], last.get(q))
+            last[q] = m["queueOffset"]
+
+
+def test_status_names_the_real_broker_topics(live: History) -> None:
+    """``status --json`` over the real store lists the broker's topics from its topics.json."""
+    done = subprocess.run(
+        [RMQ_TIERED, "status", "--json", "-c", live.broker.conf, "-c", live.sidecar.conf],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    report = [json.loads(line) for line in done.stdout.splitlines()]
+    assert report
