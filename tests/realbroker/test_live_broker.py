@@ -359,11 +359,133 @@ def test_java_orderly_consumer(live: History) -> None:
             last[q] = m["queueOffset"]
 
 
-def test_status_names_the_real_broker_topics(live: History) -> None:
-    """``status --json`` over the real store lists the broker's topics from its topics.json."""
+def status(*confs: Path) -> tuple[dict[str, Any], str]:
     done = subprocess.run(
-        [RMQ_TIERED, "status", "--json", "-c", live.broker.conf, "-c", live.sidecar.conf],
+        [RMQ_TIERED, "status", "--json", *(a for c in confs for a in ("-c", str(c)))],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
-    report = [json.loads(line) for line in done.stdout.splitlines()]
-    assert report
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report, done.stderr
+
+
+def test_status_names_the_real_broker_topics(live: History) -> None:
+    """``status`` lists the broker's topics as its topics.json has them (read here with plain
+    json), which of them are offloaded, and per queue the broker's and the tier's offsets."""
+    report, _ = status(live.broker.conf, live.sidecar.conf)
+    table = json.loads((live.broker.store / "config" / "topics.json").read_text())
+    configured = table["topicConfigTable"]
+    shown = {t["topic"]: t for t in report["topics"]}
+    assert set(shown) == set(configured)
+    for name, t in configured.items():
+        assert shown[name]["readQueueNums"] == t["readQueueNums"], name
+    for name, count in TOPICS.items():
+        assert shown[name]["offloaded"] and shown[name]["queuesWithMessages"] == count
+    for name in (LOCAL_ONLY, "SCHEDULE_TOPIC_XXXX", "RMQ_SYS_TRANS_HALF_TOPIC", "TBW102"):
+        assert not shown[name]["offloaded"], name
+    rows = {(q["topic"], q["queueId"]): q for q in report["queues"]}
+    for topic in TOPICS:
+        for qid, end in queue_max(live, topic).items():
+            row = rows[(topic, qid)]
+            assert (row["tieredMin"], row["tieredCommit"]) == (0, end), row
+            assert row["localMin"] == live.min_after_delete[(topic, qid)], row
+
+
+def test_mapped_sizes_come_from_the_real_files(live: History, tmp_path: Path) -> None:
+    """Without the broker's broker.conf (or with wrong sizes in it) the sidecar takes the
+    commitlog and consumequeue file sizes from the files the broker wrote, and says so."""
+    keys = {
+        "storePathRootDir": live.broker.store,
+        "brokerClusterName": live.broker.cluster,
+        "brokerName": live.broker.broker_name,
+        "maxHashSlotNum": live.broker.settings()["maxHashSlotNum"],
+    }
+    unset = tmp_path / "unset.conf"
+    unset.write_text("".join(f"{k}={v}\n" for k, v in keys.items()))
+    wrong = tmp_path / "wrong.conf"
+    wrong.write_text(unset.read_text() + "mappedFileSizeCommitLog=1073741824\n"
+                     "mappedFileSizeConsumeQueue=6000000\n")  # fmt: skip
+    want, _ = status(live.broker.conf, live.sidecar.conf)
+    for conf in (unset, wrong):
+        got, err = status(live.sidecar.conf, conf)
+        assert got["queues"] == want["queues"], conf.name
+        if conf is wrong:
+            assert "mappedFileSizeCommitLog=1073741824 disagrees" in err, err
+            assert "which are 4194304 bytes each" in err, err
+            assert "mappedFileSizeConsumeQueue=6000000 disagrees" in err, err
+
+
+def tier_only_message(live: History, topic: str) -> dict[str, Any]:
+    """A reference message of ``topic`` that only the tier still holds."""
+    return next(live.reference[k] for k in live.tier_only if k[0] == topic)
+
+
+def queue_max(live: History, topic: str) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for t, q, o in live.reference:
+        if t == topic:
+            out[q] = max(out.get(q, 0), o + 1)
+    return out
+
+
+def shows(out: str, m: dict[str, Any]) -> None:
+    """``out`` is mqadmin's print-out of message ``m`` (queryMsgBy*)."""
+    for line in (
+        f"Topic:               {m['topic']}",
+        f"Queue ID:            {m['queueId']}",
+        f"Queue Offset:        {m['queueOffset']}",
+        f"UNIQ_KEY={m['msgId']}",
+    ):
+        assert line in out, f"{line!r} not in:\n{out}"
+
+
+def test_mqadmin_reads_deleted_messages_through_the_sidecar(live: History) -> None:
+    """mqadmin against the sidecar (``-n`` = its replay port), for messages the broker deleted;
+    mqadmin exits 0 even when it fails, so what it prints is checked."""
+    gone = tier_only_message(live, MAIN)
+    keyed = next(
+        live.reference[k] for k in live.tier_only if live.reference[k].get("keys") == "bulk-a-0"
+    )
+    b = live.broker.broker_name
+    commands = {
+        "clusterList": ["clusterList"],
+        "topicList": ["topicList"],
+        "topicRoute": ["topicRoute", "-t", MAIN],
+        "topicStatus": ["topicStatus", "-t", MAIN],
+        "queryMsgByKey": ["queryMsgByKey", "-t", MAIN, "-k", "bulk-a-0"],
+        "localKey": ["queryMsgByKey", "-t", LOCAL_ONLY, "-k", "bulk-local-7"],
+        "queryMsgByUniqueKey": ["queryMsgByUniqueKey", "-t", MAIN, "-i", gone["msgId"]],
+        "queryMsgById": ["queryMsgById", "-t", MAIN, "-i", gone["msgId"]],
+        "queryMsgByOffset": [
+            "queryMsgByOffset", "-t", MAIN, "-b", b, "-i", str(gone["queueId"]),
+            "-o", str(gone["queueOffset"]),
+        ],
+        "consumerProgress": ["consumerProgress", "-g", "it-push"],
+        "printMsgByQueue": ["printMsgByQueue", "-t", ONE, "-a", b, "-i", "0", "-p", "true"],
+    }  # fmt: skip
+    printed = live.rocketmq.mqadmin(live.sidecar.name_server, *commands.values())
+    out = dict(zip(commands, printed, strict=True))
+    for name, text in out.items():
+        print(f"--- mqadmin {' '.join(commands[name])}\n{text[:1500]}")
+    sidecar = live.sidecar.name_server
+    assert f"{live.cfg.broker_cluster_name}" in out["clusterList"]
+    assert f"{b}" in out["clusterList"] and sidecar in out["clusterList"]
+    assert "V5_3_3" in out["clusterList"]
+    assert set(TOPICS) <= set(out["topicList"].split())
+    assert f'"readQueueNums":{TOPICS[MAIN]}' in out["topicRoute"] and sidecar in out["topicRoute"]
+    rows = [line.split() for line in out["topicStatus"].splitlines() if line.startswith(b)]
+    assert {int(r[1]): (int(r[2]), int(r[3])) for r in rows} == {
+        q: (0, end) for q, end in queue_max(live, MAIN).items()
+    }
+    assert keyed["msgId"] in out["queryMsgByKey"]
+    assert f"{keyed['queueId']}" in out["queryMsgByKey"].split()
+    assert f"{keyed['queueOffset']}" in out["queryMsgByKey"].split()
+    # a topic the sidecar does not offload: found through the broker's own index files
+    assert out["localKey"].count("\n") >= 2 and "#Message ID" in out["localKey"], out["localKey"]
+    for name in ("queryMsgByUniqueKey", "queryMsgById", "queryMsgByOffset"):
+        shows(out[name], gone)
+    rows = [line.split() for line in out["consumerProgress"].splitlines() if line.startswith(MAIN)]
+    assert {int(r[2]): int(r[3]) for r in rows} == queue_max(live, MAIN)
+    want = sorted(m["msgId"] for (t, q, _), m in live.reference.items() if (t, q) == (ONE, 0))
+    got = sorted(line.split()[1] for line in out["printMsgByQueue"].splitlines()
+                 if line.startswith("MSGID: "))  # fmt: skip
+    assert got == want

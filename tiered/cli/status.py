@@ -103,6 +103,21 @@ def _print(report: StatusReport) -> None:
     )
     if indexed:
         out.print(_index_line(report.index))
+    out.print(_topics_line(report))
+
+
+def _topics_line(report: StatusReport) -> str:
+    if not report.topics:
+        return f"broker topics: none ({report.topics_source or 'topics.json is empty'})"
+    shown = [
+        f"{t.topic}({t.read_queue_nums}{'' if t.offloaded else ', not offloaded'})"
+        for t in report.topics
+    ]
+    offloaded = sum(t.offloaded for t in report.topics)
+    return (
+        f"broker topics ({report.topics_source}): {len(report.topics)}, {offloaded} offloaded: "
+        + " ".join(shown)
+    )
 
 
 def _index_line(index: IndexStatusReport) -> str:

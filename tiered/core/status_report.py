@@ -19,6 +19,7 @@ from dataclasses import field
 from pathlib import Path
 from typing import Any
 
+from tiered.broker.configjson import load_topics
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
@@ -91,6 +92,20 @@ class IndexStatusReport:
 
 
 @dataclass
+class BrokerTopic:
+    """One topic of the broker's ``config/topics.json``, and whether the sidecar offloads it."""
+
+    topic: str
+    read_queue_nums: int
+    write_queue_nums: int
+    perm: int
+    offloaded: bool
+    """False for system topics and topics the filter excludes."""
+    queues_with_messages: int
+    """Queues of the topic with a consumequeue in the store or a flat file in the tier."""
+
+
+@dataclass
 class StatusReport:
     """The whole answer of ``status``."""
 
@@ -103,6 +118,9 @@ class StatusReport:
     metadata: str
     queues: list[QueueStatus] = field(default_factory=list)
     index: IndexStatusReport = field(default_factory=lambda: IndexStatusReport(False))
+    topics: list[BrokerTopic] = field(default_factory=list)
+    topics_source: str = ""
+    """Where :attr:`topics` came from (``topics.json``, its ``.bak``), or why they are missing."""
 
     def totals(self) -> dict[str, int]:
         """Sums over all queues."""
@@ -132,6 +150,8 @@ class StatusReport:
             "totals": self.totals(),
             "queues": [{camel(k): v for k, v in asdict(q).items()} for q in self.queues],
             "index": _camel_tree(asdict(self.index), camel),
+            "topicsSource": self.topics_source,
+            "topics": [{camel(k): v for k, v in asdict(t).items()} for t in self.topics],
         }
 
 
@@ -213,7 +233,36 @@ def collect_status(cfg: TieredConfig) -> StatusReport:
         report.queues.append(row)
     if cfg.message_index_enable and cfg.uploads:
         report.index = _index(cfg, doc, report.queues)
+    _topics(cfg, report, filt, set(local.queues()) | keys)
     return report
+
+
+def _topics(
+    cfg: TieredConfig, report: StatusReport, filt: TopicFilter, queues: set[tuple[str, int]]
+) -> None:
+    """The broker's topics from ``{storePathRootDir}/config/topics.json`` (``.bak`` as the
+    broker falls back); a missing or unreadable file is reported, not raised."""
+    path = cfg.store_path_root_dir / "config" / "topics.json"
+    try:
+        table = load_topics(path)
+    except TieredStoreError as e:
+        report.topics_source = f"unavailable: {e}"
+        return
+    report.topics_source = str(path)
+    counts: dict[str, int] = {}
+    for topic, _ in queues:
+        counts[topic] = counts.get(topic, 0) + 1
+    for name, t in sorted(table.topics.items()):
+        report.topics.append(
+            BrokerTopic(
+                name,
+                t.read_queue_nums,
+                t.write_queue_nums,
+                t.perm,
+                filt.allows(name),
+                counts.get(name, 0),
+            )  # fmt: skip
+        )
 
 
 def _index(
