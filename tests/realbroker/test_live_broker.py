@@ -13,9 +13,7 @@ mqadmin read through the sidecar with that reference.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -32,92 +30,21 @@ from tiered.testing.http import get
 from tiered.testing.realbroker import Broker
 from tiered.testing.realbroker import NameServer
 from tiered.testing.realbroker import Runtime
+from tiered.testing.replay_check import Key
+from tiered.testing.replay_check import ReadOnlyWatch
+from tiered.testing.replay_check import assert_same
+from tiered.testing.replay_check import assert_stored_alike
+from tiered.testing.replay_check import messages
+from tiered.testing.replay_check import read_raw
+from tiered.testing.replay_check import tier_messages
+from tiered.testing.replay_check import wait_for
 from tiered.testing.sidecar_process import RMQ_TIERED
 from tiered.testing.sidecar_process import Sidecar
 from tiered.testing.tier_check import check_tier
-from tiered.testing.tier_check import tier_queue
 
 MAIN, ONE, EIGHT, LOCAL_ONLY = "RealMain", "RealOne", "RealEight", "RealLocalOnly"
 TOPICS = {MAIN: 4, ONE: 1, EIGHT: 8}
 BULK = 5000  # 2 KiB bodies: ~11 MiB, three 4 MiB commitlog files rolled
-Key = tuple[str, int, int]
-CLIENT_PROPERTIES = frozenset({"MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME"})
-"""Properties the Java client adds to a message it consumed (from the pull, at consumption)."""
-
-
-def messages(lines: list[dict[str, Any]]) -> dict[Key, dict[str, Any]]:
-    """The driver's consumed messages by (topic, queueId, queueOffset); a message seen twice
-    fails."""
-    out: dict[Key, dict[str, Any]] = {}
-    for line in lines:
-        if "msg" in line:
-            m = line["msg"]
-            k = (m["topic"], m["queueId"], m["queueOffset"])
-            assert k not in out, f"{k} consumed twice"
-            out[k] = m
-    return out
-
-
-def comparable(m: dict[str, Any]) -> dict[str, Any]:
-    """What must be equal wherever a message is read: everything but how it was read, its
-    physical offset (the tier's is the flat commitlog's) and the client's own properties."""
-    drop = {"via", "commitLogOffset"}
-    out = {k: v for k, v in m.items() if k not in drop}
-    out["properties"] = {
-        k: v
-        for k, v in m["properties"].items()
-        if k not in ("MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME")
-    }
-    return out
-
-
-def assert_same(got: dict[Key, dict[str, Any]], want: dict[Key, dict[str, Any]]) -> None:
-    missing = sorted(set(want) - set(got))
-    extra = sorted(set(got) - set(want))
-    assert not missing and not extra, f"missing {missing[:5]} ({len(missing)}), extra {extra[:5]}"
-    differ = [k for k in want if comparable(got[k]) != comparable(want[k])]
-    assert not differ, (
-        f"{len(differ)} differ, first {differ[0]}: "
-        f"{comparable(got[differ[0]])} != {comparable(want[differ[0]])}"
-    )
-
-
-class ReadOnlyWatch(threading.Thread):
-    """Samples a process's open files and mappings every 50 ms: none under ``root`` may be open
-    for writing (O_WRONLY/O_RDWR) or mapped writable."""
-
-    def __init__(self, pid: int, root: Path) -> None:
-        super().__init__(daemon=True)
-        self.pid, self.root = pid, str(root.resolve())
-        self.violations: list[str] = []
-        self.samples = 0
-        self.seen: set[str] = set()
-        self.stopping = threading.Event()
-
-    def run(self) -> None:
-        while not self.stopping.wait(0.05):
-            try:
-                self.sample()
-            except (FileNotFoundError, ProcessLookupError):
-                return
-
-    def sample(self) -> None:
-        proc = Path(f"/proc/{self.pid}")
-        for fd in (proc / "fd").iterdir():
-            try:
-                target = os.readlink(fd)
-                flags = (proc / "fdinfo" / fd.name).read_text().split("flags:")[1].split()[0]
-            except (FileNotFoundError, IndexError):
-                continue
-            if target.startswith(self.root):
-                self.seen.add(target)
-                if int(flags, 8) & 0o3:
-                    self.violations.append(f"fd {fd.name} -> {target} flags {flags}")
-        for line in (proc / "maps").read_text().splitlines():
-            parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].startswith(self.root) and "w" in parts[1]:
-                self.violations.append(f"writable mapping {line}")
-        self.samples += 1
 
 
 @dataclass
@@ -142,30 +69,6 @@ class History:
     def tier_only(self) -> list[Key]:
         """Reference messages the broker no longer holds."""
         return [k for k in self.reference if k[2] < self.min_after_delete.get(k[:2], 0)]
-
-
-def read_raw(broker: Broker, ref: dict[Key, dict[str, Any]]) -> dict[Key, bytes]:
-    """Each reference message's stored bytes, read straight from the broker's commitlog files
-    (file = offset rounded down to the file size) -- none of the sidecar's code."""
-    size = int(str(broker.settings()["mappedFileSizeCommitLog"]))
-    out: dict[Key, bytes] = {}
-    for k, m in ref.items():
-        off = int(m["commitLogOffset"])
-        path = broker.store / "commitlog" / f"{off // size * size:020d}"
-        with path.open("rb") as f:
-            f.seek(off % size)
-            out[k] = f.read(int(m["storeSize"]))
-    return out
-
-
-def wait_for(what: str, check: Any, timeout: float, every: float = 0.5) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        result = check()
-        if result:
-            return result
-        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
-        time.sleep(every)
 
 
 def sidecar_conf(path: Path, work: Path, **keys: Any) -> Path:
@@ -272,22 +175,10 @@ def _live(
 def test_the_tier_holds_exactly_what_the_broker_stored(live: History) -> None:
     """Per queue the same offsets; each message's stored bytes equal the broker's but for bytes
     28..35 (its flat offset); no rolled-back transaction, no system topic, nothing extra."""
-    provider = from_config(live.cfg)
-    tier: dict[Key, bytes] = {}
-    tier_topics = set()
-    for path in (Path(live.cfg.tiered_store_file_path)).glob("*/*/*/*"):
-        if not path.name.isdigit() or path.parent.name == "rmq_sys_INDEX":
-            continue
-        topic, qid = path.parent.name, int(path.name)
-        tier_topics.add(topic)
-        for offset, (flat, data) in tier_queue(live.cfg, provider, topic, qid).items():
-            assert int.from_bytes(data[28:36], "big") == flat, (topic, qid, offset)
-            tier[(topic, qid, offset)] = data
-    assert tier_topics == set(TOPICS)
+    tier = tier_messages(live.cfg, from_config(live.cfg))
+    assert {k[0] for k in tier} == set(TOPICS)
     assert set(tier) == set(live.reference)
-    for k, want in live.raw.items():
-        got = tier[k]
-        assert len(got) == len(want) and got[:28] + got[36:] == want[:28] + want[36:], k
+    assert_stored_alike(tier, live.raw)
     kinds: dict[str, int] = {}
     for line in live.produced:
         if "sent" in line:

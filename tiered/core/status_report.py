@@ -253,16 +253,9 @@ def _topics(
     for topic, _ in queues:
         counts[topic] = counts.get(topic, 0) + 1
     for name, t in sorted(table.topics.items()):
-        report.topics.append(
-            BrokerTopic(
-                name,
-                t.read_queue_nums,
-                t.write_queue_nums,
-                t.perm,
-                filt.allows(name),
-                counts.get(name, 0),
-            )  # fmt: skip
-        )
+        offloaded, count = filt.allows(name), counts.get(name, 0)
+        row = BrokerTopic(name, t.read_queue_nums, t.write_queue_nums, t.perm, offloaded, count)
+        report.topics.append(row)
 
 
 def _index(

@@ -146,11 +146,42 @@ class Runtime:
         )
         return lines[:-1]
 
+    def spawn(self, command: str, **args: Any) -> DriverRun:
+        """Start ``Driver <command>`` in the background (:meth:`DriverRun.wait` collects it)."""
+        cmd = self.java("Driver", command, json.dumps(args), role="client", flags=CLIENT_FLAGS)
+        out = self.home / f"driver-{time.monotonic_ns()}.out"
+        with out.open("wb") as f:
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, env=self.env())
+        return DriverRun(command, proc, out)
+
     def mqadmin(self, namesrv: str, *commands: list[str]) -> list[str]:
         """What each ``mqadmin`` sub-command printed (run in one JVM, as the mqadmin script runs
         ``MQAdminStartup``); ``-n namesrv`` is added to each."""
         lines = self.driver("admin", commands=[[*c, "-n", namesrv] for c in commands])
         return [str(line["admin"]["output"]) for line in lines if "admin" in line]
+
+
+@dataclass
+class DriverRun:
+    """A driver command running in the background."""
+
+    command: str
+    proc: subprocess.Popen[bytes]
+    out: Path
+
+    def lines(self) -> list[dict[str, Any]]:
+        text = self.out.read_text("utf-8", "replace")
+        return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
+
+    def wait(self, timeout: float = 300.0) -> list[dict[str, Any]]:
+        """Its JSON lines once it exited 0 (else fail with its output)."""
+        code = self.proc.wait(timeout=timeout)
+        lines = self.lines()
+        output = self.out.read_text("utf-8", "replace")[-6000:]
+        assert code == 0 and lines and lines[-1].get("done"), (
+            f"Driver {self.command} exited {code}:\n{output}"
+        )
+        return lines[:-1]
 
 
 @dataclass
@@ -218,9 +249,10 @@ class JavaServer:
 class NameServer(JavaServer):
     port: int = 0
 
+    def __post_init__(self) -> None:
+        self.port = self.port or free_port()
+
     def command(self) -> list[str]:
-        if not self.port:
-            self.port = free_port()
         conf = self.workdir / "namesrv.conf"
         conf.write_text(
             f"listenPort={self.port}\nbindAddress=127.0.0.1\n"
@@ -276,6 +308,9 @@ class Broker(JavaServer):
     started_at: float = 0.0
     """time.time() of the last start (the broker's file-cleaning task first runs 60 s later)."""
 
+    def __post_init__(self) -> None:
+        self.port = self.port or broker_port()
+
     @property
     def store(self) -> Path:
         return self.workdir / "store"
@@ -297,8 +332,6 @@ class Broker(JavaServer):
         return keys
 
     def command(self) -> list[str]:
-        if not self.port:
-            self.port = broker_port()
         if not self.conf.exists():
             self.conf.write_text("".join(f"{k}={v}\n" for k, v in self.settings().items()))
         return self.runtime.java(

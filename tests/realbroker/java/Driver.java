@@ -262,7 +262,7 @@ public class Driver {
                 if (keyEvery > 0 && i % keyEvery == 0) {
                     m.setKeys("bulk-" + a.getString("tag") + "-" + i);
                 }
-                SendResult r = p.send(m);
+                SendResult r = sendRetrying(p, m, a.getLongValue("retryMs"));
                 if (a.getBooleanValue("verbose")) {
                     sent("bulk", r, 1);
                 } else if (r.getSendStatus() != SendStatus.SEND_OK) {
@@ -276,6 +276,31 @@ public class Driver {
             p.shutdown();
         }
         emit(Map.of("bulk", count));
+    }
+
+    /** Send, retrying for up to `retryMs` while the broker is down or restarting (a message
+     *  whose first attempt was stored before a crash may then be stored twice, as with any
+     *  producer that retries). */
+    static SendResult sendRetrying(DefaultMQProducer p, Message m, long retryMs) throws Exception {
+        long giveUp = System.currentTimeMillis() + retryMs;
+        int failures = 0;
+        while (true) {
+            try {
+                SendResult r = p.send(m);
+                if (r.getSendStatus() == SendStatus.SEND_OK || System.currentTimeMillis() > giveUp) {
+                    if (failures > 0) {
+                        emit(Map.of("retried", failures));
+                    }
+                    return r;
+                }
+            } catch (Exception e) {
+                if (System.currentTimeMillis() > giveUp) {
+                    throw e;
+                }
+            }
+            failures++;
+            Thread.sleep(200);
+        }
     }
 
     // --- consume -------------------------------------------------------------------------------

@@ -1,0 +1,145 @@
+"""What the real-broker tests compare: messages as the Java driver printed them, the bytes a
+broker stored (read straight from its commitlog files), what a tier holds (read whole with
+:func:`tiered.testing.tier_check.tier_queue`), and a watch that the sidecar never opens the
+broker's store for writing."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from tiered.config import TieredConfig
+from tiered.providers.base import Provider
+from tiered.testing.realbroker import Broker
+from tiered.testing.tier_check import tier_queue
+
+Key = tuple[str, int, int]
+"""(topic, queueId, queueOffset)"""
+Message = dict[str, Any]
+"""One message as the Java driver describes it (``Driver.describe``)."""
+CLIENT_PROPERTIES = frozenset({"MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME"})
+"""Properties the Java client adds to a message it consumed (from the pull, at consumption)."""
+
+
+def messages(lines: list[dict[str, Any]]) -> dict[Key, Message]:
+    """The driver's consumed messages by (topic, queueId, queueOffset); a message seen twice
+    fails."""
+    out: dict[Key, Message] = {}
+    for line in lines:
+        if "msg" in line:
+            m = line["msg"]
+            k = (m["topic"], m["queueId"], m["queueOffset"])
+            assert k not in out, f"{k} consumed twice"
+            out[k] = m
+    return out
+
+
+def comparable(m: dict[str, Any]) -> dict[str, Any]:
+    """What must be equal wherever a message is read: everything but how it was read, its
+    physical offset (the tier's is the flat commitlog's) and the client's own properties."""
+    drop = {"via", "commitLogOffset"}
+    out = {k: v for k, v in m.items() if k not in drop}
+    out["properties"] = {
+        k: v
+        for k, v in m["properties"].items()
+        if k not in ("MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME")
+    }
+    return out
+
+
+def assert_same(got: dict[Key, Message], want: dict[Key, Message]) -> None:
+    missing = sorted(set(want) - set(got))
+    extra = sorted(set(got) - set(want))
+    assert not missing and not extra, f"missing {missing[:5]} ({len(missing)}), extra {extra[:5]}"
+    differ = [k for k in want if comparable(got[k]) != comparable(want[k])]
+    assert not differ, (
+        f"{len(differ)} differ, first {differ[0]}: "
+        f"{comparable(got[differ[0]])} != {comparable(want[differ[0]])}"
+    )
+
+
+class ReadOnlyWatch(threading.Thread):
+    """Samples a process's open files and mappings every 50 ms: none under ``root`` may be open
+    for writing (O_WRONLY/O_RDWR) or mapped writable."""
+
+    def __init__(self, pid: int, root: Path) -> None:
+        super().__init__(daemon=True)
+        self.pid, self.root = pid, str(root.resolve())
+        self.violations: list[str] = []
+        self.samples = 0
+        self.seen: set[str] = set()
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(0.05):
+            try:
+                self.sample()
+            except (FileNotFoundError, ProcessLookupError):
+                return
+
+    def sample(self) -> None:
+        proc = Path(f"/proc/{self.pid}")
+        for fd in (proc / "fd").iterdir():
+            try:
+                target = os.readlink(fd)
+                flags = (proc / "fdinfo" / fd.name).read_text().split("flags:")[1].split()[0]
+            except (FileNotFoundError, IndexError):
+                continue
+            if target.startswith(self.root):
+                self.seen.add(target)
+                if int(flags, 8) & 0o3:
+                    self.violations.append(f"fd {fd.name} -> {target} flags {flags}")
+        for line in (proc / "maps").read_text().splitlines():
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].startswith(self.root) and "w" in parts[1]:
+                self.violations.append(f"writable mapping {line}")
+        self.samples += 1
+
+
+def read_raw(broker: Broker, ref: dict[Key, Message]) -> dict[Key, bytes]:
+    """Each reference message's stored bytes, read straight from the broker's commitlog files
+    (file = offset rounded down to the file size) -- none of the sidecar's code."""
+    size = int(str(broker.settings()["mappedFileSizeCommitLog"]))
+    out: dict[Key, bytes] = {}
+    for k, m in ref.items():
+        off = int(m["commitLogOffset"])
+        path = broker.store / "commitlog" / f"{off // size * size:020d}"
+        with path.open("rb") as f:
+            f.seek(off % size)
+            out[k] = f.read(int(m["storeSize"]))
+    return out
+
+
+def wait_for(what: str, check: Callable[[], Any], timeout: float, every: float = 0.5) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        result = check()
+        if result:
+            return result
+        assert time.monotonic() < deadline, f"timed out after {timeout} s waiting for {what}"
+        time.sleep(every)
+
+
+def tier_messages(cfg: TieredConfig, provider: Provider) -> dict[Key, tuple[int, bytes]]:
+    """Every message the tier holds, by the queues its posix directory has: (flat offset,
+    stored bytes); bytes 28..35 must hold the flat offset."""
+    out: dict[Key, tuple[int, bytes]] = {}
+    for path in Path(cfg.tiered_store_file_path).glob("*/*/*/*"):
+        if not path.name.isdigit() or path.parent.name == "rmq_sys_INDEX":
+            continue
+        topic, qid = path.parent.name, int(path.name)
+        for offset, (flat, data) in tier_queue(cfg, provider, topic, qid).items():
+            assert int.from_bytes(data[28:36], "big") == flat, (topic, qid, offset)
+            out[(topic, qid, offset)] = (flat, data)
+    return out
+
+
+def assert_stored_alike(tier: dict[Key, tuple[int, bytes]], raw: dict[Key, bytes]) -> None:
+    """Each tier message equals the broker's stored bytes but for bytes 28..35 (its offset)."""
+    for k, want in raw.items():
+        got = tier[k][1]
+        assert len(got) == len(want) and got[:28] + got[36:] == want[:28] + want[36:], k
