@@ -12,6 +12,7 @@ from tiered.broker import broker_index
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker import verify
+from tiered.broker.checkpoint import read_checkpoint
 from tiered.broker.commitlog import CommitLog
 from tiered.broker.commitlog import list_files
 from tiered.broker.commitlog import scan_file
@@ -140,6 +141,12 @@ def test_every_key_is_in_the_broker_index(
                     hits = [h for idx in files for h in idx.lookup(m.topic, key)]
                     assert it.offset in [h.phys_offset for h in hits], key
                     assert log.read_message(it.offset) == m
+        # the broker records a file's end in the checkpoint when it opens the next one, so the
+        # newest full file (the third) is there, not the open fourth (a real 5.3.3 store with one
+        # index file has indexMsgTimestamp 0)
+        cp = read_checkpoint(root / "checkpoint")
+        assert cp.index_msg_timestamp == files[2].header.end_timestamp
+        assert cp.index_msg_timestamp < files[3].header.end_timestamp
     finally:
         for idx in files:
             idx.close()
@@ -181,3 +188,21 @@ def test_refuses_to_overwrite_and_bad_options(tmp_path: Path) -> None:
         generate_store(tmp_path / "u", GenSpec(v2_fraction=1.5))
     with pytest.raises(ConfigError, match="--commitlog-file-size=1000 cannot hold"):
         generate_store(tmp_path / "v", GenSpec(commitlog_file_size=1000))
+
+
+def test_verify_reports_at_most_max_problems(tmp_path: Path) -> None:
+    spec = GenSpec(seed=2, topics=1, queues=1, messages=60, commitlog_file_size=1 << 20)
+    root = tmp_path / "s"
+    generate_store(root, spec)
+    path = root / "consumequeue" / "GenTopic0" / "0" / f"{0:020d}"
+    data = bytearray(path.read_bytes())
+    for i in range(50):  # every tag code wrong
+        data[i * 20 + 12 : i * 20 + 20] = (12345).to_bytes(8, "big")
+    path.write_bytes(data)
+    log = CommitLog(root / "commitlog", spec.commitlog_file_size)
+    size = spec.cq_file_entries * cqmod.CQ_UNIT_SIZE
+    cq = cqmod.ConsumeQueue.for_queue(root / "consumequeue", "GenTopic0", 0, file_size=size)
+    check = verify.check_queue(log, cq, "GenTopic0", 0, max_problems=5)
+    assert len(check.problems) == 6
+    assert "tag code 12345 != hash of TAGS" in check.problems[0]
+    assert check.problems[-1] == "GenTopic0/0: stopped after 5 problems"

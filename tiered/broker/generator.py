@@ -5,14 +5,19 @@ with a BLANK unit where the next message does not fit; consumequeue files hold
 ``cq_file_entries`` units each; ``config/topics.json``, ``checkpoint`` and ``lock`` are written, and
 broker IndexFiles with ``with_index``. The output depends only on the seed and the existing store,
 and ``append`` continues a store like a broker that kept writing.
+
+By default messages carry a minimal property set (KEYS, TAGS, UNIQ_KEY). ``java_client`` writes
+what a 5.3.3 broker stores for a Java 5.x producer instead (:mod:`.gen_java`): the real property
+set and order, real UNIQ_KEYs (IPv4 or IPv6 client ids), zlib above 4 KiB, and on request delayed
+messages (``SCHEDULE_TOPIC_XXXX`` then the re-put copy), transactions (half, commit, op messages
+in their system topics), batches and non-ASCII user properties. ``broker_files`` adds the files a
+real broker keeps beside them (:mod:`.gen_broker_files`) and leaves queues without messages
+without a directory, as the broker does.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import hashlib
-import os
-import struct
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -26,17 +31,28 @@ from tiered.broker import broker_index
 from tiered.broker import checkpoint
 from tiered.broker import configjson
 from tiered.broker import consumequeue
+from tiered.broker import gen_broker_files
+from tiered.broker import gen_java
+from tiered.broker import java_props
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import list_files
 from tiered.broker.commitlog import scan_file
+from tiered.broker.gen_loops import COMPRESSIONS
+from tiered.broker.gen_loops import TAGS_POOL
+from tiered.broker.gen_loops import java_loop
+from tiered.broker.gen_loops import plain_loop
+from tiered.broker.gen_writer import CommitLogWriter
+from tiered.broker.gen_writer import UnitSink
 from tiered.errors import ConfigError
-from tiered.javautil import tags_code
 
-TAGS_POOL = ("TagA", "TagB", "TagC", "TagD", "")
-COMPRESSIONS = ("ZLIB", "LZ4", "ZSTD")
-_FLUSH_BYTES = 8 << 20
-STORE_HOST_V4 = msgcodec.encode_host("10.0.0.5:10911")
-STORE_HOST_V6 = msgcodec.encode_host("[fd00::a]:10911")
+_FRACTIONS = ("v2_fraction", "ipv6_fraction", "compress_fraction")
+_JAVA_FRACTIONS = (
+    "client_ipv6_fraction",
+    "user_property_fraction",
+    "delay_fraction",
+    "transaction_fraction",
+    "batch_fraction",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,6 +76,18 @@ class GenSpec:
     index_max_items: int = 20_000_000
     start_ms: int = 1_700_000_000_000
     append: bool = False
+    # what a 5.3.3 broker stores for a Java 5.x client (see the module docstring); the fractions
+    # below need it and are shares of the sends
+    java_client: bool = False
+    client_ipv6_fraction: float = 0.0  # UNIQ_KEY of an IPv6 client (28-byte id)
+    user_property_fraction: float = 0.0  # non-ASCII user properties and KEYS token
+    delay_fraction: float = 0.0  # delay level 1..max_delay_level
+    max_delay_level: int = 3
+    transaction_fraction: float = 0.0  # half message, then commit or rollback, op messages
+    commit_fraction: float = 0.5  # of the transactions
+    batch_fraction: float = 0.0  # a send that starts a batch of 2..batch_size
+    batch_size: int = 10
+    broker_files: bool = False  # config/*.json(.bak), abort.bak, compaction/, no empty queues
 
     def validate(self) -> None:
         """Refuse impossible combinations with a message naming the option."""
@@ -73,21 +101,40 @@ class GenSpec:
             (self.keys_per_message >= 0, "--keys-per-message must be >= 0"),
             (self.index_slots >= 1 and self.index_max_items >= 2, "index sizes must be >= 1/2"),
         ]
-        for name in ("v2_fraction", "ipv6_fraction", "compress_fraction"):
+        for name in (*_FRACTIONS, *_JAVA_FRACTIONS, "commit_fraction"):
             v = getattr(self, name)
             checks.append((0.0 <= v <= 1.0, f"--{name.replace('_', '-')}={v} must be in [0, 1]"))
-        # the largest unit must fit a file with room for the BLANK header
-        biggest = msgcodec.BLANK_HEADER_SIZE + msgcodec.unit_size(
+        for name in _JAVA_FRACTIONS:
+            v = getattr(self, name)
+            needs = f"--{name.replace('_', '-')}={v} needs --java-client"
+            checks.append((self.java_client or v == 0.0, needs))
+        checks += [
+            (
+                self.delay_fraction + self.transaction_fraction <= 1.0,
+                "--delay-fraction plus --transaction-fraction must be <= 1",
+            ),
+            (1 <= self.max_delay_level <= 18, "--max-delay-level must be in [1, 18]"),
+            (self.batch_size >= 2, f"--batch-size={self.batch_size} must be >= 2"),
+        ]
+        # the largest unit (or batch) must fit a file with room for the BLANK header
+        per_unit = msgcodec.unit_size(
             self.max_body + 64,
             140,
-            200 + 60 * self.keys_per_message,
+            200 + 60 * self.keys_per_message + (700 if self.java_client else 0),
             v2=True,
             born_v6=True,
             store_v6=True,
         )
+        units = self.batch_size if self.batch_fraction > 0 else 1
+        biggest = msgcodec.BLANK_HEADER_SIZE + units * per_unit
+        what = (
+            f"a batch of {units} {self.max_body}-byte bodies"
+            if units > 1
+            else (f"a {self.max_body}-byte body")
+        )
         too_small = (
-            f"--commitlog-file-size={self.commitlog_file_size} cannot hold a "
-            f"{self.max_body}-byte body; use at least {biggest}"
+            f"--commitlog-file-size={self.commitlog_file_size} cannot hold {what}; "
+            f"use at least {biggest}"
         )
         checks.append((self.commitlog_file_size >= biggest, too_small))
         for ok, msg in checks:
@@ -99,7 +146,8 @@ class GenSpec:
 class GenReport:
     """What a run wrote."""
 
-    messages: int = 0
+    messages: int = 0  # sends
+    units: int = 0  # commitlog units: sends, re-put copies, half and op messages
     bytes: int = 0
     seconds: float = 0.0
     commitlog_files: int = 0
@@ -222,12 +270,11 @@ def generate_store(
     qoff = np.empty(n, dtype=np.int64)
     qoff[order] = base_off[qsel[order]] + (np.arange(n) - group_start[qsel[order]])
 
-    index_keys: list[tuple[str, str, int]] = []  # (topic, key, message index)
-    tag_codes = [tags_code(t) for t in TAGS_POOL]
-
-    writer = _CommitLogWriter(out / "commitlog", spec.commitlog_file_size, state.write_offset)
+    writer = CommitLogWriter(out / "commitlog", spec.commitlog_file_size, state.write_offset)
     report = GenReport()
-    step = max(1, n // 100)
+    sink = UnitSink(
+        writer, dict(state.next_offsets), report.manifest if manifest else None, spec.with_index
+    )
     columns = zip(
         qsel.tolist(),
         qoff.tolist(),
@@ -243,172 +290,29 @@ def generate_store(
         born_ms.tolist(),
         store_ms.tolist(),
         strict=True,
-    )  # plain Python values: numpy scalar indexing would dominate this loop
-    phys_l: list[int] = []
-    sizes_l: list[int] = []
-    tags_l: list[int] = []
-    for i, (q, off, a, blen, comp, ct, ti, b6, s6, is_v2, prt, bms, sms) in enumerate(columns):
-        topic = topics[q // spec.queues]
-        qid = q % spec.queues
-        seq = state.seq + i
-        body = pool[a : a + blen]
-        sent = body
-        sys_flag = 0
-        if comp:
-            name = COMPRESSIONS[ct]
-            body = msgcodec.compress_body(body, name)
-            sys_flag |= msgcodec.compression_bits(name)
-        # properties in the producer's order (KEYS, TAGS, UNIQ_KEY), built straight as bytes
-        keys = [f"{topic}-{qid}-{off}-{j}" for j in range(spec.keys_per_message)]
-        tag = TAGS_POOL[ti]
-        uniq = f"7F000001{spec.seed & 0xFFFF:04X}{seq:020X}"
-        props = "".join(
-            (
-                f"KEYS\x01{' '.join(keys)}\x02" if keys else "",
-                f"TAGS\x01{tag}\x02" if tag else "",
-                f"UNIQ_KEY\x01{uniq}\x02",
-            )
-        ).encode()
-        if b6:
-            born_host = b"\xfd" + bytes(13) + struct.pack(">Hi", q + 1, prt)
-        else:
-            born_host = bytes((10, 0, q % 256, 1 + i % 250)) + struct.pack(">i", prt)
-        unit = bytearray(
-            msgcodec.encode(
-                topic=topic,
-                queue_id=qid,
-                queue_offset=off,
-                physical_offset=0,
-                body=body,
-                properties=props,
-                born_timestamp=bms,
-                store_timestamp=sms,
-                born_host=born_host,
-                store_host=STORE_HOST_V6 if s6 else STORE_HOST_V4,
-                sys_flag=sys_flag,
-                v2=is_v2,
-            )
-        )
-        pos = writer.reserve(len(unit))
-        struct.pack_into(">q", unit, msgcodec.PHYSICAL_OFFSET_POSITION, pos)
-        writer.write(unit)
-        if manifest:
-            report.manifest[(topic, qid, off)] = (
-                hashlib.sha256(unit).hexdigest(),
-                hashlib.sha256(sent).hexdigest(),
-            )
-        phys_l.append(pos)
-        sizes_l.append(len(unit))
-        tags_l.append(tag_codes[ti])
-        if spec.with_index:
-            index_keys.append((topic, uniq, i))
-            index_keys.extend((topic, k, i) for k in keys)
-        if progress is not None and (i + 1) % step == 0:
-            progress(i + 1)
+    )  # plain Python values: numpy scalar indexing would dominate the loops
+    broker = None
+    if spec.java_client:
+        first = (state.seq, state.write_offset)
+        broker = java_loop(spec, first, topics, pool, columns, sink, progress)
+    else:
+        plain_loop(spec, state.seq, topics, pool, columns, sink, progress)
     writer.close()
-    phys = np.array(phys_l, dtype=np.int64)
-    sizes = np.array(sizes_l, dtype=np.int32)
-    tcodes = np.array(tags_l, dtype=np.int64)
 
-    _write_consume_queues(out, spec, topics, qsel, qoff, phys, sizes, tcodes, report)
-    last_ms = int(store_ms[-1]) if n else state.last_store_ms
-    index_end_ms = 0
-    if spec.with_index and n:
-        report.index_files, index_end_ms = _write_index(out, spec, index_keys, phys, store_ms)
-    _write_metadata(out, spec, topics, last_ms, index_end_ms)
+    all_queues = [(t, q) for t in topics for q in range(spec.queues)]
+    report.queues = sink.write_consume_queues(
+        out, spec.cq_file_entries, () if spec.broker_files else all_queues
+    )
+    last_ms = sink.last_store_ms if sink.phys_l else state.last_store_ms
+    if spec.with_index and sink.index_keys:
+        report.index_files = _write_index(out, spec, sink.index_keys, sink.phys, sink.store_ms)
+    _write_metadata(out, spec, topics, last_ms, sink.next_offsets, broker)
     report.messages = n
-    report.bytes = int(sizes.sum()) if n else 0
+    report.units = len(sink.phys_l)
+    report.bytes = sink.total_bytes
     report.commitlog_files = len(list_files([out / "commitlog"]))
     report.seconds = time.perf_counter() - started
     return report
-
-
-class _CommitLogWriter:
-    """Appends units to pre-sized commitlog files, rolling with a BLANK like the broker."""
-
-    def __init__(self, directory: Path, file_size: int, offset: int):
-        self.dir = directory
-        self.file_size = file_size
-        self.offset = offset
-        self.fd = -1
-        self.file_base = -1
-        self.buf = bytearray()
-        self.buf_at = offset
-        self._open(offset - offset % file_size)
-
-    def _open(self, base: int) -> None:
-        path = self.dir / f"{base:020d}"
-        self.fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        if os.fstat(self.fd).st_size < self.file_size:
-            os.ftruncate(self.fd, self.file_size)
-        self.file_base = base
-
-    def _flush(self) -> None:
-        if self.buf:
-            os.pwrite(self.fd, self.buf, self.buf_at - self.file_base)
-        self.buf.clear()
-        self.buf_at = self.offset
-
-    def reserve(self, size: int) -> int:
-        """The physical offset a unit of ``size`` bytes will get (rolling the file if needed)."""
-        remaining = self.file_base + self.file_size - self.offset
-        if size + msgcodec.BLANK_HEADER_SIZE > remaining:
-            self.buf += msgcodec.blank_unit(remaining)
-            self.offset += remaining
-            self._flush()
-            os.close(self.fd)
-            self._open(self.offset)
-        return self.offset
-
-    def write(self, unit: bytes | bytearray) -> None:
-        """Append a unit at the reserved offset."""
-        self.buf += unit
-        self.offset += len(unit)
-        if len(self.buf) >= _FLUSH_BYTES:
-            self._flush()
-
-    def close(self) -> None:
-        """Flush and close the current file."""
-        self._flush()
-        os.close(self.fd)
-
-
-def _write_consume_queues(
-    out: Path,
-    spec: GenSpec,
-    topics: list[str],
-    qsel: npt.NDArray[np.int64],
-    qoff: npt.NDArray[np.int64],
-    phys: npt.NDArray[np.int64],
-    sizes: npt.NDArray[np.int32],
-    tcodes: npt.NDArray[np.int64],
-    report: GenReport,
-) -> None:
-    file_bytes = spec.cq_file_entries * consumequeue.CQ_UNIT_SIZE
-    for q in range(spec.topics * spec.queues):
-        topic, qid = topics[q // spec.queues], q % spec.queues
-        idx = np.flatnonzero(qsel == q)
-        d = out / "consumequeue" / topic / str(qid)
-        d.mkdir(parents=True, exist_ok=True)
-        if len(idx) == 0:
-            continue
-        data = consumequeue.encode_units(phys[idx], sizes[idx], tcodes[idx])
-        first = int(qoff[idx[0]])
-        byte_at = first * consumequeue.CQ_UNIT_SIZE
-        done = 0
-        while done < len(data):
-            base = (byte_at + done) // file_bytes * file_bytes
-            pos = byte_at + done - base
-            chunk = data[done : done + file_bytes - pos]
-            fd = os.open(d / f"{base:020d}", os.O_RDWR | os.O_CREAT, 0o644)
-            try:
-                if os.fstat(fd).st_size < file_bytes:
-                    os.ftruncate(fd, file_bytes)
-                os.pwrite(fd, chunk, pos)
-            finally:
-                os.close(fd)
-            done += len(chunk)
-        report.queues[(topic, qid)] = (first, int(qoff[idx[-1]]) + 1)
 
 
 def _write_index(
@@ -417,13 +321,14 @@ def _write_index(
     keys: list[tuple[str, str, int]],
     phys: npt.NDArray[np.int64],
     store_ms: npt.NDArray[np.int64],
-) -> tuple[int, int]:
-    """Broker IndexFiles for ``keys``, rolling at ``index_max_items``; returns (files, end ms).
+) -> int:
+    """Broker IndexFiles for ``keys`` (topic, key, unit number), rolling at ``index_max_items``;
+    returns the number of files written.
 
     With ``--append`` the new items start a new file whose header continues from the last one.
     """
     hashes = broker_index.key_hashes_local([(t, k) for t, k, _ in keys])
-    msg = np.fromiter((i for _, _, i in keys), dtype=np.int64, count=len(keys))
+    unit = np.fromiter((i for _, _, i in keys), dtype=np.int64, count=len(keys))
     index_dir = out / "index"
     index_dir.mkdir(exist_ok=True)
     prev_ts, prev_phys = 0, 0
@@ -434,41 +339,93 @@ def _write_index(
     written = broker_index.write_index_files(
         index_dir,
         hashes,
-        phys[msg],
-        store_ms[msg],
+        phys[unit],
+        store_ms[unit],
         slots=spec.index_slots,
         max_items=spec.index_max_items,
         prev_end_timestamp=prev_ts,
         prev_end_phy_offset=prev_phys,
         tz=dt.UTC,
     )
-    return len(written), written[-1][1].end_timestamp if written else prev_ts
+    return len(written)
+
+
+def _index_checkpoint_ms(out: Path, spec: GenSpec) -> int:
+    """``indexMsgTimestamp``: the end time of the newest full index file, which the broker flushes
+    when it opens the next one (``IndexService.flush``); 0 while the first file is open."""
+    index_dir = out / "index"
+    files = sorted(p for p in index_dir.iterdir() if p.name.isdigit()) if index_dir.is_dir() else []
+    if len(files) < 2:
+        return 0
+    with broker_index.IndexFile.open(files[-2], slots=spec.index_slots) as full:
+        return full.header.end_timestamp
 
 
 def _write_metadata(
-    out: Path, spec: GenSpec, topics: list[str], last_ms: int, index_end_ms: int
+    out: Path,
+    spec: GenSpec,
+    topics: list[str],
+    last_ms: int,
+    next_offsets: dict[tuple[str, int], int],
+    broker: gen_java.JavaBroker | None,
 ) -> None:
     cfg = out / "config"
     cfg.mkdir(exist_ok=True)
-    existing: dict[str, configjson.TopicConfig] = {}
-    if (cfg / "topics.json").exists():
-        existing = configjson.load_topics(cfg / "topics.json").topic_config_table
-    merged = dict(existing)
-    for t in topics:
-        merged.setdefault(
-            t,
-            configjson.TopicConfig(
-                topic_name=t, read_queue_nums=spec.queues, write_queue_nums=spec.queues
-            ),
-        )
-    (cfg / "topics.json").write_text(configjson.dump_topics_json(merged), encoding="utf-8")
+    if spec.broker_files:
+        _write_broker_files(out, spec, topics, last_ms, next_offsets, broker)
+    else:
+        existing: dict[str, configjson.TopicConfig] = {}
+        if (cfg / "topics.json").exists():
+            existing = configjson.load_topics(cfg / "topics.json").topic_config_table
+        merged = dict(existing)
+        for t in topics:
+            merged.setdefault(
+                t,
+                configjson.TopicConfig(
+                    topic_name=t, read_queue_nums=spec.queues, write_queue_nums=spec.queues
+                ),
+            )
+        (cfg / "topics.json").write_text(configjson.dump_topics_json(merged), encoding="utf-8")
     (out / "checkpoint").write_bytes(
         checkpoint.encode_checkpoint(
             checkpoint.Checkpoint(
                 physic_msg_timestamp=last_ms,
                 logics_msg_timestamp=last_ms,
-                index_msg_timestamp=index_end_ms,
+                index_msg_timestamp=_index_checkpoint_ms(out, spec),
             )
         )
     )
     (out / "lock").write_bytes(b"lock")
+
+
+def _write_broker_files(
+    out: Path,
+    spec: GenSpec,
+    topics: list[str],
+    last_ms: int,
+    next_offsets: dict[tuple[str, int], int],
+    broker: gen_java.JavaBroker | None,
+) -> None:
+    """The real broker's config set; user topics of an existing ``topics.json`` are kept."""
+    system = {name for name, _, _ in gen_broker_files.SYSTEM_TOPICS} | {
+        name for name, _, _ in gen_broker_files.TRANSACTION_TOPICS
+    }
+    user: dict[str, dict[str, object]] = {}
+    path = out / "config" / "topics.json"
+    if path.exists():
+        table = configjson.load_config_json(path).get("topicConfigTable", {})
+        user = {k: v for k, v in table.items() if k not in system}
+    for t in topics:
+        user.setdefault(t, gen_broker_files.topic_config(t, spec.queues))
+    transactions = (java_props.HALF_TOPIC, 0) in next_offsets
+    boot_ms = spec.start_ms - 60_000
+    gen_broker_files.write_broker_files(
+        out,
+        topics_text=gen_broker_files.topics_json(
+            user, transactions=transactions, counter=len(user) + 2 * transactions, ms=last_ms
+        ),
+        next_offsets=next_offsets,
+        transactions=broker.transactions if broker is not None else {},
+        boot_ms=boot_ms,
+        last_ms=last_ms,
+    )

@@ -159,7 +159,8 @@ def compression_bits(name: str) -> int:
 
 
 def compress_body(body: bytes, name: str) -> bytes:
-    """Compress ``body`` the way the Java client does for ``name``."""
+    """Compress ``body`` with ``name`` (ZLIB at zlib's default level 6; the Java client's
+    ``compressLevel`` is 5, which :mod:`.gen_java` uses for byte-equal bodies)."""
     if name == "ZLIB":
         return zlib.compress(body)
     if name == "LZ4":

@@ -2,8 +2,10 @@
 
 A unit agrees when the commitlog holds a message at its offset with the unit's size, the queue's
 topic and id, the unit's queue offset, a body matching its CRC, and the unit's tag code (the hash
-of ``TAGS``, or a ConsumeQueueExt address). Units pointing below the commitlog's first file are
-counted as ``unavailable`` (the broker deleted those files), not as errors.
+of ``TAGS``, or a ConsumeQueueExt address; in ``SCHEDULE_TOPIC_XXXX`` the delivery time, store
+time plus the delay of the message's ``DELAY`` level, as ``CommitLog.checkMessageAndReturnSize``
+computes it). Units pointing below the commitlog's first file are counted as ``unavailable`` (the
+broker deleted those files), not as errors.
 """
 
 from __future__ import annotations
@@ -21,6 +23,29 @@ from tiered.errors import CorruptStoreFileError
 from tiered.javautil import tags_code
 
 _BATCH = 65536
+SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"
+# messageDelayLevel's default "1s 5s 10s 30s 1m 2m 3m 4m 5m 6m 7m 8m 9m 10m 20m 30m 1h 2h"
+DEFAULT_DELAY_LEVELS_MS: tuple[int, ...] = tuple(
+    1000 * s
+    for s in (1, 5, 10, 30, 60, 120, 180, 240, 300, 360, 420, 480, 540, 600, 1200, 1800, 3600, 7200)
+)
+
+
+def expected_tags_code(
+    m: msgcodec.Message, delay_levels_ms: tuple[int, ...] = DEFAULT_DELAY_LEVELS_MS
+) -> int:
+    """The consumequeue tag code the broker dispatches for ``m``: the hash of ``TAGS``, but for
+    a delayed message in ``SCHEDULE_TOPIC_XXXX`` its delivery time, store time plus the delay of
+    its ``DELAY`` level (capped at the highest level, as the broker does)."""
+    level = m.properties.get("DELAY")
+    if m.topic == SCHEDULE_TOPIC and level is not None:
+        try:
+            n = min(int(level), len(delay_levels_ms))
+        except ValueError:
+            n = 0
+        if n > 0:
+            return m.store_timestamp + delay_levels_ms[n - 1]
+    return tags_code(m.tags)
 
 
 @dataclass(slots=True)
@@ -55,9 +80,15 @@ class StoreCheck:
 
 
 def check_queue(
-    log: CommitLog, cq: cqmod.ConsumeQueue, topic: str, queue_id: int, max_problems: int = 20
+    log: CommitLog,
+    cq: cqmod.ConsumeQueue,
+    topic: str,
+    queue_id: int,
+    max_problems: int = 20,
+    delay_levels_ms: tuple[int, ...] = DEFAULT_DELAY_LEVELS_MS,
 ) -> QueueCheck:
-    """Compare every readable unit of ``cq`` with the commitlog (one bulk read per batch)."""
+    """Compare every readable unit of ``cq`` with the commitlog (one bulk read per batch);
+    ``delay_levels_ms`` is the broker's ``messageDelayLevel`` in ms, level 1 first."""
     lo, hi = cq.min_offset(), cq.max_offset()
     out = QueueCheck(topic, queue_id, lo, hi)
     clmin = log.min_offset
@@ -76,6 +107,9 @@ def check_queue(
         ext = cqmod.is_ext_tags_code(tags)
         out.ext_tags += int(ext.sum())
         for j, i in enumerate(idx.tolist()):
+            if len(out.problems) >= max_problems:
+                out.problems.append(f"{topic}/{queue_id}: stopped after {max_problems} problems")
+                return out
             where = f"{topic}/{queue_id} queue offset {q + i} (physical offset {int(offs[i])})"
             try:
                 m = msgcodec.decode(bulk.view(j), where=where)
@@ -91,25 +125,27 @@ def check_queue(
                 wrong.append(f"message physical offset field is {m.physical_offset}")
             if not m.crc_ok:
                 wrong.append(f"body CRC {msgcodec.body_crc(m.body)} != stored {m.body_crc}")
-            if not ext[i] and tags_code(m.tags) != int(tags[i]):
-                wrong.append(f"tag code {int(tags[i])} != hash of TAGS {m.tags!r}")
+            expected = expected_tags_code(m, delay_levels_ms)
+            if not ext[i] and expected != int(tags[i]):
+                what = "delivery time" if m.topic == SCHEDULE_TOPIC else f"hash of TAGS {m.tags!r}"
+                wrong.append(f"tag code {int(tags[i])} != {what} {expected}")
             if wrong:
                 out.problems.append(f"{where}: " + "; ".join(wrong))
             out.checked += 1
-        if len(out.problems) >= max_problems:
-            out.problems.append(f"{topic}/{queue_id}: stopped after {max_problems} problems")
-            break
         q += len(units)
     return out
 
 
 def check_store(
-    root: Path, commitlog_file_size: int, cq_file_size: int = cqmod.DEFAULT_CQ_FILE_SIZE
+    root: Path,
+    commitlog_file_size: int,
+    cq_file_size: int = cqmod.DEFAULT_CQ_FILE_SIZE,
+    delay_levels_ms: tuple[int, ...] = DEFAULT_DELAY_LEVELS_MS,
 ) -> StoreCheck:
     """:func:`check_queue` for every queue under ``root/consumequeue``."""
     log = CommitLog(root / "commitlog", commitlog_file_size)
     report = StoreCheck()
     for topic, qid in cqmod.list_queues(root / "consumequeue"):
         cq = cqmod.ConsumeQueue.for_queue(root / "consumequeue", topic, qid, file_size=cq_file_size)
-        report.queues.append(check_queue(log, cq, topic, qid))
+        report.queues.append(check_queue(log, cq, topic, qid, delay_levels_ms=delay_levels_ms))
     return report
