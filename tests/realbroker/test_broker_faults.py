@@ -10,8 +10,6 @@ reported as a gap, and the sidecar never opened the store for writing.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -33,9 +31,10 @@ from tiered.testing.replay_check import ReadOnlyWatch
 from tiered.testing.replay_check import assert_stored_alike
 from tiered.testing.replay_check import messages
 from tiered.testing.replay_check import read_raw
+from tiered.testing.replay_check import sidecar_conf
+from tiered.testing.replay_check import sidecar_status
 from tiered.testing.replay_check import tier_messages
 from tiered.testing.replay_check import wait_for
-from tiered.testing.sidecar_process import RMQ_TIERED
 from tiered.testing.sidecar_process import Sidecar
 from tiered.testing.tier_check import check_tier
 
@@ -57,30 +56,8 @@ class Faults:
     status: dict[str, Any] = field(default_factory=dict)
 
 
-def sidecar_conf(path: Path, work: Path, **keys: Any) -> Path:
-    props: dict[str, Any] = {
-        "tieredBackendServiceProvider": "posix",
-        "tieredStoreFilePath": work / "tier",
-        "tieredDataDir": work / "data",
-        "tieredHttpPort": 0,
-        "tieredRemotingPort": 0,
-        "tieredStoreDispatchIntervalMs": 200,
-        "tieredStoreGroupCommitTimeout": 300,
-        "tieredStoreFileReservedTime": 1_000_000,
-        "tieredStoreCommitLogMaxSize": 2 << 20,
-        **keys,
-    }
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()), "utf-8")
-    return path
-
-
 def status(broker: Broker, conf: Path) -> dict[str, Any]:
-    done = subprocess.run(
-        [RMQ_TIERED, "status", "--json", "-c", broker.conf, "-c", conf],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report
+    return sidecar_status(broker.conf, conf)[0]
 
 
 def caught_up(broker: Broker, conf: Path) -> bool:

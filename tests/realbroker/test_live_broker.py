@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import struct
-import subprocess
 import time
 import zlib
 from collections.abc import Iterator
@@ -39,9 +38,10 @@ from tiered.testing.replay_check import assert_same
 from tiered.testing.replay_check import assert_stored_alike
 from tiered.testing.replay_check import messages
 from tiered.testing.replay_check import read_raw
+from tiered.testing.replay_check import sidecar_conf
+from tiered.testing.replay_check import sidecar_status
 from tiered.testing.replay_check import tier_messages
 from tiered.testing.replay_check import wait_for
-from tiered.testing.sidecar_process import RMQ_TIERED
 from tiered.testing.sidecar_process import Sidecar
 from tiered.testing.tier_check import check_tier
 
@@ -101,25 +101,6 @@ def send_empty_bodies(broker: Broker, topic: str, count: int) -> list[dict[str, 
     return [{"sent": {"kind": "empty", "count": 1, "msgId": u}} for u in uniq]
 
 
-def sidecar_conf(path: Path, work: Path, **keys: Any) -> Path:
-    """The sidecar's own keys (the broker's broker.conf is read before them)."""
-    props: dict[str, Any] = {
-        "tieredBackendServiceProvider": "posix",
-        "tieredStoreFilePath": work / "tier",
-        "tieredDataDir": work / "data",
-        "tieredHttpPort": 0,
-        "tieredRemotingPort": 0,
-        "tieredStoreDispatchIntervalMs": 200,
-        "tieredStoreGroupCommitTimeout": 300,
-        "tieredStoreFileReservedTime": 1_000_000,
-        "tieredStoreCommitLogMaxSize": 2 << 20,  # flat segments seal and roll
-        "tieredStoreTopicExclude": LOCAL_ONLY,
-        **keys,
-    }
-    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()), "utf-8")
-    return path
-
-
 def delete_old_commitlog(h: History) -> None:
     """Make the broker delete every commitlog file but its last, for real: reserve time 0, then
     ``deleteExpiredCommitLog`` (its cleaning task first runs 60 s after the broker started)."""
@@ -149,7 +130,7 @@ def live(
     broker: Broker, namesrv: NameServer, rocketmq: Runtime, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[History]:
     work = tmp_path_factory.mktemp("live")
-    conf = sidecar_conf(work / "sidecar.conf", work)
+    conf = sidecar_conf(work / "sidecar.conf", work, tieredStoreTopicExclude=LOCAL_ONLY)
     car = Sidecar(conf, work / "run", broker_conf=broker.conf)
     car.start()
     try:
@@ -283,19 +264,10 @@ def test_java_orderly_consumer(live: History) -> None:
             last[q] = m["queueOffset"]
 
 
-def status(*confs: Path) -> tuple[dict[str, Any], str]:
-    done = subprocess.run(
-        [RMQ_TIERED, "status", "--json", *(a for c in confs for a in ("-c", str(c)))],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
-    report: dict[str, Any] = json.loads(done.stdout)
-    return report, done.stderr
-
-
 def test_status_names_the_real_broker_topics(live: History) -> None:
     """``status`` lists the broker's topics as its topics.json has them (read here with plain
     json), which of them are offloaded, and per queue the broker's and the tier's offsets."""
-    report, _ = status(live.broker.conf, live.sidecar.conf)
+    report, _ = sidecar_status(live.broker.conf, live.sidecar.conf)
     table = json.loads((live.broker.store / "config" / "topics.json").read_text())
     configured = table["topicConfigTable"]
     shown = {t["topic"]: t for t in report["topics"]}
@@ -328,9 +300,9 @@ def test_mapped_sizes_come_from_the_real_files(live: History, tmp_path: Path) ->
     wrong = tmp_path / "wrong.conf"
     wrong.write_text(unset.read_text() + "mappedFileSizeCommitLog=1073741824\n"
                      "mappedFileSizeConsumeQueue=6000000\n")  # fmt: skip
-    want, _ = status(live.broker.conf, live.sidecar.conf)
+    want, _ = sidecar_status(live.broker.conf, live.sidecar.conf)
     for conf in (unset, wrong):
-        got, err = status(live.sidecar.conf, conf)
+        got, err = sidecar_status(live.sidecar.conf, conf)
         assert got["queues"] == want["queues"], conf.name
         if conf is wrong:
             assert "mappedFileSizeCommitLog=1073741824 disagrees" in err, err

@@ -5,7 +5,9 @@ broker's store for writing."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +17,7 @@ from typing import Any
 from tiered.config import TieredConfig
 from tiered.providers.base import Provider
 from tiered.testing.realbroker import Broker
+from tiered.testing.sidecar_process import RMQ_TIERED
 from tiered.testing.tier_check import tier_queue
 
 Key = tuple[str, int, int]
@@ -143,3 +146,33 @@ def assert_stored_alike(tier: dict[Key, tuple[int, bytes]], raw: dict[Key, bytes
     for k, want in raw.items():
         got = tier[k][1]
         assert len(got) == len(want) and got[:28] + got[36:] == want[:28] + want[36:], k
+
+
+def sidecar_conf(path: Path, work: Path, **keys: Any) -> Path:
+    """The sidecar's own keys beside a real broker (its broker.conf is read before them): a
+    posix tier and data dir under ``work``, free ports, quick dispatch, nothing expired, 2 MiB
+    flat segments (they seal and roll); ``keys`` add or override."""
+    props: dict[str, Any] = {
+        "tieredBackendServiceProvider": "posix",
+        "tieredStoreFilePath": work / "tier",
+        "tieredDataDir": work / "data",
+        "tieredHttpPort": 0,
+        "tieredRemotingPort": 0,
+        "tieredStoreDispatchIntervalMs": 200,
+        "tieredStoreGroupCommitTimeout": 300,
+        "tieredStoreFileReservedTime": 1_000_000,
+        "tieredStoreCommitLogMaxSize": 2 << 20,
+        **keys,
+    }
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()), "utf-8")
+    return path
+
+
+def sidecar_status(*confs: Path) -> tuple[dict[str, Any], str]:
+    """``rmq-tiered status --json`` over ``confs``: the report and what it logged."""
+    done = subprocess.run(
+        [RMQ_TIERED, "status", "--json", *(a for c in confs for a in ("-c", str(c)))],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    report: dict[str, Any] = json.loads(done.stdout)
+    return report, done.stderr
