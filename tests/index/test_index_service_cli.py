@@ -36,7 +36,9 @@ def cli(*args: str | Path | int, code: int = 0) -> Result:
 
 
 def json_lines(result: Result) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+    """What a --json command printed: every line of stdout is one JSON object (the human
+    summary goes to stderr)."""
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 
 def offload(cfg: TieredConfig) -> None:

@@ -12,6 +12,7 @@ messages into the same tier with no gap and no duplicate at the hand-over.
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -31,6 +32,7 @@ from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentType
 from tiered.metadata import MetadataDocument
 from tiered.metadata import MetadataStore
+from tiered.metadata import parse_metadata
 from tiered.metadata import read_metadata
 from tiered.testing.realbroker import Broker
 from tiered.testing.realbroker import NameServer
@@ -153,9 +155,13 @@ def adopted(
 def _adopted(
     rocketmq: Runtime, namesrv: NameServer, b: Broker, car: Sidecar, work: Path, conf: Path
 ) -> Iterator[Adopted]:
-    common: dict[str, Any] = {"namesrv": namesrv.address, "broker": b.address}
+    # every bulk (re)creates the topic and waits for its route: a restarted broker registers
+    # with the name server some seconds after its boot line
+    common: dict[str, Any] = {
+        "namesrv": namesrv.address, "broker": b.address, "topics": {TOPIC: QUEUES}
+    }  # fmt: skip
     rocketmq.driver("bulk", topic=TOPIC, count=FIRST, size=1024, seed=5, keyEvery=10, tag="p",
-                    topics={TOPIC: QUEUES}, **common)  # fmt: skip
+                    **common)  # fmt: skip
     ref = messages(rocketmq.driver("consume", mode="lite", group="it-plugin-ref", topics=[TOPIC],
                                    maxMs=60_000, namesrv=namesrv.address))  # fmt: skip
     raw = read_raw(b, ref)
@@ -234,3 +240,95 @@ def test_java_consumer_replays_the_plugin_tier_through_the_sidecar(adopted: Adop
     ))  # fmt: skip
     plugin_part = {k: v for k, v in got.items() if k in adopted.plugin_reference}
     assert_same(plugin_part, adopted.plugin_reference)
+
+
+@dataclass
+class HandedBack:
+    replayed: dict[Key, Message]
+    reference: dict[Key, Message]
+    key_output: str
+    queried: list[str]
+    """keys of the sidecar's part (and one of the plugin's) looked up through the broker"""
+    compaction: list[dict[str, Any]]
+    plugin_doc: MetadataDocument
+    sidecar_doc: MetadataDocument
+
+
+@pytest.fixture(scope="module")
+def handed_back(adopted: Adopted, namesrv: NameServer) -> HandedBack:
+    """The other way: the sidecar's index compacted by Spark and uploaded, its metadata given to
+    the broker, the broker started with the plugin again under ``tieredStorageLevel=FORCE`` (every
+    read and key query from the tier)."""
+    b, rocketmq = adopted.broker, adopted.rocketmq
+    reference = messages(
+        rocketmq.driver(
+            "consume",
+            mode="lite",
+            group="it-plugin-all",
+            topics=[TOPIC],
+            maxMs=60_000,
+            namesrv=namesrv.address,
+        )
+    )
+    adopted.sidecar.stop()
+    done = subprocess.run(
+        [RMQ_TIERED, "compact-index", "--seal", "--engine", "spark", "--json",
+         "-c", b.conf, "-c", adopted.conf],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    compaction = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
+    sidecar_doc = read_metadata(adopted.cfg.tiered_data_dir)[0]
+    b.stop()
+    b.conf.unlink()
+    b.conf_keys.update(plugin_keys(Path(adopted.cfg.tiered_store_file_path)))
+    b.conf_keys["tieredStorageLevel"] = "FORCE"
+    shutil.copy(adopted.cfg.tiered_data_dir / "config" / "tieredStoreMetadata.json",
+                b.store / "config")  # fmt: skip
+    (b.store / "config" / "tieredStoreMetadata.json.bak").unlink(missing_ok=True)
+    b.start()
+    replayed = messages(
+        rocketmq.driver(
+            "consume",
+            mode="lite",
+            group="it-plugin-back",
+            topics=[TOPIC],
+            maxMs=60_000,
+            namesrv=namesrv.address,
+        )
+    )
+    queried = [*(f"bulk-q-{n}" for n in range(0, MORE, 200)), "bulk-p-0"]
+    out = rocketmq.mqadmin(
+        namesrv.address,
+        *(["queryMsgByKey", "-t", TOPIC, "-k", k] for k in queried),
+    )
+    plugin_doc = parse_metadata(
+        (b.store / "config" / "tieredStoreMetadata.json").read_text("utf-8"), source="plugin"
+    )
+    return HandedBack(replayed, reference, "\n".join(out), queried, compaction, plugin_doc,
+                      sidecar_doc)  # fmt: skip
+
+
+def test_the_plugin_serves_the_sidecar_tier(handed_back: HandedBack) -> None:
+    """A Java consumer reads every message through the broker, which (FORCE) reads the tier the
+    sidecar wrote -- the plugin's part and the sidecar's."""
+    assert_same(handed_back.replayed, handed_back.reference)
+    assert len(handed_back.reference) == FIRST + MORE
+
+
+def test_the_plugin_finds_keys_through_the_sidecar_index(handed_back: HandedBack) -> None:
+    """The broker's queryMessage (mqadmin queryMsgByKey; FORCE: the tier's index only) finds the
+    keys the sidecar indexed, through the files its Spark job compacted."""
+    assert handed_back.compaction and all(
+        r.get("engine") == "spark" for r in handed_back.compaction
+    ), handed_back.compaction
+    by_key = {m.get("keys"): m["msgId"] for m in handed_back.reference.values()}
+    for key in handed_back.queried:
+        assert by_key[key] in handed_back.key_output, (key, handed_back.key_output)
+
+
+def test_the_plugin_keeps_every_segment_of_the_sidecar_metadata(handed_back: HandedBack) -> None:
+    """The plugin loaded the sidecar's metadata file and rewrote it without losing a segment."""
+    for t in FileSegmentType:
+        mine = handed_back.sidecar_doc.segment_table(t)
+        theirs = handed_back.plugin_doc.segment_table(t)
+        assert {p: set(v) for p, v in mine.items()} == {p: set(v) for p, v in theirs.items()}, t

@@ -220,8 +220,9 @@ def test_the_sidecar_never_writes_to_the_broker_store(live: History) -> None:
 
 @pytest.mark.parametrize("codec", ["JSON", "ROCKETMQ"])
 def test_java_lite_pull_consumer_replays_everything(live: History, codec: str) -> None:
-    """DefaultLitePullConsumer, assign + seek(0) on every queue, through the sidecar after the
-    broker deleted its old files; the JSON and the binary (ROCKETMQ) header codec."""
+    """DefaultLitePullConsumer, every queue assigned (a new group: from offset 0), through the
+    sidecar after the broker deleted its old files; the JSON and the binary (ROCKETMQ) header
+    codec."""
     lines = live.rocketmq.driver(
         "consume", mode="lite", group=f"it-lite-{codec}", topics=list(TOPICS), maxMs=120_000,
         namesrv=live.sidecar.name_server, batch=64,

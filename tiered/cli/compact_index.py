@@ -9,7 +9,6 @@ from typing import cast
 
 import click
 
-from tiered.cli.common import console
 from tiered.cli.common import emit_json
 from tiered.cli.common import fail
 from tiered.cli.common import verbose_option
@@ -67,7 +66,7 @@ def compact_index(
     if stage and not seal:
         results = _stage_beside_run(cfg)
     else:
-        results = _with_lock(cfg, seal=seal, stage=stage, engine=engine)
+        results = _with_lock(cfg, seal=seal, stage=stage, engine=engine, as_json=as_json)
     _report(results, as_json, time.monotonic() - started)
     if stage:
         command = submit_command(cfg)
@@ -95,7 +94,7 @@ def _stage_beside_run(cfg: TieredConfig) -> list[CompactionResult]:
 
 
 def _with_lock(
-    cfg: TieredConfig, *, seal: bool, stage: bool, engine: str
+    cfg: TieredConfig, *, seal: bool, stage: bool, engine: str, as_json: bool
 ) -> list[CompactionResult]:
     lock = DataDirLock(cfg.tiered_data_dir)
     lock.acquire()
@@ -109,7 +108,8 @@ def _with_lock(
             if seal:
                 sealed = service.seal()
                 if sealed is not None:
-                    console.print(f"sealed {sealed.path} ({sealed.item_count} items)")
+                    # with --json, stdout carries only the JSON reports
+                    click.echo(f"sealed {sealed.path} ({sealed.item_count} items)", err=as_json)
             return service.compact_sealed(stage_all=stage)
     finally:
         provider.close()

@@ -128,16 +128,23 @@ class Runtime:
         return dict(os.environ, ROCKETMQ_HOME=str(self.home), TZ="UTC")
 
     def driver(
-        self, command: str, timeout: float = 180.0, java_flags: tuple[str, ...] = (), **args: Any
+        self, command: str, java_flags: tuple[str, ...] = (), **args: Any
     ) -> list[dict[str, Any]]:
         """Run ``Driver <command> <args as JSON>``; its JSON lines (the last is ``{"done": true}``).
-        A non-zero exit or a missing last line fails with the driver's stderr."""
+        A non-zero exit or a missing last line fails with the driver's stderr. The driver dumps
+        its threads and exits 240 s after its ``maxMs`` + ``retryMs``; this waits 60 s more."""
+        timeout = 300 + (int(args.get("maxMs", 0)) + int(args.get("retryMs", 0))) / 1000
         cmd = self.java(
             "Driver", command, json.dumps(args), role="client", flags=CLIENT_FLAGS + java_flags
         )
-        done = subprocess.run(
-            cmd, capture_output=True, timeout=timeout, env=self.env(), check=False
-        )
+        try:
+            done = subprocess.run(
+                cmd, capture_output=True, timeout=timeout, env=self.env(), check=False
+            )
+        except subprocess.TimeoutExpired as e:
+            out = (e.stdout or b"")[-3000:].decode("utf-8", "replace")
+            err = (e.stderr or b"")[-20000:].decode("utf-8", "replace")
+            raise AssertionError(f"Driver {command} ran over {timeout} s:\n{out}\n{err}") from e
         out = done.stdout.decode("utf-8", "replace")
         err = done.stderr.decode("utf-8", "replace")
         lines = [json.loads(line) for line in out.splitlines() if line.startswith("{")]
