@@ -6,7 +6,8 @@ reports anything else as unknown (with a did-you-mean). The names are the Java f
 are also the setter-derived property keys (``setFooBar`` <-> ``fooBar``).
 
 Collected by reading apache/rocketmq (5.3.x development line, plus fields that only 4.x had):
-each set below names the class it comes from. Regenerate by hand when upstream adds keys.
+each set below names the class it comes from; the keys 5.4-5.5 added were read off the broker.conf
+a real 5.5.0 broker rewrote. Regenerate by hand when upstream adds keys.
 """
 
 from __future__ import annotations
@@ -585,6 +586,44 @@ TIEREDSTORE_OTHER_KEYS: frozenset[str] = frozenset(
     }
 )
 
+# Keys a real 5.5.0 broker writes back into its broker.conf (updateBrokerConfig persists every
+# field of BrokerConfig and MessageStoreConfig) that 5.3.x did not have: RocksDB timers,
+# transactions and index, lite events, LMQ quotas, recovery limits. Seen on a real 5.5.0 broker.
+BROKER_5_5_KEYS: frozenset[str] = frozenset(
+    {
+        "appendTopicForTimerDeleteKey",
+        "checkCommitLogOffsetOnRecover",
+        "combineCQUseRocksdbForLmq",
+        "commitLogRecoverMaxNum",
+        "enableLiteEventMode",
+        "enableLmqQuota",
+        "enableRunningFlagsInFlush",
+        "indexFileReadEnable",
+        "indexFileWriteEnable",
+        "indexRocksDBEnable",
+        "iteratorWhenUseRocksdbConsumeQueue",
+        "maxRocksDBIndexQueryDays",
+        "sharedByteBufferNum",
+        "timerRecallToTimeWheelEnable",
+        "timerRecallToTimelineEnable",
+        "timerReputServiceCorePoolSize",
+        "timerReputServiceMaxPoolSize",
+        "timerReputServiceQueueCapacity",
+        "timerRocksDBEnable",
+        "timerRocksDBPrecisionMs",
+        "timerRocksDBRollIntervalHours",
+        "timerRocksDBRollMaxTps",
+        "timerRocksDBRollRangeHours",
+        "timerRocksDBStopScan",
+        "timerRocksDBTimeExpiredMaxTps",
+        "timerWheelSnapshotFlush",
+        "timerWheelSnapshotIntervalMs",
+        "transRocksDBEnable",
+        "transWriteOriginTransHalfEnable",
+        "useSeparateStorePathForRocksdbCQ",
+    }
+)
+
 # Every key above: what a broker.conf may contain that the sidecar silently ignores.
 KNOWN_BROKER_KEYS: frozenset[str] = (
     BROKER_IDENTITY_KEYS
@@ -594,4 +633,5 @@ KNOWN_BROKER_KEYS: frozenset[str] = (
     | NETTY_CLIENT_KEYS
     | AUTH_CONFIG_KEYS
     | TIEREDSTORE_OTHER_KEYS
+    | BROKER_5_5_KEYS
 )

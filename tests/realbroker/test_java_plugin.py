@@ -94,11 +94,9 @@ def plugin_uploaded(b: Broker, cfg: TieredConfig, ends: dict[int, int]) -> bool:
     """Whether the plugin's metadata (copied out of the broker's store into ``cfg``'s data dir,
     which may not be inside it) records every queue's messages up to ``ends``."""
     source = b.store / "config" / "tieredStoreMetadata.json"
-    if not source.exists():
-        return False
     (cfg.tiered_data_dir / "config").mkdir(parents=True, exist_ok=True)
-    shutil.copy(source, cfg.tiered_data_dir / "config")
     try:
+        shutil.copy(source, cfg.tiered_data_dir / "config")  # the plugin may be replacing it
         held = tier_messages(cfg, from_config(cfg))
     except (AssertionError, OSError, TieredStoreError):
         return False  # the plugin is between writing a segment and its metadata
