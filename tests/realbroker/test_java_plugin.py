@@ -299,6 +299,11 @@ def handed_back(adopted: Adopted, namesrv: NameServer) -> HandedBack:
         namesrv.address,
         *(["queryMsgByKey", "-t", TOPIC, "-k", k] for k in queried),
     )
+    # the plugin's own rewrite of the sidecar's metadata survives a broker restart
+    b.stop()
+    b.start()
+    b.wait_registered()
+    out += rocketmq.mqadmin(namesrv.address, ["queryMsgByKey", "-t", TOPIC, "-k", queried[0]])
     plugin_doc = parse_metadata(
         (b.store / "config" / "tieredStoreMetadata.json").read_text("utf-8"), source="plugin"
     )
@@ -322,11 +327,15 @@ def test_the_plugin_finds_keys_through_the_sidecar_index(handed_back: HandedBack
     by_key = {m.get("keys"): m["msgId"] for m in handed_back.reference.values()}
     for key in handed_back.queried:
         assert by_key[key] in handed_back.key_output, (key, handed_back.key_output)
+    after_restart = handed_back.key_output.split("#Message ID")[-1]
+    assert by_key[handed_back.queried[0]] in after_restart, after_restart
 
 
 def test_the_plugin_keeps_every_segment_of_the_sidecar_metadata(handed_back: HandedBack) -> None:
-    """The plugin loaded the sidecar's metadata file and rewrote it without losing a segment."""
+    """The plugin loaded the sidecar's metadata file and rewrote it without losing a segment (as
+    it stands after a broker restart)."""
     for t in FileSegmentType:
         mine = handed_back.sidecar_doc.segment_table(t)
         theirs = handed_back.plugin_doc.segment_table(t)
-        assert {p: set(v) for p, v in mine.items()} == {p: set(v) for p, v in theirs.items()}, t
+        for path, segments in mine.items():  # the plugin may add its own index file at stop
+            assert set(segments) <= set(theirs.get(path, {})), (t, path)

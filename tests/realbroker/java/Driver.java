@@ -87,12 +87,16 @@ public class Driver {
                 return;
             }
             System.err.println("Driver watchdog: still running after " + ms + " ms; threads:");
-            Thread.getAllStackTraces().forEach((th, stack) -> {
+            // the main thread last: the Python side keeps the tail of stderr
+            Map<Thread, StackTraceElement[]> all = Thread.getAllStackTraces();
+            List<Thread> order = new ArrayList<>(all.keySet());
+            order.sort((x, y) -> Boolean.compare("main".equals(x.getName()), "main".equals(y.getName())));
+            for (Thread th : order) {
                 System.err.println(th);
-                for (StackTraceElement e : stack) {
+                for (StackTraceElement e : all.get(th)) {
                     System.err.println("    at " + e);
                 }
-            });
+            }
             System.exit(3);
         }, "driver-watchdog");
         t.setDaemon(true);
