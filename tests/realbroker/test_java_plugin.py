@@ -106,6 +106,15 @@ def plugin_uploaded(b: Broker, cfg: TieredConfig, ends: dict[int, int]) -> bool:
     return got == ends
 
 
+def read_all(rocketmq: Runtime, name_server: str, group: str) -> dict[Key, Message]:
+    """Every message of the topic, read by a Java lite consumer of a new group through
+    ``name_server`` (the broker's or the sidecar's)."""
+    lines = rocketmq.driver(
+        "consume", mode="lite", group=group, topics=[TOPIC], maxMs=60_000, namesrv=name_server
+    )
+    return messages(lines)
+
+
 def keys_through_index(cfg: TieredConfig, keys: list[str]) -> dict[str, list[str]]:
     """Each key's hits (their UNIQ_KEYs) in the tier's key index as ``cfg``'s metadata lists it:
     before the sidecar ran, that is the plugin's uploaded INDEX files alone."""
@@ -160,8 +169,7 @@ def _adopted(
     }  # fmt: skip
     rocketmq.driver("bulk", topic=TOPIC, count=FIRST, size=1024, seed=5, keyEvery=10, tag="p",
                     **common)  # fmt: skip
-    ref = messages(rocketmq.driver("consume", mode="lite", group="it-plugin-ref", topics=[TOPIC],
-                                   maxMs=60_000, namesrv=namesrv.address))  # fmt: skip
+    ref = read_all(rocketmq, namesrv.address, "it-plugin-ref")
     raw = read_raw(b, ref)
     ends: dict[int, int] = {}
     for _, qid, off in ref:
@@ -232,10 +240,7 @@ def test_the_sidecar_goes_on_where_the_plugin_stopped(adopted: Adopted) -> None:
 
 
 def test_java_consumer_replays_the_plugin_tier_through_the_sidecar(adopted: Adopted) -> None:
-    got = messages(adopted.rocketmq.driver(
-        "consume", mode="lite", group="it-plugin-replay", topics=[TOPIC], maxMs=60_000,
-        namesrv=adopted.sidecar.name_server,
-    ))  # fmt: skip
+    got = read_all(adopted.rocketmq, adopted.sidecar.name_server, "it-plugin-replay")
     plugin_part = {k: v for k, v in got.items() if k in adopted.plugin_reference}
     assert_same(plugin_part, adopted.plugin_reference)
 
@@ -258,16 +263,7 @@ def handed_back(adopted: Adopted, namesrv: NameServer) -> HandedBack:
     the broker, the broker started with the plugin again under ``tieredStorageLevel=FORCE`` (every
     read and key query from the tier)."""
     b, rocketmq = adopted.broker, adopted.rocketmq
-    reference = messages(
-        rocketmq.driver(
-            "consume",
-            mode="lite",
-            group="it-plugin-all",
-            topics=[TOPIC],
-            maxMs=60_000,
-            namesrv=namesrv.address,
-        )
-    )
+    reference = read_all(rocketmq, namesrv.address, "it-plugin-all")
     adopted.sidecar.stop()
     done = subprocess.run(
         [RMQ_TIERED, "compact-index", "--seal", "--engine", "spark", "--json",
@@ -284,16 +280,7 @@ def handed_back(adopted: Adopted, namesrv: NameServer) -> HandedBack:
                 b.store / "config")  # fmt: skip
     (b.store / "config" / "tieredStoreMetadata.json.bak").unlink(missing_ok=True)
     b.start()
-    replayed = messages(
-        rocketmq.driver(
-            "consume",
-            mode="lite",
-            group="it-plugin-back",
-            topics=[TOPIC],
-            maxMs=60_000,
-            namesrv=namesrv.address,
-        )
-    )
+    replayed = read_all(rocketmq, namesrv.address, "it-plugin-back")
     queried = [*(f"bulk-q-{n}" for n in range(0, MORE, 200)), "bulk-p-0"]
     out = rocketmq.mqadmin(
         namesrv.address,
