@@ -60,6 +60,12 @@ def status(broker: Broker, conf: Path) -> dict[str, Any]:
     return sidecar_status(broker.conf, conf)[0]
 
 
+def stored(broker: Broker, conf: Path) -> int:
+    """Messages of the topic in the broker's consumequeues."""
+    rows = [q for q in status(broker, conf)["queues"] if q["topic"] == TOPIC]
+    return sum(max(0, q["localMax"]) for q in rows)
+
+
 def caught_up(broker: Broker, conf: Path) -> bool:
     rows = [q for q in status(broker, conf)["queues"] if q["topic"] == TOPIC]
     return len(rows) == QUEUES and all(q["tieredCommit"] == q["localMax"] for q in rows)
@@ -112,19 +118,20 @@ def _faults(
                               "topics": {TOPIC: QUEUES}, "retryMs": 90_000}  # fmt: skip
     producer = rocketmq.spawn("bulk", topic=TOPIC, count=6000, size=1500, pauseMs=2, seed=1,
                               keyEvery=100, tag="f", **common)  # fmt: skip
-    time.sleep(4)
+    # the producer first creates the topic and waits for its route: fault it only once it sends
+    wait_for("the producer to send", lambda: stored(b, conf) >= 300, 120, every=0.2)
     b.kill()
     assert (b.store / "abort").exists(), "a killed broker leaves its abort file"
     b.start()  # abnormal recovery
     events.append("broker SIGKILL mid-production, restarted (abnormal recovery)")
-    time.sleep(3)
+    wait_for("the producer to send again", lambda: stored(b, conf) >= 1500, 120, every=0.2)
     assert car.proc is not None
     car.proc.kill()
     car.proc.wait()
     car.proc = None
     started(car, b, watches)
     events.append("sidecar SIGKILL while the broker writes, restarted")
-    time.sleep(3)
+    wait_for("the producer to go on", lambda: stored(b, conf) >= 2500, 120, every=0.2)
     b.stop()
     b.start()
     events.append("broker stopped (SIGTERM) and started")
@@ -147,13 +154,13 @@ def _faults(
     time.sleep(max(0.0, b.started_at + 58 - time.time()))  # cleaning starts 60 s after start
     started(car, b, watches)
     lag = sum(q["lagMessages"] for q in status(b, slow)["queues"])
+    first = sorted((b.store / "commitlog").iterdir())[0]  # before the broker may delete it
     out = rocketmq.mqadmin(
         namesrv.address,
         ["updateBrokerConfig", "-b", b.address, "-k", "fileReservedTime", "-v", "0"],
         ["deleteExpiredCommitLog", "-b", b.address],
     )
-    assert "success" in out[1], out
-    first = sorted((b.store / "commitlog").iterdir())[0]
+    assert "success" in out[0] and "success" in out[1], out
     wait_for("the broker to delete files", lambda: not first.exists(), 60)
     events.append(f"broker deleted commitlog files while the sidecar read (lag {lag} messages)")
     wait_for("the sidecar to reach the broker's max offsets", lambda: caught_up(b, slow), 120)

@@ -66,12 +66,17 @@ public class Driver {
         System.setOut(System.err); // client and admin chatter goes to stderr; results to OUT
         JSONObject a = JSON.parseObject(args.length > 1 ? args[1] : "{}");
         watchdog(a.getLongValue("maxMs") + a.getLongValue("retryMs") + 240_000);
-        switch (args[0]) {
-            case "produce": produce(a); break;
-            case "bulk": bulk(a); break;
-            case "consume": consume(a); break;
-            case "admin": admin(a); break;
-            default: throw new IllegalArgumentException("unknown command " + args[0]);
+        try {
+            switch (args[0]) {
+                case "produce": produce(a); break;
+                case "bulk": bulk(a); break;
+                case "consume": consume(a); break;
+                case "admin": admin(a); break;
+                default: throw new IllegalArgumentException("unknown command " + args[0]);
+            }
+        } catch (Throwable e) {
+            e.printStackTrace(); // to stderr; exit at once (the client's threads would keep the
+            System.exit(1);      // JVM alive until the watchdog)
         }
         emit(Map.of("done", true));
         OUT.flush();
@@ -411,7 +416,7 @@ public class Driver {
         Map<MessageQueue, Long> end = new HashMap<>();
         List<MessageQueue> all = new ArrayList<>();
         for (Object t : a.getJSONArray("topics")) {
-            for (MessageQueue mq : c.fetchMessageQueues((String) t)) {
+            for (MessageQueue mq : queuesOf(c, (String) t)) {
                 long max = admin.maxOffset(mq);
                 if (max > 0) {
                     end.put(mq, max);
@@ -439,6 +444,22 @@ public class Driver {
         emit(Map.of("unfinished", end.toString()));
         // no shutdown: nothing to commit (autoCommit off), and main's System.exit ends the
         // client threads (a 5.3.3 lite consumer's shutdown was once seen to hang)
+    }
+
+    /** The topic's queues, waiting up to 60 s for its route (a broker that just started
+     *  registers with the name server some seconds after its boot line). */
+    static Collection<MessageQueue> queuesOf(DefaultLitePullConsumer c, String topic) throws Exception {
+        long giveUp = System.currentTimeMillis() + 60_000;
+        while (true) {
+            try {
+                return c.fetchMessageQueues(topic);
+            } catch (Exception e) {
+                if (System.currentTimeMillis() > giveUp) {
+                    throw e;
+                }
+                Thread.sleep(500);
+            }
+        }
     }
 
     /** A push consumer from the first offset, stopped after `stopAfter` (or `expect`) messages. */
