@@ -14,7 +14,6 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,7 +34,6 @@ from tiered.testing.sample_tier import build_sample_tier
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.sidecar_process import Sidecar
 
-RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 JS = Path(__file__).parent / "js"
 CONSUME_JS = JS / "consume.js"
 TOPIC = "GenTopic0"
