@@ -55,6 +55,7 @@ def local_spark_session(
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "262144")
+        .config("spark.sql.python.filterPushdown.enabled", "true")  # the tier source prunes
     )
     if master.startswith("local"):  # one disk, no network: compressing shuffle blocks only costs
         builder = builder.config("spark.shuffle.compress", "false").config(

@@ -1,0 +1,861 @@
+"""The tier as a table, without Spark: which brokers, which segments, and reading one partition.
+
+Planning (the driver, once): :func:`load_sources` turns the data source's options into the
+brokers to read (a configuration file and/or configuration keys as options; several brokers by
+name or every broker under the cluster's prefix) with each broker's metadata document (the
+sidecar's mirror in the backend, or a file given by ``metadata``). :func:`plan` cuts them into
+partitions: one per flat commitlog segment (pieces of ``splitBytes`` of a larger one), pruned by
+topic, queue, broker and the segments' begin/end store times before any object is read; a key
+equality becomes a lookup in the uploaded key index where its progress copy says it covers the
+queue, and a scan of the rest.
+
+Reading (an executor, per partition): :class:`PartitionReader` reads the segment's consumequeue
+range in a few ranged reads, narrows it by queue offset and, when the time window clips the
+segment, by a binary search on store times; then reads the commitlog in windows of
+``readBytes`` (one ranged read each), checks every unit as the read path does (TOTALSIZE, magic,
+queue and flat offsets, field lengths, body CRC) and yields Arrow batches
+(:mod:`tiered.jobs.tier_batch`). A damaged unit fails the task naming the object and offset, or
+with ``onCorrupt=skip`` is counted and skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from collections.abc import Mapping
+from collections.abc import Sequence
+from dataclasses import dataclass
+from dataclasses import field
+from dataclasses import replace
+from datetime import UTC
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+from typing import Final
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa  # type: ignore[import-untyped]
+import pyarrow.compute as pc  # type: ignore[import-untyped]
+from tiered.jobs.tier_batch import COLUMNS
+from tiered.jobs.tier_batch import decode_batch
+from tiered.providers import Provider
+from tiered.providers.layout import INDEX_TOPIC
+from tiered.providers.layout import FileType
+from tiered.providers.layout import cluster_dir_name
+from tiered.providers.layout import logical_path
+from tiered.providers.layout import segment_key
+from tiered.providers.registry import from_config
+
+from tiered.broker import message as msgcodec
+from tiered.broker.consumequeue import CQ_UNIT_DTYPE
+from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.unit_fields import as_uint8
+from tiered.broker.unit_fields import check_units
+from tiered.broker.unit_fields import gather_be
+from tiered.broker.unit_fields import property_spans
+from tiered.config import TieredConfig
+from tiered.config import load_config
+from tiered.core.fetcher import crc_mismatches
+from tiered.errors import ConfigError
+from tiered.errors import IntegrityError
+from tiered.errors import MetadataError
+from tiered.index.compacted_file import CompactedIndexFile
+from tiered.index.format import KeyQuery
+from tiered.index.progress import backend_key as progress_key
+from tiered.index.progress import decode_rows
+from tiered.javautil import to_i32
+from tiered.metadata import LONG_MAX
+from tiered.metadata import mirror_key_for
+from tiered.metadata.models import FileSegmentType
+from tiered.metadata.models import MetadataDocument
+from tiered.metadata.models import parse_metadata
+
+log = logging.getLogger(__name__)
+
+Int64s = npt.NDArray[np.int64]
+
+FORMAT_NAME: Final = "rocketmq_tiered"
+DEFAULT_READ_BYTES: Final = 32 << 20
+DEFAULT_SPLIT_BYTES: Final = 512 << 20
+_HEAD: Final = 96  # enough for the store timestamp behind an IPv6 born host
+_MAX_INDEX_HITS: Final = 1 << 20
+_GAP: Final = 1 << 20  # key hits closer than this in one segment are read in one go
+
+SOURCE_OPTIONS: Final = {
+    "config": "comma-separated properties files of the sidecar(s) (tiered.conf)",
+    "brokers": "comma-separated broker names, or * for every broker under the cluster",
+    "metadata": "a tieredStoreMetadata.json to plan from instead of the backend's mirror",
+    "topic": "read only this topic (comma-separated for several)",
+    "queueId": "read only these queue ids (comma-separated)",
+    "since": "only messages stored at or after (ISO 8601 or epoch ms)",
+    "until": "only messages stored before (ISO 8601 or epoch ms)",
+    "key": "only messages with this key (KEYS token or UNIQ_KEY); uses the key index",
+    "onCorrupt": "fail (default) or skip a message that fails its checks",
+    "readBytes": f"bytes per ranged commitlog read (default {DEFAULT_READ_BYTES})",
+    "splitBytes": f"a segment larger than this is read by several tasks ({DEFAULT_SPLIT_BYTES})",
+    "statsDir": "a directory (local or shared) where each task writes what it read, as JSON",
+}
+"""The options this source reads besides configuration keys, with what they mean."""
+
+
+# --- options --------------------------------------------------------------------------------------
+
+
+def parse_time(value: str, option: str) -> int:
+    """Epoch milliseconds of ``value`` (digits: epoch ms; else ISO 8601, UTC unless it says).
+
+    Raises:
+        ConfigError: neither form; names the option and the value.
+    """
+    text = value.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as e:
+        raise ConfigError(
+            f"option {option}={value!r} is not a time: give epoch milliseconds or ISO 8601 "
+            "(2026-03-01 or 2026-03-01T12:00:00+01:00)"
+        ) from e
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
+def _csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _int_option(options: Mapping[str, str], name: str, default: int, low: int = 1) -> int:
+    text = options.get(name)
+    if text is None:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        value = low - 1
+    if value < low:
+        raise ConfigError(f"option {name}={text!r} must be an integer >= {low}")
+    return value
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """What the query keeps, as far as the source can prune: sets are ``None`` for "any"; offsets
+    and times are half-open ``[lo, hi)`` (times in epoch ms)."""
+
+    topics: frozenset[str] | None = None
+    queue_ids: frozenset[int] | None = None
+    brokers: frozenset[str] | None = None
+    clusters: frozenset[str] | None = None
+    q_lo: int = 0
+    q_hi: int = LONG_MAX
+    t_lo: int = 0
+    t_hi: int = LONG_MAX
+    keys: frozenset[str] | None = None  # KEYS token or UNIQ_KEY equal to one of these
+    uniq_keys: frozenset[str] | None = None  # UNIQ_KEY equal to one of these
+
+    def narrow(self, **limits: Any) -> Bounds:
+        """These bounds and ``limits`` together (sets intersect, ranges tighten)."""
+        out: dict[str, Any] = {}
+        for name, value in limits.items():
+            mine = getattr(self, name)
+            if name.endswith("_lo"):
+                out[name] = max(mine, value)
+            elif name.endswith("_hi"):
+                out[name] = min(mine, value)
+            else:
+                out[name] = frozenset(value) if mine is None else mine & frozenset(value)
+        return replace(self, **out)
+
+    @property
+    def empty(self) -> bool:
+        """Whether nothing can match."""
+        sets = (self.topics, self.queue_ids, self.brokers, self.clusters, self.keys, self.uniq_keys)
+        ranges = self.q_lo >= self.q_hi or self.t_lo >= self.t_hi
+        return ranges or any(s is not None and not s for s in sets)
+
+    @classmethod
+    def from_options(cls, options: Mapping[str, str]) -> Bounds:
+        """The bounds the ``topic``, ``queueId``, ``since``, ``until`` and ``key`` options set."""
+        b = cls()
+        if topics := _csv(options.get("topic")):
+            b = b.narrow(topics=topics)
+        if qids := _csv(options.get("queueId")):
+            try:
+                b = b.narrow(queue_ids=[int(q) for q in qids])
+            except ValueError as e:
+                raise ConfigError(
+                    f"option queueId={options['queueId']!r}: give queue ids as integers"
+                ) from e
+        if "since" in options:
+            b = b.narrow(t_lo=parse_time(options["since"], "since"))
+        if "until" in options:
+            b = b.narrow(t_hi=parse_time(options["until"], "until"))
+        if key := options.get("key"):
+            b = b.narrow(keys=[key])
+        return b
+
+
+# --- sources and metadata -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Source:
+    """One broker's tier: its configuration (for the provider) and metadata document."""
+
+    cfg: TieredConfig
+    cluster: str
+    broker: str
+    document: MetadataDocument | None
+
+    def provider(self) -> Provider:
+        """A new provider for this broker's backend (the caller closes it)."""
+        return from_config(self.cfg)
+
+    @property
+    def doc(self) -> MetadataDocument:
+        """The metadata document (planning only: executors get sources without it)."""
+        if self.document is None:
+            raise MetadataError(f"broker {self.broker}: its metadata was dropped after planning")
+        return self.document
+
+    def without_document(self) -> Source:
+        """This source without its metadata (what executors need once partitions are cut)."""
+        return replace(self, document=None)
+
+
+_OWN_OPTIONS: Final = frozenset(SOURCE_OPTIONS) | {"path"}
+
+
+def source_config(options: Mapping[str, str]) -> TieredConfig:
+    """The configuration the options give: ``config`` files, then every option that is a
+    configuration key (``tieredBackendServiceProvider``, ``objectStoreBucket``, ...).
+
+    Raises:
+        ConfigError: a file is unreadable, or an option is neither this source's nor a
+            configuration key (named, with the fix).
+    """
+    overrides = {k: v for k, v in options.items() if k not in _OWN_OPTIONS}
+    lowered = {k.lower(): k for k in TieredConfig.model_keys()}
+    fixed = {lowered.get(k.lower(), k): v for k, v in overrides.items()}
+    try:
+        return load_config(_csv(options.get("config")), env={}, overrides=fixed)
+    except ConfigError as e:
+        raise ConfigError(
+            f"{e} (options of format {FORMAT_NAME!r}: {', '.join(sorted(SOURCE_OPTIONS))}, or "
+            "configuration keys)"
+        ) from e
+
+
+def _metadata_from_backend(provider: Provider, cluster: str, broker: str) -> MetadataDocument:
+    key = mirror_key_for(cluster, broker)
+    if not provider.exists(key):
+        raise MetadataError(
+            f"broker {broker!r} of cluster {cluster!r} has no metadata mirror at {key} in the "
+            "backend: check brokerName/brokerClusterName, or pass option metadata=<path of its "
+            "tieredStoreMetadata.json> (a tier RocketMQ's own plugin wrote has no mirror)"
+        )
+    text = provider.read(key, 0, provider.size(key)).decode("utf-8")
+    return parse_metadata(text, source=key)
+
+
+def _brokers_under(provider: Provider, cluster: str) -> list[str]:
+    prefix = f"{cluster_dir_name(cluster)}/"
+    found = set()
+    for key in provider.list(prefix):
+        parts = key[len(prefix) :].split("/")
+        if len(parts) == 3 and parts[1:] == ["config", "tieredStoreMetadata.json"]:
+            found.add(parts[0])
+    return sorted(found)
+
+
+def load_sources(options: Mapping[str, str]) -> list[Source]:
+    """The brokers the options name, each with its metadata document (read once, here).
+
+    Raises:
+        ConfigError: bad options. MetadataError: a broker has no readable metadata.
+    """
+    cfg = source_config(options)
+    cluster = cfg.broker_cluster_name
+    names = _csv(options.get("brokers")) or [cfg.broker_name]
+    local = options.get("metadata")
+    with from_config(cfg) as provider:
+        if names == ["*"]:
+            names = _brokers_under(provider, cluster)
+            if not names:
+                raise MetadataError(
+                    f"no broker of cluster {cluster!r} has a metadata mirror under "
+                    f"{cluster_dir_name(cluster)}/ in the backend: check brokerClusterName and "
+                    "the backend settings"
+                )
+        if local and len(names) > 1:
+            raise ConfigError(
+                f"option metadata={local!r} is one broker's file but brokers={names}: read the "
+                "brokers one by one, or drop metadata to use their mirrors"
+            )
+        sources = []
+        for broker in names:
+            if local:
+                path = Path(local)
+                try:
+                    text = path.read_text(encoding="utf-8")
+                except OSError as e:
+                    raise MetadataError(f"option metadata={local!r}: cannot read it: {e}") from e
+                document = parse_metadata(text, source=str(path))
+            else:
+                document = _metadata_from_backend(provider, cluster, broker)
+            bcfg = cfg.model_copy(update={"broker_name": broker})
+            sources.append(Source(bcfg, cluster, broker, document))
+    return sources
+
+
+# --- partitions -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Seg:
+    """One segment as the metadata records it."""
+
+    base: int
+    size: int
+    begin: int
+    end: int
+
+
+@dataclass(frozen=True)
+class QueueTier:
+    """One queue's flat files: where they are and their segments (oldest first)."""
+
+    source: int  # index into the reader's sources
+    cluster: str
+    broker: str
+    topic: str
+    queue_id: int
+    commitlog: tuple[Seg, ...]
+    consume_queue: tuple[Seg, ...]
+
+    def key(self, kind: FileType, base: int) -> str:
+        """The object key of a segment."""
+        return segment_key(self.cluster, self.broker, self.topic, self.queue_id, kind, base)
+
+    @property
+    def cq_end(self) -> int:
+        """One past the last queue offset the consumequeue holds."""
+        last = self.consume_queue[-1] if self.consume_queue else None
+        return (last.base + last.size) // CQ_UNIT_SIZE if last else 0
+
+    @property
+    def cq_start(self) -> int:
+        """The first queue offset the consumequeue holds."""
+        return self.consume_queue[0].base // CQ_UNIT_SIZE if self.consume_queue else 0
+
+
+@dataclass(frozen=True)
+class Partition:
+    """Read one commitlog segment of a queue (``piece`` of ``pieces`` byte ranges of it), or,
+    with ``hits``, exactly the units at those flat offsets (a key lookup)."""
+
+    queue: QueueTier
+    segment: int
+    bounds: Bounds
+    piece: int = 0
+    pieces: int = 1
+    hits: tuple[tuple[int, int], ...] = ()
+
+    @property
+    def name(self) -> str:
+        q = self.queue
+        what = f"{len(self.hits)} key hits" if self.hits else f"segment {self.segment}"
+        part = f" piece {self.piece + 1}/{self.pieces}" if self.pieces > 1 else ""
+        return f"{q.broker}/{q.topic}/{q.queue_id} {what}{part}"
+
+
+def _segments(document: MetadataDocument, kind: FileSegmentType, path: str) -> tuple[Seg, ...]:
+    table = document.segment_table(kind).get(path, {})
+    return tuple(
+        Seg(base, rec.size, rec.begin_timestamp, rec.end_timestamp)
+        for base, rec in sorted(table.items())
+        if rec.size > 0
+    )
+
+
+def queues_of(sources: Sequence[Source], bounds: Bounds) -> list[QueueTier]:
+    """Every queue the sources' metadata holds that the bounds allow."""
+    out = []
+    for i, src in enumerate(sources):
+        if bounds.brokers is not None and src.broker not in bounds.brokers:
+            continue
+        if bounds.clusters is not None and src.cluster not in bounds.clusters:
+            continue
+        for topic, queues in sorted(src.doc.queue_metadata_table.items()):
+            if bounds.topics is not None and topic not in bounds.topics:
+                continue
+            for qid in sorted(queues):
+                if bounds.queue_ids is not None and qid not in bounds.queue_ids:
+                    continue
+                path = logical_path(src.broker, topic, qid)
+                cl = _segments(src.doc, FileSegmentType.COMMIT_LOG, path)
+                cq = _segments(src.doc, FileSegmentType.CONSUME_QUEUE, path)
+                if cl and cq:
+                    out.append(QueueTier(i, src.cluster, src.broker, topic, qid, cl, cq))
+    return out
+
+
+def _overlaps(seg: Seg, bounds: Bounds) -> bool:
+    if LONG_MAX in (seg.begin, seg.end):
+        return True  # no times recorded: cannot prune
+    return seg.end >= bounds.t_lo and seg.begin < bounds.t_hi
+
+
+def plan(
+    sources: Sequence[Source],
+    bounds: Bounds,
+    *,
+    split_bytes: int = DEFAULT_SPLIT_BYTES,
+    provider_for: Any = None,
+) -> list[Partition]:
+    """The partitions of a scan: a segment each (or pieces), pruned by ``bounds``. A key bound
+    is answered from the key index where it covers a queue (``provider_for(source)`` opens the
+    backend for that lookup)."""
+    if bounds.empty:
+        return []
+    queues = queues_of(sources, bounds)
+    covered: dict[tuple[int, str, int], int] = {}
+    parts: list[Partition] = []
+    wanted = bounds.keys if bounds.keys is not None else bounds.uniq_keys
+    if wanted is not None:
+        lookups, covered = _key_lookups(sources, queues, bounds, wanted, provider_for)
+        parts += lookups
+    for q in queues:
+        b = bounds
+        done = covered.get((q.source, q.topic, q.queue_id))
+        if done is not None:
+            if done >= q.cq_end:
+                continue  # the index answers for the whole queue
+            b = bounds.narrow(q_lo=done)
+        for i, seg in enumerate(q.commitlog):
+            if not _overlaps(seg, b):
+                continue
+            pieces = max(1, -(-seg.size // split_bytes))
+            parts += [Partition(q, i, b, k, pieces) for k in range(pieces)]
+    return parts
+
+
+def _key_lookups(
+    sources: Sequence[Source],
+    queues: Sequence[QueueTier],
+    bounds: Bounds,
+    wanted: frozenset[str],
+    provider_for: Any,
+) -> tuple[list[Partition], dict[tuple[int, str, int], int]]:
+    """Look the keys up in each broker's uploaded key index; return a partition per queue with
+    hits, and per queue the queue offset up to which the index covers it (from the index's
+    progress copy; a queue without one is scanned)."""
+    parts: list[Partition] = []
+    covered: dict[tuple[int, str, int], int] = {}
+    by_source: dict[int, list[QueueTier]] = {}
+    for q in queues:
+        by_source.setdefault(q.source, []).append(q)
+    for i, qs in by_source.items():
+        src = sources[i]
+        provider = provider_for(src) if provider_for else src.provider()
+        try:
+            progress = _index_progress(provider, src)
+            if not progress:
+                continue
+            records = src.doc.segment_table(FileSegmentType.INDEX).get(
+                logical_path(src.broker, INDEX_TOPIC, 0), {}
+            )
+            files = [
+                CompactedIndexFile(
+                    provider,
+                    segment_key(src.cluster, src.broker, INDEX_TOPIC, 0, FileType.INDEX, base),
+                    size=rec.size,
+                    begin_timestamp=rec.begin_timestamp,
+                    end_timestamp=rec.end_timestamp,
+                    slots=src.cfg.tiered_store_index_file_max_hash_slot_num,
+                )
+                for base, rec in sorted(records.items())
+                if rec.size > 0
+            ]
+            hits: dict[tuple[str, int], set[tuple[int, int]]] = {}
+            for topic in sorted({q.topic for q in qs}):
+                meta = src.doc.topic_metadata_table.get(topic)
+                if meta is None:
+                    continue
+                topic_id = to_i32(meta.topic_id)
+                for key in sorted(wanted):
+                    query = KeyQuery(
+                        topic, key, bounds.t_lo, min(bounds.t_hi, LONG_MAX), _MAX_INDEX_HITS,
+                        topic_id,
+                    )  # fmt: skip
+                    for f in files:
+                        if max(f.begin_timestamp, f.end_timestamp) < bounds.t_lo:
+                            continue
+                        for item in f.query(query):
+                            hits.setdefault((topic, item.queue_id), set()).add(
+                                (item.offset, item.size)
+                            )
+            for q in qs:
+                done = progress.get((q.topic, q.queue_id))
+                if done is None:
+                    continue
+                covered[(i, q.topic, q.queue_id)] = done
+                found = sorted(hits.get((q.topic, q.queue_id), ()))
+                if found:  # what a later scan of the queue reads is not taken twice
+                    parts.append(Partition(q, -1, bounds.narrow(q_hi=done), hits=tuple(found)))
+        finally:
+            if not provider_for:
+                provider.close()
+    return parts, covered
+
+
+def _index_progress(provider: Provider, src: Source) -> dict[tuple[str, int], int]:
+    """Per queue, the queue offset below which the uploaded key index holds every key (the
+    index's progress copy); empty when there is none (RocketMQ's plugin writes none)."""
+    key = progress_key(src.cluster, src.broker)
+    try:
+        if not provider.exists(key):
+            return {}
+        rows = decode_rows(provider.read(key, 0, provider.size(key)))
+    except (ValueError, TypeError) as e:
+        log.warning("key index progress %s unusable (%s): the key lookup scans", key, e)
+        return {}
+    return {(str(t), int(q)): int(o) for t, q, o in rows}
+
+
+# --- reading --------------------------------------------------------------------------------------
+
+
+@dataclass
+class ReadStats:
+    """What one task read: ranged reads, objects, bytes, messages out and skipped."""
+
+    reads: int = 0
+    bytes: int = 0
+    objects: set[str] = field(default_factory=set)
+    requests: int = 0
+    messages: int = 0
+    skipped: int = 0
+    seconds: float = 0.0
+
+    def as_json(self, partition: str) -> dict[str, Any]:
+        return {
+            "partition": partition,
+            "reads": self.reads,
+            "bytes": self.bytes,
+            "objects": sorted(self.objects),
+            "requests": self.requests,
+            "messages": self.messages,
+            "skipped": self.skipped,
+            "seconds": round(self.seconds, 3),
+        }
+
+
+class PartitionReader:
+    """Reads partitions of one broker's tier into Arrow batches (an executor's side)."""
+
+    def __init__(
+        self,
+        provider: Provider,
+        columns: Sequence[str],
+        *,
+        on_corrupt: str = "fail",
+        read_bytes: int = DEFAULT_READ_BYTES,
+    ):
+        if on_corrupt not in ("fail", "skip"):
+            raise ConfigError(f"option onCorrupt={on_corrupt!r}: give fail or skip")
+        self.provider = provider
+        self.columns = list(columns)
+        self.on_corrupt = on_corrupt
+        self.read_bytes = read_bytes
+        self.stats = ReadStats()
+        provider.add_request_listener(self._count)
+
+    def _count(self, operation: str) -> None:
+        self.stats.requests += 1
+
+    def _read(self, key: str, position: int, length: int) -> bytes:
+        data = self.provider.read(key, position, length)
+        self.stats.reads += 1
+        self.stats.bytes += len(data)
+        self.stats.objects.add(key)
+        return data
+
+    # -- consumequeue ----------------------------------------------------------------------------
+
+    def _cq(self, q: QueueTier, start: int, count: int) -> npt.NDArray[Any]:
+        """Units ``[start, start + count)`` of the queue's consumequeue (fewer at its end)."""
+        parts: list[bytes] = []
+        lo, hi = start * CQ_UNIT_SIZE, (start + count) * CQ_UNIT_SIZE
+        for seg in q.consume_queue:
+            a, b = max(lo, seg.base), min(hi, seg.base + seg.size)
+            if a >= b:
+                continue
+            if a != lo + sum(len(p) for p in parts):
+                break  # a gap: stop at it
+            parts.append(self._read(q.key(FileType.CONSUME_QUEUE, seg.base), a - seg.base, b - a))
+        raw = b"".join(parts)
+        return np.frombuffer(raw[: len(raw) - len(raw) % CQ_UNIT_SIZE], dtype=CQ_UNIT_DTYPE)
+
+    def _segment_units(self, part: Partition) -> tuple[int, Int64s, Int64s]:
+        """The segment's first queue offset and its units' flat offsets and sizes, from the
+        consumequeue (read in growing chunks until a unit lies past the segment)."""
+        q = part.queue
+        seg = q.commitlog[part.segment]
+        key = q.key(FileType.COMMIT_LOG, seg.base)
+        head = self._read(key, 0, min(seg.size, _HEAD))
+        buf = as_uint8(head)
+        if len(head) < msgcodec.MIN_UNIT_SIZE:
+            raise self._damaged(q, key, seg.base, "segment shorter than a message")
+        first = int(gather_be(buf, np.array([msgcodec.QUEUE_OFFSET_POSITION]), 8)[0])
+        end = seg.base + seg.size
+        offsets, sizes = [], []
+        at, chunk = first, max(1024, min(seg.size // 512, 262144))
+        while at < q.cq_end:
+            units = self._cq(q, at, chunk)
+            if not len(units):
+                break
+            offs = units["offset"].astype(np.int64)
+            inside = int(np.searchsorted(offs, end, side="left"))
+            offsets.append(offs[:inside])
+            sizes.append(units["size"].astype(np.int64)[:inside])
+            if inside < len(units):
+                break
+            at += len(units)
+            chunk *= 2
+        offs = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
+        if len(offs) and int(offs[0]) != seg.base:
+            raise self._damaged(
+                q, key, seg.base, f"the consumequeue puts queue offset {first} at flat offset "
+                f"{int(offs[0])}, not at the segment's start",
+            )  # fmt: skip
+        return first, offs, np.concatenate(sizes) if sizes else offs
+
+    def _store_time(self, key: str, base: int, offset: int) -> int:
+        head = self._read(key, offset - base, _HEAD)
+        return msgcodec.store_timestamp_of(head)
+
+    def _lower_bound(self, key: str, base: int, offs: Int64s, lo: int, hi: int, t: int) -> int:
+        """The first index in ``[lo, hi)`` whose message was stored at or after ``t`` (store
+        times ascend along a queue: the broker stamps them under its append lock)."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self._store_time(key, base, int(offs[mid])) < t:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def read(self, part: Partition) -> Iterator[pa.RecordBatch]:
+        """The partition's messages that pass its bounds, a batch per ranged read."""
+        started = time.perf_counter()
+        try:
+            if part.hits:
+                yield from self._read_hits(part)
+            else:
+                yield from self._read_segment(part)
+        finally:
+            self.stats.seconds += time.perf_counter() - started
+
+    def _read_segment(self, part: Partition) -> Iterator[pa.RecordBatch]:
+        q, b = part.queue, part.bounds
+        seg = q.commitlog[part.segment]
+        key = q.key(FileType.COMMIT_LOG, seg.base)
+        first, offs, sizes = self._segment_units(part)
+        lo, hi = 0, len(offs)
+        if part.pieces > 1:  # this piece's bytes of the segment
+            cut = seg.base + np.array([part.piece, part.piece + 1]) * seg.size // part.pieces
+            lo, hi = (int(x) for x in np.searchsorted(offs, cut, side="left"))
+        lo = max(lo, min(hi, b.q_lo - first))
+        hi = min(hi, max(lo, b.q_hi - first))
+        if lo < hi and b.t_lo > seg.begin:
+            lo = self._lower_bound(key, seg.base, offs, lo, hi, b.t_lo)
+        if lo < hi and b.t_hi <= seg.end:
+            hi = self._lower_bound(key, seg.base, offs, lo, hi, b.t_hi)
+        ends = offs + sizes
+        while lo < hi:
+            limit = int(offs[lo]) + self.read_bytes
+            n = max(1, int(np.searchsorted(ends[lo:hi], limit, side="right")))
+            a, z = int(offs[lo]), int(offs[lo + n - 1] + sizes[lo + n - 1])
+            data = self._read(key, a - seg.base, z - a)
+            batch = self._batch(
+                part, key, data, offs[lo : lo + n] - a, sizes[lo : lo + n], first + lo, offs[lo:]
+            )
+            if batch is not None and batch.num_rows:
+                yield batch
+            lo += n
+
+    def _read_hits(self, part: Partition) -> Iterator[pa.RecordBatch]:
+        q = part.queue
+        hits = np.array(part.hits, dtype=np.int64).reshape(-1, 2)
+        bases = np.array([s.base for s in q.commitlog], dtype=np.int64)
+        seg_of = np.searchsorted(bases, hits[:, 0], side="right") - 1
+        i = 0
+        while i < len(hits):
+            s = int(seg_of[i])
+            j = i + 1
+            while (
+                j < len(hits)
+                and seg_of[j] == s
+                and hits[j, 0] - (hits[j - 1, 0] + hits[j - 1, 1]) < _GAP
+            ):
+                j += 1
+            if s < 0:
+                i = j
+                continue  # expired from the tier since the index was written
+            seg = q.commitlog[s]
+            key = q.key(FileType.COMMIT_LOG, seg.base)
+            offs, sizes = hits[i:j, 0], hits[i:j, 1]
+            inside = offs + sizes <= seg.base + seg.size
+            offs, sizes = offs[inside], sizes[inside]
+            if len(offs):
+                a, z = int(offs[0]), int(offs[-1] + sizes[-1])
+                data = self._read(key, a - seg.base, z - a)
+                batch = self._batch(part, key, data, offs - a, sizes, None, offs)
+                if batch is not None and batch.num_rows:
+                    yield batch
+            i = j
+
+    def _damaged(self, q: QueueTier, key: str, offset: int, what: str) -> IntegrityError:
+        return IntegrityError(
+            f"{q.broker}/{q.topic}/{q.queue_id}: {what} at flat commitlog offset {offset} "
+            f"(object {key}); the tier copy is damaged",
+            key=key,
+            offset=offset,
+        )
+
+    def _batch(
+        self,
+        part: Partition,
+        key: str,
+        data: bytes,
+        rel: Int64s,
+        sizes: Int64s,
+        first_q: int | None,
+        flat: Int64s,
+    ) -> pa.RecordBatch | None:
+        """Check the units at ``rel`` of ``data``, drop what the bounds exclude, decode."""
+        q, b = part.queue, part.bounds
+        n = len(rel)
+        buf = as_uint8(data)
+        rel = _skip_codas(buf, rel)
+        if first_q is None:
+            qoffs = gather_be(buf, rel + msgcodec.QUEUE_OFFSET_POSITION, 8)
+        else:
+            qoffs = first_q + np.arange(n, dtype=np.int64)
+        ok = np.ones(n, dtype=bool)
+        good = check_units(data, rel, sizes, qoffs, flat[:n])
+        while good < n:  # the first disagreeing unit, then the next after it
+            ok[good] = False
+            if good + 1 >= n:
+                break
+            good += 1 + check_units(
+                data, rel[good + 1 :], sizes[good + 1 :], qoffs[good + 1 :], flat[good + 1 : n]
+            )
+        if ok.any():
+            _, plen = property_spans(data, rel[ok], sizes[ok])
+            ok[np.flatnonzero(ok)[plen < 0]] = False
+        keep = ok & (qoffs >= b.q_lo) & (qoffs < b.q_hi)
+        if b.t_lo > 0 or b.t_hi < LONG_MAX:
+            times = np.zeros(n, dtype=np.int64)
+            times[ok] = _store_times(buf, rel[ok])
+            keep &= (times >= b.t_lo) & (times < b.t_hi)
+        idx = np.flatnonzero(keep)
+        bad_crc = crc_mismatches(data, rel[idx])
+        if bad_crc:
+            ok[idx[bad_crc]] = False
+            keep[idx[bad_crc]] = False
+        bad = np.flatnonzero(~ok)
+        if bad.size:
+            self._corrupt(q, key, flat[bad], qoffs[bad])
+        idx = np.flatnonzero(keep)
+        if not idx.size:
+            return None
+        columns = list(self.columns)
+        if b.keys is not None or b.uniq_keys is not None:
+            columns += [c for c in ("keys", "uniqKey") if c not in columns]
+        batch = decode_batch(
+            data,
+            rel[idx],
+            sizes[idx],
+            columns,
+            topic=q.topic,
+            broker=q.broker,
+            cluster=q.cluster,
+            where=[f"object {key} flat offset {int(o)}" for o in flat[idx]]
+            if "body" in columns
+            else (),
+        )
+        if b.keys is not None or b.uniq_keys is not None:
+            batch = _key_filter(batch, b).select(self.columns)
+        self.stats.messages += batch.num_rows
+        return batch
+
+    def _corrupt(self, q: QueueTier, key: str, flat: Int64s, qoffs: Int64s) -> None:
+        where = ", ".join(
+            f"queue offset {int(a)} at flat offset {int(f)}"
+            for a, f in zip(qoffs[:5], flat[:5], strict=True)
+        )
+        if self.on_corrupt == "fail":
+            raise IntegrityError(
+                f"{q.broker}/{q.topic}/{q.queue_id}: {len(flat)} message(s) fail their checks "
+                f"(TOTALSIZE, magic, offsets, field lengths or body CRC) in object {key}: {where}; "
+                "the tier copy is damaged (option onCorrupt=skip reads past them)",
+                key=key,
+                offset=int(flat[0]),
+            )
+        self.stats.skipped += len(flat)
+        log.warning("skipped %d damaged message(s) in %s (onCorrupt=skip): %s",
+                    len(flat), key, where)  # fmt: skip
+
+    def write_stats(self, directory: str | None, partition: str) -> None:
+        """Append what this reader read to ``directory`` (one JSON file per task)."""
+        if not directory:
+            return
+        path = Path(directory)
+        path.mkdir(parents=True, exist_ok=True)
+        name = path / f"task-{uuid.uuid4().hex}.json"
+        name.write_text(json.dumps(self.stats.as_json(partition)), encoding="utf-8")
+
+
+def _skip_codas(buf: npt.NDArray[np.uint8], rel: Int64s) -> Int64s:
+    """Step over a legacy 16-byte coda a consumequeue unit points at (spec §5.2)."""
+    if not len(rel):
+        return rel
+    inside = rel + 8 <= len(buf)
+    coda = np.zeros(len(rel), dtype=bool)
+    coda[inside] = gather_be(buf, rel[inside] + 4, 4) == msgcodec.BLANK_MAGIC
+    return np.where(coda, rel + 16, rel)
+
+
+def _store_times(buf: npt.NDArray[np.uint8], rel: Int64s) -> Int64s:
+    sys_flag = gather_be(buf, rel + msgcodec.SYSFLAG_POSITION, 4)
+    v6 = (sys_flag & msgcodec.BORNHOST_V6_FLAG) != 0
+    return gather_be(buf, rel + msgcodec.BORN_HOST_POSITION + 8 + np.where(v6, 12, 0), 8)
+
+
+def _key_filter(batch: pa.RecordBatch, b: Bounds) -> pa.RecordBatch:
+    """Rows whose UNIQ_KEY (or, for a key bound, a KEYS token) is one of the wanted keys."""
+    keep = pa.array(np.ones(batch.num_rows, dtype=bool))
+    uniq = batch.column("uniqKey")
+    if b.uniq_keys is not None:
+        keep = pc.and_(keep, pc.fill_null(pc.is_in(uniq, pa.array(sorted(b.uniq_keys))), False))
+    if b.keys is not None:
+        wanted = pa.array(sorted(b.keys))
+        keys = batch.column("keys")
+        parents = pc.list_parent_indices(keys).to_numpy()
+        hit = pc.is_in(pc.list_flatten(keys), wanted).to_numpy(zero_copy_only=False)
+        in_keys = np.zeros(batch.num_rows, dtype=bool)
+        in_keys[parents[hit]] = True
+        by_uniq = pc.fill_null(pc.is_in(uniq, wanted), False).to_numpy(zero_copy_only=False)
+        keep = pc.and_(keep, pa.array(in_keys | by_uniq))
+    return batch.filter(keep)
+
+
+ALL_COLUMNS: Final = [name for name, _ in COLUMNS]
