@@ -46,6 +46,10 @@ def local_spark_session(
             "(and Java 17+ on PATH)"
         ) from e
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # workers start as `python -m pyspark.daemon`, which puts the working directory first on
+    # sys.path: in a source checkout its tiered/ (without jobs/ and providers/) would shadow the
+    # installed package the data source's executors import
+    os.environ.setdefault("PYTHONSAFEPATH", "1")
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     builder = (
         SparkSession.builder.master(master)
@@ -56,6 +60,7 @@ def local_spark_session(
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.execution.arrow.maxRecordsPerBatch", "262144")
         .config("spark.sql.python.filterPushdown.enabled", "true")  # the tier source prunes
+        .config("spark.executorEnv.PYTHONSAFEPATH", "1")
     )
     if master.startswith("local"):  # one disk, no network: compressing shuffle blocks only costs
         builder = builder.config("spark.shuffle.compress", "false").config(

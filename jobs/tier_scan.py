@@ -98,11 +98,28 @@ SOURCE_OPTIONS: Final = {
     "readBytes": f"bytes per ranged commitlog read (default {DEFAULT_READ_BYTES})",
     "splitBytes": f"a segment larger than this is read by several tasks ({DEFAULT_SPLIT_BYTES})",
     "statsDir": "a directory (local or shared) where each task writes what it read, as JSON",
+    "pushdown": "false for a session without spark.sql.python.filterPushdown.enabled",
 }
 """The options this source reads besides configuration keys, with what they mean."""
 
 
 # --- options --------------------------------------------------------------------------------------
+
+
+class Options(dict[str, str]):
+    """Options by name, any case (Spark hands them over lower-cased)."""
+
+    def __init__(self, options: Mapping[str, str] | None = None):
+        super().__init__({k.lower(): str(v) for k, v in (options or {}).items()})
+
+    def __getitem__(self, name: str) -> str:
+        return super().__getitem__(name.lower())
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and super().__contains__(name.lower())
+
+    def get(self, name: str, default: Any = None) -> Any:  # type: ignore[override]
+        return super().get(name.lower(), default)
 
 
 def parse_time(value: str, option: str) -> int:
@@ -128,19 +145,6 @@ def parse_time(value: str, option: str) -> int:
 
 def _csv(value: str | None) -> list[str]:
     return [v.strip() for v in (value or "").split(",") if v.strip()]
-
-
-def _int_option(options: Mapping[str, str], name: str, default: int, low: int = 1) -> int:
-    text = options.get(name)
-    if text is None:
-        return default
-    try:
-        value = int(text)
-    except ValueError:
-        value = low - 1
-    if value < low:
-        raise ConfigError(f"option {name}={text!r} must be an integer >= {low}")
-    return value
 
 
 @dataclass(frozen=True)
@@ -180,8 +184,9 @@ class Bounds:
         return ranges or any(s is not None and not s for s in sets)
 
     @classmethod
-    def from_options(cls, options: Mapping[str, str]) -> Bounds:
+    def from_options(cls, given: Mapping[str, str]) -> Bounds:
         """The bounds the ``topic``, ``queueId``, ``since``, ``until`` and ``key`` options set."""
+        options = Options(given)
         b = cls()
         if topics := _csv(options.get("topic")):
             b = b.narrow(topics=topics)
@@ -229,10 +234,10 @@ class Source:
         return replace(self, document=None)
 
 
-_OWN_OPTIONS: Final = frozenset(SOURCE_OPTIONS) | {"path"}
+_OWN_OPTIONS: Final = frozenset(k.lower() for k in SOURCE_OPTIONS) | {"path", "pushdown"}
 
 
-def source_config(options: Mapping[str, str]) -> TieredConfig:
+def source_config(given: Mapping[str, str]) -> TieredConfig:
     """The configuration the options give: ``config`` files, then every option that is a
     configuration key (``tieredBackendServiceProvider``, ``objectStoreBucket``, ...).
 
@@ -240,6 +245,7 @@ def source_config(options: Mapping[str, str]) -> TieredConfig:
         ConfigError: a file is unreadable, or an option is neither this source's nor a
             configuration key (named, with the fix).
     """
+    options = Options(given)
     overrides = {k: v for k, v in options.items() if k not in _OWN_OPTIONS}
     lowered = {k.lower(): k for k in TieredConfig.model_keys()}
     fixed = {lowered.get(k.lower(), k): v for k, v in overrides.items()}
@@ -274,12 +280,13 @@ def _brokers_under(provider: Provider, cluster: str) -> list[str]:
     return sorted(found)
 
 
-def load_sources(options: Mapping[str, str]) -> list[Source]:
+def load_sources(given: Mapping[str, str]) -> list[Source]:
     """The brokers the options name, each with its metadata document (read once, here).
 
     Raises:
         ConfigError: bad options. MetadataError: a broker has no readable metadata.
     """
+    options = Options(given)
     cfg = source_config(options)
     cluster = cfg.broker_cluster_name
     names = _csv(options.get("brokers")) or [cfg.broker_name]

@@ -55,6 +55,7 @@ from tiered.jobs.tier_scan import DEFAULT_READ_BYTES
 from tiered.jobs.tier_scan import DEFAULT_SPLIT_BYTES
 from tiered.jobs.tier_scan import FORMAT_NAME
 from tiered.jobs.tier_scan import Bounds
+from tiered.jobs.tier_scan import Options
 from tiered.jobs.tier_scan import Partition
 from tiered.jobs.tier_scan import PartitionReader
 from tiered.jobs.tier_scan import Source
@@ -78,7 +79,7 @@ class TierSource(DataSource):
         return SCHEMA_DDL
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        pushdown = self.options.get("pushdown", "true").lower()
+        pushdown = Options(self.options).get("pushdown", "true").lower()
         if pushdown not in ("true", "false"):
             raise ConfigError(f"option pushdown={pushdown!r}: give true or false")
         kind = FilteringTierReader if pushdown == "true" else TierReader
@@ -127,7 +128,7 @@ class TierReader(DataSourceReader):
     """Plans on the driver (metadata read once), reads on the executors."""
 
     def __init__(self, options: Mapping[str, str], schema: StructType):
-        self.options = dict(options)
+        self.options = Options(options)
         self.columns = _columns(schema)
         self.bounds = Bounds.from_options(self.options)
         self.on_corrupt = self.options.get("onCorrupt", "fail")
