@@ -252,9 +252,10 @@ def source_config(given: Mapping[str, str]) -> TieredConfig:
     try:
         return load_config(_csv(options.get("config")), env={}, overrides=fixed)
     except ConfigError as e:
+        what = str(e).replace("override: ", "option: ")
+        known = ", ".join(sorted(SOURCE_OPTIONS))
         raise ConfigError(
-            f"{e} (options of format {FORMAT_NAME!r}: {', '.join(sorted(SOURCE_OPTIONS))}, or "
-            "configuration keys)"
+            f"{what} (options of format {FORMAT_NAME!r}: {known}, or configuration keys)"
         ) from e
 
 

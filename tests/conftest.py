@@ -1,14 +1,21 @@
-"""Session-wide fixtures: the shared real broker files and the one moto S3 server of a run."""
+"""Session-wide fixtures: the shared real broker files, the one moto S3 server, the one local Spark
+session and the one Spark standalone cluster of a run."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from tiered.providers.testing.servers import HttpFaults
 from tiered.providers.testing.servers import S3Endpoint
 from tiered.providers.testing.servers import running_moto
+
+from tiered.testing.spark_cluster import running_spark_cluster
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REAL_DATA = SHARED / "testdata" / "real"
@@ -47,3 +54,21 @@ def moto_s3(http_faults_session: HttpFaults) -> Iterator[S3Endpoint]:
 def s3_keys(moto_s3: S3Endpoint) -> dict[str, str]:
     """Configuration keys of an S3 backend in a fresh bucket of the session's moto server."""
     return moto_s3.config_keys(moto_s3.new_bucket())
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """A real ``local[2]`` Spark session shared by every Spark test of the run."""
+    from tiered.jobs.session import local_spark_session
+
+    session = local_spark_session("local[2]", app_name="rmq-tiered-tests")
+    yield session
+    session.stop()
+
+
+@pytest.fixture(scope="session")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """``spark://127.0.0.1:PORT`` of a real standalone master with one worker (1 core, 1 GiB),
+    shared by the run's cluster tests."""
+    with running_spark_cluster(tmp_path_factory.mktemp("spark-cluster")) as url:
+        yield url

@@ -1,11 +1,9 @@
-"""Fixtures of the index tests: one real local Spark session per test run, index file factories."""
+"""Fixtures of the index tests: index file factories, generated stores and their configurations."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
 from typing import Any
 
 import numpy as np
@@ -21,21 +19,8 @@ from tiered.testing.index_keys import IndexCase
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.sample_tier import sample_config
 
-if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
-
 T0 = 1_700_000_000_000
 SealedFactory = Callable[..., tuple[Path, bytes]]
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    """A real ``local[2]`` Spark session shared by every Spark test of the run."""
-    from tiered.jobs.session import local_spark_session
-
-    session = local_spark_session("local[2]", app_name="rmq-tiered-tests")
-    yield session
-    session.stop()
 
 
 @pytest.fixture

@@ -8,13 +8,9 @@ the cluster, sharing ``tieredDataDir`` as on one host)."""
 
 from __future__ import annotations
 
-import os
-import re
 import shlex
 import subprocess
 import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -25,56 +21,11 @@ from tiered.index import compact_numpy
 from tiered.index.staging import submit_command
 from tiered.testing.index_keys import IndexCase
 from tiered.testing.index_keys import assert_all_found
+from tiered.testing.spark_cluster import spark_env
 
 BIN = Path(sys.executable).parent
 RMQ_TIERED = BIN / "rmq-tiered"
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-
-def spark_env() -> dict[str, str]:
-    env = {**os.environ, "PYSPARK_PYTHON": sys.executable, "SPARK_LOCAL_IP": "127.0.0.1"}
-    env.pop("PYTHONPATH", None)
-    return env
-
-
-def _wait(log: Path, pattern: str, proc: subprocess.Popen[bytes], seconds: float = 90) -> str:
-    deadline = time.monotonic() + seconds
-    while not (m := re.search(pattern, log.read_text(errors="replace"))):
-        assert proc.poll() is None, log.read_text(errors="replace")[-3000:]
-        assert time.monotonic() < deadline, f"{pattern!r} not in {log}"
-        time.sleep(0.2)
-    return m.group(1) if m.groups() else m.group(0)
-
-
-@pytest.fixture(scope="module")
-def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """``spark://127.0.0.1:PORT`` of a master with one registered worker (1 core, 1 GiB)."""
-    work = tmp_path_factory.mktemp("spark-cluster")
-    env = {**spark_env(), "SPARK_LOG_DIR": str(work), "SPARK_WORKER_DIR": str(work / "worker")}
-    master_log, worker_log = work / "master.log", work / "worker.log"
-    cls = "org.apache.spark.deploy"
-    with master_log.open("wb") as out:
-        master = subprocess.Popen(
-            [BIN / "spark-class", f"{cls}.master.Master", "--host", "127.0.0.1",
-             "--port", "0", "--webui-port", "0"],
-            stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
-        )  # fmt: skip
-    worker = None
-    try:
-        url = _wait(master_log, r"Starting Spark master at (spark://127\.0\.0\.1:\d+)", master)
-        with worker_log.open("wb") as out:
-            worker = subprocess.Popen(
-                [BIN / "spark-class", f"{cls}.worker.Worker", "--host", "127.0.0.1",
-                 "--cores", "1", "--memory", "1g", "--webui-port", "0", url],
-                stdout=out, stderr=subprocess.STDOUT, env=env, cwd=work,
-            )  # fmt: skip
-        _wait(master_log, r"Registering worker", master)
-        yield url
-    finally:
-        for proc in (worker, master):
-            if proc is not None and proc.poll() is None:
-                proc.terminate()
-                proc.wait(30)
 
 
 def test_spark_submit_on_a_standalone_cluster_is_picked_up_byte_identical(

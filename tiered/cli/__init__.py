@@ -30,6 +30,7 @@ COMMANDS = {
     "explain": "tiered.cli.explain:explain",
     "query": "tiered.cli.query:query",
     "compact-index": "tiered.cli.compact_index:compact_index",
+    "export": "tiered.cli.export:export",
 }
 
 
