@@ -24,6 +24,7 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from collections.abc import Sequence
@@ -421,37 +422,80 @@ def _overlaps(seg: Seg, bounds: Bounds) -> bool:
 
 
 def plan(
-    sources: Sequence[Source],
-    bounds: Bounds,
-    *,
-    split_bytes: int = DEFAULT_SPLIT_BYTES,
-    provider_for: Any = None,
+    sources: Sequence[Source], bounds: Bounds, *, split_bytes: int = DEFAULT_SPLIT_BYTES
 ) -> list[Partition]:
-    """The partitions of a scan: a segment each (or pieces), pruned by ``bounds``. A key bound
-    is answered from the key index where it covers a queue (``provider_for(source)`` opens the
-    backend for that lookup)."""
+    """The partitions of a scan: a segment each (or pieces), pruned by ``bounds``.
+
+    Without a read: brokers, topics, queues, and segments by their store times. With small
+    reads on the driver: a key bound is looked up in the uploaded key index where it covers a
+    queue, and a queue-offset bound reads the two consumequeue units at its ends to keep only
+    the commitlog segments between them.
+    """
     if bounds.empty:
         return []
     queues = queues_of(sources, bounds)
-    covered: dict[tuple[int, str, int], int] = {}
-    parts: list[Partition] = []
-    wanted = bounds.keys if bounds.keys is not None else bounds.uniq_keys
-    if wanted is not None:
-        lookups, covered = _key_lookups(sources, queues, bounds, wanted, provider_for)
-        parts += lookups
-    for q in queues:
-        b = bounds
-        done = covered.get((q.source, q.topic, q.queue_id))
-        if done is not None:
-            if done >= q.cq_end:
-                continue  # the index answers for the whole queue
-            b = bounds.narrow(q_lo=done)
-        for i, seg in enumerate(q.commitlog):
-            if not _overlaps(seg, b):
+    providers: dict[int, Provider] = {}
+
+    def provider(i: int) -> Provider:
+        if i not in providers:
+            providers[i] = sources[i].provider()
+        return providers[i]
+
+    try:
+        covered: dict[tuple[int, str, int], int] = {}
+        parts: list[Partition] = []
+        wanted = bounds.keys if bounds.keys is not None else bounds.uniq_keys
+        if wanted is not None:
+            lookups, covered = _key_lookups(sources, queues, bounds, wanted, provider)
+            parts += lookups
+        for q in queues:
+            b = bounds
+            done = covered.get((q.source, q.topic, q.queue_id))
+            if done is not None:
+                b = bounds.narrow(q_lo=done)
+            flat = _flat_range(provider(q.source), q, b)
+            if flat is None:
                 continue
-            pieces = max(1, -(-seg.size // split_bytes))
-            parts += [Partition(q, i, b, k, pieces) for k in range(pieces)]
-    return parts
+            for i, seg in enumerate(q.commitlog):
+                if not _overlaps(seg, b) or seg.base + seg.size <= flat[0] or seg.base >= flat[1]:
+                    continue
+                pieces = max(1, -(-seg.size // split_bytes))
+                parts += [Partition(q, i, b, k, pieces) for k in range(pieces)]
+        return parts
+    finally:
+        for p in providers.values():
+            p.close()
+
+
+def cq_units(
+    read: Callable[[str, int, int], bytes], q: QueueTier, start: int, count: int
+) -> npt.NDArray[Any]:
+    """Units ``[start, start + count)`` of ``q``'s consumequeue (fewer at its end or at a gap),
+    one ranged ``read(key, position, length)`` per segment touched."""
+    parts: list[bytes] = []
+    lo, hi = start * CQ_UNIT_SIZE, (start + count) * CQ_UNIT_SIZE
+    for seg in q.consume_queue:
+        a, b = max(lo, seg.base), min(hi, seg.base + seg.size)
+        if a >= b:
+            continue
+        if a != lo + sum(len(p) for p in parts):
+            break  # a gap: stop at it
+        parts.append(read(q.key(FileType.CONSUME_QUEUE, seg.base), a - seg.base, b - a))
+    raw = b"".join(parts)
+    return np.frombuffer(raw[: len(raw) - len(raw) % CQ_UNIT_SIZE], dtype=CQ_UNIT_DTYPE)
+
+
+def _flat_range(provider: Provider, q: QueueTier, b: Bounds) -> tuple[int, int] | None:
+    """The flat commitlog bytes that hold the queue offsets ``b`` allows (``None``: none)."""
+    lo, hi = max(b.q_lo, q.cq_start), min(b.q_hi, q.cq_end)
+    if lo >= hi:
+        return None
+    if (lo, hi) == (q.cq_start, q.cq_end):
+        return 0, LONG_MAX
+    first, last = cq_units(provider.read, q, lo, 1), cq_units(provider.read, q, hi - 1, 1)
+    if not len(first) or not len(last):
+        return 0, LONG_MAX  # a gap in the consumequeue: let the segments tell
+    return int(first["offset"][0]), int(last["offset"][0]) + int(last["size"][0])
 
 
 def _key_lookups(
@@ -459,7 +503,7 @@ def _key_lookups(
     queues: Sequence[QueueTier],
     bounds: Bounds,
     wanted: frozenset[str],
-    provider_for: Any,
+    provider_for: Callable[[int], Provider],
 ) -> tuple[list[Partition], dict[tuple[int, str, int], int]]:
     """Look the keys up in each broker's uploaded key index; return a partition per queue with
     hits, and per queue the queue offset up to which the index covers it (from the index's
@@ -471,55 +515,49 @@ def _key_lookups(
         by_source.setdefault(q.source, []).append(q)
     for i, qs in by_source.items():
         src = sources[i]
-        provider = provider_for(src) if provider_for else src.provider()
-        try:
-            progress = _index_progress(provider, src)
-            if not progress:
-                continue
-            records = src.doc.segment_table(FileSegmentType.INDEX).get(
-                logical_path(src.broker, INDEX_TOPIC, 0), {}
+        provider = provider_for(i)
+        progress = _index_progress(provider, src)
+        if not progress:
+            continue
+        records = src.doc.segment_table(FileSegmentType.INDEX).get(
+            logical_path(src.broker, INDEX_TOPIC, 0), {}
+        )
+        files = [
+            CompactedIndexFile(
+                provider,
+                segment_key(src.cluster, src.broker, INDEX_TOPIC, 0, FileType.INDEX, base),
+                size=rec.size,
+                begin_timestamp=rec.begin_timestamp,
+                end_timestamp=rec.end_timestamp,
+                slots=src.cfg.tiered_store_index_file_max_hash_slot_num,
             )
-            files = [
-                CompactedIndexFile(
-                    provider,
-                    segment_key(src.cluster, src.broker, INDEX_TOPIC, 0, FileType.INDEX, base),
-                    size=rec.size,
-                    begin_timestamp=rec.begin_timestamp,
-                    end_timestamp=rec.end_timestamp,
-                    slots=src.cfg.tiered_store_index_file_max_hash_slot_num,
-                )
-                for base, rec in sorted(records.items())
-                if rec.size > 0
-            ]
-            hits: dict[tuple[str, int], set[tuple[int, int]]] = {}
-            for topic in sorted({q.topic for q in qs}):
-                meta = src.doc.topic_metadata_table.get(topic)
-                if meta is None:
-                    continue
-                topic_id = to_i32(meta.topic_id)
-                for key in sorted(wanted):
-                    query = KeyQuery(
-                        topic, key, bounds.t_lo, min(bounds.t_hi, LONG_MAX), _MAX_INDEX_HITS,
-                        topic_id,
-                    )  # fmt: skip
-                    for f in files:
-                        if max(f.begin_timestamp, f.end_timestamp) < bounds.t_lo:
-                            continue
-                        for item in f.query(query):
-                            hits.setdefault((topic, item.queue_id), set()).add(
-                                (item.offset, item.size)
-                            )
-            for q in qs:
-                done = progress.get((q.topic, q.queue_id))
-                if done is None:
-                    continue
-                covered[(i, q.topic, q.queue_id)] = done
-                found = sorted(hits.get((q.topic, q.queue_id), ()))
-                if found:  # what a later scan of the queue reads is not taken twice
-                    parts.append(Partition(q, -1, bounds.narrow(q_hi=done), hits=tuple(found)))
-        finally:
-            if not provider_for:
-                provider.close()
+            for base, rec in sorted(records.items())
+            if rec.size > 0
+        ]
+        hits: dict[tuple[str, int], set[tuple[int, int]]] = {}
+        for topic in sorted({q.topic for q in qs}):
+            meta = src.doc.topic_metadata_table.get(topic)
+            if meta is None:
+                continue
+            topic_id = to_i32(meta.topic_id)
+            for key in sorted(wanted):
+                query = KeyQuery(
+                    topic, key, bounds.t_lo, min(bounds.t_hi, LONG_MAX), _MAX_INDEX_HITS,
+                    topic_id,
+                )  # fmt: skip
+                for f in files:
+                    if max(f.begin_timestamp, f.end_timestamp) < bounds.t_lo:
+                        continue
+                    for item in f.query(query):
+                        hits.setdefault((topic, item.queue_id), set()).add((item.offset, item.size))
+        for q in qs:
+            done = progress.get((q.topic, q.queue_id))
+            if done is None:
+                continue
+            covered[(i, q.topic, q.queue_id)] = done
+            found = sorted(hits.get((q.topic, q.queue_id), ()))
+            if found:  # what a later scan of the queue reads is not taken twice
+                parts.append(Partition(q, -1, bounds.narrow(q_hi=done), hits=tuple(found)))
     return parts, covered
 
 
@@ -597,19 +635,9 @@ class PartitionReader:
 
     # -- consumequeue ----------------------------------------------------------------------------
 
-    def _cq(self, q: QueueTier, start: int, count: int) -> npt.NDArray[Any]:
+    def cq_units(self, q: QueueTier, start: int, count: int) -> npt.NDArray[Any]:
         """Units ``[start, start + count)`` of the queue's consumequeue (fewer at its end)."""
-        parts: list[bytes] = []
-        lo, hi = start * CQ_UNIT_SIZE, (start + count) * CQ_UNIT_SIZE
-        for seg in q.consume_queue:
-            a, b = max(lo, seg.base), min(hi, seg.base + seg.size)
-            if a >= b:
-                continue
-            if a != lo + sum(len(p) for p in parts):
-                break  # a gap: stop at it
-            parts.append(self._read(q.key(FileType.CONSUME_QUEUE, seg.base), a - seg.base, b - a))
-        raw = b"".join(parts)
-        return np.frombuffer(raw[: len(raw) - len(raw) % CQ_UNIT_SIZE], dtype=CQ_UNIT_DTYPE)
+        return cq_units(self._read, q, start, count)
 
     def _segment_units(self, part: Partition) -> tuple[int, Int64s, Int64s]:
         """The segment's first queue offset and its units' flat offsets and sizes, from the
@@ -626,7 +654,7 @@ class PartitionReader:
         offsets, sizes = [], []
         at, chunk = first, max(1024, min(seg.size // 512, 262144))
         while at < q.cq_end:
-            units = self._cq(q, at, chunk)
+            units = self.cq_units(q, at, chunk)
             if not len(units):
                 break
             offs = units["offset"].astype(np.int64)
