@@ -24,10 +24,9 @@ from tiered.metadata.models import FileSegmentType
 from tiered.metadata.models import parse_metadata
 from tiered.testing.sample_tier import build_sample_tier
 from tiered.testing.sample_tier import rolling_spec
-
-from .conftest import SqlTier
-from .conftest import TierCopy
-from .test_tier_batch import as_fetch_json
+from tiered.testing.sql_tier import SqlTier
+from tiered.testing.sql_tier import TierCopy
+from tiered.testing.sql_tier import as_fetch_json
 
 Row = dict[str, Any]
 

@@ -19,9 +19,8 @@ from tiered.jobs.tier_source import TierSource
 
 from tiered.errors import ConfigError
 from tiered.testing.spark_cluster import spark_env
-
-from .conftest import SqlTier
-from .test_tier_batch import as_fetch_json
+from tiered.testing.sql_tier import SqlTier
+from tiered.testing.sql_tier import as_fetch_json
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
