@@ -12,6 +12,7 @@ is never built (no body is decompressed when ``body`` is not asked for).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from collections.abc import Sequence
 from typing import Final
 
@@ -23,7 +24,6 @@ import pyarrow.compute as pc  # type: ignore[import-untyped]
 from tiered.broker import message as msgcodec
 from tiered.broker.unit_fields import as_uint8
 from tiered.broker.unit_fields import gather_be
-from tiered.broker.unit_fields import span_index
 
 Int64s = npt.NDArray[np.int64]
 
@@ -89,37 +89,49 @@ def _constant(value: str, n: int) -> pa.Array:
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
 
 
-def _binary(buf: npt.NDArray[np.uint8], lengths: Int64s, kind: pa.DataType) -> pa.Array:
-    """``len(lengths)`` values packed back to back in ``buf`` (no copy)."""
-    if int(lengths.sum()) >= 2**31:
-        raise ValueError(
-            f"{int(lengths.sum())} bytes in one column of one batch: read less at once"
-        )
-    offsets = np.zeros(len(lengths) + 1, dtype=np.int32)
-    np.cumsum(lengths, out=offsets[1:])
-    return pa.Array.from_buffers(
-        kind, len(lengths), [None, pa.py_buffer(offsets), pa.py_buffer(buf)]
-    )
-
-
-def _spans(buf: npt.NDArray[np.uint8], starts: Int64s, lengths: Int64s) -> npt.NDArray[np.uint8]:
-    return np.take(buf, span_index(starts, lengths))
+def _views(data: pa.Buffer, starts: Int64s, lengths: Int64s, kind: pa.DataType) -> pa.Array:
+    """The spans ``[starts[i], starts[i] + lengths[i])`` of ``data`` as a ``kind`` (binary)
+    array: Arrow views into ``data`` built with numpy, then one C++ cast packs them (no per-byte
+    index, no Python per value)."""
+    n = len(starts)
+    if len(data) >= 2**31:
+        raise ValueError(f"a read of {len(data)} bytes: read less than 2 GiB at once")
+    buf = np.frombuffer(data, dtype=np.uint8)
+    views = np.zeros((n, 16), dtype=np.uint8)  # Arrow's view layout, little-endian
+    views[:, 0:4] = lengths.astype("<i4").view(np.uint8).reshape(n, 4)
+    inline = lengths <= 12
+    short = np.flatnonzero(inline)
+    if short.size:  # up to 12 bytes live in the view itself, zero-padded
+        idx = np.minimum(starts[short, None] + np.arange(12), len(buf) - 1)
+        head = np.take(buf, idx)
+        head[np.arange(12)[None, :] >= lengths[short, None]] = 0
+        views[short, 4:16] = head
+    far = np.flatnonzero(~inline)
+    if far.size:  # a 4-byte prefix, buffer 0, offset
+        views[far, 4:8] = np.take(buf, starts[far, None] + np.arange(4))
+        views[far, 12:16] = starts[far].astype("<i4").view(np.uint8).reshape(-1, 4)
+    arr = pa.Array.from_buffers(pa.binary_view(), n, [None, pa.py_buffer(views), data])
+    return arr.cast(kind)
 
 
 def _hosts(buf: npt.NDArray[np.uint8], at: Int64s, v6: npt.NDArray[np.bool_]) -> pa.Array:
-    """``ip:port`` strings of the host fields at ``at`` (20 bytes where ``v6``, else 8), each
-    distinct address formatted once."""
+    """``ip:port`` strings of the host fields at ``at`` (20 bytes where ``v6``, else 8): each
+    distinct address formatted once, ports by Arrow."""
     names: list[str] = []
     index = np.zeros(len(at), dtype=np.int32)
-    for width, rows in ((8, np.flatnonzero(~v6)), (20, np.flatnonzero(v6))):
+    port = np.zeros(len(at), dtype=np.int64)
+    for width, rows in ((4, np.flatnonzero(~v6)), (16, np.flatnonzero(v6))):
         if not rows.size:
             continue
         raw = np.ascontiguousarray(np.take(buf, at[rows, None] + np.arange(width)))
         voids = raw.view(np.dtype((np.void, width))).reshape(-1)
         uniq, inverse = np.unique(voids, return_inverse=True)
         index[rows] = len(names) + inverse.reshape(-1)
-        names += [msgcodec.decode_host(bytes(u)) for u in uniq]
-    return pa.array(names, type=pa.string()).take(pa.array(index))
+        names += [msgcodec.decode_host(bytes(u) + b"\0\0\0\0").rpartition(":")[0] for u in uniq]
+        port[rows] = gather_be(buf, at[rows] + width, 4)
+    hosts = pa.array(names, type=pa.string()).take(pa.array(index))
+    ports = pc.cast(pa.array(port, type=pa.int32()), pa.string())
+    return pc.binary_join_element_wise(hosts, ports, ":")
 
 
 def _offset_msg_ids(
@@ -143,12 +155,12 @@ def _offset_msg_ids(
 _PAIR: Final = r"(?s)^(?P<name>[^\x01]+)\x01(?P<value>.+)$"
 
 
-def _property_text(buf: npt.NDArray[np.uint8], at: Int64s, lengths: Int64s) -> pa.Array:
+def _property_text(data: pa.Buffer, at: Int64s, lengths: Int64s) -> pa.Array:
     """The properties of every unit as strings; a unit whose properties are not UTF-8 is decoded
     with replacement characters, as ``fetch`` decodes it."""
-    raw = _binary(_spans(buf, at, lengths), lengths, pa.binary())
+    raw = _views(data, at, lengths, pa.binary())
     try:
-        return raw.cast(pa.string())
+        return raw.cast(pa.string())  # validates UTF-8
     except pa.ArrowInvalid:  # rare: one by one, as msgcodec.decode_properties does
         return pa.array([v.decode("utf-8", "replace") for v in raw.to_pylist()], type=pa.string())
 
@@ -190,33 +202,23 @@ def _keys(props: pa.MapArray) -> pa.Array:
 
 
 def _bodies(
-    buf: npt.NDArray[np.uint8], at: Int64s, lengths: Int64s, sys_flag: Int64s, where: Sequence[str]
+    data: pa.Buffer, at: Int64s, lengths: Int64s, sys_flag: Int64s, where: Callable[[int], str]
 ) -> pa.Array:
-    """The bodies as the producer sent them: stored bytes gathered in one pass, compressed ones
+    """The bodies as the producer sent them: stored bytes packed by one cast, compressed ones
     decompressed (one codec call each)."""
-    packed = _spans(buf, at, lengths)
+    stored = _views(data, at, lengths, pa.binary())
     compressed = np.flatnonzero(sys_flag & msgcodec.COMPRESSED_FLAG)
     if not compressed.size:
-        return _binary(packed, lengths, pa.binary())
-    starts = np.zeros(len(lengths) + 1, dtype=np.int64)
-    np.cumsum(lengths, out=starts[1:])
-    pieces: list[bytes | memoryview] = []
-    new_lengths = lengths.copy()
-    mv = memoryview(packed.data)
-    prev = 0
+        return stored
+    plain = []
     for i in compressed.tolist():
-        a, b = int(starts[i]), int(starts[i + 1])
-        pieces.append(mv[prev:a])
         try:
-            body = msgcodec.decompress_body(bytes(mv[a:b]), int(sys_flag[i]))
+            plain.append(msgcodec.decompress_body(stored[i].as_py(), int(sys_flag[i])))
         except Exception as e:  # CorruptStoreFileError or an unknown compression type
-            raise type(e)(f"{where[i]}: {e}") from e
-        pieces.append(body)
-        new_lengths[i] = len(body)
-        prev = b
-    pieces.append(mv[prev:])
-    joined = np.frombuffer(b"".join(pieces), dtype=np.uint8)
-    return _binary(joined, new_lengths, pa.binary())
+            raise type(e)(f"{where(i)}: {e}") from e
+    mask = np.zeros(len(lengths), dtype=bool)
+    mask[compressed] = True
+    return pc.replace_with_mask(stored, pa.array(mask), pa.array(plain, type=pa.binary()))
 
 
 def decode_batch(
@@ -228,16 +230,17 @@ def decode_batch(
     topic: str,
     broker: str,
     cluster: str,
-    where: Sequence[str] = (),
+    where: Callable[[int], str] | None = None,
 ) -> pa.RecordBatch:
     """The units at ``starts`` (``sizes`` bytes each) of ``data`` as a batch with ``columns``.
 
     The units must have passed the read path's checks (TOTALSIZE, magic, field lengths:
-    :func:`tiered.broker.unit_fields.property_spans`); ``where`` names each unit for a
+    :func:`tiered.broker.unit_fields.property_spans`); ``where(i)`` names unit ``i`` for a
     decompression error (object and offset).
     """
     n = len(starts)
     buf = as_uint8(data)
+    whole = pa.py_buffer(data)
     starts = np.asarray(starts, dtype=np.int64)
     want = set(columns)
     sys_flag = gather_be(buf, starts + msgcodec.SYSFLAG_POSITION, 4)
@@ -289,11 +292,11 @@ def decode_batch(
     body_len_at = tail_at + 12
     if "body" in want:
         body_len = gather_be(buf, body_len_at, 4)
-        names = where if len(where) == n else [f"unit at byte {s}" for s in starts.tolist()]
-        out["body"] = _bodies(buf, body_len_at + 4, body_len, sys_flag, names)
+        name = where or (lambda i: f"unit at byte {int(starts[i])}")
+        out["body"] = _bodies(whole, body_len_at + 4, body_len, sys_flag, name)
     if want & _PROPERTY_COLUMNS:
         at, length = _property_spans(buf, starts, gather_be(buf, starts, 4), body_len_at)
-        props = _properties(_property_text(buf, at, length))
+        props = _properties(_property_text(whole, at, length))
         uniq = pc.map_lookup(props, msgcodec.PROPERTY_UNIQ_KEY, "last")
         if "properties" in want:
             out["properties"] = props

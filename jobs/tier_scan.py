@@ -824,9 +824,7 @@ class PartitionReader:
             topic=q.topic,
             broker=q.broker,
             cluster=q.cluster,
-            where=[f"object {key} flat offset {int(o)}" for o in flat[idx]]
-            if "body" in columns
-            else (),
+            where=lambda i: f"object {key} flat offset {int(flat[idx[i]])}",
         )
         if b.keys is not None or b.uniq_keys is not None:
             batch = _key_filter(batch, b).select(self.columns)
