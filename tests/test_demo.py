@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ def test_demo_runs_end_to_end(tmp_path: Path) -> None:
     assert "offloaded 2000 messages" in text
     assert "fetched 3 cold messages" in text
     assert "1 hit(s) before and 1 after compaction" in text
-    for step in ("dispatch", "status", "fetch", "query", "compact-index"):
+    assert re.search(r"exported [1-9]\d* region=eu messages to Parquet", text)
+    for step in ("dispatch", "status", "fetch", "query", "compact-index", "export"):
         assert f"$ rmq-tiered {step}" in text
     # the tier holds the Java layout: cluster dir, broker, topic, queue, COMMIT_LOG, segment name
     segments = sorted((tmp_path / "tier").glob("212d6b50_DefaultCluster/broker-a/*/*/COMMIT_LOG/*"))

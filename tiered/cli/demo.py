@@ -3,7 +3,8 @@
 Each step runs a real ``rmq-tiered`` command in this process and shows it as an operator would
 type it: generate a broker store, offload it to a local posix tier, show ``status``, read cold
 messages back under ``tieredStorageLevel=FORCE``, query a key, seal and compact the key index with
-local Spark and query the key again from the uploaded index.
+local Spark and query the key again from the uploaded index, then export the messages of one
+property value to Parquet through the Spark data source over the tier.
 """
 
 from __future__ import annotations
@@ -135,6 +136,9 @@ def _demo(run: _Run, messages: int) -> None:
         "0.1",
         "--keys-per-message",
         "2",
+        "--java-client",
+        "--user-property-fraction",
+        "0.3",
         "--quiet",
     )
     _write_config(run)
@@ -200,13 +204,38 @@ def _demo(run: _Run, messages: int) -> None:
     )
     console.print(compaction.strip())
     hits_after = query("7. the same key, now from the uploaded (compacted) index")
+    exported = json.loads(
+        run.command(
+            "8. SQL over the tier: the region=eu messages of GenTopic0 to Parquet, with Spark",
+            "export",
+            *cfg,
+            "--topic",
+            "GenTopic0",
+            "--where",
+            "properties['region'] = 'eu'",
+            "--columns",
+            "topic,queueId,queueOffset,storeTimestamp,tags,keys,properties",
+            "--to",
+            str(run.root / "export"),
+            "--json",
+            capture=True,
+        )
+    )
+    console.print_json(data=exported)
     console.rule("report")
     console.print(
         f"offloaded {summary['messages']} messages ({summary['bytes'] / 1e6:.1f} MB) of "
         f"{summary['queues']} queues with {summary['requests']['total']} backend requests; "
         f"fetched {len(fetched)} cold messages; key {key!r}: {len(hits)} hit(s) before and "
-        f"{len(hits_after)} after compaction; "
+        f"{len(hits_after)} after compaction; exported {exported['messages']} region=eu "
+        "messages to Parquet; "
         + ", ".join(f"{k.split('.')[0]}: {v:.2f} s" for k, v in run.timings.items())
     )
-    if summary["messages"] != messages or not fetched or not hits or len(hits_after) != len(hits):
+    if (
+        summary["messages"] != messages
+        or not fetched
+        or not hits
+        or len(hits_after) != len(hits)
+        or not exported["messages"]
+    ):
         raise SystemExit(EXIT_DATA_ERROR)

@@ -10,6 +10,7 @@ bytes read from the backend and the seconds taken.
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import threading
@@ -82,6 +83,7 @@ def export(
     """
     cfg = load(configs)
     setup_logging(cfg, quiet=True)
+    logging.getLogger("py4j").setLevel(logging.WARNING)
     remote = "://" in target and not target.startswith("file://")
     out_dir = Path(target.removeprefix("file://"))
     if not remote and out_dir.exists() and any(out_dir.iterdir()):
@@ -114,9 +116,12 @@ def export(
         if value:
             options[name] = value
     started = time.monotonic()
+    from pyspark.sql import SparkSession
+
     from tiered.jobs.session import local_spark_session
     from tiered.jobs.tier_source import TierSource
 
+    ours = SparkSession.getActiveSession() is None  # else a caller's session: leave it running
     spark = local_spark_session(
         master or cfg.tiered_index_spark_master, app_name="rmq-tiered-export"
     )
@@ -139,7 +144,8 @@ def export(
             df.write.format(fmt).mode("errorifexists").save(str(staging))
         written = spark.read.format(fmt).load(str(staging)).count()
     finally:
-        spark.stop()
+        if ours:
+            spark.stop()
     read = [json.loads(p.read_text()) for p in stats.glob("*.json")]
     shutil.rmtree(stats, ignore_errors=True)
     if remote:

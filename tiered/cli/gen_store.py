@@ -41,6 +41,23 @@ from tiered.cli.common import console
     show_default=True,
     help="Store time of the first message, epoch ms.",
 )
+@click.option(
+    "--java-client",
+    is_flag=True,
+    help="Messages as RocketMQ's Java client and broker write them (UNIQ_KEY ids, property "
+    "order); the four options below need it.",
+)
+@click.option(
+    "--user-property-fraction",
+    type=float,
+    default=0.0,
+    help="Share with user properties (region=eu|us, a non-ASCII name) and a non-ASCII KEYS token.",
+)
+@click.option("--client-ipv6-fraction", type=float, default=0.0, help="Share from IPv6 clients.")
+@click.option("--delay-fraction", type=float, default=0.0, help="Share of delayed messages.")
+@click.option(
+    "--batch-fraction", type=float, default=0.0, help="Share of sends that start a batch."
+)
 @click.option("--append", is_flag=True, help="Continue an existing store like a running broker.")
 @click.option("--quiet", is_flag=True, help="No progress bar or summary.")
 def gen_store(
@@ -59,6 +76,11 @@ def gen_store(
     keys_per_message: int,
     with_index: bool,
     start_ms: int,
+    java_client: bool,
+    user_property_fraction: float,
+    client_ipv6_fraction: float,
+    delay_fraction: float,
+    batch_fraction: float,
     append: bool,
     quiet: bool,
 ) -> None:
@@ -78,6 +100,11 @@ def gen_store(
         keys_per_message=keys_per_message,
         with_index=with_index,
         start_ms=start_ms,
+        java_client=java_client,
+        user_property_fraction=user_property_fraction,
+        client_ipv6_fraction=client_ipv6_fraction,
+        delay_fraction=delay_fraction,
+        batch_fraction=batch_fraction,
         append=append,
     )
     if quiet:
