@@ -250,3 +250,23 @@ def test_a_local_metadata_file_plans_like_the_mirror(posix_tier: SqlTier, full: 
     got, _, _ = scan(posix_tier, metadata=str(meta), topic="GenTopic0")
     assert sorted(map(ident, got)) == sorted(ident(r) for r in full[0] if r["topic"] == "GenTopic0")
     assert np.all(np.diff([r["queueOffset"] for r in got if r["queueId"] == 0]) == 1)
+
+
+def test_backend_keys_as_options_instead_of_a_file(posix_tier: SqlTier, full: Any) -> None:
+    cfg = posix_tier.cfg
+    options = {
+        "tieredbackendserviceprovider": "posix",  # Spark hands options over lower-cased
+        "tieredStoreFilePath": cfg.tiered_store_file_path,
+        "brokerClusterName": cfg.broker_cluster_name,
+        "brokerName": cfg.broker_name,
+        "tieredStoreIndexFileMaxHashSlotNum": str(cfg.tiered_store_index_file_max_hash_slot_num),
+    }
+    sources = ts.load_sources(options)
+    assert [(s.cluster, s.broker) for s in sources] == [("DefaultCluster", "broker-a")]
+    parts = ts.plan(sources, ts.Bounds(topics=frozenset({"GenTopic1"})))
+    rows = []
+    with sources[0].provider() as provider:
+        for part in parts:
+            for batch in ts.PartitionReader(provider, ["topic", "queueOffset"]).read(part):
+                rows += batch.to_pylist()
+    assert len(rows) == sum(1 for r in full[0] if r["topic"] == "GenTopic1")
