@@ -786,9 +786,11 @@ class PartitionReader:
         else:
             qoffs = first_q + np.arange(n, dtype=np.int64)
         ok = np.ones(n, dtype=bool)
+        why = np.zeros(n, dtype=np.int8)  # index into _WHY
         good = check_units(data, rel, sizes, qoffs, flat[:n])
         while good < n:  # the first disagreeing unit, then the next after it
             ok[good] = False
+            why[good] = 1
             if good + 1 >= n:
                 break
             good += 1 + check_units(
@@ -796,7 +798,8 @@ class PartitionReader:
             )
         if ok.any():
             _, plen = property_spans(data, rel[ok], sizes[ok])
-            ok[np.flatnonzero(ok)[plen < 0]] = False
+            torn = np.flatnonzero(ok)[plen < 0]
+            ok[torn], why[torn] = False, 2
         keep = ok & (qoffs >= b.q_lo) & (qoffs < b.q_hi)
         if b.t_lo > 0 or b.t_hi < LONG_MAX:
             times = np.zeros(n, dtype=np.int64)
@@ -807,9 +810,10 @@ class PartitionReader:
         if bad_crc:
             ok[idx[bad_crc]] = False
             keep[idx[bad_crc]] = False
+            why[idx[bad_crc]] = 3
         bad = np.flatnonzero(~ok)
         if bad.size:
-            self._corrupt(q, key, flat[bad], qoffs[bad])
+            self._corrupt(q, key, flat[bad], qoffs[bad], why[bad])
         idx = np.flatnonzero(keep)
         if not idx.size:
             return None
@@ -831,16 +835,18 @@ class PartitionReader:
         self.stats.messages += batch.num_rows
         return batch
 
-    def _corrupt(self, q: QueueTier, key: str, flat: Int64s, qoffs: Int64s) -> None:
+    def _corrupt(
+        self, q: QueueTier, key: str, flat: Int64s, qoffs: Int64s, why: npt.NDArray[np.int8]
+    ) -> None:
         where = ", ".join(
-            f"queue offset {int(a)} at flat offset {int(f)}"
-            for a, f in zip(qoffs[:5], flat[:5], strict=True)
+            f"queue offset {int(a)} at flat offset {int(f)}: {_WHY[int(w)]}"
+            for a, f, w in zip(qoffs[:5], flat[:5], why[:5], strict=True)
         )
         if self.on_corrupt == "fail":
             raise IntegrityError(
-                f"{q.broker}/{q.topic}/{q.queue_id}: {len(flat)} message(s) fail their checks "
-                f"(TOTALSIZE, magic, offsets, field lengths or body CRC) in object {key}: {where}; "
-                "the tier copy is damaged (option onCorrupt=skip reads past them)",
+                f"{q.broker}/{q.topic}/{q.queue_id}: {len(flat)} damaged message(s) in object "
+                f"{key} ({where}); the tier copy is damaged (option onCorrupt=skip reads past "
+                "them)",
                 key=key,
                 offset=int(flat[0]),
             )
@@ -856,6 +862,14 @@ class PartitionReader:
         path.mkdir(parents=True, exist_ok=True)
         name = path / f"task-{uuid.uuid4().hex}.json"
         name.write_text(json.dumps(self.stats.as_json(partition)), encoding="utf-8")
+
+
+_WHY: Final = (
+    "damaged",
+    "its header disagrees with its consumequeue unit (TOTALSIZE, magic or offsets)",
+    "its field lengths do not add up to TOTALSIZE",
+    "body CRC mismatch",
+)
 
 
 def _skip_codas(buf: npt.NDArray[np.uint8], rel: Int64s) -> Int64s:

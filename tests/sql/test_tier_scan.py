@@ -14,19 +14,17 @@ from typing import Any
 import numpy as np
 import pytest
 from tiered.jobs import tier_scan as ts
-from tiered.providers.layout import FileType
 
-from tiered.broker import message as msgcodec
 from tiered.errors import ConfigError
 from tiered.errors import IntegrityError
 from tiered.errors import MetadataError
-from tiered.metadata.models import FileSegmentType
-from tiered.metadata.models import parse_metadata
 from tiered.testing.sample_tier import build_sample_tier
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.sql_tier import SqlTier
 from tiered.testing.sql_tier import TierCopy
 from tiered.testing.sql_tier import as_fetch_json
+from tiered.testing.sql_tier import damageable
+from tiered.testing.sql_tier import flip_body_byte
 
 Row = dict[str, Any]
 
@@ -161,39 +159,19 @@ def test_an_uncovered_queue_tail_is_scanned_for_the_key(posix_copy: TierCopy, fu
     assert any("CONSUME_QUEUE" in o for o in stats.objects)
 
 
-def _flip_body_byte(tier: SqlTier, row: Row) -> tuple[str, int]:
-    """Flip the first body byte of ``row``'s message in its posix segment file."""
-    root = Path(tier.cfg.tiered_store_file_path)
-    doc = parse_metadata(next(root.rglob("tieredStoreMetadata.json")).read_text(), source="test")
-    path = f"broker-a/{row['topic']}/{row['queueId']}"
-    segs = sorted(doc.segment_table(FileSegmentType.COMMIT_LOG)[path])
-    flat = row["commitLogOffset"]
-    base = max(b for b in segs if b <= flat)
-    q = ts.QueueTier(0, "DefaultCluster", "broker-a", row["topic"], row["queueId"], (), ())
-    key = q.key(FileType.COMMIT_LOG, base)
-    f = root / key
-    data = bytearray(f.read_bytes())
-    at = flat - base + 88  # IPv4 hosts: the body follows byte 88
-    data[at] ^= 0xFF
-    f.write_bytes(bytes(data))
-    return key, flat
-
-
 def test_a_damaged_message_fails_naming_object_and_offset_or_is_skipped(
     posix_copy: TierCopy, full: Any
 ) -> None:
     tier = posix_copy()
     rows, _ = full
-    row = next(
-        r for r in rows
-        if r["sysFlag"] & (msgcodec.BORNHOST_V6_FLAG | msgcodec.STOREHOST_V6_FLAG
-                           | msgcodec.COMPRESSED_FLAG) == 0 and len(r["body"]) > 8
-    )  # fmt: skip
-    key, flat = _flip_body_byte(tier, row)
+    row = damageable(rows)
+    key, flat = flip_body_byte(tier, row)
     with pytest.raises(IntegrityError) as err:
         scan(tier, topic=row["topic"], queueId=str(row["queueId"]))
     assert key in str(err.value) and f"flat offset {flat}" in str(err.value)
-    assert f"queue offset {row['queueOffset']}" in str(err.value)
+    assert f"queue offset {row['queueOffset']} at flat offset {flat}: body CRC mismatch" in str(
+        err.value
+    )
     assert err.value.key == key and err.value.offset == flat
     got, stats, _ = scan(tier, topic=row["topic"], queueId=str(row["queueId"]), onCorrupt="skip")
     assert stats.skipped == 1

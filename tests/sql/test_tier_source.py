@@ -7,6 +7,7 @@ standalone cluster of the run scans the moto S3 tier."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -20,7 +21,10 @@ from tiered.jobs.tier_source import TierSource
 from tiered.errors import ConfigError
 from tiered.testing.spark_cluster import spark_env
 from tiered.testing.sql_tier import SqlTier
+from tiered.testing.sql_tier import TierCopy
 from tiered.testing.sql_tier import as_fetch_json
+from tiered.testing.sql_tier import damageable
+from tiered.testing.sql_tier import flip_body_byte
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -169,3 +173,22 @@ def test_the_standalone_cluster_scans_the_s3_tier(
     for row in rows:
         want = s3_tier.fetched[ident(row)]
         assert (row["msgId"], row["bodyCrc"]) == (want["msgId"], want["bodyCRC"])
+
+
+def test_a_damaged_message_fails_the_query_naming_it(
+    tiered_spark: SparkSession, posix_copy: TierCopy, tmp_path: Path
+) -> None:
+    tier = posix_copy()
+    rows = [r.asDict(recursive=True) for r in table(tiered_spark, tier).collect()]
+    row = damageable(rows)
+    key, flat = flip_body_byte(tier, row)
+    where = f"topic = '{row['topic']}' AND queueId = {row['queueId']}"
+    named = rf"object {re.escape(key)} \(queue offset \d+ at flat offset {flat}: body CRC"
+    with pytest.raises(Exception, match=named):
+        table(tiered_spark, tier).where(where).count()
+    skipped = table(tiered_spark, tier, onCorrupt="skip", statsDir=str(tmp_path / "s"))
+    assert (
+        skipped.where(where).count() == sum(1 for r in rows if ident(r)[:2] == ident(row)[:2]) - 1
+    )
+    tasks = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*.json")]
+    assert sum(t["skipped"] for t in tasks) == 1

@@ -12,10 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tiered.broker import message as msgcodec
 from tiered.config import StorageLevel
 from tiered.config import TieredConfig
 from tiered.core.message_store import TieredMessageStore
 from tiered.http.app import message_json
+from tiered.metadata.models import FileSegmentType
+from tiered.metadata.models import parse_metadata
+from tiered.providers.layout import FileType
+from tiered.providers.layout import segment_key
 from tiered.testing.sample_tier import build_sample_tier
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.sample_tier import write_conf
@@ -113,3 +118,31 @@ def as_fetch_json_keys() -> list[str]:
         "bornHost", "storeHost", "sysFlag", "flag", "totalSize", "reconsumeTimes", "bodyCRC",
         "keys", "tags", "uniqKey", "properties", "msgId", "bodyBase64",
     ]  # fmt: skip
+
+
+def damageable(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """A row whose body can be damaged by :func:`flip_body_byte`: IPv4 hosts (the body starts at
+    byte 88), uncompressed, a body of more than 8 bytes."""
+    hosts = msgcodec.BORNHOST_V6_FLAG | msgcodec.STOREHOST_V6_FLAG | msgcodec.COMPRESSED_FLAG
+    return next(r for r in rows if r["sysFlag"] & hosts == 0 and len(r["body"]) > 8)
+
+
+def flip_body_byte(tier: SqlTier, row: dict[str, Any]) -> tuple[str, int]:
+    """Flip the first body byte of ``row``'s message (see :func:`damageable`) in its posix
+    segment file; return the object key and the message's flat offset."""
+    root = Path(tier.cfg.tiered_store_file_path)
+    doc = parse_metadata(next(root.rglob("tieredStoreMetadata.json")).read_text(), source="test")
+    path = f"broker-a/{row['topic']}/{row['queueId']}"
+    segs = sorted(doc.segment_table(FileSegmentType.COMMIT_LOG)[path])
+    flat = row["commitLogOffset"]
+    base = max(b for b in segs if b <= flat)
+    key = segment_key(
+        tier.cfg.broker_cluster_name, "broker-a", row["topic"], row["queueId"],
+        FileType.COMMIT_LOG, base,
+    )  # fmt: skip
+    f = root / key
+    data = bytearray(f.read_bytes())
+    at = flat - base + 88  # IPv4 hosts: the body follows byte 88
+    data[at] ^= 0xFF
+    f.write_bytes(bytes(data))
+    return key, flat
