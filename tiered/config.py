@@ -296,6 +296,25 @@ def _advertised(value: object) -> str:
     return text
 
 
+def _addresses(value: object) -> tuple[str, ...]:
+    """``host:port`` list, separated by ``;`` (RocketMQ's ``namesrvAddr``) or ``,``."""
+    text = value if isinstance(value, str) else ""
+    if not isinstance(value, str | tuple | list):
+        raise ValueError("is not a list of host:port")
+    parts = value if isinstance(value, tuple | list) else re.split(r"[;,]", text)
+    out = []
+    for part in (str(p).strip() for p in parts):
+        if not part:
+            continue
+        try:
+            out.append(_advertised(part))
+        except ValueError as e:
+            raise ValueError(
+                f"{part!r} is not host:port (a list: 10.0.0.7:9876;10.0.0.8:9876)"
+            ) from e
+    return tuple(out)
+
+
 LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
 LOG_FORMATS = ("text", "json")
 
@@ -345,6 +364,7 @@ CqFileSize = Annotated[
 ]
 Level = Annotated[StorageLevel, BeforeValidator(_storage_level)]
 AdvertisedAddress = Annotated[str, BeforeValidator(_advertised)]
+Addresses = Annotated[tuple[str, ...], BeforeValidator(_addresses)]
 FrameBytes = Annotated[int, BeforeValidator(_int(1024, INT_MAX))]
 NewGroupOffset = Annotated[str, BeforeValidator(_choice(("EARLIEST", "CLIENT")))]
 Provider = Annotated[str, BeforeValidator(_provider)]
@@ -552,6 +572,22 @@ class TieredConfig(BaseModel):
     )
     tiered_remoting_advertised_address: AdvertisedAddress = _key(
         "tieredRemotingAdvertisedAddress", "ip:port put in routes; empty = the listen address", ""
+    )
+    tiered_remoting_namesrv_addr: Addresses = _key(
+        "tieredRemotingNamesrvAddr",
+        "name servers (dedicated to replay) to register the endpoint with; empty = none",
+        (),
+    )
+    tiered_remoting_register_interval_ms: Int = _key(
+        "tieredRemotingRegisterIntervalMs", "register with the name servers every, ms", 30000
+    )
+    tiered_remoting_peers: Addresses = _key(
+        "tieredRemotingPeers",
+        "the other sidecars of the cluster (replay endpoints) whose routes are merged",
+        (),
+    )
+    tiered_remoting_peer_cache_ms: IntOrZero = _key(
+        "tieredRemotingPeerCacheMs", "keep a peer's routes for, ms; 0 = ask every time", 5000
     )
     tiered_remoting_max_frame_bytes: FrameBytes = _key(
         "tieredRemotingMaxFrameBytes", "largest request frame accepted, bytes", 16 << 20

@@ -12,6 +12,7 @@ messages into the same tier with no gap and no duplicate at the hand-over.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shutil
 import subprocess
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiered.jobs import tier_scan
 from tiered.providers.registry import from_config
 
 from tiered.broker import message as msgcodec
@@ -41,6 +43,7 @@ from tiered.testing.replay_check import Key
 from tiered.testing.replay_check import Message
 from tiered.testing.replay_check import assert_same
 from tiered.testing.replay_check import assert_stored_alike
+from tiered.testing.replay_check import comparable
 from tiered.testing.replay_check import messages
 from tiered.testing.replay_check import read_raw
 from tiered.testing.replay_check import sidecar_conf
@@ -326,3 +329,45 @@ def test_the_plugin_keeps_every_segment_of_the_sidecar_metadata(handed_back: Han
         theirs = handed_back.plugin_doc.segment_table(t)
         for path, segments in mine.items():  # the plugin may add its own index file at stop
             assert set(segments) <= set(theirs.get(path, {})), (t, path)
+
+
+def test_the_sql_source_reads_the_plugin_tier_as_the_java_client_does(adopted: Adopted) -> None:
+    """``rocketmq_tiered`` (without Spark: its planner and reader) over the plugin's tier, planned
+    from the plugin's own metadata file (a plugin keeps no mirror): every message the plugin
+    uploaded, each field as the Java client's ``MessageExt`` has it."""
+    plugin_file = adopted.broker.store / "config" / "tieredStoreMetadata.json"
+    options = {
+        "config": f"{adopted.broker.conf},{adopted.conf}",
+        "metadata": str(plugin_file),
+        "topic": TOPIC,
+    }
+    sources = tier_scan.load_sources(options)
+    rows: dict[Key, dict[str, Any]] = {}
+    with sources[0].provider() as provider:
+        for part in tier_scan.plan(sources, tier_scan.Bounds.from_options(options)):
+            for batch in tier_scan.PartitionReader(provider, tier_scan.ALL_COLUMNS).read(part):
+                for row in batch.to_pylist():
+                    rows[(row["topic"], row["queueId"], row["queueOffset"])] = row
+    assert set(rows) == set(adopted.plugin_reference)
+    for key, java in adopted.plugin_reference.items():
+        row = rows[key]
+        props = dict(row["properties"])
+        got = {
+            "msgId": row["msgId"],
+            "bornTimestamp": round(row["bornTimestamp"].timestamp() * 1000),
+            "storeTimestamp": round(row["storeTimestamp"].timestamp() * 1000),
+            "bornHost": row["bornHost"],
+            "storeHost": row["storeHost"],
+            "sysFlag": row["sysFlag"],
+            "flag": row["flag"],
+            "reconsumeTimes": row["reconsumeTimes"],
+            "bodyCRC": row["bodyCrc"],
+            "storeSize": row["storeSize"],
+            "tags": row["tags"],
+            "keys": props.get("KEYS"),
+            "bodyLength": len(row["body"]),
+            "bodySha256": hashlib.sha256(row["body"]).hexdigest(),
+            "properties": props,
+        }
+        want = {k: java[k] for k in got} | {"properties": comparable(java)["properties"]}
+        assert got == want, key

@@ -36,6 +36,7 @@ from tiered.testing.replay_check import Key
 from tiered.testing.replay_check import ReadOnlyWatch
 from tiered.testing.replay_check import assert_same
 from tiered.testing.replay_check import assert_stored_alike
+from tiered.testing.replay_check import delete_old_commitlog
 from tiered.testing.replay_check import messages
 from tiered.testing.replay_check import read_raw
 from tiered.testing.replay_check import sidecar_conf
@@ -101,30 +102,6 @@ def send_empty_bodies(broker: Broker, topic: str, count: int) -> list[dict[str, 
     return [{"sent": {"kind": "empty", "count": 1, "msgId": u}} for u in uniq]
 
 
-def delete_old_commitlog(h: History) -> None:
-    """Make the broker delete every commitlog file but its last, for real: reserve time 0, then
-    ``deleteExpiredCommitLog`` (its cleaning task first runs 60 s after the broker started)."""
-    b = h.broker
-    files = sorted((b.store / "commitlog").iterdir())
-    assert len(files) >= 3, f"the commitlog did not roll: {files}"
-    time.sleep(max(0.0, b.started_at + 61 - time.time()))
-    out = h.rocketmq.mqadmin(
-        h.namesrv.address,
-        ["updateBrokerConfig", "-b", b.address, "-k", "fileReservedTime", "-v", "0"],
-        ["deleteExpiredCommitLog", "-b", b.address],
-    )
-    assert "success" in out[0] and "success" in out[1], out
-    wait_for(
-        "the broker to delete its old commitlog files",
-        lambda: not (b.store / "commitlog" / files[0].name).exists(),
-        timeout=60,
-    )
-    h.rocketmq.mqadmin(
-        h.namesrv.address,
-        ["updateBrokerConfig", "-b", b.address, "-k", "fileReservedTime", "-v", "72"],
-    )
-
-
 @pytest.fixture(scope="module")
 def live(
     broker: Broker, namesrv: NameServer, rocketmq: Runtime, tmp_path_factory: pytest.TempPathFactory
@@ -172,7 +149,7 @@ def _live(
         60,
     )
     h = History(broker, namesrv, rocketmq, car, cfg, ref, raw, produced, watch=watch)
-    delete_old_commitlog(h)
+    delete_old_commitlog(rocketmq, namesrv.address, broker)
     for topic, count in TOPICS.items():
         for qid in range(count):
             reply = get(car.http, f"/v1/topics/{topic}/queues/{qid}/offsets").json()

@@ -40,7 +40,10 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
     daemon.services.append(http_service(daemon, extra_routers=[keys], store=store))
     if cfg.tiered_remoting_enable:
+        from tiered.remoting.service import registration_service
         from tiered.remoting.service import remoting_service
 
-        daemon.services.append(remoting_service(daemon, store))
+        endpoint = remoting_service(daemon, store)
+        daemon.services.append(endpoint)
+        daemon.services.append(registration_service(daemon, endpoint))
     sys.exit(daemon.run())

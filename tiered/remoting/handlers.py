@@ -64,6 +64,7 @@ from .groups import Clients
 from .groups import ReplayOffsets
 from .locks import RebalanceLocks
 from .naming import Naming
+from .peers import LOCAL_ONLY
 
 log = logging.getLogger(__name__)
 
@@ -214,7 +215,7 @@ class Replay:
 
     def route(self, request: Command) -> Response:
         topic = field(request.ext_fields, "topic")
-        body = self.naming.route(topic)
+        body = self.naming.route(topic, local_only=_local_only(request))
         if body is None:
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
@@ -224,7 +225,8 @@ class Replay:
         return request.response(ResponseCode.SUCCESS, body=body)
 
     def cluster_info(self, request: Command) -> Response:
-        return request.response(ResponseCode.SUCCESS, body=self.naming.cluster_info())
+        body = self.naming.cluster_info(local_only=_local_only(request))
+        return request.response(ResponseCode.SUCCESS, body=body)
 
     # --- clients and groups -----------------------------------------------------------------------
 
@@ -520,3 +522,8 @@ def _queue_position(data: bytes) -> tuple[int, int]:
         int.from_bytes(data[_QUEUE_ID : _QUEUE_ID + 4], "big"),
         int.from_bytes(data[_QUEUE_OFFSET : _QUEUE_OFFSET + 8], "big"),
     )
+
+
+def _local_only(request: Command) -> bool:
+    """A peer sidecar asks for this broker's own answer (never merged with the peers')."""
+    return request.ext_fields.get(LOCAL_ONLY) == "true"

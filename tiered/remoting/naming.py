@@ -22,17 +22,25 @@ from tiered.errors import StoreFileNotFoundError
 from .codes import MASTER_ID
 from .codes import PERM_READ
 from .codes import RETRY_GROUP_TOPIC_PREFIX
+from .peers import Peers
+from .peers import merge_cluster_infos
+from .peers import merge_routes
 
 
 class Naming:
     """Topics and their routes, computed from what the tier and the broker's store hold."""
 
     def __init__(
-        self, cfg: TieredConfig, store: TieredMessageStore, address: Callable[[], str]
+        self,
+        cfg: TieredConfig,
+        store: TieredMessageStore,
+        address: Callable[[], str],
+        peers: Peers | None = None,
     ) -> None:
         self.cfg = cfg
         self.store = store
         self.address = address
+        self.peers = peers
 
     def queues(self) -> dict[str, set[int]]:
         """Topic -> queue ids, from the tier's queues and the broker's consumequeue."""
@@ -62,8 +70,15 @@ class Naming:
             "brokerAddrs": {str(MASTER_ID): self.address()},
         }
 
-    def route(self, topic: str) -> bytes | None:
-        """``TopicRouteData`` JSON of ``topic``, or ``None`` when it is not known."""
+    def route(self, topic: str, *, local_only: bool = False) -> bytes | None:
+        """``TopicRouteData`` JSON of ``topic`` (merged with the peers' unless ``local_only``),
+        or ``None`` when no one knows it."""
+        own = self._own_route(topic)
+        if self.peers and not local_only:
+            own = merge_routes(own, self.peers.routes(topic))
+        return None if own is None else json.dumps(own, separators=(",", ":")).encode()
+
+    def _own_route(self, topic: str) -> dict[str, Any] | None:
         count = self.queue_count(topic)
         if count == 0 and topic not in (self.cfg.broker_cluster_name, self.cfg.broker_name):
             return None
@@ -80,12 +95,15 @@ class Naming:
             "brokerDatas": [self._broker_data()],
             "filterServerTable": {},
         }
-        return json.dumps(route, separators=(",", ":")).encode()
+        return route
 
-    def cluster_info(self) -> bytes:
-        """``ClusterInfo`` JSON: this one broker in its cluster."""
-        info = {
+    def cluster_info(self, *, local_only: bool = False) -> bytes:
+        """``ClusterInfo`` JSON: this broker in its cluster (and the peers' unless
+        ``local_only``)."""
+        info: dict[str, Any] = {
             "brokerAddrTable": {self.cfg.broker_name: self._broker_data()},
             "clusterAddrTable": {self.cfg.broker_cluster_name: [self.cfg.broker_name]},
         }
+        if self.peers and not local_only:
+            info = merge_cluster_infos(info, self.peers.cluster_infos())
         return json.dumps(info, separators=(",", ":")).encode()

@@ -11,6 +11,8 @@ from .acl import Acl
 from .groups import ReplayOffsets
 from .handlers import Replay
 from .naming import Naming
+from .peers import Peers
+from .registration import Registration
 from .server import RemotingServer
 
 
@@ -34,10 +36,12 @@ def remoting_service(daemon: Daemon, store: TieredMessageStore) -> RemotingServe
     def ready() -> bool:
         return daemon.sidecar.metadata.loaded and daemon.scheduler.running
 
+    peers = Peers(cfg.tiered_remoting_peers, cfg.tiered_remoting_peer_cache_ms)
+    naming = Naming(cfg, store, address, peers)
     replay = Replay(
         cfg,
         store,
-        Naming(cfg, store, address),
+        naming,
         index=lambda: daemon.sidecar.index,
         offsets=offsets,
         acl=acl,
@@ -53,3 +57,13 @@ def remoting_service(daemon: Daemon, store: TieredMessageStore) -> RemotingServe
         flush=offsets.flush,
     )
     return server
+
+
+def registration_service(daemon: Daemon, server: RemotingServer) -> Registration:
+    """Registration of ``server``'s endpoint with ``tieredRemotingNamesrvAddr`` (a daemon
+    service appended after the server: it starts once the port is bound, registers once the
+    sidecar's metadata is loaded, and stops first)."""
+    naming = server.replay.naming
+    return Registration(
+        naming.cfg, naming, lambda: server.address, lambda: daemon.sidecar.metadata.loaded
+    )

@@ -11,17 +11,23 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
+from typing import TypeVar
 
 from tiered.config import TieredConfig
 from tiered.providers.base import Provider
 from tiered.testing.realbroker import Broker
+from tiered.testing.realbroker import Runtime
 from tiered.testing.sidecar_process import RMQ_TIERED
 from tiered.testing.tier_check import tier_queue
 
 Key = tuple[str, int, int]
 """(topic, queueId, queueOffset)"""
+ClusterKey = tuple[str, str, int, int]
+"""(storeHost, topic, queueId, queueOffset)"""
+K = TypeVar("K", Key, ClusterKey)
 Message = dict[str, Any]
 """One message as the Java driver describes it (``Driver.describe``)."""
 CLIENT_PROPERTIES = frozenset({"MIN_OFFSET", "MAX_OFFSET", "CONSUME_START_TIME"})
@@ -54,7 +60,20 @@ def comparable(m: dict[str, Any]) -> dict[str, Any]:
     return out
 
 
-def assert_same(got: dict[Key, Message], want: dict[Key, Message]) -> None:
+def cluster_messages(lines: list[dict[str, Any]]) -> dict[ClusterKey, Message]:
+    """:func:`messages` of a topic on several brokers: keyed by the storing broker's address
+    too (its queue ids and offsets repeat on every broker); a message seen twice fails."""
+    out: dict[ClusterKey, Message] = {}
+    for line in lines:
+        if "msg" in line:
+            m = line["msg"]
+            k = (m["storeHost"], m["topic"], m["queueId"], m["queueOffset"])
+            assert k not in out, f"{k} consumed twice"
+            out[k] = m
+    return out
+
+
+def assert_same(got: Mapping[K, Message], want: Mapping[K, Message]) -> None:
     missing = sorted(set(want) - set(got))
     extra = sorted(set(got) - set(want))
     assert not missing and not extra, f"missing {missing[:5]} ({len(missing)}), extra {extra[:5]}"
@@ -176,3 +195,26 @@ def sidecar_status(*confs: Path) -> tuple[dict[str, Any], str]:
     )  # fmt: skip
     report: dict[str, Any] = json.loads(done.stdout)
     return report, done.stderr
+
+
+def delete_old_commitlog(rocketmq: Runtime, namesrv: str, b: Broker) -> None:
+    """Make broker ``b`` delete every commitlog file but its last, for real: reserve time 0,
+    then ``deleteExpiredCommitLog`` (its cleaning task first runs 60 s after it started; this
+    waits for that), then reserve time back to 72 h."""
+    files = sorted((b.store / "commitlog").iterdir())
+    assert len(files) >= 3, f"the commitlog did not roll: {files}"
+    time.sleep(max(0.0, b.started_at + 61 - time.time()))
+    out = rocketmq.mqadmin(
+        namesrv,
+        ["updateBrokerConfig", "-b", b.address, "-k", "fileReservedTime", "-v", "0"],
+        ["deleteExpiredCommitLog", "-b", b.address],
+    )
+    assert "success" in out[0] and "success" in out[1], out
+    wait_for(
+        "the broker to delete its old commitlog files",
+        lambda: not (b.store / "commitlog" / files[0].name).exists(),
+        timeout=60,
+    )
+    rocketmq.mqadmin(
+        namesrv, ["updateBrokerConfig", "-b", b.address, "-k", "fileReservedTime", "-v", "72"]
+    )
