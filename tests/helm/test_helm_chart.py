@@ -100,8 +100,18 @@ EXTRAS = {
 
 
 # Full and sidecar sets: defaults, S3 with IRSA, S3 with keys in a Secret, and a ServiceMonitor.
+CLUSTER_REPLAY = {
+    "remoting": {
+        "namesrvAddr": "replay-namesrv:9876",
+        "peers": [
+            "broker-b-0.broker-b-headless.mq.svc:10941",
+            "broker-c-0.broker-c-headless:10941",
+        ],
+    }
+}
 VALUE_SETS = {
     "statefulset-defaults": {},
+    "statefulset-cluster-replay": CLUSTER_REPLAY,
     "statefulset-s3-irsa": merged(S3, IRSA, MONITOR),
     "statefulset-s3-keys": merged(S3, KEYS, {"broker": {"replicas": 2}}),
     "statefulset-pvc": merged(
@@ -458,6 +468,8 @@ def test_rendered_configuration_loads(
     assert cfg.tiered_remoting_enable is remoting["enabled"]
     assert (cfg.tiered_remoting_host, cfg.tiered_remoting_port) == ("0.0.0.0", remoting["port"])
     assert cfg.tiered_remoting_advertised_address == f"10.1.2.3:{remoting['port']}"
+    assert ";".join(cfg.tiered_remoting_namesrv_addr) == remoting["namesrvAddr"]
+    assert list(cfg.tiered_remoting_peers) == remoting["peers"]
     assert effective["tieredDataDir"] == "/var/lib/rmq-tiered"
     assert cfg.broker_id == 0 and cfg.uploads
     for key, value in values.get("config", {}).items():

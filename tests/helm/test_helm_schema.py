@@ -33,6 +33,8 @@ MANAGED_KEYS = frozenset(
         "tieredRemotingHost",
         "tieredRemotingPort",
         "tieredRemotingAdvertisedAddress",
+        "tieredRemotingNamesrvAddr",
+        "tieredRemotingPeers",
         "objectStoreAccessKey",
         "objectStoreSecretKey",
     }

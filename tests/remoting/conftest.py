@@ -28,6 +28,7 @@ from tiered.remoting.client import RemotingClient
 from tiered.remoting.groups import ReplayOffsets
 from tiered.remoting.handlers import Replay
 from tiered.remoting.naming import Naming
+from tiered.remoting.peers import Peers
 from tiered.remoting.server import RemotingServer
 from tiered.testing.sample_tier import SampleTier
 from tiered.testing.sample_tier import build_sample_tier
@@ -83,8 +84,8 @@ EndpointFactory = Callable[..., Endpoint]
 
 @pytest.fixture
 def endpoint(tmp_path: Path) -> Iterator[EndpointFactory]:
-    """``endpoint(tier, level=None, cfg_changes..., server=dict(...), acl=None)``: the replay
-    endpoint over ``tier`` on a free port (stopped at the end of the test)."""
+    """``endpoint(tier, level=None, cfg_changes..., server=dict(...), acl=None, peers=None)``:
+    the replay endpoint over ``tier`` on a free port (stopped at the end of the test)."""
     started: list[RemotingServer] = []
 
     def make(
@@ -93,6 +94,7 @@ def endpoint(tmp_path: Path) -> Iterator[EndpointFactory]:
         *,
         server: dict[str, Any] | None = None,
         acl: Any = None,
+        peers: Peers | None = None,
         **changes: Any,
     ) -> Endpoint:
         store = tier.store(level or tier.cfg.tiered_storage_level, **changes)
@@ -102,7 +104,7 @@ def endpoint(tmp_path: Path) -> Iterator[EndpointFactory]:
         replay = Replay(
             store.cfg,
             store,
-            Naming(store.cfg, store, lambda: holder[0].address),
+            Naming(store.cfg, store, lambda: holder[0].address, peers),
             index=lambda: tier.sidecar.index,
             offsets=offsets,
             acl=acl,

@@ -42,6 +42,11 @@ class Naming:
         self.address = address
         self.peers = peers
 
+    def close(self) -> None:
+        """Close the connections to the peers."""
+        if self.peers is not None:
+            self.peers.close()
+
     def queues(self) -> dict[str, set[int]]:
         """Topic -> queue ids, from the tier's queues and the broker's consumequeue."""
         out: dict[str, set[int]] = {}

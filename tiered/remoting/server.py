@@ -233,6 +233,7 @@ class RemotingServer:
             thread.join(max(deadline - time.monotonic(), 0.1))
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
+        self.replay.naming.close()
         self._flush()
         self._sock = self._pool = None
         self._threads = []

@@ -105,6 +105,12 @@ tieredHttpPort={{ include "rocketmq-tiered.prop" .Values.http.port }}
 tieredRemotingEnable={{ .Values.remoting.enabled }}
 tieredRemotingHost=0.0.0.0
 tieredRemotingPort={{ include "rocketmq-tiered.prop" .Values.remoting.port }}
+{{- with .Values.remoting.namesrvAddr }}
+tieredRemotingNamesrvAddr={{ . }}
+{{- end }}
+{{- with .Values.remoting.peers }}
+tieredRemotingPeers={{ join "," . }}
+{{- end }}
 {{- range $key, $value := .Values.config }}
 {{ $key }}={{ include "rocketmq-tiered.prop" $value }}
 {{- end }}
