@@ -52,7 +52,9 @@ class Cluster:
 
 
 def consume(c: Cluster, namesrv: str, mode: str, group: str) -> dict[ClusterKey, Message]:
-    push = {"stopAfter": len(c.reference), "idleMs": 20_000} if mode == "push" else {}
+    push: dict[str, Any] = (
+        {"stopAfter": len(c.reference), "idleMs": 20_000} if mode == "push" else {}
+    )
     lines = c.rocketmq.driver(
         "consume", mode=mode, group=group, topics=[TOPIC], namesrv=namesrv, maxMs=120_000, **push
     )
