@@ -40,6 +40,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -562,6 +563,7 @@ def servers() -> Iterator[list[S3Endpoint]]:
             yield [moto, ceph]
         finally:
             stop_ceph(CEPH_RGW, ceph_dir, env)
+            shutil.rmtree(ceph_dir, ignore_errors=True)  # 2+ GiB of objects at 1 GiB
 
 
 def test_tier_source_s3_requests(
