@@ -81,7 +81,7 @@ Int64s = npt.NDArray[np.int64]
 
 FORMAT_NAME: Final = "rocketmq_tiered"
 DEFAULT_READ_BYTES: Final = 32 << 20
-DEFAULT_SPLIT_BYTES: Final = 512 << 20
+DEFAULT_SPLIT_BYTES: Final = 256 << 20
 _HEAD: Final = 96  # enough for the store timestamp behind an IPv6 born host
 _MAX_INDEX_HITS: Final = 1 << 20
 _GAP: Final = 1 << 20  # key hits closer than this in one segment are read in one go
@@ -97,7 +97,7 @@ SOURCE_OPTIONS: Final = {
     "key": "only messages with this key (KEYS token or UNIQ_KEY); uses the key index",
     "onCorrupt": "fail (default) or skip a message that fails its checks",
     "readBytes": f"bytes per ranged commitlog read (default {DEFAULT_READ_BYTES})",
-    "splitBytes": f"a segment larger than this is read by several tasks ({DEFAULT_SPLIT_BYTES})",
+    "splitBytes": f"a task reads consecutive segments up to this many ({DEFAULT_SPLIT_BYTES})",
     "statsDir": "a directory (local or shared) where each task writes what it read, as JSON",
     "pushdown": "false for a session without spark.sql.python.filterPushdown.enabled",
 }
@@ -219,9 +219,13 @@ class Source:
     broker: str
     document: MetadataDocument | None
 
-    def provider(self) -> Provider:
-        """A new provider for this broker's backend (the caller closes it)."""
-        return from_config(self.cfg)
+    def provider(self, *, read_ahead: bool = True) -> Provider:
+        """A new provider for this broker's backend (the caller closes it). Without
+        ``read_ahead`` an object store does not prefetch past what is asked: a task asks for
+        whole windows itself, and the next window may be another task's."""
+        if read_ahead:
+            return from_config(self.cfg)
+        return from_config(self.cfg.model_copy(update={"object_store_read_ahead_size_bytes": 0}))
 
     @property
     def doc(self) -> MetadataDocument:
@@ -366,11 +370,12 @@ class QueueTier:
 
 @dataclass(frozen=True)
 class Partition:
-    """Read one commitlog segment of a queue (``piece`` of ``pieces`` byte ranges of it), or,
-    with ``hits``, exactly the units at those flat offsets (a key lookup)."""
+    """Read consecutive commitlog segments of a queue (one task reads up to ``splitBytes``; a
+    larger segment is cut into ``pieces`` byte ranges, this being ``piece``), or, with ``hits``,
+    exactly the units at those flat offsets (a key lookup)."""
 
     queue: QueueTier
-    segment: int
+    segments: tuple[int, ...]
     bounds: Bounds
     piece: int = 0
     pieces: int = 1
@@ -379,7 +384,9 @@ class Partition:
     @property
     def name(self) -> str:
         q = self.queue
-        what = f"{len(self.hits)} key hits" if self.hits else f"segment {self.segment}"
+        first, last = (self.segments[0], self.segments[-1]) if self.segments else (-1, -1)
+        span = f"segment {first}" if first == last else f"segments {first}-{last}"
+        what = f"{len(self.hits)} key hits" if self.hits else span
         part = f" piece {self.piece + 1}/{self.pieces}" if self.pieces > 1 else ""
         return f"{q.broker}/{q.topic}/{q.queue_id} {what}{part}"
 
@@ -456,11 +463,12 @@ def plan(
             flat = _flat_range(provider(q.source), q, b)
             if flat is None:
                 continue
-            for i, seg in enumerate(q.commitlog):
-                if not _overlaps(seg, b) or seg.base + seg.size <= flat[0] or seg.base >= flat[1]:
-                    continue
-                pieces = max(1, -(-seg.size // split_bytes))
-                parts += [Partition(q, i, b, k, pieces) for k in range(pieces)]
+            kept = [
+                i
+                for i, seg in enumerate(q.commitlog)
+                if _overlaps(seg, b) and seg.base + seg.size > flat[0] and seg.base < flat[1]
+            ]
+            parts += _runs(q, kept, b, split_bytes)
         return parts
     finally:
         for p in providers.values():
@@ -483,6 +491,29 @@ def cq_units(
         parts.append(read(q.key(FileType.CONSUME_QUEUE, seg.base), a - seg.base, b - a))
     raw = b"".join(parts)
     return np.frombuffer(raw[: len(raw) - len(raw) % CQ_UNIT_SIZE], dtype=CQ_UNIT_DTYPE)
+
+
+def _runs(q: QueueTier, kept: list[int], b: Bounds, split_bytes: int) -> list[Partition]:
+    """Partitions over the ``kept`` segments of ``q``: runs of consecutive ones of up to
+    ``split_bytes`` (a task per run, not per segment: a task costs Spark a Python worker's
+    round trip), and pieces of a segment larger than that."""
+    out: list[Partition] = []
+    run: list[int] = []
+    size = 0
+    for i in kept:
+        seg = q.commitlog[i]
+        if run and (i != run[-1] + 1 or size + seg.size > split_bytes):
+            out.append(Partition(q, tuple(run), b))
+            run, size = [], 0
+        if seg.size > split_bytes:
+            pieces = -(-seg.size // split_bytes)
+            out += [Partition(q, (i,), b, k, pieces) for k in range(pieces)]
+            continue
+        run.append(i)
+        size += seg.size
+    if run:
+        out.append(Partition(q, tuple(run), b))
+    return out
 
 
 def _flat_range(provider: Provider, q: QueueTier, b: Bounds) -> tuple[int, int] | None:
@@ -557,7 +588,7 @@ def _key_lookups(
             covered[(i, q.topic, q.queue_id)] = done
             found = sorted(hits.get((q.topic, q.queue_id), ()))
             if found:  # what a later scan of the queue reads is not taken twice
-                parts.append(Partition(q, -1, bounds.narrow(q_hi=done), hits=tuple(found)))
+                parts.append(Partition(q, (), bounds.narrow(q_hi=done), hits=tuple(found)))
     return parts, covered
 
 
@@ -623,6 +654,10 @@ class PartitionReader:
         self.stats = ReadStats()
         provider.add_request_listener(self._count)
 
+    def close(self) -> None:
+        """Stop counting the provider's requests (the provider stays open: it is the caller's)."""
+        self.provider.remove_request_listener(self._count)
+
     def _count(self, operation: str) -> None:
         self.stats.requests += 1
 
@@ -639,39 +674,12 @@ class PartitionReader:
         """Units ``[start, start + count)`` of the queue's consumequeue (fewer at its end)."""
         return cq_units(self._read, q, start, count)
 
-    def _segment_units(self, part: Partition) -> tuple[int, Int64s, Int64s]:
-        """The segment's first queue offset and its units' flat offsets and sizes, from the
-        consumequeue (read in growing chunks until a unit lies past the segment)."""
-        q = part.queue
-        seg = q.commitlog[part.segment]
-        key = q.key(FileType.COMMIT_LOG, seg.base)
+    def _first_queue_offset(self, q: QueueTier, seg: Seg, key: str) -> int:
+        """The queue offset of the segment's first message (a small read of its header)."""
         head = self._read(key, 0, min(seg.size, _HEAD))
-        buf = as_uint8(head)
         if len(head) < msgcodec.MIN_UNIT_SIZE:
             raise self._damaged(q, key, seg.base, "segment shorter than a message")
-        first = int(gather_be(buf, np.array([msgcodec.QUEUE_OFFSET_POSITION]), 8)[0])
-        end = seg.base + seg.size
-        offsets, sizes = [], []
-        at, chunk = first, max(1024, min(seg.size // 512, 262144))
-        while at < q.cq_end:
-            units = self.cq_units(q, at, chunk)
-            if not len(units):
-                break
-            offs = units["offset"].astype(np.int64)
-            inside = int(np.searchsorted(offs, end, side="left"))
-            offsets.append(offs[:inside])
-            sizes.append(units["size"].astype(np.int64)[:inside])
-            if inside < len(units):
-                break
-            at += len(units)
-            chunk *= 2
-        offs = np.concatenate(offsets) if offsets else np.zeros(0, np.int64)
-        if len(offs) and int(offs[0]) != seg.base:
-            raise self._damaged(
-                q, key, seg.base, f"the consumequeue puts queue offset {first} at flat offset "
-                f"{int(offs[0])}, not at the segment's start",
-            )  # fmt: skip
-        return first, offs, np.concatenate(sizes) if sizes else offs
+        return int(gather_be(as_uint8(head), np.array([msgcodec.QUEUE_OFFSET_POSITION]), 8)[0])
 
     def _store_time(self, key: str, base: int, offset: int) -> int:
         head = self._read(key, offset - base, _HEAD)
@@ -695,15 +703,31 @@ class PartitionReader:
             if part.hits:
                 yield from self._read_hits(part)
             else:
-                yield from self._read_segment(part)
+                yield from self._read_segments(part)
         finally:
             self.stats.seconds += time.perf_counter() - started
 
-    def _read_segment(self, part: Partition) -> Iterator[pa.RecordBatch]:
-        q, b = part.queue, part.bounds
-        seg = q.commitlog[part.segment]
-        key = q.key(FileType.COMMIT_LOG, seg.base)
-        first, offs, sizes = self._segment_units(part)
+    def _read_segments(self, part: Partition) -> Iterator[pa.RecordBatch]:
+        q = part.queue
+        cursor = _CqCursor(self, q)
+        for i in part.segments:
+            seg = q.commitlog[i]
+            key = q.key(FileType.COMMIT_LOG, seg.base)
+            first = cursor.next_q
+            if first is None or cursor.next_flat != seg.base:  # no consumequeue read yet
+                first = self._first_queue_offset(q, seg, key)
+            offs, sizes = cursor.take(first, seg)
+            if len(offs) and int(offs[0]) != seg.base:
+                raise self._damaged(
+                    q, key, seg.base, f"the consumequeue puts queue offset {first} at flat "
+                    f"offset {int(offs[0])}, not at the segment's start",
+                )  # fmt: skip
+            yield from self._read_segment(part, seg, key, first, offs, sizes)
+
+    def _read_segment(
+        self, part: Partition, seg: Seg, key: str, first: int, offs: Int64s, sizes: Int64s
+    ) -> Iterator[pa.RecordBatch]:
+        b = part.bounds
         lo, hi = 0, len(offs)
         if part.pieces > 1:  # this piece's bytes of the segment
             cut = seg.base + np.array([part.piece, part.piece + 1]) * seg.size // part.pieces
@@ -870,6 +894,51 @@ _WHY: Final = (
     "its field lengths do not add up to TOTALSIZE",
     "body CRC mismatch",
 )
+
+
+class _CqCursor:
+    """Reads one queue's consumequeue forward for a run of segments: growing chunks, what one
+    segment's read ran past kept for the next segment."""
+
+    def __init__(self, reader: PartitionReader, q: QueueTier) -> None:
+        self.reader, self.q = reader, q
+        self.at = -1  # the next queue offset to read
+        self.offs = np.zeros(0, np.int64)  # units read, not yet taken (from queue offset start)
+        self.sizes = np.zeros(0, np.int64)
+        self.start = -1
+        self.chunk = 0
+
+    @property
+    def next_q(self) -> int | None:
+        """The queue offset the next segment starts at, when known."""
+        return self.start if self.start >= 0 else None
+
+    @property
+    def next_flat(self) -> int:
+        """The flat offset of the first unit read and not taken (-1: none)."""
+        return int(self.offs[0]) if len(self.offs) else -1
+
+    def take(self, first: int, seg: Seg) -> tuple[Int64s, Int64s]:
+        """The units of ``seg``, which starts at queue offset ``first``."""
+        if first != self.start:
+            self.start, self.at = first, first
+            self.offs = self.sizes = np.zeros(0, np.int64)
+        if not self.chunk:
+            self.chunk = max(1024, min(seg.size // 512, 262144))
+        end = seg.base + seg.size
+        while not (len(self.offs) and self.offs[-1] >= end) and self.at < self.q.cq_end:
+            units = self.reader.cq_units(self.q, self.at, self.chunk)
+            if not len(units):
+                break
+            self.offs = np.concatenate([self.offs, units["offset"].astype(np.int64)])
+            self.sizes = np.concatenate([self.sizes, units["size"].astype(np.int64)])
+            self.at += len(units)
+            self.chunk = min(self.chunk * 2, 1 << 20)
+        inside = int(np.searchsorted(self.offs, end, side="left"))
+        offs, sizes = self.offs[:inside], self.sizes[:inside]
+        self.offs, self.sizes = self.offs[inside:], self.sizes[inside:]
+        self.start += inside
+        return offs, sizes
 
 
 def _skip_codas(buf: npt.NDArray[np.uint8], rel: Int64s) -> Int64s:

@@ -61,6 +61,7 @@ from tiered.jobs.tier_scan import PartitionReader
 from tiered.jobs.tier_scan import Source
 from tiered.jobs.tier_scan import load_sources
 from tiered.jobs.tier_scan import plan
+from tiered.providers import Provider
 
 from tiered.errors import ConfigError
 from tiered.metadata import LONG_MAX
@@ -147,13 +148,27 @@ class TierReader(DataSourceReader):
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         part: Partition = partition.value
-        source = self.sources[part.queue.source]
-        with source.provider() as provider:
-            reader = PartitionReader(
-                provider, self.columns, on_corrupt=self.on_corrupt, read_bytes=self.read_bytes
-            )
+        provider = _provider(self.sources[part.queue.source])
+        reader = PartitionReader(
+            provider, self.columns, on_corrupt=self.on_corrupt, read_bytes=self.read_bytes
+        )
+        try:
             yield from reader.read(part)
             reader.write_stats(self.stats_dir, part.name)
+        finally:
+            reader.close()
+
+
+_PROVIDERS: dict[str, Provider] = {}
+"""A Python worker's providers, one per backend configuration: Spark reuses a worker for many
+tasks, and an object store's client, connections and listings are worth keeping."""
+
+
+def _provider(source: Source) -> Provider:
+    key = f"{source.cluster}/{source.broker}/{source.cfg.model_dump_json()}"
+    if key not in _PROVIDERS:
+        _PROVIDERS[key] = source.provider(read_ahead=False)
+    return _PROVIDERS[key]
 
 
 def _size(options: Mapping[str, str], name: str, default: int) -> int:

@@ -148,8 +148,9 @@ def test_mqadmin_sees_both_sidecars(cluster: Cluster) -> None:
 
 
 def test_the_peers_answer_without_a_name_server(cluster: Cluster) -> None:
-    got = consume(cluster, cluster.cars["broker-a"].name_server, "lite", "it-cluster-peers")
-    assert_same(got, cluster.reference)
+    for mode in ("lite", "push"):
+        got = consume(cluster, cluster.cars["broker-a"].name_server, mode, f"it-peers-{mode}")
+        assert_same(got, cluster.reference)
 
 
 def test_a_restarted_sidecar_registers_again(cluster: Cluster) -> None:
