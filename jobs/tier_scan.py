@@ -80,7 +80,7 @@ log = logging.getLogger(__name__)
 Int64s = npt.NDArray[np.int64]
 
 FORMAT_NAME: Final = "rocketmq_tiered"
-DEFAULT_READ_BYTES: Final = 32 << 20
+DEFAULT_READ_BYTES: Final = 64 << 20
 DEFAULT_SPLIT_BYTES: Final = 256 << 20
 _HEAD: Final = 96  # enough for the store timestamp behind an IPv6 born host
 _MAX_INDEX_HITS: Final = 1 << 20
