@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 from tiered.jobs.tier_source import TierSource
+from tiered.providers.testing.servers import S3Endpoint
 
 from tiered.errors import ConfigError
 from tiered.testing.spark_cluster import spark_env
@@ -192,3 +193,27 @@ def test_a_damaged_message_fails_the_query_naming_it(
     )
     tasks = [json.loads(p.read_text()) for p in (tmp_path / "s").glob("*.json")]
     assert sum(t["skipped"] for t in tasks) == 1
+
+
+@pytest.mark.s3
+def test_export_to_an_s3_url(posix_tier: SqlTier, moto_s3: S3Endpoint, tmp_path: Path) -> None:
+    bucket = moto_s3.new_bucket()
+    options = {
+        "key": moto_s3.access_key,
+        "secret": moto_s3.secret_key,
+        "client_kwargs": {"endpoint_url": moto_s3.url, "region_name": moto_s3.region},
+    }
+    summary = _export("--config", posix_tier.conf, "--topic", "GenTopic2", "--format", "json",
+                      "--columns", "topic,queueId,queueOffset,msgId", "--to",
+                      f"s3://{bucket}/exports/g2", "--storage-options", json.dumps(options),
+                      cwd=tmp_path)  # fmt: skip
+    client = moto_s3.client()
+    keys = [o["Key"] for o in client.list_objects_v2(Bucket=bucket)["Contents"]]
+    assert keys and all(k.startswith("exports/g2/part-") for k in keys), keys
+    rows = [
+        json.loads(line)
+        for k in keys
+        for line in client.get_object(Bucket=bucket, Key=k)["Body"].read().decode().splitlines()
+    ]
+    want = {k for k in posix_tier.fetched if k[0] == "GenTopic2"}
+    assert {ident(r) for r in rows} == want and summary["messages"] == len(want)
