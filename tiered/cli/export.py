@@ -86,8 +86,10 @@ def export(
     logging.getLogger("py4j").setLevel(logging.WARNING)
     remote = "://" in target and not target.startswith("file://")
     out_dir = Path(target.removeprefix("file://"))
-    if not remote and out_dir.exists() and any(out_dir.iterdir()):
-        fail(f"--to {target} exists and is not empty: give a new directory")
+    if not remote and out_dir.exists():
+        if not out_dir.is_dir() or any(out_dir.iterdir()):
+            fail(f"--to {target} exists and is not an empty directory: give a new directory")
+        out_dir.rmdir()  # Spark writes only where nothing is
     fs_options: dict[str, Any] = {}
     if storage_options:
         try:
