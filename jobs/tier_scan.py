@@ -4,14 +4,14 @@ Planning (the driver, once): :func:`load_sources` turns the data source's option
 brokers to read (a configuration file and/or configuration keys as options; several brokers by
 name or every broker under the cluster's prefix) with each broker's metadata document (the
 sidecar's mirror in the backend, or a file given by ``metadata``). :func:`plan` cuts them into
-partitions: one per flat commitlog segment (pieces of ``splitBytes`` of a larger one), pruned by
-topic, queue, broker and the segments' begin/end store times before any object is read; a key
-equality becomes a lookup in the uploaded key index where its progress copy says it covers the
-queue, and a scan of the rest.
+partitions: runs of consecutive flat commitlog segments of a queue up to ``splitBytes`` (pieces
+of a larger segment), pruned by topic, queue, broker and the segments' begin/end store times
+before any object is read; a key equality becomes a lookup in the uploaded key index where its
+progress copy says it covers the queue, and a scan of the rest.
 
-Reading (an executor, per partition): :class:`PartitionReader` reads the segment's consumequeue
-range in a few ranged reads, narrows it by queue offset and, when the time window clips the
-segment, by a binary search on store times; then reads the commitlog in windows of
+Reading (an executor, per partition): :class:`PartitionReader` reads the run's consumequeue
+forward in a few growing ranged reads, narrows each segment by queue offset and, when the time
+window clips it, by a binary search on store times; then reads the commitlog in windows of
 ``readBytes`` (one ranged read each), checks every unit as the read path does (TOTALSIZE, magic,
 queue and flat offsets, field lengths, body CRC) and yields Arrow batches
 (:mod:`tiered.jobs.tier_batch`). A damaged unit fails the task naming the object and offset, or
