@@ -9,9 +9,10 @@
 
 One row per message, columns as RocketMQ's ``MessageExt`` names them
 (:data:`tiered.jobs.tier_batch.COLUMNS`). The driver reads each broker's metadata once and plans
-one input partition per flat commitlog segment (:func:`tiered.jobs.tier_scan.plan`); executors
-read their segment straight from the backend and decode it into Arrow batches. Neither the sidecar
-nor the broker is in the path.
+input partitions over the flat commitlog segments, a run of a queue's segments up to
+``splitBytes`` each (:func:`tiered.jobs.tier_scan.plan`); executors read their segments straight
+from the backend and decode them into Arrow batches. Neither the sidecar nor the broker is in the
+path.
 
 Pruning: filters on ``topic``, ``queueId``, ``queueOffset``, ``storeTimestamp``, ``broker``,
 ``cluster`` and ``uniqKey = ...`` are pushed down when the session sets
