@@ -88,3 +88,21 @@ def test_a_slaves_sidecar_stands_by(history: SampleTier, endpoint: EndpointFacto
     reg.start()  # no conflict check, no connection: a slave's sidecar does not register
     assert not reg.active and all(s.client is None for s in reg.states.values())
     reg.stop()
+
+
+def test_a_stale_registration_of_the_broker_is_replaced(
+    history: SampleTier, endpoint: EndpointFactory
+) -> None:
+    """The name server names the broker at an address where nothing listens (the sidecar's
+    previous pod IP): no conflict, the sidecar registers over it."""
+    gone = f"127.0.0.1:{free_port()}"
+    holder = endpoint(history, server={"advertised_address": gone})
+    cfg = history.cfg.model_copy(
+        update={"tiered_remoting_namesrv_addr": (f"127.0.0.1:{holder.server.port}",)}
+    )
+    reg = Registration(cfg, holder.replay.naming, lambda: "127.0.0.1:1")
+    reg.start()  # no ConfigError
+    try:
+        assert all(s.conflict == "" for s in reg.states.values())
+    finally:
+        reg.stop()

@@ -10,14 +10,17 @@ every queue of every broker.
 
 The name server must be dedicated to replay: before each registration the sidecar asks for the
 cluster info (106) and refuses -- loudly, without registering -- when its broker name is already
-registered there with another address (the production broker, or another sidecar of the same
-broker), since a name server keeps one address per broker name and id.
+registered there with another address where something listens (the production broker, or another
+sidecar of the same broker), since a name server keeps one address per broker name and id. An
+address where nothing listens is this sidecar's own before a restart (a new pod IP, or a killed
+process the name server has not yet dropped): registering replaces it.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import socket
 import threading
 import time
 import zlib
@@ -272,12 +275,27 @@ class Registration:
         mine = self.address()
         if holder is None or holder == mine:
             return ""
+        if not _listening(str(holder)):
+            log.warning("name server %s holds broker %r at %s, where nothing listens (this "
+                        "sidecar before a restart?): registering over it", state.address,
+                        self.cfg.broker_name, holder)  # fmt: skip
+            return ""
         return (
             f"name server {state.address} already has broker {self.cfg.broker_name!r} "
             f"(cluster {broker.get('cluster')!r}) registered at {holder}, not at this sidecar's "
             f"{mine}: tieredRemotingNamesrvAddr must name name servers dedicated to replay (not "
             "the production one, where the broker itself registers), and one sidecar per broker"
         )
+
+
+def _listening(address: str) -> bool:
+    """Whether something accepts connections at ``host:port`` (within a second)."""
+    host, _, port = address.rpartition(":")
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=1.0):
+            return True
+    except (OSError, ValueError):
+        return False
 
 
 class _Opaque:
