@@ -195,23 +195,13 @@ def _column(f: Any) -> str | None:
     return attr[0] if len(attr) == 1 else None
 
 
-def _ms_floor(value: Any) -> int | None:
-    """Epoch ms at or before a pushed timestamp value (``None`` if it is not one)."""
+def _micros(value: Any) -> int | None:
+    """Epoch microseconds of a pushed timestamp value (``None`` if it is not one)."""
     if not isinstance(value, datetime):
         return None
     if value.tzinfo is None:
         value = value.replace(tzinfo=UTC)
-    micros = (value - datetime(1970, 1, 1, tzinfo=UTC)) // _MICRO
-    return int(micros // 1000)
-
-
-def _ms_ceil(value: Any) -> int | None:
-    if not isinstance(value, datetime):
-        return None
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=UTC)
-    micros = (value - datetime(1970, 1, 1, tzinfo=UTC)) // _MICRO
-    return int(-(-micros // 1000))
+    return int((value - datetime(1970, 1, 1, tzinfo=UTC)) // _MICRO)
 
 
 _MICRO: Final = datetime(1970, 1, 1, 0, 0, 0, 1, tzinfo=UTC) - datetime(1970, 1, 1, tzinfo=UTC)
@@ -245,10 +235,10 @@ def _narrow(b: Bounds, f: Filter) -> Bounds:
         }.get(type(f))
         return b.narrow(**limits) if limits else b
     if col == "storeTimestamp":
-        v = getattr(f, "value", None)
-        lo, hi = _ms_floor(v), _ms_ceil(v)
-        if lo is None or hi is None:
+        micros = _micros(getattr(f, "value", None))
+        if micros is None:
             return b
+        lo, hi = micros // 1000, -(-micros // 1000)  # epoch ms at or before / at or after
         limits = {
             EqualTo: {"t_lo": hi, "t_hi": lo + 1},
             GreaterThan: {"t_lo": lo + 1},

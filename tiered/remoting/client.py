@@ -72,11 +72,14 @@ class RemotingClient(Closeable):
             command.ext_fields[SIGNATURE] = sign(content, secret_key)
         self.sock.sendall(encode(command, self.serialize_type))
 
-    def _request(self, code: int, body: bytes, flag: int, fields: dict[str, object]) -> Command:
+    def _request(
+        self, code: int, body: bytes, flag: int, fields: dict[str, object], version: int = 0
+    ) -> Command:
         command = Command(
             code,
             opaque=next(self._opaque),
             flag=flag,
+            version=version,
             ext_fields={k: str(v) for k, v in fields.items()},
             body=body,
         )
@@ -89,7 +92,12 @@ class RemotingClient(Closeable):
 
     def call(self, code: int, body: bytes = b"", /, **fields: object) -> Command:
         """Send request ``code`` with ``fields`` as extFields; its response."""
-        command = self._request(code, body, 0, fields)
+        return self.call_as(0, code, body, fields)
+
+    def call_as(self, version: int, code: int, body: bytes, fields: dict[str, object]) -> Command:
+        """:meth:`call` as a client of ``version`` (a name server reads a registration's body by
+        the client's version)."""
+        command = self._request(code, body, 0, fields, version)
         while True:
             response = self.receive()
             if response.opaque == command.opaque:

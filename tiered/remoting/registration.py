@@ -39,7 +39,6 @@ from .codes import MASTER_ID
 from .codes import PERM_READ
 from .codes import RequestCode
 from .codes import ResponseCode
-from .frame import Command
 from .naming import Naming
 
 log = logging.getLogger(__name__)
@@ -229,15 +228,7 @@ class Registration:
                 "compressed": "false",
                 "bodyCrc32": zlib.crc32(body) & 0x7FFFFFFF,
             }
-            command = Command(
-                REGISTER_BROKER,
-                opaque=next(_OPAQUE),
-                ext_fields={k: str(v) for k, v in fields.items()},
-                body=body,
-                version=VERSION_5_3_3,
-            )
-            client.send(command)
-            response = _response(client, command.opaque)
+            response = client.call_as(VERSION_5_3_3, REGISTER_BROKER, body, fields)
         except (OSError, ValueError) as e:
             self._failed(state, f"{type(e).__name__}: {e}")
             return
@@ -296,24 +287,3 @@ def _listening(address: str) -> bool:
             return True
     except (OSError, ValueError):
         return False
-
-
-class _Opaque:
-    def __init__(self) -> None:
-        self._n = 1 << 20
-        self._lock = threading.Lock()
-
-    def __next__(self) -> int:
-        with self._lock:
-            self._n += 1
-            return self._n
-
-
-_OPAQUE: Final = _Opaque()
-
-
-def _response(client: RemotingClient, opaque: int) -> Command:
-    while True:
-        response = client.receive()
-        if response.opaque == opaque:
-            return response
