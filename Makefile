@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # mapped to tiered.providers / tiered.jobs); a new module re-runs the install.
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: venv demo test bench lint clean ops-tools rmq FORCE
+.PHONY: venv demo test bench lint clean ops-tools rmq kernel-test FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -17,12 +17,26 @@ $(VENV)/.pkgfiles: FORCE | $(BIN)/python
 	@cmp -s $@.new $@ || mv $@.new $@
 	@rm -f $@.new
 
-$(VENV)/.installed: pyproject.toml $(VENV)/.pkgfiles | $(BIN)/python
+# The compiled kernel (tiered/kernel, Rust) is built by setuptools-rust at install, in place
+# (tiered/_kernel.abi3.so); the strict link tree does not see build outputs, so it is linked in.
+KERNEL_SRC := tiered/kernel/Cargo.toml tiered/kernel/Cargo.lock $(wildcard tiered/kernel/src/*.rs)
+LINK_KERNEL = ln -sf $(CURDIR)/tiered/_kernel.abi3.so \
+	"$$(cat $(VENV)/lib/python3*/site-packages/__editable__.rocketmq_tiered-*.pth)/tiered/"
+
+$(VENV)/.installed: pyproject.toml $(VENV)/.pkgfiles $(KERNEL_SRC) | $(BIN)/python
+	@command -v cargo >/dev/null || { \
+	  echo "building the kernel (tiered/kernel) needs Rust: cargo on the PATH (https://rustup.rs)"; \
+	  exit 1; }
 	$(BIN)/python -m pip install -q -e '.[spark]' $(EDITABLE)
+	@$(LINK_KERNEL)
 	@touch $@
 
-$(VENV)/.installed-dev: pyproject.toml $(VENV)/.pkgfiles | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml $(VENV)/.pkgfiles $(KERNEL_SRC) | $(BIN)/python
+	@command -v cargo >/dev/null || { \
+	  echo "building the kernel (tiered/kernel) needs Rust: cargo on the PATH (https://rustup.rs)"; \
+	  exit 1; }
 	$(BIN)/python -m pip install -q -e '.[dev,helm]' $(EDITABLE)
+	@$(LINK_KERNEL)
 	@touch $@ $(VENV)/.installed
 
 # ali-ons (a real third-party RocketMQ remoting client, pinned in package-lock.json) for the
@@ -63,7 +77,11 @@ venv: $(VENV)/.installed
 demo: $(VENV)/.installed
 	$(BIN)/rmq-tiered demo
 
-test: lint $(JS)/node_modules/.installed ops-tools rmq
+# the kernel's own Rust tests (plain Rust: no Python linked)
+kernel-test:
+	cd tiered/kernel && cargo test --locked -q
+
+test: lint kernel-test $(JS)/node_modules/.installed ops-tools rmq
 	$(BIN)/pytest -q -p no:cacheprovider
 
 # mypy runs inside the editable link tree, where tiered.providers and tiered.jobs resolve;
@@ -72,7 +90,8 @@ MYPY = $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir 
 lint: $(VENV)/.installed-dev
 	$(BIN)/ruff check tiered providers jobs tests
 	$(BIN)/ruff format --check tiered providers jobs tests
-	cd build/__editable__.rocketmq_tiered-*/ && $(MYPY) -p tiered && \
+	cd "$$(cat $(VENV)/lib/python3*/site-packages/__editable__.rocketmq_tiered-*.pth)" && \
+	    $(MYPY) -p tiered && \
 	    $(MYPY) $(CURDIR)/tests/*.py && \
 	    for d in $(CURDIR)/tests/*/; do $(MYPY) $$d || exit 1; done
 

@@ -171,7 +171,7 @@ def test_read_only_index_file(tmp_path: Path) -> None:
     f.close()
 
 
-# --- the numpy key path against the message-by-message one ----------------------------------------
+# --- the kernel's key path against the message-by-message one ------------------------------------
 
 _KEY_CHARS = st.sampled_from(
     ["a", "b", "Z", "0", "-", " ", "  ", "\t", "\x0b", "\x1f", "é", "\u3000", "键", "\x01", "",

@@ -38,6 +38,32 @@ def _born_host(q: int, i: int, b6: bool, port: int) -> bytes:
     return bytes((10, 0, q % 256, 1 + i % 250)) + struct.pack(">i", port)
 
 
+# non-ASCII key tokens of the realistic mix: CJK, Cyrillic, and a character outside the BMP (a
+# surrogate pair in Java's UTF-16)
+_FOREIGN = ("订单-", "заказ-", "\U0001f680-")
+
+
+def realistic_keys(seq: int, own: str, count: int) -> str:
+    """The ``KEYS`` value of send ``seq`` in the realistic key mix: ``count`` tokens, the first the
+    message's own key ``own``, then keys shared with neighbouring sends (an order id of 4 sends, a
+    customer of 64); one send in 33 (3 %) adds a non-ASCII token, one in 20 repeats a token, one
+    in 25 has blank tokens (doubled, leading and trailing spaces), one in 100 a blank value.
+    Deterministic in ``seq``."""
+    if count == 0:
+        return ""
+    if seq % 100 == 99:
+        return " " * (1 + seq % 3)
+    shared = (f"order-{seq // 4}", f"customer-{seq // 64 % 5000}")
+    tokens = [own, *[shared[(j - 1) % 2] + ("" if j < 3 else f"-{j}") for j in range(1, count)]]
+    if seq % 33 == 7:
+        tokens.append(f"{_FOREIGN[seq // 33 % 3]}{seq // 4}")
+    if seq % 20 == 3:
+        tokens.append(tokens[-1])
+    if seq % 25 == 11:
+        return " " + "  ".join(tokens) + " "
+    return " ".join(tokens)
+
+
 def plain_loop(
     spec: GenSpec,
     seq0: int,
@@ -62,12 +88,17 @@ def plain_loop(
             body = msgcodec.compress_body(body, name)
             sys_flag |= msgcodec.compression_bits(name)
         # properties in the producer's order (KEYS, TAGS, UNIQ_KEY), built straight as bytes
-        keys = [f"{topic}-{qid}-{off}-{j}" for j in range(spec.keys_per_message)]
+        if spec.key_mix == "realistic":
+            joined = realistic_keys(seq, f"{topic}-{qid}-{off}", spec.keys_per_message)
+            keys = [k for k in joined.split(" ") if k]
+        else:
+            keys = [f"{topic}-{qid}-{off}-{j}" for j in range(spec.keys_per_message)]
+            joined = " ".join(keys)
         tag = TAGS_POOL[ti]
         uniq = f"7F000001{spec.seed & 0xFFFF:04X}{seq:020X}"
         props = "".join(
             (
-                f"KEYS\x01{' '.join(keys)}\x02" if keys else "",
+                f"KEYS\x01{joined}\x02" if joined else "",
                 f"TAGS\x01{tag}\x02" if tag else "",
                 f"UNIQ_KEY\x01{uniq}\x02",
             )

@@ -45,6 +45,7 @@ from tiered.broker.gen_writer import CommitLogWriter
 from tiered.broker.gen_writer import UnitSink
 from tiered.errors import ConfigError
 
+KEY_MIXES = ("plain", "realistic")
 _FRACTIONS = ("v2_fraction", "ipv6_fraction", "compress_fraction")
 _JAVA_FRACTIONS = (
     "client_ipv6_fraction",
@@ -71,6 +72,9 @@ class GenSpec:
     ipv6_fraction: float = 0.0
     compress_fraction: float = 0.0
     keys_per_message: int = 1
+    # "plain": distinct ASCII keys; "realistic": shared, duplicate, blank and non-ASCII tokens
+    # (:func:`~.gen_loops.realistic_keys`)
+    key_mix: str = "plain"
     with_index: bool = False
     index_slots: int = 5_000_000
     index_max_items: int = 20_000_000
@@ -99,6 +103,14 @@ class GenSpec:
             (self.max_body <= 4 << 20, f"--max-body={self.max_body} exceeds 4 MiB maxMessageSize"),
             (self.cq_file_entries >= 1, "--cq-file-entries must be >= 1"),
             (self.keys_per_message >= 0, "--keys-per-message must be >= 0"),
+            (
+                self.key_mix in KEY_MIXES,
+                f"--key-mix={self.key_mix} must be one of {', '.join(KEY_MIXES)}",
+            ),
+            (
+                self.key_mix == "plain" or not self.java_client,
+                "--key-mix=realistic is for the plain messages, not --java-client",
+            ),
             (self.index_slots >= 1 and self.index_max_items >= 2, "index sizes must be >= 1/2"),
         ]
         for name in (*_FRACTIONS, *_JAVA_FRACTIONS, "commit_fraction"):

@@ -1,5 +1,7 @@
 """Header fields of many message units at once: a batch's units lie back to back in one buffer
-and every function here reads (or writes) one field of all of them with a few numpy calls.
+and every function here reads (or writes) one field of all of them, with a few numpy calls or one
+loop of the compiled kernel (``tiered._kernel``; :mod:`.numpy_units` keeps the numpy versions of
+the kernel's checks, which the tests hold it to).
 
 Positions are byte offsets into the buffer. A unit's field positions depend on its host sizes
 (the sysflag's IPv6 bits: a 20-byte host instead of 8), its body length and, for the topic
@@ -19,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
+from tiered.native import kernel
 
 log = logging.getLogger(__name__)
 
@@ -63,56 +66,6 @@ def span_index(starts: Int64s, lengths: Int64s) -> npt.NDArray[np.intp]:
     return np.cumsum(steps, out=steps)
 
 
-def store_timestamps(data: Buffer, starts: Int64s) -> Int64s:
-    """The store timestamp of each unit (IPv6 born hosts honoured, unlike Java's fixed byte 56)."""
-    if not len(starts):
-        return np.zeros(0, dtype=np.int64)
-    buf = as_uint8(data)
-    sys_flag = gather_be(buf, starts + msgcodec.SYSFLAG_POSITION, 4)
-    v6 = (sys_flag & msgcodec.BORNHOST_V6_FLAG) != 0
-    return gather_be(buf, starts + _STORE_TS_V4 + np.where(v6, _V6_EXTRA, 0), 8)
-
-
-def rewrite_physical_offsets(data: bytearray, starts: Int64s, offsets: Int64s) -> None:
-    """Write ``offsets[i]`` big-endian into bytes 28..35 of the unit at ``starts[i]``, in place."""
-    if not len(starts):
-        return
-    buf = as_uint8(data)
-    index = (starts + msgcodec.PHYSICAL_OFFSET_POSITION)[:, None] + _LANES[8]
-    np.put(buf, index, np.asarray(offsets, dtype=">i8").view(np.uint8))
-
-
-def check_units(
-    data: Buffer,
-    starts: Int64s,
-    sizes: Int64s,
-    queue_offsets: Int64s,
-    physical_offsets: Int64s | None = None,
-) -> int:
-    """Index of the first unit whose header disagrees (TOTALSIZE, magic, queue offset and, when
-    given, physical offset), or ``len(starts)`` when all agree."""
-    n = len(starts)
-    if not n:
-        return 0
-    if int(starts[-1] + sizes[-1]) > len(data) or int(sizes.min()) < msgcodec.MIN_UNIT_SIZE:
-        ok = (starts + sizes <= len(data)) & (sizes >= msgcodec.MIN_UNIT_SIZE)
-        n = int(np.argmin(ok)) if not ok.all() else n
-        starts, sizes, queue_offsets = starts[:n], sizes[:n], queue_offsets[:n]
-        if physical_offsets is not None:
-            physical_offsets = physical_offsets[:n]
-        if not n:
-            return 0
-    buf = as_uint8(data)
-    good = gather_be(buf, starts, 4) == sizes
-    magic = gather_be(buf, starts + 4, 4)
-    good &= (magic == msgcodec.MAGIC_V1) | (magic == msgcodec.MAGIC_V2)
-    good &= gather_be(buf, starts + msgcodec.QUEUE_OFFSET_POSITION, 8) == queue_offsets
-    if physical_offsets is not None:
-        good &= gather_be(buf, starts + msgcodec.PHYSICAL_OFFSET_POSITION, 8) == physical_offsets
-    bad = np.flatnonzero(~good)
-    return int(bad[0]) if bad.size else n
-
-
 def property_spans(data: Buffer, starts: Int64s, sizes: Int64s) -> tuple[Int64s, Int64s]:
     """Where each unit's properties are: ``(start, length)`` in ``data``; length -1 for a unit
     whose field lengths do not add up to its size (it is not indexed)."""
@@ -144,3 +97,39 @@ def property_spans(data: Buffer, starts: Int64s, sizes: Int64s) -> tuple[Int64s,
     if not ok.all():
         log.warning("%d of %d units have inconsistent field lengths: not indexed", n - ok.sum(), n)
     return np.where(ok, props_at + 2, 0), np.where(ok, props_len, -1)
+
+
+def _i64(values: npt.ArrayLike) -> Int64s:
+    return np.ascontiguousarray(values, dtype=np.int64)
+
+
+def store_timestamps(data: Buffer, starts: Int64s) -> Int64s:
+    """The store timestamp of each unit (IPv6 born hosts honoured, unlike Java's fixed byte 56).
+
+    Raises:
+        ValueError: a unit's header is not inside ``data``."""
+    if not len(starts):
+        return np.zeros(0, dtype=np.int64)
+    return np.frombuffer(kernel().store_timestamps(data, _i64(starts)), dtype=np.int64)
+
+
+def rewrite_physical_offsets(data: bytearray, starts: Int64s, offsets: Int64s) -> None:
+    """Write ``offsets[i]`` big-endian into bytes 28..35 of the unit at ``starts[i]``, in place."""
+    if len(starts):
+        kernel().rewrite_physical_offsets(data, _i64(starts), _i64(offsets))
+
+
+def check_units(
+    data: Buffer,
+    starts: Int64s,
+    sizes: Int64s,
+    queue_offsets: Int64s,
+    physical_offsets: Int64s | None = None,
+) -> int:
+    """Index of the first unit whose header disagrees (it lies outside ``data``, is shorter than
+    a unit, or its TOTALSIZE, magic, queue offset and, when given, physical offset differ), or
+    ``len(starts)`` when all agree. One compiled loop over the units (``tiered._kernel``)."""
+    if not len(starts):
+        return 0
+    physical = None if physical_offsets is None else _i64(physical_offsets)
+    return int(kernel().check_units(data, _i64(starts), _i64(sizes), _i64(queue_offsets), physical))

@@ -7,6 +7,7 @@ from pathlib import Path
 import click
 from rich.progress import Progress
 
+from tiered.broker.generator import KEY_MIXES
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.cli.common import commitlog_file_size_option
@@ -33,6 +34,14 @@ from tiered.cli.common import console
 @click.option("--ipv6-fraction", type=float, default=0.0, help="Share of IPv6 born/store hosts.")
 @click.option("--compress-fraction", type=float, default=0.0, help="Share of compressed bodies.")
 @click.option("--keys-per-message", type=int, default=1, show_default=True, help="KEYS tokens.")
+@click.option(
+    "--key-mix",
+    type=click.Choice(KEY_MIXES),
+    default="plain",
+    show_default=True,
+    help="plain: distinct ASCII keys; realistic: shared, duplicate, blank and 3 % non-ASCII "
+    "tokens.",
+)
 @click.option("--with-index", is_flag=True, help="Also write broker IndexFiles (store/index).")
 @click.option(
     "--start-ms",
@@ -74,6 +83,7 @@ def gen_store(
     ipv6_fraction: float,
     compress_fraction: float,
     keys_per_message: int,
+    key_mix: str,
     with_index: bool,
     start_ms: int,
     java_client: bool,
@@ -98,6 +108,7 @@ def gen_store(
         ipv6_fraction=ipv6_fraction,
         compress_fraction=compress_fraction,
         keys_per_message=keys_per_message,
+        key_mix=key_mix,
         with_index=with_index,
         start_ms=start_ms,
         java_client=java_client,

@@ -3,7 +3,8 @@
 - :mod:`.format` — header, items, magic codes, status (spec §6.2, §6.3);
 - :mod:`.java_hash` — Java's ``String.hashCode`` over many keys, ``topic#key``, ``HashSet`` order;
 - :mod:`.key_set` — the keys of one message, as upstream computes them (the reference);
-- :mod:`.bulk_keys` — the keys of a whole batch of stored units at once, with numpy;
+- :mod:`.bulk_keys` — the keys of a whole batch of stored units at once, in the compiled kernel;
+- :mod:`.numpy_keys` — the same with numpy array passes (the kernel's reference in the tests);
 - :mod:`.index_batch` — :class:`IndexBatch`, what one bulk put holds;
 - :mod:`.index_store_file` — :class:`IndexStoreFile`, the UNSEALED/SEALED local file;
 - :mod:`.compaction` — :func:`compact_numpy` (upstream's compaction) and the engine choice;

@@ -41,7 +41,6 @@ from tiered.index.format import DEFAULT_MAX_ITEMS
 from tiered.index.format import DEFAULT_SLOTS
 from tiered.index.format import END_MAGIC_CODE
 from tiered.index.format import HEADER_SIZE
-from tiered.index.format import ITEM_DTYPE
 from tiered.index.format import ITEM_SIZE
 from tiered.index.format import MAX_QUERY_COUNT
 from tiered.index.format import SLOT_SIZE
@@ -52,6 +51,7 @@ from tiered.index.format import KeyQuery
 from tiered.index.format import local_file_size
 from tiered.index.format import slot_of
 from tiered.index.index_batch import IndexBatch
+from tiered.native import kernel
 
 _LOG = logging.getLogger(__name__)
 FILE_DIRECTORY_NAME: Final = "tiered_index_file"
@@ -285,7 +285,7 @@ class IndexStoreFile(Closeable):
         for row in [*odd.tolist(), rows]:
             keep = np.flatnonzero(slot_pos[start:row] >= HEADER_SIZE) + start
             if keep.size:
-                self._put_rows(batch, keep, (slot_pos[keep] - HEADER_SIZE) // SLOT_SIZE)
+                self._put_rows(batch, keep)
             if row < rows:
                 self._put_header_row(batch, row, int(slot_pos[row]))
             start = row + 1
@@ -294,35 +294,24 @@ class IndexStoreFile(Closeable):
             self.seal()
         return put
 
-    def _put_rows(
-        self, batch: IndexBatch, rows: npt.NDArray[np.intp], slot: npt.NDArray[np.int64]
-    ) -> None:
+    def _put_rows(self, batch: IndexBatch, rows: npt.NDArray[np.intp]) -> None:
+        """Put ``rows`` of the batch (their slots lie after the header) as the next items, each
+        chained to its slot's previous head: one compiled loop (``tiered._kernel.link_items``)
+        over the rows, as upstream's ``putKey`` goes key by key."""
         k = rows.size
         first = self._count + 1
-        index = np.arange(first, first + k, dtype=np.int64)
-        order = np.argsort(slot, kind="stable")
-        by_slot = slot[order]
-        same = by_slot[1:] == by_slot[:-1]
-        opens = np.concatenate(([True], ~same))
-        closes = np.concatenate((~same, [True]))
-        table = self._slot_heads()
-        old_heads = np.maximum(table[by_slot[opens]], 0)
-        nxt = np.empty(k, dtype=np.int64)
-        nxt[order[opens]] = old_heads
-        nxt[order[1:][same]] = index[order[:-1][same]]
-        items = np.zeros(k, dtype=ITEM_DTYPE)
-        items["hash"] = batch.hashes[rows]
-        items["topic_id"] = batch.topic_ids[rows]
-        items["queue_id"] = batch.queue_ids[rows]
-        items["offset"] = batch.offsets[rows]
-        items["size"] = batch.sizes[rows]
-        items["time_diff"] = _time_diff(batch.timestamps[rows], self._begin)
-        items["next"] = nxt
-        self._write_items(items, first)
-        table[by_slot[closes]] = index[order[closes]]
+        table = np.frombuffer(self._mm, np.uint8, self.slots * SLOT_SIZE, HEADER_SIZE)
+        items, new_slots, end = kernel().link_items(
+            table, self.slots,
+            np.ascontiguousarray(batch.hashes), np.ascontiguousarray(batch.topic_ids),
+            np.ascontiguousarray(batch.queue_ids), np.ascontiguousarray(batch.offsets),
+            np.ascontiguousarray(batch.sizes), np.ascontiguousarray(batch.timestamps),
+            np.ascontiguousarray(rows, dtype=np.int64), first, self._begin,
+        )  # fmt: skip
         del table
-        self._slot_count += int(np.count_nonzero(old_heads == 0))
-        self._end = max(self._end, int(batch.timestamps[rows].max()))
+        self._write_raw(memoryview(items), self._items_base + first * ITEM_SIZE)
+        self._slot_count += new_slots
+        self._end = max(self._end, end)
         self._count += k
 
     def _put_header_row(self, batch: IndexBatch, row: int, position: int) -> None:

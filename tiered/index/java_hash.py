@@ -6,7 +6,7 @@ Everything is computed over arrays of keys at once (spec §6.4, §6.8, vectors V
 - :func:`substring_hashes` is the one ``String.hashCode`` kernel: ``sum(unit[j] * 31**(n-1-j))``
   modulo 2**32 over runs of UTF-16 code units (a byte is one unit for ASCII keys), computed from
   prefix sums (31 is invertible modulo 2**32); :func:`run_hashes` applies it to consecutive runs,
-  :func:`string_hashes` to Python strings, :mod:`.bulk_keys` to the keys inside the packed
+  :func:`string_hashes` to Python strings, :mod:`.numpy_keys` to the keys inside the packed
   property bytes of stored messages;
 - :func:`keyed_hashes` extends a key's hash to the hash of ``topic + "#" + key`` (without
   building the string: ``h(p + k) = h(p) * 31**len(k) + h(k)``) and applies :func:`tiered_hash`,

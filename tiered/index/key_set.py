@@ -4,7 +4,7 @@ A message is indexed under ``UNIQ_KEY`` (unless blank) and every token of ``KEYS
 (unless ``KEYS`` is blank), deduplicated; upstream iterates that ``HashSet``, which fixes the order
 of the message's items in the file (spec §6.4, §6.8). This module is the reference: the query path
 uses :func:`key_set`, :class:`IndexBatch.for_queue` uses :func:`message_key_sets`, and the bulk
-path (:mod:`.bulk_keys`) hands it the rare message whose keys are not ASCII.
+path (:mod:`.bulk_keys`) hands it the rare message whose keys are not valid UTF-8.
 """
 
 from __future__ import annotations

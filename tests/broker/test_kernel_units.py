@@ -1,0 +1,101 @@
+"""The compiled kernel's unit walk (``check_units``, ``store_timestamps``,
+``rewrite_physical_offsets`` of :mod:`tiered.broker.unit_fields`) against the numpy reference
+(:mod:`tiered.broker.numpy_units`): generated units of every host and magic shape, wrong
+sizes and offsets, torn buffers, empty batches."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from tiered.broker import message as msgcodec
+from tiered.broker.numpy_units import reference_check_units
+from tiered.broker.numpy_units import reference_rewrite_physical_offsets
+from tiered.broker.numpy_units import reference_store_timestamps
+from tiered.broker.unit_fields import check_units
+from tiered.broker.unit_fields import rewrite_physical_offsets
+from tiered.broker.unit_fields import store_timestamps
+
+T0 = 1_700_000_000_000
+
+
+def _batch(shapes: list[tuple[bool, bool, bool, int]]) -> tuple[bytes, np.ndarray, np.ndarray]:
+    units = [
+        msgcodec.encode(
+            topic="T", queue_id=0, queue_offset=100 + i, physical_offset=5000 + 300 * i,
+            body=b"b" * body, properties=b"KEYS\x01k\x02", born_timestamp=T0,
+            store_timestamp=T0 + 7 * i, born_host="[::1]:1" if b6 else "10.0.0.1:1",
+            store_host="[::2]:2" if s6 else "10.0.0.2:2", v2=v2,
+        )
+        for i, (v2, b6, s6, body) in enumerate(shapes)
+    ]  # fmt: skip
+    sizes = np.array([len(u) for u in units], np.int64)
+    return b"".join(units), np.cumsum(sizes) - sizes, sizes
+
+
+_SHAPES = st.lists(
+    st.tuples(st.booleans(), st.booleans(), st.booleans(), st.integers(0, 300)), max_size=10
+)
+
+
+@given(
+    shapes=_SHAPES,
+    cut=st.integers(0, 5000),
+    wrong=st.integers(0, 12),
+    field=st.sampled_from(["size", "queue", "physical", "magic", "none"]),
+)
+@settings(max_examples=300, deadline=None)
+def test_check_units_equals_the_reference(
+    shapes: list[tuple[bool, bool, bool, int]], cut: int, wrong: int, field: str
+) -> None:
+    data, starts, sizes = _batch(shapes)
+    n = len(starts)
+    queue = 100 + np.arange(n, dtype=np.int64)
+    physical = 5000 + 300 * np.arange(n, dtype=np.int64)
+    buf = bytearray(data)
+    if n and wrong < n:
+        if field == "size":
+            sizes = sizes.copy()
+            sizes[wrong] += 1
+        elif field == "queue":
+            queue[wrong] += 1
+        elif field == "physical":
+            physical[wrong] -= 1
+        elif field == "magic":
+            buf[int(starts[wrong]) + 7] ^= 0x10
+    torn = bytes(buf[: max(cut, len(buf) // 2)])
+    for d in (bytes(buf), torn):
+        for p in (physical, None):
+            want = reference_check_units(d, starts, sizes, queue, p) if n else 0
+            assert check_units(d, starts, sizes, queue, p) == want
+
+
+@given(shapes=_SHAPES)
+@settings(max_examples=150, deadline=None)
+def test_store_timestamps_and_offset_rewrites_equal_the_reference(
+    shapes: list[tuple[bool, bool, bool, int]],
+) -> None:
+    data, starts, _ = _batch(shapes)
+    got = store_timestamps(data, starts)
+    assert got.tolist() == reference_store_timestamps(data, starts).tolist()
+    assert got.tolist() == [T0 + 7 * i for i in range(len(starts))]
+    mine, theirs = bytearray(data), bytearray(data)
+    offsets = 10**12 + starts * 3
+    rewrite_physical_offsets(mine, starts, offsets)
+    reference_rewrite_physical_offsets(theirs, starts, offsets)
+    assert mine == theirs
+
+
+def test_bad_buffers_are_refused_with_the_unit_named() -> None:
+    data, starts, _ = _batch([(False, False, False, 10)] * 2)
+    with pytest.raises(ValueError, match=r"unit 1 at .* has no header inside"):
+        store_timestamps(data[:-60], starts)
+    with pytest.raises(ValueError, match="writable"):
+        rewrite_physical_offsets(data, starts, starts)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"unit 1 .* lies outside"):
+        rewrite_physical_offsets(bytearray(data[: int(starts[1]) + 10]), starts, starts)
+    with pytest.raises(ValueError, match="one entry per unit"):
+        check_units(data, starts, starts[:1], starts)

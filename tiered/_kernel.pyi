@@ -1,0 +1,33 @@
+# Type stub of the compiled kernel (tiered/kernel/src/lib.rs, PyO3).
+from typing_extensions import Buffer
+
+__version__: str
+
+def index_items(
+    data: Buffer, starts: Buffer, sizes: Buffer, prefix_hash: int, /
+) -> tuple[bytes, bytes, bytes, int]: ...
+def check_units(
+    data: Buffer,
+    starts: Buffer,
+    sizes: Buffer,
+    queue_offsets: Buffer,
+    physical_offsets: Buffer | None = None,
+    /,
+) -> int: ...
+def store_timestamps(data: Buffer, starts: Buffer, /) -> bytes: ...
+def rewrite_physical_offsets(data: Buffer, starts: Buffer, offsets: Buffer, /) -> None: ...
+def link_items(
+    table: Buffer,
+    slots: int,
+    hashes: Buffer,
+    topic_ids: Buffer,
+    queue_ids: Buffer,
+    offsets: Buffer,
+    sizes: Buffer,
+    timestamps: Buffer,
+    rows: Buffer,
+    first: int,
+    begin_timestamp: int,
+    /,
+) -> tuple[bytes, int, int]: ...
+def uninitialized(size: int, /) -> bytearray: ...

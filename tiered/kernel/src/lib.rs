@@ -1,0 +1,214 @@
+//! `tiered._kernel`: the per-message loops of rocketmq-tiered, called from Python on whole
+//! batches (buffers in, buffers out, the GIL released while they run).
+//!
+//! The plain-Rust modules hold the logic and their own tests (`cargo test`); the `python`
+//! feature adds the PyO3 glue that setuptools-rust builds into the extension.
+
+pub mod java;
+pub mod index_file;
+pub mod keys;
+pub mod unit;
+
+#[cfg(feature = "python")]
+mod python {
+    use pyo3::buffer::{Element, PyBuffer};
+    use pyo3::exceptions::PyValueError;
+    use pyo3::prelude::*;
+    use pyo3::types::PyBytes;
+
+    /// A C-contiguous buffer's items, valid while `buf` is held (the exporter cannot resize it).
+    fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a [T]> {
+        if !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!("{name} must be a contiguous buffer")));
+        }
+        // SAFETY: the buffer is C-contiguous, holds item_count() items of T (checked by
+        // PyBuffer::get) and stays exported, unmoved and unresized while `buf` lives.
+        Ok(unsafe { std::slice::from_raw_parts(buf.buf_ptr() as *const T, buf.item_count()) })
+    }
+
+    fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
+        // SAFETY: plain integers, read as their bytes (native order, as numpy's frombuffer reads)
+        unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) }
+    }
+
+    /// `index_items(data, starts, sizes, prefix_hash) -> (msg, hash, slow, inconsistent)`: the
+    /// key index items of the units `(starts[i], sizes[i])` of `data` (int64 buffers), keys
+    /// hashed as `topic#key` from `prefix_hash` (`String.hashCode` of `topic + "#"`, unsigned).
+    /// `msg` (int64), `hash` (int32) and `slow` (int64: units whose keys are not valid UTF-8)
+    /// come back as bytes in native order; `inconsistent` counts units not indexed.
+    #[pyfunction]
+    fn index_items<'py>(
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        starts: &Bound<'py, PyAny>,
+        sizes: &Bound<'py, PyAny>,
+        prefix_hash: u32,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize)> {
+        let (data, starts, sizes) =
+            (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
+        let (d, s, z) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?);
+        if s.len() != z.len() {
+            return Err(PyValueError::new_err(format!(
+                "starts ({}) and sizes ({}) must have one entry per unit",
+                s.len(),
+                z.len()
+            )));
+        }
+        let out = py.detach(|| crate::keys::index_items(d, s, z, prefix_hash));
+        Ok((
+            PyBytes::new(py, as_bytes(&out.msg)),
+            PyBytes::new(py, as_bytes(&out.hash)),
+            PyBytes::new(py, as_bytes(&out.slow)),
+            out.inconsistent,
+        ))
+    }
+
+    /// A writable C-contiguous buffer's bytes (a read-only one is refused).
+    fn bytes_mut<'a>(buf: &'a PyBuffer<u8>, name: &str) -> PyResult<&'a mut [u8]> {
+        if buf.readonly() || !buf.is_c_contiguous() {
+            return Err(PyValueError::new_err(format!("{name} must be a writable contiguous buffer")));
+        }
+        // SAFETY: writable and C-contiguous (checked), item_count() bytes, exported and unmoved
+        // while `buf` lives; no other slice of it is made in this call
+        Ok(unsafe { std::slice::from_raw_parts_mut(buf.buf_ptr() as *mut u8, buf.item_count()) })
+    }
+
+    fn same_length(what: &[(&str, usize)]) -> PyResult<()> {
+        let n = what[0].1;
+        match what.iter().find(|(_, l)| *l != n) {
+            None => Ok(()),
+            Some((name, l)) => Err(PyValueError::new_err(format!(
+                "{name} has {l} entries where {} has {n}: one entry per unit",
+                what[0].0
+            ))),
+        }
+    }
+
+    /// `check_units(data, starts, sizes, queue_offsets, physical_offsets=None) -> int`: the
+    /// index of the first unit whose header disagrees with its consumequeue unit, or the
+    /// number of units when all agree.
+    #[pyfunction]
+    #[pyo3(signature = (data, starts, sizes, queue_offsets, physical_offsets=None))]
+    fn check_units(
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        starts: &Bound<'_, PyAny>,
+        sizes: &Bound<'_, PyAny>,
+        queue_offsets: &Bound<'_, PyAny>,
+        physical_offsets: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let (data, starts, sizes) =
+            (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
+        let queue_offsets = PyBuffer::<i64>::get(queue_offsets)?;
+        let physical = physical_offsets.map(PyBuffer::<i64>::get).transpose()?;
+        let (d, s, z) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?);
+        let q = items(&queue_offsets, "queue_offsets")?;
+        let p = physical.as_ref().map(|b| items(b, "physical_offsets")).transpose()?;
+        let mut lengths = vec![("starts", s.len()), ("sizes", z.len()), ("queue_offsets", q.len())];
+        lengths.extend(p.map(|p| ("physical_offsets", p.len())));
+        same_length(&lengths)?;
+        Ok(py.detach(|| crate::unit::check_units(d, s, z, q, p)))
+    }
+
+    /// `store_timestamps(data, starts) -> bytes`: the store timestamp of each unit (int64).
+    #[pyfunction]
+    fn store_timestamps<'py>(
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        starts: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (data, starts) = (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?);
+        let (d, s) = (items(&data, "data")?, items(&starts, "starts")?);
+        match py.detach(|| crate::unit::store_timestamps(d, s)) {
+            Ok(t) => Ok(PyBytes::new(py, as_bytes(&t))),
+            Err(i) => Err(PyValueError::new_err(format!(
+                "unit {i} at {} has no header inside the {} bytes read",
+                s[i],
+                d.len()
+            ))),
+        }
+    }
+
+    /// `rewrite_physical_offsets(data, starts, offsets)`: write `offsets[i]` into the physical
+    /// offset field of unit `i`, in place (`data` writable).
+    #[pyfunction]
+    fn rewrite_physical_offsets(
+        py: Python<'_>,
+        data: &Bound<'_, PyAny>,
+        starts: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (data, starts) = (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?);
+        let offsets = PyBuffer::<i64>::get(offsets)?;
+        let (d, s, o) = (bytes_mut(&data, "data")?, items(&starts, "starts")?, items(&offsets, "offsets")?);
+        same_length(&[("starts", s.len()), ("offsets", o.len())])?;
+        py.detach(|| crate::unit::rewrite_physical_offsets(d, s, o)).map_err(|i| {
+            PyValueError::new_err(format!("unit {i} at {} lies outside the {} bytes", s[i], d.len()))
+        })
+    }
+
+    /// `link_items(table, slots, hashes, topic_ids, queue_ids, offsets, sizes, timestamps,
+    /// rows, first, begin_timestamp) -> (items, new_slots, end_timestamp)`: put rows `rows`
+    /// of the columns as index items `first ..`, chained through the big-endian slot table
+    /// `table` (writable, updated in place); the items come back as bytes.
+    #[pyfunction]
+    #[allow(clippy::too_many_arguments)]
+    fn link_items<'py>(
+        py: Python<'py>,
+        table: &Bound<'py, PyAny>,
+        slots: u32,
+        hashes: &Bound<'py, PyAny>,
+        topic_ids: &Bound<'py, PyAny>,
+        queue_ids: &Bound<'py, PyAny>,
+        offsets: &Bound<'py, PyAny>,
+        sizes: &Bound<'py, PyAny>,
+        timestamps: &Bound<'py, PyAny>,
+        rows: &Bound<'py, PyAny>,
+        first: i64,
+        begin_timestamp: i64,
+    ) -> PyResult<(Bound<'py, PyBytes>, u64, i64)> {
+        let table = PyBuffer::<u8>::get(table)?;
+        let (h, t, q) = (PyBuffer::<i32>::get(hashes)?, PyBuffer::<i32>::get(topic_ids)?, PyBuffer::<i32>::get(queue_ids)?);
+        let (o, z, ts) = (PyBuffer::<i64>::get(offsets)?, PyBuffer::<i32>::get(sizes)?, PyBuffer::<i64>::get(timestamps)?);
+        let rows = PyBuffer::<i64>::get(rows)?;
+        let cols = crate::index_file::Rows {
+            hashes: items(&h, "hashes")?,
+            topic_ids: items(&t, "topic_ids")?,
+            queue_ids: items(&q, "queue_ids")?,
+            offsets: items(&o, "offsets")?,
+            sizes: items(&z, "sizes")?,
+            timestamps: items(&ts, "timestamps")?,
+        };
+        let (tb, r) = (bytes_mut(&table, "table")?, items(&rows, "rows")?);
+        let linked = py
+            .detach(|| crate::index_file::link_items(tb, slots, &cols, r, first, begin_timestamp))
+            .map_err(PyValueError::new_err)?;
+        Ok((PyBytes::new(py, &linked.items), linked.new_slots, linked.end_timestamp))
+    }
+
+    /// `uninitialized(size) -> bytearray`: a bytearray whose bytes are not zeroed first, for a
+    /// buffer that a read fills completely.
+    #[pyfunction]
+    fn uninitialized(py: Python<'_>, size: usize) -> PyResult<Bound<'_, pyo3::types::PyByteArray>> {
+        let len = pyo3::ffi::Py_ssize_t::try_from(size)
+            .map_err(|_| PyValueError::new_err(format!("{size} bytes is too large")))?;
+        // SAFETY: a NULL source makes CPython allocate `len` bytes without copying; the result
+        // is a new reference (or NULL with an exception set, which from_owned_ptr_or_err takes)
+        unsafe {
+            let ptr = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), len);
+            Ok(Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked())
+        }
+    }
+
+    #[pymodule]
+    fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
+        m.add_function(wrap_pyfunction!(index_items, m)?)?;
+        m.add_function(wrap_pyfunction!(check_units, m)?)?;
+        m.add_function(wrap_pyfunction!(store_timestamps, m)?)?;
+        m.add_function(wrap_pyfunction!(rewrite_physical_offsets, m)?)?;
+        m.add_function(wrap_pyfunction!(link_items, m)?)?;
+        m.add_function(wrap_pyfunction!(uninitialized, m)?)?;
+        m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+        Ok(())
+    }
+}
