@@ -15,7 +15,6 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import TYPE_CHECKING
 from typing import Any
 
@@ -186,6 +185,8 @@ class ProviderRegistry:
     def _load_entry_points(self) -> None:
         self._entry_points_loaded = True
         assert self._group is not None
+        from importlib.metadata import entry_points  # only when a name is not built in
+
         for ep in sorted(entry_points(group=self._group), key=lambda e: e.name):
             dist = getattr(ep.dist, "name", "?")
             owner = self._find(ep.name)

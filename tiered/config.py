@@ -12,7 +12,6 @@ variables ``RMQ_TIERED_<key>``, explicit ``overrides``.
 
 from __future__ import annotations
 
-import difflib
 import enum
 import fnmatch
 import logging
@@ -848,6 +847,8 @@ def _build(settings: Mapping[str, _Setting]) -> TieredConfig:
 def _unknown_key(key: str, source: str | None) -> str:
     where = f"{source}: " if source else ""
     lowered = {k.lower(): k for k in sorted(KNOWN_BROKER_KEYS) + sorted(_MODEL_KEYS)}
+    import difflib  # only for a misspelt key
+
     close = difflib.get_close_matches(key.lower(), lowered, n=1, cutoff=0.75)
     hint = f" (did you mean {lowered[close[0]]!r}?)" if close else ""
     return (

@@ -21,9 +21,6 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Final
 
-import lz4.frame
-import zstandard
-
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import UnsupportedStoreFeatureError
 from tiered.javautil import java_split_space
@@ -164,8 +161,12 @@ def compress_body(body: bytes, name: str) -> bytes:
     if name == "ZLIB":
         return zlib.compress(body)
     if name == "LZ4":
+        import lz4.frame  # the codecs are imported when a body needs one (start-up cost)
+
         return bytes(lz4.frame.compress(body))
     if name == "ZSTD":
+        import zstandard
+
         return zstandard.ZstdCompressor().compress(body)
     raise UnsupportedStoreFeatureError(f"compression {name!r} is not one of LZ4, ZSTD, ZLIB")
 
@@ -179,8 +180,12 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
         if name == "ZLIB":
             return zlib.decompress(body)
         if name == "LZ4":
+            import lz4.frame
+
             return bytes(lz4.frame.decompress(body))
         if name == "ZSTD":
+            import zstandard
+
             return zstandard.ZstdDecompressor().decompressobj().decompress(body)
     except Exception as e:  # every codec raises its own type; all mean "not that format"
         raise CorruptStoreFileError(f"body is not valid {name} data: {e}") from e

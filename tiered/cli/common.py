@@ -6,11 +6,11 @@ import datetime as dt
 import importlib
 import json
 import sys
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import NoReturn
 
 import click
-from rich.console import Console
 
 from tiered.broker import message as msgcodec
 from tiered.errors import TieredStoreError
@@ -18,7 +18,32 @@ from tiered.errors import TieredStoreError
 EXIT_DATA_ERROR = 1
 EXIT_USER_ERROR = 2
 
-console = Console(highlight=False)
+if TYPE_CHECKING:
+    from rich.console import Console
+
+
+class LazyConsole:
+    """rich's ``Console``, made on first use: importing rich is a tenth of the start-up of a
+    one-shot command that prints JSON only. Attributes are the console's; :attr:`rich` is the
+    console itself, for rich's own constructors (``Progress(console=...)``)."""
+
+    def __init__(self) -> None:
+        self._console: Console | None = None
+
+    @property
+    def rich(self) -> Console:
+        """The console itself."""
+        if self._console is None:
+            from rich.console import Console
+
+            self._console = Console(highlight=False)
+        return self._console
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rich, name)
+
+
+console = LazyConsole()
 
 commitlog_file_size_option = click.option(
     "--commitlog-file-size",
@@ -87,7 +112,9 @@ def emit_json(obj: dict[str, Any]) -> None:
 
 def wide_console() -> Console:
     """The console, or a wide one when stdout is not a terminal (no folded columns in a pipe)."""
-    return console if console.is_terminal else Console(width=200, highlight=False)
+    from rich.console import Console
+
+    return console.rich if console.is_terminal else Console(width=200, highlight=False)
 
 
 MESSAGE_COLUMNS = ("msgId", "store time (UTC)", "size", "tags", "keys", "body")

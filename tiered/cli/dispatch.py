@@ -2,16 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter
+from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
-from rich.progress import BarColumn
-from rich.progress import MofNCompleteColumn
-from rich.progress import Progress
-from rich.progress import TextColumn
-from rich.progress import TimeRemainingColumn
-from rich.table import Table
 
 from tiered.cli.common import EXIT_DATA_ERROR
 from tiered.cli.common import console
@@ -62,24 +59,31 @@ def dispatch(
             )
         total = dispatcher.backlog() if dispatcher.uploading else 0
         show = not quiet and not as_json and total > 0
-        with Progress(
-            TextColumn("offloading"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("messages"),
-            TimeRemainingColumn(),
-            console=console,
-            disable=not show,
-            transient=True,
-        ) as progress:
-            task = progress.add_task("offload", total=total)
-            report = dispatcher.run_pass(
-                flush=flush, on_progress=lambda n: progress.advance(task, n)
-            )
+        with _progress_bar(show, total) as advance:
+            report = dispatcher.run_pass(flush=flush, on_progress=advance)
     _summary(report, requests, as_json)
     if report.errors:
         failed = "; ".join(f"{path}: {err}" for path, err in sorted(report.errors.items()))
         fail(f"{len(report.errors)} queues could not be offloaded: {failed}", EXIT_DATA_ERROR)
+
+
+@contextlib.contextmanager
+def _progress_bar(show: bool, total: int) -> Iterator[Callable[[int], None]]:
+    """What advances a progress bar of ``total`` messages; a no-op when none is shown (rich is
+    then not imported: it is a tenth of the start-up of a one-shot ``dispatch --json``)."""
+    if not show:
+        yield lambda _: None
+        return
+    from rich.progress import BarColumn
+    from rich.progress import MofNCompleteColumn
+    from rich.progress import Progress
+    from rich.progress import TextColumn
+    from rich.progress import TimeRemainingColumn
+
+    columns = (TextColumn("offloading"), BarColumn(), MofNCompleteColumn(), TextColumn("messages"))
+    with Progress(*columns, TimeRemainingColumn(), console=console.rich, transient=True) as bar:
+        task = bar.add_task("offload", total=total)
+        yield lambda n: bar.advance(task, n)
 
 
 def _summary(report: PassReport, requests: Counter[str], as_json: bool) -> None:
@@ -99,6 +103,8 @@ def _summary(report: PassReport, requests: Counter[str], as_json: bool) -> None:
             }
         )
         return
+    from rich.table import Table
+
     table = Table(title=f"dispatch summary ({report.role})", show_header=False)
     mib_s = report.bytes / (1 << 20) / report.seconds if report.seconds > 0 else 0.0
     table.add_row("queues", str(len(report.queues)))

@@ -121,7 +121,7 @@ def gen_store(
     if quiet:
         report = generate_store(out_dir, spec)
         return
-    with Progress(console=console, transient=True) as progress:
+    with Progress(console=console.rich, transient=True) as progress:
         task = progress.add_task("writing messages", total=messages)
         report = generate_store(out_dir, spec, lambda done: progress.update(task, completed=done))
     console.print(

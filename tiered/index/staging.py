@@ -20,7 +20,6 @@ import importlib.util
 import json
 import logging
 import os
-import shlex
 from pathlib import Path
 from typing import Final
 
@@ -161,4 +160,6 @@ def submit_command(cfg: TieredConfig, master: str = "spark://HOST:7077") -> str 
     if cfg.tiered_backend_service_provider == "s3" and cfg.object_store_endpoint:
         options = {"client_kwargs": {"endpoint_url": str(cfg.object_store_endpoint)}}
         args += ["--storage-options", json.dumps(options)]
+    import shlex
+
     return shlex.join(args)
