@@ -12,9 +12,17 @@
 # Debian 12 (bookworm) packages OpenJDK 17, which the spark target installs.
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
-# ---- build: the project's wheel ------------------------------------------------------------
+# ---- build: the project's wheel, with its compiled kernel (tiered/kernel, Rust) ---------------
 FROM ${PYTHON_IMAGE} AS build
-ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    RUSTUP_HOME=/usr/local/rustup CARGO_HOME=/usr/local/cargo PATH=/usr/local/cargo/bin:$PATH
+# a Rust toolchain from the official image (only in this stage) and a C linker for it
+COPY --from=rust:1.95-slim-bookworm /usr/local/rustup /usr/local/rustup
+COPY --from=rust:1.95-slim-bookworm /usr/local/cargo /usr/local/cargo
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends gcc libc6-dev \
+    && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY tiered/ tiered/

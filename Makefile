@@ -99,4 +99,4 @@ bench: $(VENV)/.installed-dev $(JS)/node_modules/.installed
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/bench/bench_*.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .rmq
+	rm -rf $(VENV) build dist *.egg-info .mypy_cache .ruff_cache .rmq tiered/kernel/target tiered/_kernel*.so

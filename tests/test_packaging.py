@@ -52,6 +52,7 @@ def test_wheel_has_one_top_level_package_and_imports(tmp_path: Path) -> None:
     assert "tiered/providers/__init__.py" in names
     assert "tiered/jobs/__init__.py" in names
     assert "tiered/py.typed" in names
+    assert "tiered/_kernel.abi3.so" in names  # the compiled kernel (abi3: any CPython >= 3.11)
 
     env = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env)
@@ -68,6 +69,7 @@ def test_wheel_has_one_top_level_package_and_imports(tmp_path: Path) -> None:
     (fresh_site / "deps.pth").write_text(f"{site}\n")
     probe = (
         "import tiered, tiered.providers, tiered.jobs, tiered.broker.commitlog;"
+        "from tiered.native import kernel; kernel();"
         "print(tiered.__file__)"
     )
     out = subprocess.run(

@@ -4,6 +4,7 @@ pyproject.toml and the Helm chart that deploys the image."""
 from __future__ import annotations
 
 import json
+import os
 import re
 import shutil
 import subprocess
@@ -152,9 +153,20 @@ def test_extras_installed_exist() -> None:
     assert "openjdk" not in " ".join(BY_NAME["slim"].all("RUN"))
 
 
+def test_only_the_build_stage_has_a_rust_toolchain() -> None:
+    """The kernel is compiled in the build stage; the runtime images get the wheel only."""
+    toolchain = [t for t in BY_NAME["build"].all("COPY") if t.startswith("--from=rust:")]
+    assert len(toolchain) == 2 and all("slim-bookworm" in t for t in toolchain)
+    assert "gcc" in " ".join(BY_NAME["build"].all("RUN"))
+    for name in ("base", "spark", "slim"):
+        assert not [t for t in BY_NAME[name].all("COPY") if "rust" in t], name
+
+
 def copied_sources() -> list[str]:
     sources = []
     for text in BY_NAME["build"].all("COPY"):
+        if text.startswith("--from="):  # from another image (the Rust toolchain), not the context
+            continue
         *srcs, _ = text.split()
         sources += [s.rstrip("/") for s in srcs]
     return sources
@@ -179,7 +191,8 @@ def test_wheel_builds_from_the_docker_context_alone(tmp_path: Path) -> None:
     for source in copied_sources():
         src = ROOT / source
         if src.is_dir():
-            shutil.copytree(src, context / source, ignore=shutil.ignore_patterns("__pycache__"))
+            skip = shutil.ignore_patterns("__pycache__", "target", "_kernel*.so")  # .dockerignore
+            shutil.copytree(src, context / source, ignore=skip)
         else:
             shutil.copy2(src, context / source)
     subprocess.run(
@@ -197,6 +210,8 @@ def test_wheel_builds_from_the_docker_context_alone(tmp_path: Path) -> None:
         ],
         check=True,
         capture_output=True,
+        # the kernel's dependencies come from the checkout's cargo build directory
+        env={**os.environ, "CARGO_TARGET_DIR": str(ROOT / "tiered" / "kernel" / "target")},
     )
     (wheel,) = (tmp_path / "dist").glob("rocketmq_tiered-*.whl")
     with zipfile.ZipFile(wheel) as archive:
@@ -207,3 +222,5 @@ def test_wheel_builds_from_the_docker_context_alone(tmp_path: Path) -> None:
     assert "tiered/cli/run.py" in names
     assert "tiered/providers/s3.py" in names
     assert "tiered/jobs/__init__.py" in names
+    assert "tiered/_kernel.abi3.so" in names and "tiered/_kernel.pyi" in names
+    assert not [n for n in names if "/target/" in n or n.endswith(".rs")]

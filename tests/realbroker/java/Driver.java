@@ -15,18 +15,25 @@
  *             a DefaultMQPushConsumer, or an orderly push consumer; one line per message
  *   admin     run mqadmin sub-commands (MQAdminStartup, as the mqadmin script does) in this JVM;
  *             one line per command with what it printed
+ *   load      fixed-rate keyed loads for benchmarks, one per JSON line read on stdin (`count`
+ *             messages of `size` bytes to `topic` at `rate` msgs/s from `threads` synchronous
+ *             senders); one {"load": ...} line each, with send-latency percentiles and the
+ *             broker's commitlog and consume-queue offsets before and after
  */
 
 import com.alibaba.fastjson.JSON;
 import com.alibaba.fastjson.JSONArray;
 import com.alibaba.fastjson.JSONObject;
+import java.io.BufferedReader;
 import java.io.ByteArrayOutputStream;
+import java.io.InputStreamReader;
 import java.io.PrintStream;
 import java.net.InetSocketAddress;
 import java.net.SocketAddress;
 import java.nio.charset.StandardCharsets;
 import java.security.MessageDigest;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.Collection;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
@@ -38,6 +45,7 @@ import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
+import java.util.concurrent.locks.LockSupport;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -56,6 +64,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 import org.apache.rocketmq.tools.command.MQAdminStartup;
 
@@ -72,6 +81,7 @@ public class Driver {
                 case "bulk": bulk(a); break;
                 case "consume": consume(a); break;
                 case "admin": admin(a); break;
+                case "load": load(a); break;
                 default: throw new IllegalArgumentException("unknown command " + args[0]);
             }
         } catch (Throwable e) {
@@ -522,6 +532,142 @@ public class Driver {
         }
         count.incrementAndGet();
         last.set(System.currentTimeMillis());
+    }
+
+    // --- load ----------------------------------------------------------------------------------
+
+    /** The broker's commitlog max offset (its runtime stats) and the sum of the topic's
+     *  consume-queue max offsets. */
+    static Map<String, Object> offsets(DefaultMQAdminExt admin, String broker, String topic) throws Exception {
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("commitLogMaxOffset",
+            Long.parseLong(admin.fetchBrokerRuntimeStats(broker).getTable().get("commitLogMaxOffset")));
+        long messages = 0;
+        for (TopicOffset t : admin.examineTopicStats(topic).getOffsetTable().values()) {
+            messages += t.getMaxOffset();
+        }
+        o.put("queueMaxOffsetSum", messages);
+        return o;
+    }
+
+    static double percentile(long[] sorted, double q) {
+        if (sorted.length == 0) {
+            return 0;
+        }
+        int i = (int) Math.ceil(q * sorted.length) - 1;
+        return sorted[Math.max(0, Math.min(sorted.length - 1, i))] / 1e6;
+    }
+
+    static Map<String, Object> latencies(long[] nanos) {
+        long[] s = nanos.clone();
+        Arrays.sort(s);
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("p50Ms", percentile(s, 0.50));
+        o.put("p90Ms", percentile(s, 0.90));
+        o.put("p99Ms", percentile(s, 0.99));
+        o.put("p999Ms", percentile(s, 0.999));
+        o.put("maxMs", percentile(s, 1.0));
+        return o;
+    }
+
+    /** Fixed-rate loads for benchmarks, one JVM for a sequence of them: create `topics`,
+     *  start one producer, then for each line read on stdin (a JSON phase: `topic`, `count`,
+     *  `size`, `rate`, `threads`, `keyShare`, `tag`, `seed`) send it and print one
+     *  {"load": ...} line; exit at end of input. A phase is an open-loop schedule: message i is
+     *  due at start + i / rate; `threads` senders take the next message, wait until it is due,
+     *  send it synchronously and record the time the send call took (service time) and the
+     *  time from when it was due (which includes waiting for a free sender). Each message has
+     *  two KEYS: a unique one and an order id shared by `keyShare` consecutive messages. */
+    static void load(JSONObject a) throws Exception {
+        createTopics(a);
+        String broker = a.getString("broker");
+        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        admin.setNamesrvAddr(a.getString("namesrv"));
+        admin.setInstanceName("it-load-admin-" + System.nanoTime());
+        admin.start();
+        DefaultMQProducer p = producer(a, "it-load");
+        try {
+            emit(Map.of("ready", true));
+            BufferedReader in = new BufferedReader(new InputStreamReader(System.in, StandardCharsets.UTF_8));
+            String line;
+            while ((line = in.readLine()) != null && !line.isBlank()) {
+                JSONObject phase = JSON.parseObject(line);
+                Map<String, Object> before = offsets(admin, broker, phase.getString("topic"));
+                Map<String, Object> o = loadPhase(p, phase);
+                o.put("before", before);
+                o.put("after", offsets(admin, broker, phase.getString("topic")));
+                emit(Map.of("load", o));
+            }
+        } finally {
+            p.shutdown();
+            admin.shutdown();
+        }
+    }
+
+    static Map<String, Object> loadPhase(DefaultMQProducer p, JSONObject a) throws Exception {
+        String topic = a.getString("topic");
+        int count = a.getIntValue("count");
+        double rate = a.getDoubleValue("rate");
+        int threads = Math.max(1, a.getIntValue("threads"));
+        int share = Math.max(1, a.getIntValue("keyShare"));
+        String tag = a.getString("tag");
+        Random rnd = new Random(a.getLongValue("seed"));
+        byte[][] bodies = new byte[64][];
+        for (int i = 0; i < bodies.length; i++) {
+            bodies[i] = body(rnd, a.getIntValue("size"), false);
+        }
+        long[] service = new long[count];
+        long[] fromDue = new long[count];
+        AtomicInteger next = new AtomicInteger();
+        AtomicInteger failed = new AtomicInteger();
+        AtomicLong lateMax = new AtomicLong();
+        long start = System.nanoTime() + 1_000_000;
+        double step = 1e9 / rate;
+        List<Thread> senders = new ArrayList<>();
+        for (int t = 0; t < threads; t++) {
+            Thread th = new Thread(() -> {
+                while (true) {
+                    int i = next.getAndIncrement();
+                    if (i >= count) {
+                        return;
+                    }
+                    long due = start + (long) (i * step);
+                    long now;
+                    while ((now = System.nanoTime()) < due) {
+                        LockSupport.parkNanos(due - now);
+                    }
+                    lateMax.accumulateAndGet(now - due, Math::max);
+                    Message m = new Message(topic, "Load", bodies[i % bodies.length]);
+                    m.setKeys(List.of("u-" + tag + "-" + i, "order-" + tag + "-" + (i / share)));
+                    try {
+                        if (p.send(m).getSendStatus() != SendStatus.SEND_OK) {
+                            failed.incrementAndGet();
+                        }
+                    } catch (Exception e) {
+                        failed.incrementAndGet();
+                    }
+                    long end = System.nanoTime();
+                    service[i] = end - now;
+                    fromDue[i] = end - due;
+                }
+            }, "load-" + t);
+            th.start();
+            senders.add(th);
+        }
+        for (Thread th : senders) {
+            th.join();
+        }
+        long nanos = System.nanoTime() - start;
+        Map<String, Object> o = new LinkedHashMap<>();
+        o.put("topic", topic);
+        o.put("sent", count);
+        o.put("failed", failed.get());
+        o.put("seconds", nanos / 1e9);
+        o.put("rate", count / (nanos / 1e9));
+        o.put("service", latencies(service));
+        o.put("fromDue", latencies(fromDue));
+        o.put("lateMaxMs", lateMax.get() / 1e6);
+        return o;
     }
 
     // --- admin ---------------------------------------------------------------------------------
