@@ -1,5 +1,6 @@
 """The compiled kernel's unit walk (``check_units``, ``store_timestamps``,
-``rewrite_physical_offsets`` of :mod:`tiered.broker.unit_fields`) against the numpy reference
+``rewrite_physical_offsets`` of :mod:`tiered.broker.unit_fields`, the body CRCs of the read
+path) against the numpy reference
 (:mod:`tiered.broker.numpy_units`): generated units of every host and magic shape, wrong
 sizes and offsets, torn buffers, empty batches."""
 
@@ -13,11 +14,13 @@ from hypothesis import strategies as st
 
 from tiered.broker import message as msgcodec
 from tiered.broker.numpy_units import reference_check_units
+from tiered.broker.numpy_units import reference_crc_mismatches
 from tiered.broker.numpy_units import reference_rewrite_physical_offsets
 from tiered.broker.numpy_units import reference_store_timestamps
 from tiered.broker.unit_fields import check_units
 from tiered.broker.unit_fields import rewrite_physical_offsets
 from tiered.broker.unit_fields import store_timestamps
+from tiered.core.fetcher import crc_mismatches
 
 T0 = 1_700_000_000_000
 
@@ -99,3 +102,20 @@ def test_bad_buffers_are_refused_with_the_unit_named() -> None:
         rewrite_physical_offsets(bytearray(data[: int(starts[1]) + 10]), starts, starts)
     with pytest.raises(ValueError, match="one entry per unit"):
         check_units(data, starts, starts[:1], starts)
+
+
+@given(
+    shapes=_SHAPES,
+    flips=st.lists(st.integers(0, 10**6), max_size=4),
+)
+@settings(max_examples=200, deadline=None)
+def test_crc_mismatches_equal_the_reference(
+    shapes: list[tuple[bool, bool, bool, int]], flips: list[int]
+) -> None:
+    """Bytes flipped anywhere (bodies, CRC fields, lengths): the same units fail the body CRC."""
+    data, starts, _ = _batch(shapes)
+    buf = bytearray(data)
+    for f in flips:
+        if buf:
+            buf[f % len(buf)] ^= 0x5A
+    assert crc_mismatches(buf, starts) == reference_crc_mismatches(buf, starts)

@@ -4,6 +4,8 @@ a few array passes. The sidecar runs the kernel; the tests hold it to these."""
 
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import numpy.typing as npt
 
@@ -13,6 +15,8 @@ from tiered.broker.unit_fields import _STORE_TS_V4
 from tiered.broker.unit_fields import _V6_EXTRA
 from tiered.broker.unit_fields import as_uint8
 from tiered.broker.unit_fields import gather_be
+
+_BODY_LEN_V4 = msgcodec.BORN_HOST_POSITION + 8 + 8 + 8 + 4 + 8
 
 Int64s = npt.NDArray[np.int64]
 Buffer = bytes | bytearray | memoryview
@@ -66,3 +70,24 @@ def reference_check_units(
         good &= gather_be(buf, starts + msgcodec.PHYSICAL_OFFSET_POSITION, 8) == physical_offsets
     bad = np.flatnonzero(~good)
     return int(bad[0]) if bad.size else n
+
+
+def reference_crc_mismatches(data: bytes | bytearray | memoryview, starts: Int64s) -> list[int]:
+    """Indexes of units whose body does not match BODYCRC (hosts located from each sysflag)."""
+    if not len(starts):
+        return []
+    buf = as_uint8(data)
+    flags = gather_be(buf, starts + msgcodec.SYSFLAG_POSITION, 4)
+    extra = np.where(flags & msgcodec.BORNHOST_V6_FLAG, 12, 0)
+    extra += np.where(flags & msgcodec.STOREHOST_V6_FLAG, 12, 0)
+    len_at = starts + _BODY_LEN_V4 + extra
+    body_lens = gather_be(buf, len_at, 4)
+    stored = gather_be(buf, starts + 8, 4)
+    view = memoryview(data)
+    bad = []
+    for i, (a, n, crc) in enumerate(
+        zip((len_at + 4).tolist(), body_lens.tolist(), stored.tolist(), strict=True)
+    ):
+        if zlib.crc32(view[a : a + n]) & 0x7FFFFFFF != crc:
+            bad.append(i)
+    return bad

@@ -200,6 +200,20 @@ mod python {
         }
     }
 
+    /// `crc_mismatches(data, starts) -> bytes`: the indexes (int64) of the units whose body
+    /// does not match their BODYCRC.
+    #[pyfunction]
+    fn crc_mismatches<'py>(
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        starts: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (data, starts) = (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?);
+        let (d, s) = (items(&data, "data")?, items(&starts, "starts")?);
+        let bad = py.detach(|| crate::unit::crc_mismatches(d, s));
+        Ok(PyBytes::new(py, as_bytes(&bad)))
+    }
+
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
@@ -208,6 +222,7 @@ mod python {
         m.add_function(wrap_pyfunction!(rewrite_physical_offsets, m)?)?;
         m.add_function(wrap_pyfunction!(link_items, m)?)?;
         m.add_function(wrap_pyfunction!(uninitialized, m)?)?;
+        m.add_function(wrap_pyfunction!(crc_mismatches, m)?)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }

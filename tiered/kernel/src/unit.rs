@@ -266,3 +266,55 @@ mod walk_tests {
         assert_eq!(rewrite_physical_offsets(&mut data, &[0, near_end], &[1, 2]), Err(1));
     }
 }
+
+/// The body of a unit (after its hosts, as its sysflag says), when it lies inside `unit`.
+#[inline]
+pub fn body(unit: &[u8]) -> Option<&[u8]> {
+    let sys_flag = be_i32(unit, SYSFLAG_POSITION)?;
+    let mut at = BODY_LENGTH_V4;
+    if sys_flag & BORNHOST_V6_FLAG != 0 {
+        at += V6_EXTRA;
+    }
+    if sys_flag & STOREHOST_V6_FLAG != 0 {
+        at += V6_EXTRA;
+    }
+    let len = usize::try_from(be_i32(unit, at)?).ok()?;
+    unit.get(at + 4..(at + 4).checked_add(len)?)
+}
+
+/// The indexes of the units at `starts` whose body does not match their BODYCRC (the CRC-32
+/// of the body, as `UtilAll.crc32` masks it to 31 bits); a unit whose body is not inside
+/// `data` does not match.
+pub fn crc_mismatches(data: &[u8], starts: &[i64]) -> Vec<i64> {
+    let mut bad = Vec::new();
+    for (i, &s) in starts.iter().enumerate() {
+        let unit = usize::try_from(s).ok().and_then(|s| data.get(s..));
+        let ok = unit.and_then(|u| Some((body(u)?, be_i32(u, 8)?))).is_some_and(|(b, stored)| {
+            (crc32fast::hash(b) & 0x7fff_ffff) as i32 == stored
+        });
+        if !ok {
+            bad.push(i as i64);
+        }
+    }
+    bad
+}
+
+#[cfg(test)]
+mod crc_tests {
+    use super::testing::{encode, Unit};
+    use super::*;
+
+    #[test]
+    fn bodies_are_checked_against_their_crc() {
+        let a = encode(&Unit { body: b"first body", sys_flag: STOREHOST_V6_FLAG, ..Unit::default() });
+        let b = encode(&Unit { body: b"", ..Unit::default() });
+        let mut data = [a.clone(), b].concat();
+        let starts = [0, a.len() as i64];
+        assert!(crc_mismatches(&data, &starts).is_empty());
+        let body_at = a.windows(10).position(|w| w == b"first body").unwrap();
+        data[body_at] ^= 1;
+        assert_eq!(crc_mismatches(&data, &starts), vec![0]);
+        assert_eq!(crc_mismatches(&data[..a.len() + 50], &starts), vec![0, 1]);
+        assert_eq!(crc_mismatches(&data, &[-1, i64::MAX]), vec![0, 1]);
+    }
+}
