@@ -84,7 +84,8 @@ def crc_mismatches(data: bytes | bytearray | memoryview, starts: Int64s) -> list
     if not len(starts):
         return []
     raw = kernel().crc_mismatches(data, np.ascontiguousarray(starts, dtype=np.int64))
-    return np.frombuffer(raw, dtype=np.int64).tolist()
+    bad: list[int] = np.frombuffer(raw, dtype=np.int64).tolist()
+    return bad
 
 
 IntegrityHook = Callable[[FlatMessageFile, IntegrityError], None]
