@@ -8,8 +8,9 @@ concurrent producers leave them, ``UNIQ_KEY`` plus ``KEYS`` in the realistic key
 in CJK, Cyrillic and outside the BMP; 1 GiB commitlog files) and offloaded with the default
 configuration by a ``rmq-tiered dispatch`` process (process start included, bytecode compiled
 as pip installs it), index on and index off, alternating with the copy, :data:`REPEAT` times,
-the page cache warmed before each run. Printed per size: medians of wall time and their ratio to the copy, CPU-seconds
-(user + system, from the process's own rusage) per GiB of message bytes, peak RSS (polled
+the page cache warmed before each run. Printed per size: medians of wall time and their ratio to
+the copy, CPU-seconds (user + system, from the process's own rusage; the copy's beside it) per
+GiB of message bytes, peak RSS (polled
 ``VmHWM``), and the CPU the whole machine spent per GiB until a ``sync`` after the run (the copy's
 writeback is done by ``sync`` and the kernel's flusher threads, the sidecar's by its own
 ``fdatasync``: only this figure compares them).
