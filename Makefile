@@ -93,7 +93,8 @@ lint: $(VENV)/.installed-dev
 	cd "$$(cat $(VENV)/lib/python3*/site-packages/__editable__.rocketmq_tiered-*.pth)" && \
 	    $(MYPY) -p tiered && \
 	    $(MYPY) $(CURDIR)/tests/*.py && \
-	    for d in $(CURDIR)/tests/*/; do $(MYPY) $$d || exit 1; done
+	    for d in $(CURDIR)/tests/*/; do case $$d in */__pycache__/) continue;; esac; \
+	        $(MYPY) $$d || exit 1; done
 
 bench: $(VENV)/.installed-dev $(JS)/node_modules/.installed
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/bench/bench_*.py
