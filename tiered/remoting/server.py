@@ -37,7 +37,7 @@ from .codes import code_name
 from .frame import Command
 from .frame import FrameReader
 from .frame import decode
-from .frame import encode
+from .frame import encode_parts
 from .handlers import Replay
 from .handlers import Response
 from .handlers import Suspend
@@ -51,6 +51,20 @@ FLUSH_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 16
 HELD_WORKERS = 4
+
+
+def send_all(sock: socket.socket, head: bytes, body: bytes) -> None:
+    """``sendall`` of ``head`` then ``body`` with ``sendmsg``: one system call for a frame that
+    fits the socket buffer, no joined copy of the body (partial sends resume where they
+    stopped)."""
+    parts = [memoryview(head), memoryview(body)] if body else [memoryview(head)]
+    while parts:
+        sent = sock.sendmsg(parts)
+        while parts and sent >= len(parts[0]):
+            sent -= len(parts[0])
+            parts.pop(0)
+        if parts and sent:
+            parts[0] = parts[0][sent:]
 
 
 def _result_name(code: int) -> str:
@@ -81,10 +95,11 @@ class _Connection:
         self.thread = threading.Thread(target=self.run, name=f"tiered-remoting {peer}", daemon=True)
 
     def send(self, command: Command) -> None:
-        """Write one frame; a connection the client closed meanwhile is ignored."""
-        frame = encode(command)
+        """Write one frame (head and body in one vectored send, the body not copied); a
+        connection the client closed meanwhile is ignored."""
+        head, body = encode_parts(command)
         with self.write_lock, contextlib.suppress(OSError):
-            self.sock.sendall(frame)
+            send_all(self.sock, head, body)
 
     def answer(self, request: Command, response: Command) -> None:
         result = "ONEWAY" if request.is_oneway else _result_name(response.code)
