@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -53,6 +54,9 @@ class AtomicFile:
         self._tmp = path.with_name(path.name + ".tmp")
         self._bak_tmp = path.with_name(path.name + ".bak.tmp")
         self.step_hook: StepHook | None = None
+        # one write at a time: every write goes through the same temporary file (two threads
+        # saving at once, the index progress saver and a put, had one rename the other's file)
+        self._write_lock = threading.Lock()
 
     def _step(self, name: str) -> None:
         if self.step_hook is not None:
@@ -68,6 +72,10 @@ class AtomicFile:
         Raises:
             OSError: a write, link or rename failed; the file is still the previous version.
         """
+        with self._write_lock:
+            self._write(data, sync)
+
+    def _write(self, data: bytes, sync: bool) -> None:
         directory = self.path.parent
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
