@@ -153,6 +153,21 @@ disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
 
 P = ParamSpec("P")
 R = TypeVar("R")
+M = TypeVar("M", bound=MetricWrapperBase)
+
+_children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
+
+
+def child(metric: M, *values: str) -> M:
+    """``metric.labels(*values)``, remembered: ``labels`` checks its arguments and takes a lock
+    on every call, a cost paid per request on the read paths. Children are never removed here,
+    so a remembered one stays the one exported."""
+    key = (id(metric), values)
+    found = _children.get(key)
+    if found is None:
+        found = _children[key] = metric.labels(*values)
+    return found  # type: ignore[return-value]
+
 
 _QUEUE = ["topic", "queue_id"]
 

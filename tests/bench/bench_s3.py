@@ -14,7 +14,7 @@ With default settings (only the endpoint keys set):
   ``tieredStorageLevel=FORCE``, 1024 messages / 16 MiB per call) by a fresh sidecar process
   state (nothing remembered), against plain boto3 ranged GETs of 16 MiB over the same objects:
   requests per GiB, MB/s and the ratio; and the same reads through the store API in the sidecar's
-  process (``get_raw``, no HTTP hop), which is what the read path itself costs: MB/s, ratio, and
+  process (``get_message``, no HTTP hop), which is what the read path itself costs: MB/s, ratio, and
   the sidecar's CPU-seconds per GiB for both;
 * single-message cold fetches (``get_message(offset, 1)``, empty cache) on S3 and on posix: p50
   and p99 in ms.
@@ -242,9 +242,9 @@ def catch_up_in_process(sidecar: Sidecar, cfg: TieredConfig) -> tuple[int, float
         assert flat is not None
         offset = 0
         while offset < flat.commit_offset:
-            got, body = store.get_raw("GenTopic0", qid, offset, READ_BATCH, max_bytes=READ_BYTES)
+            got = store.get_message("GenTopic0", qid, offset, READ_BATCH, max_bytes=READ_BYTES)
             assert got.next_begin_offset > offset, got
-            nbytes, offset = nbytes + len(body), got.next_begin_offset
+            nbytes, offset = nbytes + len(got.body()), got.next_begin_offset
     return nbytes, time.perf_counter() - started, _cpu() - cpu
 
 

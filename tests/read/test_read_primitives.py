@@ -15,6 +15,7 @@ from tiered.broker.page_cache import PAGE
 from tiered.broker.page_cache import residency
 from tiered.core.read_cache import ReadAheadCache
 from tiered.core.read_cache import memory_limit_bytes
+from tiered.core.read_unit import Run
 from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError
@@ -82,21 +83,21 @@ def test_cache_weighs_bytes_and_expires_after_access() -> None:
     now = [0.0]
     cache = ReadAheadCache(1000, expire_ms=1000, clock=lambda: now[0])
     cache.put_many("T", 0, [Unit(i, b"x" * 100, 0) for i in range(3)])  # one window
-    cache.put_window("T", 0, 10, [Unit(i, b"w" * 100, 0) for i in (10, 11)])  # another
+    cache.put_window("T", 0, 10, Run.of_units([Unit(i, b"w" * 100, 0) for i in (10, 11)]))
     assert (cache.used_bytes, len(cache), cache.windows) == (500, 5, 2)
     busy_before = cache.busy
     assert not busy_before
     now[0] = 0.9
     assert cache.get("T", 0, 0) is not None  # re-arms its window until 1.9
     now[0] = 1.5
-    assert [u.data[:1] for u in cache.run("T", 0, 1, 10)] == [b"x", b"x"]  # the rest of it
+    assert [u.data[:1] for u in cache.run("T", 0, 1, 10).units()] == [b"x", b"x"]  # the rest
     assert cache.get("T", 0, 10) is None  # the other window expired at 1.0
     assert cache.get("T", 0, 3) is None and cache.get("T", 1, 0) is None  # past it; other queue
     assert (len(cache), cache.windows) == (3, 1)
-    cache.put_window("T", 0, 20, [Unit(i, b"y" * 100, 0) for i in range(20, 26)])
+    cache.put_window("T", 0, 20, Run.of_units([Unit(i, b"y" * 100, 0) for i in range(20, 26)]))
     assert cache.used_bytes == 900 and cache.busy
     cache.put_window(
-        "T", 0, 30, [Unit(i, b"z" * 100, 0) for i in range(30, 35)]
+        "T", 0, 30, Run.of_units([Unit(i, b"z" * 100, 0) for i in range(30, 35)])
     )  # evicts the oldest window
     assert cache.used_bytes <= 1000 and cache.get("T", 0, 0) is None
     assert cache.stats.hits == 2

@@ -26,6 +26,8 @@ from tiered.broker.unit_fields import as_uint8
 from tiered.broker.unit_fields import check_units
 from tiered.broker.unit_fields import gather_be
 from tiered.core.read_cache import ReadAheadCache
+from tiered.core.read_unit import Buffer
+from tiered.core.read_unit import Run
 from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError
@@ -67,14 +69,39 @@ class GetStatus(StrEnum):
 
 @dataclass(slots=True)
 class GetResult:
-    """What a read returns: a status, the units, and where the next read should begin."""
+    """What a read returns: a status, the runs of units read, and where the next read should
+    begin. The units stay in the buffers they were read into until a caller asks for
+    :attr:`units` (decoded messages) or :meth:`body` (bytes to send)."""
 
     status: GetStatus
     next_begin_offset: int
     min_offset: int
     max_offset: int
-    units: list[Unit] = field(default_factory=list)
+    runs: list[Run] = field(default_factory=list)
     tier: str = "tiered"
+
+    @property
+    def count(self) -> int:
+        """Messages returned."""
+        return sum(len(r) for r in self.runs)
+
+    @property
+    def units(self) -> list[Unit]:
+        """One :class:`Unit` per message (a copy of each)."""
+        return [u for r in self.runs for u in r.units()]
+
+    def body_parts(self) -> list[Buffer]:
+        """The stored units back to back as buffers to write one after the other: views of
+        what was read where the units are contiguous in it."""
+        return [b for b in (r.body() for r in self.runs) if len(b)]
+
+    def body(self) -> Buffer:
+        """The stored units back to back in one buffer (a view when they are one contiguous
+        run, else one joined copy)."""
+        parts = self.body_parts()
+        if len(parts) == 1:
+            return parts[0]
+        return b"".join(parts)
 
 
 def crc_mismatches(data: bytes | bytearray | memoryview, starts: Int64s) -> list[int]:
@@ -89,43 +116,6 @@ def crc_mismatches(data: bytes | bytearray | memoryview, starts: Int64s) -> list
 
 
 IntegrityHook = Callable[[FlatMessageFile, IntegrityError], None]
-
-
-@dataclass(frozen=True, slots=True)
-class Run:
-    """Consecutive verified units read in one go: unit ``i`` is ``data[rel[i]:rel[i]+sizes[i]]``
-    at queue offset ``first + i`` (no per-unit objects: a bulk reader slices ``data`` itself)."""
-
-    first: int
-    data: bytes
-    rel: Int64s
-    sizes: Int64s
-    tags: Int64s
-
-    def __len__(self) -> int:
-        return len(self.rel)
-
-    def units(self) -> list[Unit]:
-        """One :class:`Unit` per message (a copy of its bytes each)."""
-        mv = memoryview(self.data)
-        return [
-            Unit(self.first + i, bytes(mv[a : a + n]), int(t))
-            for i, (a, n, t) in enumerate(
-                zip(self.rel.tolist(), self.sizes.tolist(), self.tags.tolist(), strict=True)
-            )
-        ]
-
-    def body(self, count: int) -> bytes | memoryview:
-        """The first ``count`` units back to back: a view of the read when they are contiguous
-        (no copy of a catch-up's megabytes), else one joined copy."""
-        if not count:
-            return b""
-        rel, sizes = self.rel[:count], self.sizes[:count]
-        end = int(rel[-1] + sizes[-1])
-        mv = memoryview(self.data)
-        if end - int(rel[0]) == int(sizes.sum()):
-            return mv[int(rel[0]) : end]
-        return b"".join(mv[a : a + n] for a, n in zip(rel.tolist(), sizes.tolist(), strict=True))
 
 
 BULK_UNITS = 256
@@ -150,10 +140,6 @@ class TieredReader:
         self.bulk_index_units = -(-bulk_index_bytes // CQ_UNIT_SIZE)  # rounded up
         self._next: dict[str, int] = {}  # queue (flat file path) -> where its last run ended
 
-    def read(self, flat: FlatMessageFile, offset: int, count: int) -> list[Unit]:
-        """Up to ``count`` units from ``offset`` as :class:`Unit` objects; see :meth:`run`."""
-        return self.run(flat, offset, count).units()
-
     def run(self, flat: FlatMessageFile, offset: int, count: int) -> Run:
         """Up to ``count`` units from ``offset``: one consumequeue read, one commitlog read.
 
@@ -173,9 +159,8 @@ class TieredReader:
         if count >= BULK_UNITS and self._next.get(flat.path) != offset:
             ask = max(count, self.bulk_index_units)
         units = flat.consume_queue.read_units(offset, ask)[:count]
-        empty = np.zeros(0, np.int64)
         if len(units) == 0:
-            return Run(offset, b"", empty, empty, empty)
+            return Run.empty()
         offs = units["offset"].astype(np.int64)
         sizes = units["size"].astype(np.int64)
         first = int(offs[0])
@@ -211,7 +196,7 @@ class TieredReader:
             rel, sizes, tags = rel[:i], sizes[:i], tags[:i]  # the good ones
         if self.bulk_index_units:
             self._next[flat.path] = offset + len(rel)
-        return Run(offset, data, rel, sizes, tags)
+        return Run(data, rel, sizes, tags, qoffs[: len(rel)])
 
     @staticmethod
     def _skip_codas(data: bytes, rel: Int64s) -> Int64s:
@@ -236,7 +221,8 @@ def next_readable(flat: FlatMessageFile, offset: int) -> int | None:
 
 
 class Fetcher:
-    """``getMessage`` on the tier side: range checks, the read-ahead cache, tag filtering."""
+    """``getMessage`` on the tier side: range checks, the read-ahead cache, tag filtering -- all
+    over runs of units, never one object per message."""
 
     def __init__(self, reader: TieredReader, cache: ReadAheadCache | None, read_ahead_count: int):
         self.reader = reader
@@ -268,9 +254,9 @@ class Fetcher:
         want = _Want(max_count, max_bytes, tags)
         try:
             if self.cache is not None and not self.cache.busy:
-                units, nxt = self._through_cache(flat, offset, hi, want)
+                runs, nxt = self._through_cache(flat, offset, hi, want)
             else:
-                units, nxt = self._direct(flat, offset, hi, want)
+                runs, nxt = self._direct(flat, offset, hi, want, kept=False)
         except ReadPastEndError as e:
             if e.key is not None:  # the backend's object is shorter than its record: not a gap
                 raise
@@ -278,64 +264,32 @@ class Fetcher:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, after_gap or offset, lo, hi)
         if nxt == offset:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, lo, hi)
-        status = GetStatus.FOUND if units else GetStatus.NO_MATCHED_MESSAGE
-        return GetResult(status, nxt, lo, hi, units)
-
-    def get_raw(
-        self, flat: FlatMessageFile | None, offset: int, max_count: int, max_bytes: int
-    ) -> tuple[GetResult, bytes | memoryview]:
-        """Up to ``max_count`` messages from ``offset`` and about ``max_bytes`` (at least one),
-        every subscription's, as one body of stored units back to back: a bulk read that makes
-        no per-message objects (the result holds no units). For a status other than FOUND, or
-        a gap, the caller asks :meth:`get`, which knows every case.
-
-        Raises:
-            IntegrityError: as :meth:`get`.
-            ProviderError: as :meth:`get`.
-            ReadPastEndError: ``offset`` lies in a gap.
-        """
-        outside = _outside(flat, offset)
-        if outside is not None:
-            return outside, b""
-        assert flat is not None
-        lo, hi = flat.min_offset(), flat.commit_offset
-        run = self.reader.run(flat, offset, min(max_count, hi - offset))
-        if not len(run):
-            return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, lo, hi), b""
-        ends = np.cumsum(run.sizes)
-        keep = max(1, int(np.searchsorted(ends, max_bytes, side="right")))
-        return GetResult(GetStatus.FOUND, offset + keep, lo, hi), run.body(keep)
+        status = GetStatus.FOUND if runs else GetStatus.NO_MATCHED_MESSAGE
+        return GetResult(status, nxt, lo, hi, runs)
 
     def _direct(
-        self, flat: FlatMessageFile, offset: int, hi: int, want: _Want
-    ) -> tuple[list[Unit], int]:
-        got = self.reader.read(flat, offset, min(want.count, hi - offset))
-        kept: list[Unit] = []
-        size = 0
-        for unit, ok in zip(got, matching(got, want.tags), strict=True):
-            if kept and size + len(unit.data) > want.bytes:
-                return kept, unit.queue_offset
-            if ok:
-                kept.append(unit)
-                size += len(unit.data)
-        return kept, offset + len(got)
+        self, flat: FlatMessageFile, offset: int, hi: int, want: _Want, *, kept: bool
+    ) -> tuple[list[Run], int]:
+        got = self.reader.run(flat, offset, min(want.count, hi - offset))
+        taken, stop = take(got, want, kept=kept)
+        return ([taken] if len(taken) else []), (offset + len(got) if stop is None else stop)
 
     def _through_cache(
         self, flat: FlatMessageFile, offset: int, hi: int, want: _Want
-    ) -> tuple[list[Unit], int]:
-        """Serve a run of cached units from ``offset``, loading a read-ahead window on a miss."""
+    ) -> tuple[list[Run], int]:
+        """Serve runs of cached units from ``offset``, loading a read-ahead window on a miss."""
         assert self.cache is not None
         cache = self.cache
         topic, qid = flat.topic, flat.queue_id
-        kept: list[Unit] = []
-        size = 0
+        runs: list[Run] = []
+        count = size = 0
         q = offset
         limit = min(hi, offset + self.read_ahead_count)
-        while q < limit and len(kept) < want.count:
+        while q < limit and count < want.count:
             # a filter may skip messages: then look at the rest of the window
-            need = limit - q if want.tags.tags is not None else want.count - len(kept)
+            need = limit - q if want.tags.tags is not None else want.count - count
             run = cache.run(topic, qid, q, need)
-            if not run:
+            if not len(run):
                 span = min(32 if want.count == 1 else self.read_ahead_count, hi - q)
                 try:
                     cache.load_once(
@@ -346,22 +300,52 @@ class Fetcher:
                         raise
                     break  # a gap or a damaged message: the next call starts (and fails) there
                 run = cache.run(topic, qid, q, need)
-                if not run:  # not cacheable (too big, cache full): read what is needed
-                    rest = _Want(want.count - len(kept), want.bytes - size, want.tags)
-                    more, nxt = self._direct(flat, q, hi, rest)
-                    return kept + more, nxt
-            for unit, ok in zip(run, matching(run, want.tags), strict=True):
-                if len(kept) >= want.count or (kept and size + len(unit.data) > want.bytes):
-                    return kept, q
-                q += 1
-                if ok:
-                    kept.append(unit)
-                    size += len(unit.data)
-        return kept, q
+                if not len(run):  # not cacheable (too big, cache full): read what is needed
+                    rest = _Want(want.count - count, want.bytes - size, want.tags)
+                    more, nxt = self._direct(flat, q, hi, rest, kept=count > 0)
+                    return runs + more, nxt
+            rest = _Want(want.count - count, want.bytes - size, want.tags)
+            taken, stop = take(run, rest, kept=count > 0)
+            if len(taken):
+                runs.append(taken)
+                count += len(taken)
+                size += taken.nbytes
+            if stop is not None:
+                return runs, stop
+            q += len(run)
+        return runs, q
 
     def _fill(self, flat: FlatMessageFile, start: int, span: int) -> None:
         assert self.cache is not None
-        self.cache.put_window(flat.topic, flat.queue_id, start, self.reader.read(flat, start, span))
+        self.cache.put_window(flat.topic, flat.queue_id, start, self.reader.run(flat, start, span))
+
+
+def take(run: Run, want: _Want, *, kept: bool) -> tuple[Run, int | None]:
+    """The units of ``run`` the subscription takes, at most ``want.count`` of them and about
+    ``want.bytes`` (at least one unless some were ``kept`` before), and the queue offset where
+    the next read begins when the limits stopped it inside the run (``None``: the run was used
+    whole). Over the batch: a slice when nothing is filtered, else one selection."""
+    if want.tags.tags is None:
+        n = min(len(run), want.count)
+        if n == len(run) and run.nbytes <= want.bytes:  # the usual pull: one sum, no copies
+            return run, None
+        sizes = run.sizes
+        matched = run
+    else:
+        ok = want.tags.match_run(run)
+        matched = run.select(ok)
+        sizes = matched.sizes
+    n = min(len(matched), want.count)
+    ends = np.cumsum(sizes[:n])
+    fit = int(np.searchsorted(ends, want.bytes, side="right"))  # those within the byte budget
+    if fit < n:
+        n = max(fit, 0 if kept else 1)
+        stop = int(matched.qoffs[n]) if n < len(matched) else None
+    elif n < len(matched):  # the count is reached: go on after the last one taken
+        stop = int(matched.qoffs[n - 1]) + 1
+    else:
+        stop = None
+    return matched.slice(0, n), stop
 
 
 def out_of_range(offset: int, lo: int, hi: int) -> tuple[GetStatus, int] | None:
@@ -396,8 +380,8 @@ class _Want:
 
 
 def matching(units: Sequence[Unit], tags: TagFilter) -> Iterable[bool]:
-    """Which units the subscription takes: tag codes in bulk, then the ``TAGS`` of those."""
+    """Which units the subscription takes (units read one by one: the broker's local reads)."""
     if tags.tags is None:
         return itertools.repeat(True, len(units))
-    codes = tags.match_codes([u.tags_code for u in units]).tolist()
-    return [ok and tags.match_message(u.message()) for u, ok in zip(units, codes, strict=True)]
+    ok: list[bool] = tags.match_run(Run.of_units(units)).tolist()
+    return ok

@@ -48,13 +48,13 @@ from .fetcher import GetResult
 from .fetcher import GetStatus
 from .fetcher import TieredReader
 from .fetcher import Unit
-from .fetcher import matching
 from .fetcher import out_of_range
 from .local_source import LocalSource
 from .read_cache import ReadAheadCache
 from .read_cache import memory_limit_bytes
 from .read_route import Route
 from .read_route import route
+from .read_unit import Run
 from .tag_filter import TagFilter
 from .time_search import Boundary
 from .time_search import offset_by_time
@@ -189,7 +189,7 @@ class TieredMessageStore(Closeable):
             yield
         finally:
             elapsed_ms = (time.perf_counter() - started) * 1000
-            metrics.API_LATENCY.labels(operation, topic).observe(elapsed_ms)
+            metrics.child(metrics.API_LATENCY, operation, topic).observe(elapsed_ms)
 
     # --- messages ---------------------------------------------------------------------------------
 
@@ -229,32 +229,6 @@ class TieredMessageStore(Closeable):
                 local_min if result.min_offset < 0 else min(local_min, result.min_offset)
             )
         return result
-
-    def get_raw(
-        self, topic: str, queue_id: int, offset: int, max_count: int, *, max_bytes: int
-    ) -> tuple[GetResult, bytes | memoryview]:
-        """What :meth:`get_message` returns for every subscription, as one body of the stored
-        units back to back (``format=raw``). A read the tier serves whole is done in bulk
-        (:meth:`Fetcher.get_raw`, no per-message objects); anything else -- the local tier, a
-        status other than FOUND, a damaged or missing object -- takes :meth:`get_message`'s
-        path, which decides, falls back and reports as it always does."""
-        check_request(topic, queue_id, offset, max_count)
-        decision = self.route(topic, queue_id, offset, max_count)
-        if decision.tier != "local":
-            flat = self.flat_store.get(topic, queue_id)
-            with self._timed("get_message", topic):
-                try:
-                    result, body = self.fetcher.get_raw(flat, offset, max_count, max_bytes)
-                except (IntegrityError, ProviderError):
-                    result, body = GetResult(GetStatus.OFFSET_FOUND_NULL, offset, -1, -1), b""
-            if result.status is GetStatus.FOUND:
-                metrics.MESSAGES_OUT.labels(topic).inc(result.next_begin_offset - offset)
-                local_min = decision.local_min_offset
-                if local_min >= 0:
-                    result.min_offset = min(local_min, result.min_offset)
-                return result, body
-        result = self.get_message(topic, queue_id, offset, max_count, max_bytes=max_bytes)
-        return result, b"".join(u.data for u in result.units)
 
     def _tiered_get(self, decision: Route, read: _Read) -> GetResult:
         topic, queue_id, offset = read.topic, read.queue_id, read.offset
@@ -298,14 +272,14 @@ class TieredMessageStore(Closeable):
                     offset,
                     read.max_count,
                     result.status.value,
-                    len(result.units),
+                    result.count,
                     result.next_begin_offset,
                 )
             if result.status not in _FALLBACK_STATUSES or not self.local.in_store(
                 topic, queue_id, offset
             ):
                 if result.status is GetStatus.FOUND:
-                    metrics.MESSAGES_OUT.labels(topic).inc(len(result.units))
+                    metrics.child(metrics.MESSAGES_OUT, topic).inc(result.count)
                 return result
         metrics.GET_MESSAGE_FALLBACK.labels("get_message", topic).inc()
         return self._local_get(read)
@@ -332,12 +306,13 @@ class TieredMessageStore(Closeable):
             got = []  # the broker deleted the file meanwhile
         if not got:
             return status(GetStatus.OFFSET_FOUND_NULL, offset)
-        units = [Unit(q, data, code) for q, data, code in got]
-        kept = [u for u, ok in zip(units, matching(units, read.filt), strict=True) if ok]
+        run = Run.of_units([Unit(q, data, code) for q, data, code in got])
+        if read.filt.tags is not None:
+            run = run.select(read.filt.match_run(run))
         result = status(
-            GetStatus.FOUND if kept else GetStatus.NO_MATCHED_MESSAGE, offset + len(units)
+            GetStatus.FOUND if len(run) else GetStatus.NO_MATCHED_MESSAGE, offset + len(got)
         )
-        result.units = kept
+        result.runs = [run] if len(run) else []
         return result
 
     # --- offsets and times ------------------------------------------------------------------------

@@ -20,15 +20,17 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Iterable
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from cachetools import TTLCache
 
+from tiered.core.read_unit import Run
 from tiered.core.read_unit import Unit
 
 BUSY_RATE = 0.8
+EXPIRE_EVERY_S = 0.1
+_EMPTY = Run.empty()
 QueueKey = tuple[str, int]
 
 
@@ -59,16 +61,20 @@ class CacheStats:
 
 @dataclass(frozen=True, slots=True)
 class Window:
-    """Consecutive units of one queue from queue offset ``start``."""
+    """Consecutive units of one queue from queue offset ``start``: one read, kept whole."""
 
     start: int
-    units: Sequence[Unit]
-    nbytes: int
+    run: Run
 
     @property
     def end(self) -> int:
         """The queue offset after the last unit."""
-        return self.start + len(self.units)
+        return self.start + len(self.run)
+
+    @property
+    def nbytes(self) -> int:
+        """What it holds in memory: the buffer its units are cut from."""
+        return len(self.run.data)
 
 
 WindowKey = tuple[str, int, int]
@@ -90,11 +96,11 @@ class _Windows(TTLCache[WindowKey, Window]):
             self.forget(key, old)
         self[key] = window
         bisect.insort(self.starts.setdefault(key[:2], []), key[2])
-        self.messages += len(window.units)
+        self.messages += len(window.run)
 
     def forget(self, key: WindowKey, window: Window) -> None:
         """Drop a window's start from the index."""
-        self.messages -= len(window.units)
+        self.messages -= len(window.run)
         starts = self.starts.get(key[:2])
         if starts is None:
             return
@@ -133,6 +139,8 @@ class ReadAheadCache:
         self.max_bytes = max(1, max_bytes)
         self._lock = threading.Lock()
         self._cache = _Windows(self.max_bytes, expire_ms / 1000.0, clock)
+        self._clock = clock
+        self._expired_at = float("-inf")
         self._flights: dict[QueueKey, list[_Flight]] = {}
         self.stats = CacheStats()
 
@@ -158,50 +166,57 @@ class ReadAheadCache:
 
     @property
     def busy(self) -> bool:
-        """More than 80 % of the byte budget is used: readers should go around the cache."""
-        return self.used_bytes > BUSY_RATE * self.max_bytes
+        """More than 80 % of the byte budget is used: readers should go around the cache. Asked
+        on every read: expired windows are dropped at most every :data:`EXPIRE_EVERY_S`."""
+        now = self._clock()
+        if now - self._expired_at >= EXPIRE_EVERY_S:
+            with self._lock:
+                self._cache.expire()
+            self._expired_at = now
+        return int(self._cache.currsize) > BUSY_RATE * self.max_bytes
 
-    def run(self, topic: str, queue_id: int, offset: int, limit: int) -> Sequence[Unit]:
+    def run(self, topic: str, queue_id: int, offset: int, limit: int) -> Run:
         """Up to ``limit`` cached units from ``offset`` on, from the window that holds it
-        (re-arming its expiry); empty on a miss. One access."""
+        (re-arming its expiry), as a slice of its run (no copy); empty on a miss. One
+        access."""
         with self._lock:
             self.stats.accesses += 1
             starts = self._cache.starts.get((topic, queue_id))
             if not starts:
-                return ()
+                return _EMPTY
             i = bisect.bisect_right(starts, offset) - 1
             if i < 0:
-                return ()
+                return _EMPTY
             key = (topic, queue_id, starts[i])
             window = self._cache.get(key)
             if window is None or offset >= window.end:
-                return ()
+                return _EMPTY
             self.stats.hits += 1
             self._cache[key] = window  # expire-after-access: re-arm the timer
             at = offset - window.start
-            return window.units[at : at + limit]
+            return window.run.slice(at, at + limit)
 
     def get(self, topic: str, queue_id: int, offset: int) -> Unit | None:
         """The unit at ``offset``, refreshing its window's expiry; ``None`` on a miss."""
         found = self.run(topic, queue_id, offset, 1)
-        return found[0] if found else None
+        return found.units()[0] if len(found) else None
 
-    def put_window(self, topic: str, queue_id: int, start: int, units: Sequence[Unit]) -> None:
-        """Cache consecutive units (queue offsets ``start``, ``start + 1``, ...) as one window
-        (a window bigger than the whole budget is not cached)."""
-        nbytes = sum(len(u.data) for u in units)
+    def put_window(self, topic: str, queue_id: int, start: int, run: Run) -> None:
+        """Cache a run of consecutive units (queue offsets ``start``, ``start + 1``, ...) as one
+        window (a window bigger than the whole budget is not cached)."""
+        window = Window(start, run)
         with self._lock:
             self.stats.loads += 1
-            if not units or nbytes > self.max_bytes:
+            if not len(run) or window.nbytes > self.max_bytes:
                 return
-            self._cache.add((topic, queue_id, start), Window(start, tuple(units), nbytes))
+            self._cache.add((topic, queue_id, start), window)
 
     def put_many(self, topic: str, queue_id: int, units: Iterable[Unit]) -> None:
         """Cache units by queue offset: each run of consecutive offsets becomes one window."""
         ordered = sorted(units, key=lambda u: u.queue_offset)
         for _, run in itertools.groupby(enumerate(ordered), key=lambda x: x[1].queue_offset - x[0]):
             window = [u for _, u in run]
-            self.put_window(topic, queue_id, window[0].queue_offset, window)
+            self.put_window(topic, queue_id, window[0].queue_offset, Run.of_units(window))
 
     def load_once(
         self, topic: str, queue_id: int, start: int, span: int, loader: Callable[[], None]

@@ -12,11 +12,15 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from tiered.broker import message as msgcodec
 from tiered.broker.message import Message
+from tiered.core.read_unit import Run
 from tiered.errors import InvalidRequestError
 from tiered.javautil import java_string_hash
+from tiered.native import kernel
 
 SUB_ALL = "*"
+ASK = 2  # the kernel's tags_in verdict for a unit it leaves to Python
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +62,27 @@ class TagFilter:
     def match_message(self, message: Message) -> bool:
         """The message's own ``TAGS`` is one of the subscribed tags."""
         return self.tags is None or message.tags in self.tags
+
+    def match_run(self, run: Run) -> npt.NDArray[np.bool_]:
+        """Which units of a run the subscription takes: tag codes over the batch, then each
+        code match's ``TAGS`` (one compiled pass; a unit it cannot decide -- ``TAGS`` not
+        valid UTF-8, or a torn unit -- is decoded here)."""
+        ok = self.match_codes(run.tags)
+        if self.tags is None or not ok.any():
+            return ok
+        at = np.flatnonzero(ok)
+        rel, sizes = run.rel[at], run.sizes[at]
+        wanted = [t.encode("utf-8", "surrogatepass") for t in sorted(self.tags)]
+        verdicts = np.frombuffer(kernel().tags_in(run.data, rel, sizes, wanted), np.uint8)
+        ask = np.flatnonzero(verdicts == ASK).tolist()
+        if ask:
+            verdicts = verdicts.copy()
+        mv = memoryview(run.data)
+        for i in ask:
+            a, n = int(rel[i]), int(sizes[i])
+            verdicts[i] = self.match_message(msgcodec.decode(bytes(mv[a : a + n])))
+        ok[at] = verdicts == 1
+        return ok
 
     def __str__(self) -> str:
         return SUB_ALL if self.tags is None else " || ".join(sorted(self.tags))

@@ -59,5 +59,5 @@ class RequestAccounting:
             elapsed_ms = (time.perf_counter() - started) * 1000
             method = scope["method"] if scope["method"] in METHODS else OTHER
             route = route_template(scope)
-            metrics.HTTP_REQUESTS.labels(method, route, str(status)).inc()
-            metrics.HTTP_REQUEST_DURATION.labels(method, route).observe(elapsed_ms)
+            metrics.child(metrics.HTTP_REQUESTS, method, route, str(status)).inc()
+            metrics.child(metrics.HTTP_REQUEST_DURATION, method, route).observe(elapsed_ms)

@@ -41,7 +41,6 @@ from tiered.core.fetcher import GetResult
 from tiered.core.message_store import MAX_QUEUE_ID
 from tiered.core.message_store import TOPIC_PATTERN
 from tiered.core.message_store import TieredMessageStore
-from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError
 from tiered.errors import InvalidRequestError
@@ -66,12 +65,11 @@ Topic = Annotated[str, Path(pattern=TOPIC_PATTERN, description="Topic name.")]
 QueueId = Annotated[int, Path(alias="queueId", ge=0, le=MAX_QUEUE_ID, description="Queue id.")]
 
 
-def _headers(result: GetResult, next_offset: int | None = None) -> dict[str, str]:
+def _headers(result: GetResult) -> dict[str, str]:
     """The response headers of a message read."""
-    nxt = result.next_begin_offset if next_offset is None else next_offset
     return {
         "X-Status": result.status.value,
-        "X-Next-Begin-Offset": str(nxt),
+        "X-Next-Begin-Offset": str(result.next_begin_offset),
         "X-Min-Offset": str(result.min_offset),
         "X-Max-Offset": str(result.max_offset),
         "X-Tier": result.tier,
@@ -215,38 +213,21 @@ def create_app(
             subscription = TagFilter.parse(tags)
         except InvalidRequestError as e:
             return _error(400, str(e), "tags")
-        if fmt == "raw" and subscription.tags is None:  # bulk: no per-message objects
-            raw, body = store.get_raw(
-                topic, queue_id, offset, max_count, max_bytes=max_response_bytes
-            )
-            return Response(body, media_type="application/octet-stream", headers=_headers(raw))
         result = store.get_message(
             topic, queue_id, offset, max_count, subscription, max_bytes=max_response_bytes
         )
-        units: list[Unit] = []
-        used = 0
-        for u in result.units:
-            if units and used + len(u.data) > max_response_bytes:
-                break
-            units.append(u)
-            used += len(u.data)
-        next_offset = (
-            units[-1].queue_offset + 1
-            if len(units) < len(result.units)
-            else (result.next_begin_offset)
-        )
-        headers = _headers(result, next_offset)
-        if fmt == "raw":  # one body: per-unit chunks cost a write each
-            body = b"".join(u.data for u in units)
+        headers = _headers(result)
+        if fmt == "raw":  # the stored units back to back: a view of the read, no copy
+            body = result.body()
             return Response(body, media_type="application/octet-stream", headers=headers)
         return JSONResponse(
             {
                 "status": result.status.value,
-                "nextBeginOffset": next_offset,
+                "nextBeginOffset": result.next_begin_offset,
                 "minOffset": result.min_offset,
                 "maxOffset": result.max_offset,
                 "tier": result.tier,
-                "messages": [message_json(u.data, result.tier) for u in units],
+                "messages": [message_json(u.data, result.tier) for u in result.units],
             },
             headers=headers,
         )

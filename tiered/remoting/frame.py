@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
@@ -46,6 +47,9 @@ class Command:
     remark: str | None = None
     ext_fields: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    body_parts: tuple[bytes | bytearray | memoryview, ...] = ()
+    """a response body given as buffers written after ``body`` (a pull's runs of units, views
+    of what was read): sent with one vectored write, never joined"""
     language: str = "JAVA"
     version: int = 0
     serialize_type: int = JSON
@@ -65,6 +69,7 @@ class Command:
         remark: str | None = None,
         ext_fields: dict[str, str] | None = None,
         body: bytes = b"",
+        body_parts: Sequence[bytes | bytearray | memoryview] = (),
     ) -> Command:
         """The response to this request: ``opaque`` echoed, the response flag set."""
         return Command(
@@ -74,6 +79,7 @@ class Command:
             remark=remark,
             ext_fields=ext_fields or {},
             body=body,
+            body_parts=tuple(body_parts),
             version=self.version,
         )
 
@@ -118,7 +124,9 @@ def _decode_json(raw: bytes) -> Command:
         opaque=_int_field(header, "opaque", 0),
         flag=_int_field(header, "flag", 0),
         remark=None if remark is None else _as_text(remark),
-        ext_fields={str(k): _as_text(v) for k, v in ext.items() if v is not None},
+        ext_fields={
+            str(k): v if type(v) is str else _as_text(v) for k, v in ext.items() if v is not None
+        },
         language=language if isinstance(language, str) else _as_text(language),
         version=_int_field(header, "version", 0),
         serialize_type=JSON,
@@ -212,7 +220,9 @@ def _json_header(command: Command) -> bytes:
         "version": command.version,
         "opaque": command.opaque,
         "flag": command.flag,
-        "extFields": {k: _as_text(v) for k, v in command.ext_fields.items()},
+        "extFields": {
+            k: v if type(v) is str else _as_text(v) for k, v in command.ext_fields.items()
+        },
         "serializeTypeCurrentRPC": "JSON",
     }
     if command.remark is not None:
@@ -238,19 +248,23 @@ def _rocketmq_header(command: Command) -> bytes:
 
 def encode(command: Command, serialize_type: int = JSON) -> bytes:
     """The whole frame (length field included) with a JSON or ROCKETMQ header."""
-    head, body = encode_parts(command, serialize_type)
-    return b"".join((head, body))
+    return b"".join(encode_parts(command, serialize_type))
 
 
-def encode_parts(command: Command, serialize_type: int = JSON) -> tuple[bytes, bytes]:
-    """The frame as its head (length fields and header) and its body, uncopied: written with
-    one vectored send, a pull's body goes to the socket without being joined to its head."""
+def encode_parts(
+    command: Command, serialize_type: int = JSON
+) -> list[bytes | bytearray | memoryview]:
+    """The frame as buffers: its head (length fields and header), then its body and body parts,
+    uncopied: written with one vectored send, a pull's units go to the socket without being
+    joined to each other or to the head."""
     header = _json_header(command) if serialize_type == JSON else _rocketmq_header(command)
-    body = command.body
+    parts: list[bytes | bytearray | memoryview] = [command.body] if command.body else []
+    parts += [p for p in command.body_parts if len(p)]
+    size = sum(len(p) for p in parts)
     prefix = struct.pack(
-        ">ii", MIN_FRAME + len(header) + len(body), (serialize_type << 24) | len(header)
+        ">ii", MIN_FRAME + len(header) + size, (serialize_type << 24) | len(header)
     )
-    return prefix + header, body
+    return [prefix + header, *parts]
 
 
 class FrameReader:

@@ -348,9 +348,10 @@ class Replay:
             "maxOffset": str(max(result.max_offset, result.next_begin_offset, 0)),
         }
         if status is GetStatus.FOUND:
-            metrics.REMOTING_MESSAGES_SERVED.labels(result.tier).inc(len(result.units))
-            body = b"".join(u.data for u in result.units)
-            return request.response(ResponseCode.SUCCESS, ext_fields=header, body=body)
+            metrics.child(metrics.REMOTING_MESSAGES_SERVED, result.tier).inc(result.count)
+            return request.response(
+                ResponseCode.SUCCESS, ext_fields=header, body_parts=result.body_parts()
+            )
         if status is GetStatus.NO_MATCHED_MESSAGE:
             return request.response(ResponseCode.PULL_RETRY_IMMEDIATELY, ext_fields=header)
         moved = status in (GetStatus.OFFSET_TOO_SMALL, GetStatus.OFFSET_OVERFLOW_BADLY) or (

@@ -25,6 +25,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from tiered import metrics
@@ -51,15 +52,16 @@ FLUSH_INTERVAL_S = 1.0
 STOP_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 16
 HELD_WORKERS = 4
+IOV_MAX = 1024  # buffers one sendmsg takes (Linux UIO_MAXIOV)
 
 
-def send_all(sock: socket.socket, head: bytes, body: bytes) -> None:
-    """``sendall`` of ``head`` then ``body`` with ``sendmsg``: one system call for a frame that
-    fits the socket buffer, no joined copy of the body (partial sends resume where they
-    stopped)."""
-    parts = [memoryview(head), memoryview(body)] if body else [memoryview(head)]
+def send_all(sock: socket.socket, buffers: Sequence[bytes | bytearray | memoryview]) -> None:
+    """``sendall`` of ``buffers`` one after the other with ``sendmsg``: one system call for a
+    frame that fits the socket buffer, no joined copy (partial sends resume where they
+    stopped; at most ``IOV_MAX`` buffers a call)."""
+    parts = [memoryview(b).cast("B") for b in buffers if len(b)]
     while parts:
-        sent = sock.sendmsg(parts)
+        sent = sock.sendmsg(parts[:IOV_MAX])
         while parts and sent >= len(parts[0]):
             sent -= len(parts[0])
             parts.pop(0)
@@ -97,13 +99,13 @@ class _Connection:
     def send(self, command: Command) -> None:
         """Write one frame (head and body in one vectored send, the body not copied); a
         connection the client closed meanwhile is ignored."""
-        head, body = encode_parts(command)
+        parts = encode_parts(command)
         with self.write_lock, contextlib.suppress(OSError):
-            send_all(self.sock, head, body)
+            send_all(self.sock, parts)
 
     def answer(self, request: Command, response: Command) -> None:
         result = "ONEWAY" if request.is_oneway else _result_name(response.code)
-        metrics.REMOTING_REQUESTS.labels(code_name(request.code), result).inc()
+        metrics.child(metrics.REMOTING_REQUESTS, code_name(request.code), result).inc()
         if not request.is_oneway:
             self.send(response)
 

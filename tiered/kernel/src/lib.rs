@@ -7,6 +7,7 @@
 pub mod java;
 pub mod index_file;
 pub mod keys;
+pub mod tags;
 pub mod unit;
 
 #[cfg(feature = "python")]
@@ -214,6 +215,25 @@ mod python {
         Ok(PyBytes::new(py, as_bytes(&bad)))
     }
 
+    /// `tags_in(data, starts, sizes, wanted) -> bytes`: per unit 1 when its `TAGS` is one of
+    /// `wanted` (UTF-8 bytes), 0 when not, 2 when the caller must decode it (`TAGS` not valid
+    /// UTF-8, or field lengths that do not add up).
+    #[pyfunction]
+    fn tags_in<'py>(
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        starts: &Bound<'py, PyAny>,
+        sizes: &Bound<'py, PyAny>,
+        wanted: Vec<Vec<u8>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (data, starts, sizes) =
+            (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
+        let (d, s, z) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?);
+        same_length(&[("starts", s.len()), ("sizes", z.len())])?;
+        let verdicts = py.detach(|| crate::tags::tags_in(d, s, z, &wanted));
+        Ok(PyBytes::new(py, &verdicts))
+    }
+
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
@@ -223,6 +243,7 @@ mod python {
         m.add_function(wrap_pyfunction!(link_items, m)?)?;
         m.add_function(wrap_pyfunction!(uninitialized, m)?)?;
         m.add_function(wrap_pyfunction!(crc_mismatches, m)?)?;
+        m.add_function(wrap_pyfunction!(tags_in, m)?)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }
