@@ -55,6 +55,10 @@ from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.remoting.groups import ReplayOffsets
+from tiered.remoting.handlers import Replay
+from tiered.remoting.naming import Naming
+from tiered.remoting.server import RemotingServer
 
 GIB = 1 << 30
 MIB = 1 << 20
@@ -233,6 +237,61 @@ def catch_up(
     return int(out[0]), float(out[1]), _cpu() - cpu
 
 
+REPLAY_CLIENT = """
+import sys, time
+from tiered.remoting.client import RemotingClient
+from tiered.remoting.codes import RequestCode, ResponseCode
+port, queues, ends = int(sys.argv[1]), int(sys.argv[2]), [int(e) for e in sys.argv[3:]]
+nbytes, started = 0, time.perf_counter()
+with RemotingClient("127.0.0.1", port, timeout_s=300) as c:
+    for qid in range(queues):
+        offset = 0
+        while offset < ends[qid]:
+            r = c.call(
+                RequestCode.PULL_MESSAGE, consumerGroup="bench", topic="GenTopic0", queueId=qid,
+                queueOffset=offset, maxMsgNums=READ_BATCH, sysFlag=0, commitOffset=0,
+                suspendTimeoutMillis=0,
+            )
+            assert r.code == ResponseCode.SUCCESS, (r.code, r.remark)
+            nxt = int(r.ext_fields["nextBeginOffset"])
+            assert nxt > offset
+            nbytes, offset = nbytes + len(r.body), nxt
+print(nbytes, time.perf_counter() - started)
+""".replace("READ_BATCH", str(READ_BATCH))
+
+
+def catch_up_replay(
+    sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]
+) -> tuple[int, float, float]:
+    """Every queue read whole over the replay port (PULL_MESSAGE, 1024 per pull) by a consumer
+    process, from a fresh store (empty caches); bytes, seconds, the sidecar's CPU-seconds."""
+    store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
+    offsets = ReplayOffsets(Path(tempfile.mkdtemp(prefix="bench-s3-offsets-")))
+    offsets.load()
+    holder: list[RemotingServer] = []
+    naming = Naming(cfg, store, lambda: holder[0].address, None)
+    server = RemotingServer(Replay(cfg, store, naming, offsets=offsets), "127.0.0.1", 0)
+    holder.append(server)
+    server.start()
+    ends = []
+    for qid in range(QUEUES):
+        flat = sidecar.flat_store.get("GenTopic0", qid)
+        assert flat is not None
+        ends.append(str(flat.commit_offset))
+    requests.clear()
+    cpu = _cpu()
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", REPLAY_CLIENT, str(server.port), str(QUEUES), *ends],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.split()
+    finally:
+        server.stop()
+    return int(out[0]), float(out[1]), _cpu() - cpu
+
+
 def catch_up_in_process(sidecar: Sidecar, cfg: TieredConfig) -> tuple[int, float, float]:
     """The same reads through the store API in this process; bytes, seconds, CPU-seconds."""
     store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
@@ -342,6 +401,16 @@ def test_s3_request_cost(backlog: Path, servers: list[S3Endpoint]) -> None:
         lines.append(
             f"  catch-up (HTTP)   {read / MIB:7.0f} MiB  {per_gib(requests, read)}  "
             f"{ours:.0f} MB/s; boto3 16 MiB GETs {theirs:.0f} MB/s; ratio {ours / theirs:.2f}; "
+            f"sidecar {read_cpu * GIB / read:.2f} CPU-s/GiB"
+        )
+        sidecar.close()  # again from nothing remembered
+        provider, requests = counted(cfg)
+        sidecar = Sidecar(cfg, provider).open()
+        read, read_s, read_cpu = catch_up_replay(sidecar, cfg, requests)
+        ours = read / 1e6 / read_s
+        lines.append(
+            f"  catch-up (replay) {read / MIB:7.0f} MiB  {per_gib(requests, read)}  "
+            f"{ours:.0f} MB/s; ratio to boto3 {ours / theirs:.2f}; "
             f"sidecar {read_cpu * GIB / read:.2f} CPU-s/GiB"
         )
         sidecar.close()  # again from nothing remembered

@@ -16,6 +16,7 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
 
+from tiered import allocator
 from tiered.cli.common import Group
 
 COMMANDS = {
@@ -38,3 +39,4 @@ COMMANDS = {
 @click.version_option(package_name="rocketmq-tiered", prog_name="rmq-tiered")
 def main() -> None:
     """rocketmq-tiered: offload a RocketMQ broker's messages to tiered storage, read them back."""
+    allocator.tune()

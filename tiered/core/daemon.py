@@ -25,6 +25,7 @@ from typing import Protocol
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
+from tiered import allocator
 from tiered.config import TieredConfig
 from tiered.errors import TieredStoreError
 from tiered.logs import error_fields
@@ -167,6 +168,7 @@ class Daemon:
             self.add_job(self._expire, self.cfg.tiered_store_delete_file_interval_ms, name="expiry")
             if self.sidecar.index is not None:  # checkpoints, catch-up, compaction, expiry
                 self.sidecar.index.schedule(self.add_job)
+            self.add_job(allocator.trim, allocator.TRIM_INTERVAL_MS, name="malloc-trim")
             self.scheduler.start()
             while not self.stop.wait(0.2):
                 pass

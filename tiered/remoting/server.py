@@ -117,10 +117,13 @@ class _Connection:
     def run(self) -> None:
         server = self.server
         frames = FrameReader(server.max_frame_bytes)
+        armed = -1.0
         try:
             while not self.closed:
                 timeout = server.frame_stall_s if frames.pending else server.idle_timeout_s
-                self.sock.settimeout(timeout)
+                if timeout != armed:  # settimeout is a system call: only when it changes
+                    self.sock.settimeout(timeout)
+                    armed = timeout
                 try:
                     data = self.sock.recv(READ_CHUNK)
                 except TimeoutError:
