@@ -24,11 +24,14 @@ prefetch is made.
 
 from __future__ import annotations
 
+import bisect
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
+from collections.abc import Iterator
 from concurrent.futures import Future
 from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait
 from dataclasses import dataclass
 from dataclasses import field
 
@@ -49,8 +52,9 @@ Bounds = Callable[[str, int, int], tuple[int, bool]]
 """``bounds(key, start, size)``: where the window from ``start`` ends -- at most ``size`` bytes,
 cut where the object or the chunk object holding ``start`` ends, so it is one GET -- and whether
 the object holds bytes after it; ``(start, False)`` at or past the end."""
-Fetch = Callable[[str, int, int], bytes]
-"""``fetch(key, start, end)``: bytes ``[start, end)`` of ``key`` in one request."""
+Fetch = Callable[[str, int, int], Iterator[bytes]]
+"""``fetch(key, start, end)``: bytes ``[start, end)`` of ``key`` in one request, as the pieces in
+which they arrive (a reader is answered as soon as the bytes it asks for are in)."""
 
 
 @dataclass
@@ -58,7 +62,29 @@ class _Window:
     start: int
     end: int
     more: bool
-    fetched: Future[bytes]
+    fetched: Future[None] = field(default_factory=Future)
+    """done when the whole window has arrived, or the fetch failed or was cancelled"""
+    pieces: list[bytes] = field(default_factory=list)
+    offsets: list[int] = field(default_factory=list)
+    """where each piece starts (relative to ``start``)"""
+    received: int = 0
+    dropped: bool = False
+
+    def has(self, end: int) -> bool:
+        return self.start + self.received >= end
+
+    def slice(self, at: int, end: int) -> bytes:
+        """Bytes ``[at, end)``, which have arrived (one copy)."""
+        a, b = at - self.start, end - self.start
+        i = bisect.bisect_right(self.offsets, a) - 1
+        out = []
+        while a < b:
+            piece, base = self.pieces[i], self.offsets[i]
+            take = memoryview(piece)[a - base : min(b - base, len(piece))]
+            out.append(take)
+            a += len(take)
+            i += 1
+        return out[0].tobytes() if len(out) == 1 else b"".join(out)
 
 
 @dataclass
@@ -81,6 +107,7 @@ class ReadAhead:
         self._streams: OrderedDict[str, _Stream] = OrderedDict()
         self._held = 0  # bytes of every window held (fetched or on its way)
         self._lock = threading.Lock()
+        self._arrived = threading.Condition(self._lock)
         self._pool: ThreadPoolExecutor | None = None
         self._threads = threads
 
@@ -111,12 +138,14 @@ class ReadAhead:
                 )
             if window is None:
                 break
-            try:
-                data = window.fetched.result()
-            except Exception:  # the caller's own read reports (and retries) the failure
+            end = min(at + need, window.end)
+            with self._arrived:  # the bytes asked for, as soon as they are in
+                while not window.has(end) and not window.fetched.done():
+                    self._arrived.wait()
+                piece = window.slice(at, end) if window.has(end) else None
+            if piece is None:  # failed or cut short: the caller's own read reports (and retries)
                 self.forget(key)
                 return None
-            piece = data[at - window.start : at - window.start + need]
             parts.append(piece)
             at += len(piece)
             need -= len(piece)
@@ -198,12 +227,41 @@ class ReadAhead:
         if self._pool is None:
             self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="tiered-readahead")
         self._held += size
-        future = self._pool.submit(self._fetch, key, start, end)
-        stream.windows.append(_Window(start, end, more, future))
+        before = stream.windows[-1].fetched if stream.windows else None
+        window = _Window(start, end, more)
+        stream.windows.append(window)
+        self._pool.submit(self._fetch_after, before, key, window)
         return True
+
+    def _fetch_after(self, before: Future[None] | None, key: str, window: _Window) -> None:
+        """Fetch a window once the key's previous one has arrived: one GET per reader at a
+        time, so the window the reader waits for gets the whole bandwidth (windows fetched side
+        by side share it, and the first one arrives no sooner than all of them), and the next
+        GET is on its way while the reader works on this one. The executor runs tasks in the
+        order given, so the previous fetch is running or done before this one waits for it."""
+        if before is not None:  # done, failed or cancelled: its reader reports a failure
+            wait([before])
+        done = window.fetched
+        try:
+            if done.set_running_or_notify_cancel():  # not dropped before it started
+                for piece in self._fetch(key, window.start, window.end):
+                    with self._arrived:
+                        if window.dropped:
+                            break
+                        window.offsets.append(window.received)
+                        window.pieces.append(piece)
+                        window.received += len(piece)
+                        self._arrived.notify_all()
+                done.set_result(None)
+        except Exception as e:  # the reader falls back to its own read, which reports it
+            done.set_exception(e)
+        finally:
+            with self._arrived:
+                self._arrived.notify_all()
 
     def _drop(self, stream: _Stream, count: int) -> None:
         for window in stream.windows[:count]:
             self._held -= window.end - window.start
+            window.dropped = True
             window.fetched.cancel()
         del stream.windows[:count]

@@ -70,6 +70,7 @@ from .base import check_range
 from .base import iter_payload
 from .chunks import Chunk
 from .chunks import Part
+from .chunks import Piece
 from .chunks import SegmentState
 from .chunks import chunk_name
 from .chunks import parse_name
@@ -99,6 +100,8 @@ MIN_PART_BYTES = 5 * MIB
 MAX_COPY_BYTES = 5 << 30
 """S3's largest CopyObject source and UploadPartCopy range."""
 MAX_KEY_BYTES = 1024
+WINDOW_PIECE = MIB
+"""A read-ahead window's GET is handed to its reader in pieces of this size as they arrive."""
 _DELETE_BATCH = 1000
 _KNOWN_KEYS = 65536
 """How many keys' states of own writes are remembered (least recently used forgotten first)."""
@@ -521,12 +524,53 @@ class S3Provider(Provider):
             end = min(end, next(c.end for c in state.run if c.position <= start < c.end))
         return end, end < state.size
 
-    def _window(self, key: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` of a read-ahead window (one GET)."""
-        data = self._read(key, self._full(key), start, end - start)
-        if len(data) != end - start:
-            raise ReadPastEndError(f"{key!r} ended at {start + len(data)} inside {end}", key=key)
-        return data
+    def _window(self, key: str, start: int, end: int) -> Iterator[bytes]:
+        """Bytes ``[start, end)`` of a read-ahead window (one GET), streamed in pieces of
+        :data:`WINDOW_PIECE` bytes as they arrive: the reader waiting for the first megabytes of a
+        32 MiB window has them after one piece, not after the whole window."""
+        known = self._remembered(key)
+        if known is None:
+            with self._known_lock:
+                known = self._listed.get(key)
+        pieces = (
+            [Piece(key, start, end)]
+            if known is not None and known.sealed and end <= known.size
+            else pieces_for_read(known.run, start, end - start)
+            if known is not None and end <= known.size
+            else []
+        )
+        if len(pieces) != 1:  # not one object of a known segment: the whole read at once
+            data = self._read(key, self._full(key), start, end - start)
+            if len(data) != end - start:
+                raise ReadPastEndError(
+                    f"{key!r} ended at {start + len(data)} inside {end}", key=key
+                )
+            yield data
+            return
+        piece = pieces[0]
+        full = self._root + piece.name
+        body = self._call(
+            "GET",
+            full,
+            lambda: self.client.get_object(
+                Bucket=self.bucket, Key=full, Range=f"bytes={piece.start}-{piece.end - 1}"
+            )["Body"],
+        )
+        got = 0
+        try:
+            for chunk in body.iter_chunks(WINDOW_PIECE):
+                got += len(chunk)
+                yield chunk
+        except Exception as e:  # the reader falls back to its own read (with retries)
+            raise ProviderError(
+                f"s3 GET of {full!r} in bucket {self.bucket!r} failed after {got} of "
+                f"{end - start} bytes: {e}",
+                key=key,
+            ) from e
+        finally:
+            body.close()
+        if got != end - start:
+            raise ReadPastEndError(f"{key!r} ended at {start + got} inside {end}", key=key)
 
     def _read(self, key: str, full: str, position: int, length: int) -> bytes:
         known = self._remembered(key)

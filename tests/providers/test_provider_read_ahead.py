@@ -7,6 +7,7 @@ import itertools
 import random
 import threading
 from collections import Counter
+from collections.abc import Iterator
 
 import pytest
 from tiered.providers import S3Provider
@@ -31,12 +32,14 @@ class Backend:
         end = min(start + size, next(e for e in CHUNK_ENDS if start < e))
         return end, end < len(DATA)
 
-    def fetch(self, key: str, start: int, end: int) -> bytes:
+    def fetch(self, key: str, start: int, end: int) -> Iterator[bytes]:
+        """The window in pieces of 100 bytes, as a GET's body arrives."""
         with self.lock:
             self.fetches.append((start, end - start))
         if start == self.fail_at:
             raise OSError("backend down")
-        return DATA[start:end]
+        for at in range(start, end, 100):
+            yield DATA[at : min(at + 100, end)]
 
 
 def read_all(ahead: ReadAhead, sizes: list[int]) -> list[bool]:
@@ -97,6 +100,34 @@ def test_a_failed_fetch_leaves_the_read_to_the_caller() -> None:
     ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 1 << 20)
     assert ahead.read("k", 0, 10) is None
     assert ahead.read("k", 10, 10) is None  # the window failed: the caller reads and reports
+    assert ahead.held_bytes == 0
+    ahead.close()
+
+
+def test_a_reader_has_its_bytes_before_the_window_has_arrived() -> None:
+    gate = threading.Event()
+
+    def slow(key: str, start: int, end: int) -> Iterator[bytes]:
+        yield DATA[start : start + 100]
+        assert gate.wait(10)  # the rest of the GET's body is late
+        yield DATA[start + 100 : end]
+
+    ahead = ReadAhead(Backend().bounds, slow, 1024, 1 << 20)
+    assert ahead.read("k", 0, 20) is None  # a small first read: the caller's
+    assert ahead.read("k", 20, 80) == DATA[20:100]  # sequential: from the first piece, at once
+    gate.set()
+    assert ahead.read("k", 100, 500) == DATA[100:600]
+    ahead.close()
+
+
+def test_a_fetch_that_breaks_off_leaves_the_rest_to_the_caller() -> None:
+    def broken(key: str, start: int, end: int) -> Iterator[bytes]:
+        yield DATA[start : start + 100]
+        raise OSError("connection reset")
+
+    ahead = ReadAhead(Backend().bounds, broken, 1024, 1 << 20)
+    assert ahead.read("k", 0, 20) is None
+    assert ahead.read("k", 20, 500) is None  # past what arrived: the caller reads it itself
     assert ahead.held_bytes == 0
     ahead.close()
 
