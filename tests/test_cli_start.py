@@ -42,3 +42,15 @@ def test_dispatch_does_not_import_the_http_app_or_the_object_store_clients() -> 
         "if m in sys.modules) or ['none'])"
     )
     assert _run(code) == ["['none']"]
+
+
+def test_the_console_script_loads_its_command_without_the_collector_then_turns_it_on() -> None:
+    code = (
+        "import gc, sys; from tiered.cli import entry; "
+        "sys.argv = ['rmq-tiered', 'dispatch', '--help']\n"
+        "try:\n    entry()\nexcept SystemExit:\n    pass\n"
+        "print('GC', gc.isenabled(), gc.get_freeze_count() > 1000, 'pydantic' in sys.modules)"
+    )
+    # on for the command's work (a long run must collect its cycles), what loaded frozen
+    out = _run(code)
+    assert out[out.index("GC") :] == ["GC", "True", "True", "True"]

@@ -116,7 +116,7 @@ def test_entrypoint_is_the_console_script_run_on_the_charts_config(
     stage = BY_NAME[name]
     entrypoint = json.loads(stage.last("ENTRYPOINT"))
     assert entrypoint == ["rmq-tiered"]
-    assert PYPROJECT["project"]["scripts"]["rmq-tiered"] == "tiered.cli:main"
+    assert PYPROJECT["project"]["scripts"]["rmq-tiered"] == "tiered.cli:entry"
     command: list[str] = json.loads(stage.last("CMD"))
     assert command[:2] == ["run", "--config"]
     config = Path(command[2])
@@ -218,7 +218,7 @@ def test_wheel_builds_from_the_docker_context_alone(tmp_path: Path) -> None:
         names = archive.namelist()
         (entry_points,) = [n for n in names if n.endswith(".dist-info/entry_points.txt")]
         scripts = archive.read(entry_points).decode()
-    assert "rmq-tiered = tiered.cli:main" in scripts
+    assert "rmq-tiered = tiered.cli:entry" in scripts
     assert "tiered/cli/run.py" in names
     assert "tiered/providers/s3.py" in names
     assert "tiered/jobs/__init__.py" in names
