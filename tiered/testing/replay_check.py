@@ -85,8 +85,13 @@ def assert_same(got: Mapping[K, Message], want: Mapping[K, Message]) -> None:
 
 
 class ReadOnlyWatch(threading.Thread):
-    """Samples a process's open files and mappings every 50 ms: none under ``root`` may be open
-    for writing (O_WRONLY/O_RDWR) or mapped writable."""
+    """Samples a process's open files every :data:`FD_EVERY_S` and its mappings every
+    :data:`MAPS_EVERY`-th time: none under ``root`` may be open for writing (O_WRONLY/O_RDWR)
+    or mapped writable. The sidecar holds a broker file open only for the reads of one batch
+    (milliseconds), so the files are looked at often enough to see it do so (``seen``)."""
+
+    FD_EVERY_S = 0.002
+    MAPS_EVERY = 25
 
     def __init__(self, pid: int, root: Path) -> None:
         super().__init__(daemon=True)
@@ -97,7 +102,7 @@ class ReadOnlyWatch(threading.Thread):
         self.stopping = threading.Event()
 
     def run(self) -> None:
-        while not self.stopping.wait(0.05):
+        while not self.stopping.wait(self.FD_EVERY_S):
             try:
                 self.sample()
             except (FileNotFoundError, ProcessLookupError):
@@ -105,20 +110,22 @@ class ReadOnlyWatch(threading.Thread):
 
     def sample(self) -> None:
         proc = Path(f"/proc/{self.pid}")
-        for fd in (proc / "fd").iterdir():
+        for fd in os.listdir(proc / "fd"):
             try:
-                target = os.readlink(fd)
-                flags = (proc / "fdinfo" / fd.name).read_text().split("flags:")[1].split()[0]
+                target = os.readlink(proc / "fd" / fd)
+                if not target.startswith(self.root):
+                    continue
+                flags = (proc / "fdinfo" / fd).read_text().split("flags:")[1].split()[0]
             except (FileNotFoundError, IndexError):
                 continue
-            if target.startswith(self.root):
-                self.seen.add(target)
-                if int(flags, 8) & 0o3:
-                    self.violations.append(f"fd {fd.name} -> {target} flags {flags}")
-        for line in (proc / "maps").read_text().splitlines():
-            parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].startswith(self.root) and "w" in parts[1]:
-                self.violations.append(f"writable mapping {line}")
+            self.seen.add(target)
+            if int(flags, 8) & 0o3:
+                self.violations.append(f"fd {fd} -> {target} flags {flags}")
+        if self.samples % self.MAPS_EVERY == 0:
+            for line in (proc / "maps").read_text().splitlines():
+                parts = line.split(maxsplit=5)
+                if len(parts) == 6 and parts[5].startswith(self.root) and "w" in parts[1]:
+                    self.violations.append(f"writable mapping {line}")
         self.samples += 1
 
 
