@@ -33,6 +33,7 @@ import sys
 import tempfile
 import time
 from collections import Counter
+from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Iterator
 from pathlib import Path
@@ -211,15 +212,11 @@ print(nbytes, time.perf_counter() - started)
 """.replace("READ_BATCH", str(READ_BATCH))
 
 
-def catch_up(
-    sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]
+def _consume(
+    sidecar: Sidecar, requests: Counter[str], client: str, port: int, stop: Callable[[], None]
 ) -> tuple[int, float, float]:
-    """Every queue read whole over HTTP raw by a consumer process (as a real one is), from a
-    fresh store (empty caches); bytes, seconds, the sidecar's CPU-seconds."""
-    store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
-    app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=READ_BYTES)
-    server = HttpServer(app, "127.0.0.1", 0)
-    server.start()
+    """Run ``client`` (a consumer process reading every queue whole from ``port``) against a
+    started server, then ``stop`` it; bytes, seconds, this process's CPU-seconds."""
     ends = []
     for qid in range(QUEUES):
         flat = sidecar.flat_store.get("GenTopic0", qid)
@@ -229,14 +226,26 @@ def catch_up(
     cpu = _cpu()
     try:
         out = subprocess.run(
-            [sys.executable, "-c", CLIENT, str(server.port), str(QUEUES), *ends],
+            [sys.executable, "-c", client, str(port), str(QUEUES), *ends],
             capture_output=True,
             text=True,
             check=True,
         ).stdout.split()
     finally:
-        server.stop()
+        stop()
     return int(out[0]), float(out[1]), _cpu() - cpu
+
+
+def catch_up(
+    sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]
+) -> tuple[int, float, float]:
+    """Every queue read whole over HTTP raw by a consumer process (as a real one is), from a
+    fresh store (empty caches); bytes, seconds, the sidecar's CPU-seconds."""
+    store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
+    app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=READ_BYTES)
+    server = HttpServer(app, "127.0.0.1", 0)
+    server.start()
+    return _consume(sidecar, requests, CLIENT, server.port, server.stop)
 
 
 REPLAY_CLIENT = """
@@ -275,23 +284,7 @@ def catch_up_replay(
     server = RemotingServer(Replay(cfg, store, naming, offsets=offsets), "127.0.0.1", 0)
     holder.append(server)
     server.start()
-    ends = []
-    for qid in range(QUEUES):
-        flat = sidecar.flat_store.get("GenTopic0", qid)
-        assert flat is not None
-        ends.append(str(flat.commit_offset))
-    requests.clear()
-    cpu = _cpu()
-    try:
-        out = subprocess.run(
-            [sys.executable, "-c", REPLAY_CLIENT, str(server.port), str(QUEUES), *ends],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.split()
-    finally:
-        server.stop()
-    return int(out[0]), float(out[1]), _cpu() - cpu
+    return _consume(sidecar, requests, REPLAY_CLIENT, server.port, server.stop)
 
 
 def catch_up_in_process(sidecar: Sidecar, cfg: TieredConfig) -> tuple[int, float, float]:
