@@ -88,7 +88,10 @@ class ReadOnlyWatch(threading.Thread):
     """Samples a process's open files every :data:`FD_EVERY_S` and its mappings every
     :data:`MAPS_EVERY`-th time: none under ``root`` may be open for writing (O_WRONLY/O_RDWR)
     or mapped writable. The sidecar holds a broker file open only for the reads of one batch
-    (milliseconds), so the files are looked at often enough to see it do so (``seen``)."""
+    (milliseconds), so the files are looked at often enough to see it do so (``seen``).
+    An fd's link and its ``fdinfo`` are two reads: the inode ``fdinfo`` names must be the
+    link target's, or the fd was closed and reused (for a tier file opened for writing)
+    between them and the sample is dropped."""
 
     FD_EVERY_S = 0.002
     MAPS_EVERY = 25
@@ -115,8 +118,13 @@ class ReadOnlyWatch(threading.Thread):
                 target = os.readlink(proc / "fd" / fd)
                 if not target.startswith(self.root):
                     continue
-                flags = (proc / "fdinfo" / fd).read_text().split("flags:")[1].split()[0]
-            except (FileNotFoundError, IndexError):
+                info = dict(
+                    line.split(":", 1) for line in (proc / "fdinfo" / fd).read_text().splitlines()
+                )
+                flags = info["flags"].strip()
+                if int(info["ino"]) != os.stat(target).st_ino:
+                    continue  # the fd was closed and reused between the two reads
+            except (FileNotFoundError, KeyError, ValueError):
                 continue
             self.seen.add(target)
             if int(flags, 8) & 0o3:
