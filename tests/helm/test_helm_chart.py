@@ -109,6 +109,25 @@ CLUSTER_REPLAY = {
         ],
     }
 }
+# Accounts and TLS (security.*; tests/helm/test_helm_security.py has the details). Permissive TLS
+# on HTTP keeps the probes plain.
+TLS_CERT_MANAGER = {
+    "security": {
+        "acl": {"accounts": [{"accessKey": "replay-reader", "secretKey": "a-long-secret"}]},
+        "tls": {
+            "httpMode": "permissive",
+            "remotingMode": "enforcing",
+            "mutual": True,
+            "certManager": {"enabled": True, "issuerRef": {"name": "internal-ca"}},
+        },
+    }
+}
+TLS_EXISTING = {
+    "security": {
+        "acl": {"existingSecret": "rmq-accounts"},
+        "tls": {"remotingMode": "enforcing", "existingSecret": "rmq-tls"},
+    }
+}
 VALUE_SETS = {
     "statefulset-defaults": {},
     "statefulset-cluster-replay": CLUSTER_REPLAY,
@@ -122,6 +141,8 @@ VALUE_SETS = {
     "sidecar-extras": merged(SIDECAR, EXTRAS),
     "sidecar-s3-irsa": merged(SIDECAR, S3, IRSA, MONITOR, COMMUNITY),
     "sidecar-s3-keys": merged(SIDECAR, S3, KEYS, COMMUNITY),
+    "statefulset-tls-cert-manager": merged(MONITOR, TLS_CERT_MANAGER),
+    "sidecar-tls-existing-secrets": merged(SIDECAR, COMMUNITY, TLS_EXISTING),
 }
 PATCH_SETS = {
     "patch-defaults": PATCH,
@@ -192,13 +213,13 @@ def render(chart: helm.Chart, values: dict[str, Any]) -> Rendered:
     return Rendered(parse_manifests(files), notes)
 
 
-CRD_KINDS = ("ServiceMonitor", "PrometheusRule")
+CRD_KINDS = ("ServiceMonitor", "PrometheusRule", "Certificate")
 
 
 def kube_validate(docs: list[dict[str, Any]], tmp_path: Path) -> None:
-    """``kubernetes-validate --strict`` on ``docs``; only the ServiceMonitor and PrometheusRule
-    (CRDs it has no schema for) may be unvalidated, and every other document must pass for every
-    version."""
+    """``kubernetes-validate --strict`` on ``docs``; only the ServiceMonitor, PrometheusRule and
+    cert-manager Certificate (CRDs it has no schema for) may be unvalidated, and every other
+    document must pass for every version."""
     tool = shutil.which("kubernetes-validate", path=str(Path(sys.executable).parent))
     assert tool, "kubernetes-validate is not installed in this venv: pip install -e '.[helm]'"
     manifest = tmp_path / "rendered.yaml"
@@ -372,7 +393,7 @@ def test_patched_community_broker_is_valid_kubernetes(
     assert result.container("broker") == base["spec"]["template"]["spec"]["containers"][0]
     assert [c["name"] for c in result.pod_spec()["containers"]] == ["broker", "rmq-tiered"]
     volumes = [v["name"] for v in result.pod_spec()["volumes"]]
-    assert volumes == ["rmq-tiered-config", "rmq-tiered-data", "rmq-tiered-tmp"]
+    assert volumes == ["rmq-tiered-config", "rmq-tiered-data", "rmq-tiered-tmp", "rmq-tiered-acl"]
     template = result.one("StatefulSet")["spec"]["template"]
     selector = result.one("StatefulSet")["spec"]["selector"]["matchLabels"]
     assert selector.items() <= template["metadata"]["labels"].items()
@@ -388,6 +409,7 @@ def test_objects_rendered_per_mode(chart: helm.Chart) -> None:
     assert kinds({}) == [
         ("ConfigMap", f"{FULLNAME}-broker"),
         ("ConfigMap", f"{FULLNAME}-config"),
+        ("Secret", f"{FULLNAME}-acl"),
         ("Service", FULLNAME),
         ("Service", f"{FULLNAME}-headless"),
         ("ServiceAccount", FULLNAME),
@@ -397,6 +419,7 @@ def test_objects_rendered_per_mode(chart: helm.Chart) -> None:
         ("ConfigMap", f"{FULLNAME}-config"),
         ("ConfigMap", f"{FULLNAME}-dashboard"),
         ("PrometheusRule", FULLNAME),
+        ("Secret", f"{FULLNAME}-acl"),
         ("Secret", f"{FULLNAME}-s3"),
         ("Service", FULLNAME),
         ("ServiceAccount", FULLNAME),
@@ -602,10 +625,15 @@ def secret_env(container: dict[str, Any]) -> dict[str, tuple[str, str]]:
     }
 
 
+def s3_secrets(rendered: Rendered) -> list[dict[str, Any]]:
+    """The Secrets the chart makes for S3 keys (the accounts' Secret is another one)."""
+    return [s for s in rendered.all("Secret") if s["metadata"]["name"] != f"{FULLNAME}-acl"]
+
+
 @pytest.mark.parametrize("mode", [{}, SIDECAR])
 def test_keys_come_from_a_secret(chart: helm.Chart, mode: dict[str, Any]) -> None:
     rendered = resources_and_pod(chart, merged(mode, S3, KEYS))
-    secret = rendered.one("Secret")
+    secret = rendered.one("Secret", f"{FULLNAME}-s3")
     assert base64.b64decode(secret["data"]["secretKey"]).decode() == SECRET
     assert secret_env(rendered.container()) == {
         "RMQ_TIERED_objectStoreAccessKey": (secret["metadata"]["name"], "accessKey"),
@@ -619,7 +647,7 @@ def test_keys_come_from_a_secret(chart: helm.Chart, mode: dict[str, Any]) -> Non
 def test_keys_from_an_existing_secret(chart: helm.Chart) -> None:
     values = merged(S3, {"s3Credentials": {"existingSecret": "aws", "secretKeyKey": "sk"}})
     rendered = render(chart, values)
-    assert rendered.all("Secret") == []
+    assert s3_secrets(rendered) == []
     assert secret_env(rendered.container())["RMQ_TIERED_objectStoreSecretKey"] == ("aws", "sk")
 
 
@@ -630,7 +658,7 @@ def test_irsa_uses_an_annotated_service_account(chart: helm.Chart, mode: dict[st
     annotation = account["metadata"]["annotations"]["eks.amazonaws.com/role-arn"]
     assert annotation == IRSA["serviceAccount"]["irsaRoleArn"]
     assert rendered.pod_spec()["serviceAccountName"] == account["metadata"]["name"]
-    assert rendered.all("Secret") == [] and secret_env(rendered.container()) == {}
+    assert s3_secrets(rendered) == [] and secret_env(rendered.container()) == {}
 
 
 def test_service_monitor_scrapes_the_api_service(chart: helm.Chart) -> None:

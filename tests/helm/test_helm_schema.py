@@ -37,10 +37,20 @@ MANAGED_KEYS = frozenset(
         "tieredRemotingPeers",
         "objectStoreAccessKey",
         "objectStoreSecretKey",
+        # from security.*
+        "tieredAclEnable",
+        "tieredAclFile",
+        "tieredHttpMetricsAuth",
+        "tieredTlsCertFile",
+        "tieredTlsKeyFile",
+        "tieredTlsClientCaFile",
+        "tieredHttpTlsMode",
+        "tieredRemotingTlsMode",
     }
 )
 S3 = {"config": {"tieredBackendServiceProvider": "s3", "objectStoreBucket": "rocketmq-tiered"}}
 KEYS = {"s3Credentials": {"accessKey": "AKIAEXAMPLE", "secretKey": "SECRET"}}
+ACCOUNT = {"accessKey": "reader1", "secretKey": "a-long-secret"}
 
 
 # --- the schema's config block against TieredConfig ---------------------------------------------
@@ -145,6 +155,48 @@ REJECTED = {
     "bad-namesrv": ({"broker": {"namesrvAddr": "nameserver"}}, "/broker/namesrvAddr"),
     "relative-mount": ({"data": {"mountPath": "data"}}, "/data/mountPath"),
     "unknown-top-level": ({"extraStuff": True}, "extraStuff"),
+    # security: typos, the keys the chart now sets itself, and pairs that exclude each other
+    "security-typo": ({"security": {"allowInsecur": True}}, "allowInsecur"),
+    "acl-typo": ({"security": {"acl": {"enable": False}}}, "enable"),
+    "tls-typo": ({"security": {"tls": {"certmanager": {"enabled": True}}}}, "certmanager"),
+    "tls-mode-typo": ({"security": {"tls": {"httpMode": "strict"}}}, "/security/tls/httpMode"),
+    "account-typo": (
+        {"security": {"acl": {"accounts": [{"accessKey": "reader1", "secretKy": "x" * 8}]}}},
+        "secretKy",
+    ),
+    "account-without-secret": (
+        {"security": {"acl": {"accounts": [{"accessKey": "reader1"}]}}},
+        "secretKey",
+    ),
+    "account-bad-perm": (
+        {"security": {"acl": {"accounts": [ACCOUNT | {"topicPerms": ["Orders=READ"]}]}}},
+        "topicPerms",
+    ),
+    "account-ip-allow-list": (
+        {"security": {"acl": {"accounts": [ACCOUNT | {"whiteRemoteAddress": "10.*"}]}}},
+        "whiteRemoteAddress",
+    ),
+    "accounts-and-existing-secret": (
+        {"security": {"acl": {"existingSecret": "mine", "accounts": [ACCOUNT]}}},
+        "/security/acl/accounts",
+    ),
+    "cert-manager-without-issuer": (
+        {"security": {"tls": {"certManager": {"enabled": True}}}},
+        "/security/tls/certManager/issuerRef/name",
+    ),
+    "cert-manager-and-existing-secret": (
+        {
+            "security": {
+                "tls": {
+                    "existingSecret": "mine",
+                    "certManager": {"enabled": True, "issuerRef": {"name": "ca"}},
+                }
+            }
+        },
+        "/security/tls/certManager/enabled",
+    ),
+    "deprecated-acl-key": ({"config": {"tieredRemotingAclEnable": True}}, "RemotingAclEnable"),
+    "managed-tls-key": ({"config": {"tieredHttpTlsMode": "enforcing"}}, "tieredHttpTlsMode"),
 }
 
 

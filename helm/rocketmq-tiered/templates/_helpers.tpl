@@ -58,6 +58,45 @@ own, so it never collides with the labels another chart selects its pods by). */
 {{- end }}
 {{- end }}
 
+{{/* Security (README "Security"): where the accounts and the certificate are mounted, and the
+Secrets they come from. Mounted as whole Secret volumes (never subPath): kubelet swaps the files in
+place when a Secret changes and the sidecar reloads them. */}}
+{{- define "rocketmq-tiered.aclDir" -}}/etc/rmq-tiered-acl{{- end }}
+{{- define "rocketmq-tiered.tlsDir" -}}/etc/rmq-tiered-tls{{- end }}
+
+{{/* The Secret holding the accounts (plain_acl.yml): an existing one or <fullname>-acl. */}}
+{{- define "rocketmq-tiered.aclSecretName" -}}
+{{- default (printf "%s-acl" (include "rocketmq-tiered.fullname" .)) .Values.security.acl.existingSecret }}
+{{- end }}
+
+{{/* The kubernetes.io/tls Secret: an existing one, the cert-manager Certificate's, or "". */}}
+{{- define "rocketmq-tiered.tlsSecretName" -}}
+{{- if .Values.security.tls.existingSecret }}
+{{- .Values.security.tls.existingSecret }}
+{{- else if .Values.security.tls.certManager.enabled }}
+{{- printf "%s-tls" (include "rocketmq-tiered.fullname" .) }}
+{{- end }}
+{{- end }}
+
+{{/* "true" when either port serves TLS (the certificate is mounted and configured). */}}
+{{- define "rocketmq-tiered.tlsOn" -}}
+{{- if or (ne .Values.security.tls.httpMode "disabled") (ne .Values.security.tls.remotingMode "disabled") }}true{{ end }}
+{{- end }}
+
+{{/* The ports the chart puts on a Service with neither ACL nor enforcing TLS (permissive TLS
+still takes plaintext): "" when every exposed port is secured. */}}
+{{- define "rocketmq-tiered.insecurePorts" -}}
+{{- $acl := .Values.security.acl.enabled }}
+{{- $ports := list }}
+{{- if not (or $acl (eq .Values.security.tls.httpMode "enforcing")) }}
+{{- $ports = append $ports (printf "the HTTP port (http.port %d; fix: security.tls.httpMode=enforcing)" (int .Values.http.port)) }}
+{{- end }}
+{{- if and .Values.remoting.enabled .Values.remoting.service.enabled (not (or $acl (eq .Values.security.tls.remotingMode "enforcing"))) }}
+{{- $ports = append $ports (printf "the replay port (remoting.port %d; fix: security.tls.remotingMode=enforcing, or remoting.service.enabled=false)" (int .Values.remoting.port)) }}
+{{- end }}
+{{- join " and " $ports }}
+{{- end }}
+
 {{/* A value as a properties file spells it. Helm hands numbers to templates as float64 (from
 JSON) or int64 (from --set); whole floats must not come out as 1.073741824e+09. */}}
 {{- define "rocketmq-tiered.prop" -}}
@@ -75,7 +114,7 @@ JSON) or int64 (from --set); whole floats must not come out as 1.073741824e+09. 
 {{- if or (hasPrefix $store $data) (hasPrefix $data $store) }}
 {{- fail (printf "data.mountPath %q and broker.store.mountPath %q overlap: the sidecar never writes to the broker store; give data.mountPath a directory outside it" .Values.data.mountPath .Values.broker.store.mountPath) }}
 {{- end }}
-{{- range $fixed := list "/etc/rmq-tiered/" "/etc/rocketmq/" "/tmp/" }}
+{{- range $fixed := list "/etc/rmq-tiered/" "/etc/rocketmq/" "/tmp/" "/etc/rmq-tiered-acl/" "/etc/rmq-tiered-tls/" }}
 {{- range $name, $path := dict "broker.store.mountPath" $store "data.mountPath" $data }}
 {{- if or (hasPrefix $fixed $path) (hasPrefix $path $fixed) }}
 {{- fail (printf "%s %q overlaps %s, which the chart mounts itself: choose another directory" $name (trimSuffix "/" $path) (trimSuffix "/" $fixed)) }}
@@ -87,6 +126,35 @@ JSON) or int64 (from --set); whole floats must not come out as 1.073741824e+09. 
 {{- end }}
 {{- if eq (int .Values.http.port) 10911 10909 10912 }}
 {{- fail (printf "http.port %d is a broker port (10909, 10911, 10912): choose another, e.g. 8081" (int .Values.http.port)) }}
+{{- end }}
+{{- include "rocketmq-tiered.validateSecurity" . }}
+{{- end }}
+
+{{/* Security settings that only make sense together (README "Security"). */}}
+{{- define "rocketmq-tiered.validateSecurity" -}}
+{{- $sec := .Values.security }}
+{{- with include "rocketmq-tiered.insecurePorts" . }}
+{{- if not $sec.allowInsecure }}
+{{- fail (printf "%s would be on Service %s with neither ACL nor enforcing TLS: anyone who reaches it reads every message. Secure it with security.acl.enabled=true (accounts in security.acl.accounts or security.acl.existingSecret) or with enforcing TLS (a certificate from security.tls.existingSecret or security.tls.certManager), or set security.allowInsecure=true to accept that" . (include "rocketmq-tiered.fullname" $)) }}
+{{- end }}
+{{- end }}
+{{- if and (include "rocketmq-tiered.tlsOn" .) (not (include "rocketmq-tiered.tlsSecretName" .)) }}
+{{- fail (printf "security.tls.httpMode=%s and security.tls.remotingMode=%s need a certificate: set security.tls.existingSecret (a kubernetes.io/tls Secret) or security.tls.certManager.enabled=true with security.tls.certManager.issuerRef" $sec.tls.httpMode $sec.tls.remotingMode) }}
+{{- end }}
+{{- if and (include "rocketmq-tiered.tlsSecretName" .) (not (include "rocketmq-tiered.tlsOn" .)) }}
+{{- fail "security.tls has a certificate (existingSecret or certManager) but httpMode and remotingMode are both disabled: set one to permissive or enforcing, or drop the certificate" }}
+{{- end }}
+{{- if and $sec.tls.mutual (not (include "rocketmq-tiered.tlsOn" .)) }}
+{{- fail "security.tls.mutual needs TLS on a port: set security.tls.remotingMode (or httpMode=permissive) to permissive or enforcing" }}
+{{- end }}
+{{- if and $sec.tls.mutual (eq $sec.tls.httpMode "enforcing") }}
+{{- fail "security.tls.mutual with security.tls.httpMode=enforcing: the kubelet's /healthz and /readyz probes cannot present a client certificate. Use httpMode=permissive with security.acl.enabled=true, or mutual TLS on the replay port only (httpMode=disabled)" }}
+{{- end }}
+{{- if and $sec.metricsAuth (not $sec.acl.enabled) }}
+{{- fail "security.metricsAuth puts /metrics behind an account: it needs security.acl.enabled=true" }}
+{{- end }}
+{{- if and $sec.metricsAuth .Values.metrics.serviceMonitor.enabled (not .Values.metrics.serviceMonitor.basicAuthSecret) }}
+{{- fail "security.metricsAuth with metrics.serviceMonitor.enabled: set metrics.serviceMonitor.basicAuthSecret (a Secret with keys username and password, an account of the accounts file) so Prometheus can scrape /metrics" }}
 {{- end }}
 {{- end }}
 
@@ -110,6 +178,20 @@ tieredRemotingNamesrvAddr={{ . }}
 {{- end }}
 {{- with .Values.remoting.peers }}
 tieredRemotingPeers={{ join "," . }}
+{{- end }}
+tieredAclEnable={{ .Values.security.acl.enabled }}
+{{- if .Values.security.acl.enabled }}
+tieredAclFile={{ include "rocketmq-tiered.aclDir" . }}/plain_acl.yml
+tieredHttpMetricsAuth={{ .Values.security.metricsAuth }}
+{{- end }}
+tieredHttpTlsMode={{ .Values.security.tls.httpMode }}
+tieredRemotingTlsMode={{ .Values.security.tls.remotingMode }}
+{{- if include "rocketmq-tiered.tlsOn" . }}
+tieredTlsCertFile={{ include "rocketmq-tiered.tlsDir" . }}/tls.crt
+tieredTlsKeyFile={{ include "rocketmq-tiered.tlsDir" . }}/tls.key
+{{- if .Values.security.tls.mutual }}
+tieredTlsClientCaFile={{ include "rocketmq-tiered.tlsDir" . }}/ca.crt
+{{- end }}
 {{- end }}
 {{- range $key, $value := .Values.config }}
 {{ $key }}={{ include "rocketmq-tiered.prop" $value }}
@@ -197,11 +279,17 @@ flushDiskType={{ .Values.broker.flushDiskType }}
     httpGet:
       path: /healthz
       port: http
+      {{- if eq .Values.security.tls.httpMode "enforcing" }}
+      scheme: HTTPS
+      {{- end }}
     {{- toYaml .Values.sidecar.livenessProbe | nindent 4 }}
   readinessProbe:
     httpGet:
       path: /readyz
       port: http
+      {{- if eq .Values.security.tls.httpMode "enforcing" }}
+      scheme: HTTPS
+      {{- end }}
     {{- toYaml .Values.sidecar.readinessProbe | nindent 4 }}
   resources:
     {{- toYaml .Values.sidecar.resources | nindent 4 }}
@@ -235,6 +323,16 @@ flushDiskType={{ .Values.broker.flushDiskType }}
       mountPath: {{ .Values.data.mountPath }}
     - name: rmq-tiered-tmp
       mountPath: /tmp
+    {{- if .Values.security.acl.enabled }}
+    - name: rmq-tiered-acl
+      mountPath: {{ include "rocketmq-tiered.aclDir" . }}
+      readOnly: true
+    {{- end }}
+    {{- if include "rocketmq-tiered.tlsOn" . }}
+    - name: rmq-tiered-tls
+      mountPath: {{ include "rocketmq-tiered.tlsDir" . }}
+      readOnly: true
+    {{- end }}
     {{- with .Values.sidecar.extraVolumeMounts }}
     {{- toYaml . | nindent 4 }}
     {{- end }}
@@ -252,6 +350,30 @@ flushDiskType={{ .Values.broker.flushDiskType }}
 - name: rmq-tiered-tmp
   emptyDir:
     sizeLimit: {{ .Values.tmp.sizeLimit }}
+{{- if .Values.security.acl.enabled }}
+# the accounts: a whole Secret volume (no subPath), so a changed Secret reaches the sidecar
+- name: rmq-tiered-acl
+  secret:
+    secretName: {{ include "rocketmq-tiered.aclSecretName" . }}
+    items:
+      - key: {{ ternary .Values.security.acl.existingSecretKey "plain_acl.yml" (ne .Values.security.acl.existingSecret "") }}
+        path: plain_acl.yml
+{{- end }}
+{{- if include "rocketmq-tiered.tlsOn" . }}
+# the certificate (kubernetes.io/tls), likewise updated in place when renewed
+- name: rmq-tiered-tls
+  secret:
+    secretName: {{ include "rocketmq-tiered.tlsSecretName" . }}
+    items:
+      - key: tls.crt
+        path: tls.crt
+      - key: tls.key
+        path: tls.key
+      {{- if .Values.security.tls.mutual }}
+      - key: ca.crt
+        path: ca.crt
+      {{- end }}
+{{- end }}
 {{- with .Values.sidecar.extraVolumes }}
 {{ toYaml . }}
 {{- end }}
