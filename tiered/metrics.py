@@ -82,6 +82,9 @@ is ``ok`` or ``failed``. ``route`` is the path template
 label stays bounded. ``code`` is the request code's upstream name (``PULL_MESSAGE``, ``OTHER``
 for codes the endpoint does not know), ``result`` the response code's (``SUCCESS``,
 ``PULL_NOT_FOUND``, ...; ``ONEWAY`` when no response is sent). ``tier`` is ``tiered`` or ``local``.
+A ``topic`` a request names (``api_latency``, ``messages_out_total``,
+``get_message_fallback_total``) is itself only when the tier or the broker's store holds it,
+:data:`OTHER_LABEL` (``_other``) otherwise (:mod:`tiered.labels`).
 ``reason`` is ``too_large``, ``bad_length``, ``bad_header``, ``serialize_type``, ``not_json``,
 ``idle`` (a connection silent past the idle timeout, or stalled inside a frame) or
 ``too_many_connections``.
@@ -131,6 +134,7 @@ __all__ = [
     "METADATA_LAST_PERSIST",
     "METADATA_MIRROR",
     "METADATA_PERSIST",
+    "OTHER_LABEL",
     "READ_AHEAD_CACHE_ACCESS",
     "READ_AHEAD_CACHE_BYTES",
     "READ_AHEAD_CACHE_COUNT",
@@ -157,11 +161,17 @@ M = TypeVar("M", bound=MetricWrapperBase)
 
 _children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
 
+OTHER_LABEL: Final = "_other"
+"""The one value a request-derived label (a topic a request names) takes for every name the
+sidecar does not know (:class:`tiered.labels.KnownTopics`): labels stay bounded whatever clients
+send."""
+
 
 def child(metric: M, *values: str) -> M:
     """``metric.labels(*values)``, remembered: ``labels`` checks its arguments and takes a lock
     on every call, a cost paid per request on the read paths. Children are never removed here,
-    so a remembered one stays the one exported."""
+    so a remembered one stays the one exported: never pass a value a request chose as it came
+    (a topic goes through :meth:`tiered.labels.KnownTopics.label` first)."""
     key = (id(metric), values)
     found = _children.get(key)
     if found is None:

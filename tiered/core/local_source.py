@@ -292,7 +292,10 @@ class LocalSource:
 
     def _units(self, topic: str, queue_id: int, offset: int, count: int) -> Units | None:
         """The leading units from ``offset`` whose messages are still in the commitlog; ``None``
-        when the unit at ``offset`` is not (or no longer) there."""
+        when the unit at ``offset`` is not (or no longer) there (or the broker has no such queue:
+        an unknown queue is never remembered, whatever names requests bring)."""
+        if not self.has_queue(topic, queue_id):
+            return None
         self._fresh()
         try:
             units = self.read_units(topic, queue_id, offset, count)

@@ -36,6 +36,7 @@ from tiered.errors import ProviderError
 from tiered.errors import StoreFileNotFoundError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile
+from tiered.labels import KnownTopics
 from tiered.logs import error_fields
 from tiered.metadata import MetadataStore
 from tiered.metadata import read_metadata
@@ -126,6 +127,9 @@ class TieredMessageStore(Closeable):
             bulk if flat_store.provider.object_per_append else 0,
         )
         self.fetcher = Fetcher(self.reader, cache, cfg.read_ahead_message_count_threshold)
+        metadata = flat_store.metadata
+        self.topics = KnownTopics(lambda: [m.topic for m in metadata.topics()], local.cq_root)
+        """Topics that get their own metric labels (others count as ``_other``)."""
         self._owned: Provider | None = None
         self._seen = (0, 0)
         self._stats_lock = threading.Lock()
@@ -189,7 +193,8 @@ class TieredMessageStore(Closeable):
             yield
         finally:
             elapsed_ms = (time.perf_counter() - started) * 1000
-            metrics.child(metrics.API_LATENCY, operation, topic).observe(elapsed_ms)
+            label = self.topics.label(topic)
+            metrics.child(metrics.API_LATENCY, operation, label).observe(elapsed_ms)
 
     # --- messages ---------------------------------------------------------------------------------
 
@@ -279,9 +284,10 @@ class TieredMessageStore(Closeable):
                 topic, queue_id, offset
             ):
                 if result.status is GetStatus.FOUND:
-                    metrics.child(metrics.MESSAGES_OUT, topic).inc(result.count)
+                    metrics.child(metrics.MESSAGES_OUT, self.topics.label(topic)).inc(result.count)
                 return result
-        metrics.GET_MESSAGE_FALLBACK.labels("get_message", topic).inc()
+        label = self.topics.label(topic)
+        metrics.child(metrics.GET_MESSAGE_FALLBACK, "get_message", label).inc()
         return self._local_get(read)
 
     def _local_get(self, read: _Read) -> GetResult:
@@ -415,7 +421,8 @@ class TieredMessageStore(Closeable):
             if not self.local.has_queue(topic, queue_id):
                 return flat.commit_offset if flat is not None else -1
             if fallback:
-                metrics.GET_MESSAGE_FALLBACK.labels("get_offset_by_time", topic).inc()
+                label = self.topics.label(topic)
+                metrics.child(metrics.GET_MESSAGE_FALLBACK, "get_offset_by_time", label).inc()
             return self.local.offset_by_time(
                 topic, queue_id, timestamp_ms, upper=edge is Boundary.UPPER
             )

@@ -70,6 +70,7 @@ from tiered.index.search import newest_first
 from tiered.index.staging import Staging
 from tiered.index.uploaded import UploadedIndex
 from tiered.javautil import to_i32
+from tiered.labels import KnownTopics
 from tiered.logs import error_fields
 from tiered.logs import traceback_if_debug
 from tiered.metadata import LONG_MAX
@@ -136,6 +137,10 @@ class IndexService(Closeable):
         self.provider = provider
         self.metadata = metadata
         self.flat_store = store
+        self.topics = KnownTopics(
+            lambda: [m.topic for m in metadata.topics()], cfg.consume_queue_dir
+        )
+        """Topics that get their own metric labels (others count as ``_other``)."""
         self.readonly = readonly
         self.clock = clock
         slots = cfg.tiered_store_index_file_max_hash_slot_num
@@ -577,7 +582,8 @@ class IndexService(Closeable):
                 except (SegmentNotFoundError, ReadPastEndError):
                     continue  # expired meanwhile
         elapsed_ms = (time.monotonic() - started) * 1000
-        metrics.API_LATENCY.labels("query_message", topic).observe(elapsed_ms)
+        label = self.topics.label(topic)
+        metrics.child(metrics.API_LATENCY, "query_message", label).observe(elapsed_ms)
         return collector.result()
 
     def _read(self, topic: str, queue_id: int, offset: int, size: int) -> bytes | None:

@@ -3,7 +3,9 @@
 :class:`Clients` records each group's client ids from ``HEART_BEAT`` (a rebalancing client takes
 no queue unless ``GET_CONSUMER_LIST_BY_GROUP`` lists it) and the subscription each group sent
 (a Java push consumer pulls without one and the broker uses the heartbeat's); a client that has
-not sent a heartbeat for :data:`CLIENT_EXPIRY_S` is dropped, as the broker does. For
+not sent a heartbeat for :data:`CLIENT_EXPIRY_S` is dropped, as the broker does, and a group
+left with no live client is forgotten (swept at most once per expiry period, so heartbeats naming
+ever new groups hold memory for one period, not for ever). For
 ``GET_CONSUMER_CONNECTION_LIST`` it also keeps what the broker's ``ConsumerGroupInfo`` keeps: each
 client's address, language and version (from the heartbeat's connection and header), the group's
 ``consumeType``, ``messageModel`` and ``consumeFromWhere``, and each ``SubscriptionData`` as the
@@ -86,6 +88,13 @@ class Clients:
         self.expiry_s = expiry_s
         self._groups: dict[str, _Group] = {}
         self._lock = threading.Lock()
+        self._swept = float("-inf")
+
+    def remembered(self) -> int:
+        """Groups remembered, live or not yet swept (no ``__len__``: an empty registry is still
+        one, and ``clients or Clients()`` must keep it)."""
+        with self._lock:
+            return len(self._groups)
 
     def heartbeat(
         self,
@@ -128,7 +137,17 @@ class Clients:
                         )
                         group.raw[sub["topic"]] = sub
                 groups.append(name)
+            if stamp - self._swept >= self.expiry_s:
+                self._sweep(stamp)
         return groups
+
+    def _sweep(self, now: float) -> None:
+        """Forget the groups with no live client (call under the lock)."""
+        self._swept = now
+        for name in list(self._groups):
+            g = self._live(name, now)
+            if g is not None and not g.clients:
+                del self._groups[name]
 
     def unregister(self, client: str, group: str | None) -> None:
         """Forget ``client`` in ``group`` (in every group when ``group`` is empty)."""
