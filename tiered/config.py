@@ -78,6 +78,12 @@ _LEGACY_KEYS = {
     "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
     "tieredStoreFilepath": "tieredStoreFilePath",
 }
+_DEPRECATED = {
+    "tieredRemotingAclEnable": "tieredAclEnable",
+    "tieredRemotingAclFile": "tieredAclFile",
+}
+"""Former names read as today's key, with one warning per process."""
+_LEGACY_KEYS.update(_DEPRECATED)
 _SECRET_KEYS = frozenset({"objectStoreSecretKey"})
 
 
@@ -366,6 +372,8 @@ AdvertisedAddress = Annotated[str, BeforeValidator(_advertised)]
 Addresses = Annotated[tuple[str, ...], BeforeValidator(_addresses)]
 FrameBytes = Annotated[int, BeforeValidator(_int(1024, INT_MAX))]
 NewGroupOffset = Annotated[str, BeforeValidator(_choice(("EARLIEST", "CLIENT")))]
+TLS_MODES = ("disabled", "permissive", "enforcing")
+TlsMode = Annotated[str, BeforeValidator(lambda v: _choice(TLS_MODES)(str(v).strip().lower()))]
 Provider = Annotated[str, BeforeValidator(_provider)]
 MetadataStore = Annotated[str, BeforeValidator(_metadata_provider)]
 Endpoint = Annotated[str, BeforeValidator(_endpoint)]
@@ -599,11 +607,54 @@ class TieredConfig(BaseModel):
         "offset answered to a group the sidecar never saw: EARLIEST or CLIENT",
         "EARLIEST",
     )
-    tiered_remoting_acl_enable: Bool = _key(
-        "tieredRemotingAclEnable", "require signed requests (plain_acl.yml accounts)", False
+    # access control and TLS of both ports (HTTP API and replay endpoint)
+    tiered_acl_enable: Bool = _key(
+        "tieredAclEnable",
+        "every request on both ports needs an account of tieredAclFile (HTTP Basic "
+        "accessKey:secretKey; replay requests signed as AclClientRPCHook signs)",
+        False,
     )
-    tiered_remoting_acl_file: str = _key(
-        "tieredRemotingAclFile", "the plain_acl.yml read when tieredRemotingAclEnable", ""
+    tiered_acl_file: str = _key(
+        "tieredAclFile",
+        "the accounts, broker plain_acl.yml format; reloaded when it changes",
+        "",
+    )
+    tiered_acl_max_failures_per_minute: Int = _key(
+        "tieredAclMaxFailuresPerMinute",
+        "failed authentications a source address may make per minute before it is refused "
+        "(HTTP 429, replay NO_PERMISSION) for the rest of the minute",
+        10,
+    )
+    tiered_http_metrics_auth: Bool = _key(
+        "tieredHttpMetricsAuth", "with tieredAclEnable, /metrics needs an account too", False
+    )
+    tiered_tls_cert_file: str = _key(
+        "tieredTlsCertFile", "the server certificate (chain), PEM; reloaded when it changes", ""
+    )
+    tiered_tls_key_file: str = _key(
+        "tieredTlsKeyFile", "the certificate's private key, PEM (unencrypted)", ""
+    )
+    tiered_tls_client_ca_file: str = _key(
+        "tieredTlsClientCaFile",
+        "CA certificates, PEM; when set a TLS client must present a certificate they signed "
+        "(mutual TLS)",
+        "",
+    )
+    tiered_http_tls_mode: TlsMode = _key(
+        "tieredHttpTlsMode",
+        "TLS on the HTTP port: disabled, permissive (TLS and plain) or enforcing (TLS only)",
+        "disabled",
+    )
+    tiered_remoting_tls_mode: TlsMode = _key(
+        "tieredRemotingTlsMode",
+        "TLS on the replay port: disabled, permissive (TLS and plain, told apart by the first "
+        "byte as the broker does) or enforcing (TLS only)",
+        "disabled",
+    )
+    tiered_security_reload_interval_ms: Int = _key(
+        "tieredSecurityReloadIntervalMs",
+        "look for a changed tieredAclFile or certificate every, ms",
+        10000,
     )
     tiered_data_dir: DirPath = _key(
         "tieredDataDir",
@@ -628,10 +679,27 @@ class TieredConfig(BaseModel):
                 "tieredBackendServiceProvider=fsspec needs tieredStoreFsspecUrl: set it to a base "
                 "URL such as s3://bucket/prefix or file:///mnt/tiered"
             )
-        if self.tiered_remoting_acl_enable and not self.tiered_remoting_acl_file.strip():
+        if self.tiered_acl_enable and not self.tiered_acl_file.strip():
             problems.append(
-                "tieredRemotingAclEnable=true needs tieredRemotingAclFile: set it to a file in "
+                "tieredAclEnable=true needs tieredAclFile: set it to a file in "
                 "the broker's plain_acl.yml format (accounts with accessKey, secretKey, topicPerms)"
+            )
+        tls_modes = {"tieredHttpTlsMode": self.tiered_http_tls_mode}
+        tls_modes["tieredRemotingTlsMode"] = self.tiered_remoting_tls_mode
+        for key, mode in tls_modes.items():
+            if mode != "disabled" and not (
+                self.tiered_tls_cert_file.strip() and self.tiered_tls_key_file.strip()
+            ):
+                problems.append(
+                    f"{key}={mode} needs tieredTlsCertFile and tieredTlsKeyFile: set them to the "
+                    "PEM certificate and its private key"
+                )
+        if self.tiered_tls_client_ca_file.strip() and "disabled" == self.tiered_http_tls_mode == (
+            self.tiered_remoting_tls_mode
+        ):
+            problems.append(
+                "tieredTlsClientCaFile is set but both tieredHttpTlsMode and "
+                "tieredRemotingTlsMode are disabled: turn TLS on for a port, or unset it"
             )
         writable = [("tieredDataDir", self.tiered_data_dir)]
         if provider == "posix" and self.tiered_store_file_path:
@@ -792,13 +860,15 @@ def load_config(
     settings: dict[str, _Setting] = {}
 
     def put(key: str, setting: _Setting) -> None:
+        if key in _DEPRECATED:
+            _warn_deprecated(key, setting.source)
         settings[_LEGACY_KEYS.get(key, key)] = setting
 
     for path in paths:
         text = _read_text(Path(path))
         for key, value, lineno in entries(text, str(path)):
             put(key, _Setting(value, f"{path}:{lineno}"))
-    lowered = {key.lower(): key for key in _MODEL_KEYS}
+    lowered = {key.lower(): key for key in (*_MODEL_KEYS, *_DEPRECATED)}
     for name, value in (os.environ if env is None else env).items():
         if name.startswith(ENV_PREFIX):
             key = name.removeprefix(ENV_PREFIX)
@@ -808,6 +878,22 @@ def load_config(
     for key, value in (overrides or {}).items():
         put(key, _Setting(value, "override"))
     return _build(settings)
+
+
+_warned: set[str] = set()
+
+
+def _warn_deprecated(key: str, source: str | None) -> None:
+    """One warning per process for a deprecated key (read at every config load)."""
+    if key not in _warned:
+        _warned.add(key)
+        _LOG.warning(
+            "%s (%s) is deprecated: rename it %s (it now covers both ports); the old name is "
+            "still read",
+            key,
+            source or "config",
+            _DEPRECATED[key],
+        )
 
 
 def _read_text(path: Path) -> str:

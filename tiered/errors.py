@@ -184,4 +184,11 @@ class ProtocolError(TieredStoreError, ValueError):
 
 
 class AclError(TieredStoreError, PermissionError):
-    """Raised when a remoting request is not signed by an account allowed to read the topic."""
+    """Raised when a request does not carry an account's credentials, or the account may not
+    read what it names. ``reason`` is ``no_credentials``, ``bad_credentials`` or ``forbidden``;
+    ``access_key`` the account named (never the secret)."""
+
+    def __init__(self, message: str, *, reason: str, access_key: str | None = None) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.access_key = access_key

@@ -69,6 +69,12 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``remoting_connections``                              gauge    conns
 ``remoting_messages_served_total``                    counter  messages  tier
 ``remoting_rejected_total``                           counter            reason
+*access* (+) (:mod:`tiered.access`)
+---------------------------------------------------------------------------------------------------
+``access_denied_total``                               counter  requests  port, reason
+``security_file_ok``                                  gauge    0/1       file
+``security_reloads_total``                            counter  reloads   file, result
+``tls_certificate_expiry_timestamp_seconds``          gauge    Unix s    file
 ====================================================  =======  ========  ==========================
 
 ``dispatch_latency`` is in milliseconds (upstream declares seconds but records milliseconds; we keep
@@ -462,6 +468,37 @@ REMOTING_REJECTED = Counter(
     "rocketmq_tiered_store_remoting_rejected",
     "Connections closed or refused for bad input, by reason",
     ["reason"],
+    registry=REGISTRY,
+)
+
+
+# --- access control and TLS of both ports (recorded by tiered.access) ----------------------------
+
+ACCESS_DENIED = Counter(
+    "rocketmq_tiered_store_access_denied",
+    "Requests refused, by port (http, remoting) and reason (no_credentials, bad_credentials, "
+    "forbidden, throttled, tls_required)",
+    ["port", "reason"],
+    registry=REGISTRY,
+)
+SECURITY_FILE_OK = Gauge(
+    "rocketmq_tiered_store_security_file_ok",
+    "1 when the last (re)load of the accounts file (acl) or certificate (tls) succeeded; 0 while "
+    "a changed file does not load and the last good one is still used",
+    ["file"],
+    registry=REGISTRY,
+)
+SECURITY_RELOADS = Counter(
+    "rocketmq_tiered_store_security_reloads",
+    "Reloads of a changed accounts file or certificate, by file (acl, tls) and result",
+    ["file", "result"],
+    registry=REGISTRY,
+)
+TLS_CERT_EXPIRY = Gauge(
+    "rocketmq_tiered_store_tls_certificate_expiry_timestamp_seconds",
+    "When the serving certificate expires (its notAfter), Unix time in seconds; only with a "
+    "certificate configured (file=tls)",
+    ["file"],
     registry=REGISTRY,
 )
 

@@ -22,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from tiered.access.security import Security
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
 from tiered.remoting.client import RemotingClient
@@ -84,7 +85,8 @@ EndpointFactory = Callable[..., Endpoint]
 
 @pytest.fixture
 def endpoint(tmp_path: Path) -> Iterator[EndpointFactory]:
-    """``endpoint(tier, level=None, cfg_changes..., server=dict(...), acl=None, peers=None)``:
+    """``endpoint(tier, level=None, cfg_changes..., server=dict(...), security=None,
+    peers=None)``:
     the replay endpoint over ``tier`` on a free port (stopped at the end of the test)."""
     started: list[RemotingServer] = []
 
@@ -93,7 +95,7 @@ def endpoint(tmp_path: Path) -> Iterator[EndpointFactory]:
         level: str | None = None,
         *,
         server: dict[str, Any] | None = None,
-        acl: Any = None,
+        security: Security | None = None,
         peers: Peers | None = None,
         **changes: Any,
     ) -> Endpoint:
@@ -107,9 +109,11 @@ def endpoint(tmp_path: Path) -> Iterator[EndpointFactory]:
             Naming(store.cfg, store, lambda: holder[0].address, peers),
             index=lambda: tier.sidecar.index,
             offsets=offsets,
-            acl=acl,
+            security=security,
         )
-        srv = RemotingServer(replay, "127.0.0.1", 0, flush=offsets.flush, **(server or {}))
+        srv = RemotingServer(
+            replay, "127.0.0.1", 0, flush=offsets.flush, security=security, **(server or {})
+        )
         holder.append(srv)
         srv.start()
         started.append(srv)

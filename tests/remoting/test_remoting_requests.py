@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from tiered.access.security import Security
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
-from tiered.remoting.acl import Acl
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.client import split_messages
 from tiered.remoting.codes import FLAG_COMMIT_OFFSET
@@ -398,7 +398,7 @@ def test_acl_requires_a_valid_signature_of_an_account_allowed_to_sub(
 ) -> None:
     acl_file = tmp_path / "plain_acl.yml"
     acl_file.write_text(ACL.format(topic=TOPIC))
-    ep = endpoint(history, acl=Acl.load(acl_file))
+    ep = endpoint(history, security=Security(accounts_file=acl_file))
     port = ep.server.port
     with RemotingClient("127.0.0.1", port, credentials=("reader", "reader-secret")) as c:
         assert pull(c, 0).code == Res.SUCCESS
@@ -410,7 +410,7 @@ def test_acl_requires_a_valid_signature_of_an_account_allowed_to_sub(
     for credentials, why in [
         (("reader", "wrong"), "does not match"),
         (("other", "other-secret"), "no SUB permission on topic"),
-        (("nobody", "x"), "not an account"),
+        (("nobody", "x"), "is not an account"),
         (None, "requires signed requests"),
     ]:
         with RemotingClient("127.0.0.1", port, credentials=credentials) as c:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from tiered.access.security import Security
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
@@ -33,17 +34,23 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     cfg = load(configs)
     setup_logging(cfg, verbose_level=logging.DEBUG if verbose else None)
     daemon = Daemon(cfg)
+    security = Security.from_config(
+        cfg
+    )  # accounts and certificate of both ports, reloaded on change
+    daemon.services.append(security)
     keys = keys_router(
         lambda: daemon.sidecar.index, max_response_bytes=cfg.tiered_http_max_response_bytes
     )
     # one read facade (and one read-ahead cache) behind both front doors
     store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
-    daemon.services.append(http_service(daemon, extra_routers=[keys], store=store))
+    daemon.services.append(
+        http_service(daemon, extra_routers=[keys], store=store, security=security)
+    )
     if cfg.tiered_remoting_enable:
         from tiered.remoting.service import registration_service
         from tiered.remoting.service import remoting_service
 
-        endpoint = remoting_service(daemon, store)
+        endpoint = remoting_service(daemon, store, security)
         daemon.services.append(endpoint)
         daemon.services.append(registration_service(daemon, endpoint))
     sys.exit(daemon.run())

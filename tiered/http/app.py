@@ -36,6 +36,8 @@ from prometheus_client import REGISTRY
 from prometheus_client import CollectorRegistry
 from prometheus_client import generate_latest
 
+from tiered.access.accounts import Account
+from tiered.access.security import Security
 from tiered.broker import message as msgcodec
 from tiered.core.fetcher import GetResult
 from tiered.core.message_store import MAX_QUEUE_ID
@@ -51,6 +53,7 @@ from tiered.errors import TieredStoreError
 from tiered.logs import error_fields
 
 from .accounting import RequestAccounting
+from .auth import Authentication
 
 log = logging.getLogger(__name__)
 
@@ -120,15 +123,19 @@ def create_app(
     max_response_bytes: int = 16 << 20,
     registry: CollectorRegistry = REGISTRY,
     extra_routers: Sequence[APIRouter] = (),
+    security: Security | None = None,
 ) -> FastAPI:
     """The FastAPI application over ``store``; ``status``/``ready``/``alive`` feed the ops paths,
-    ``extra_routers`` are included as they are."""
+    ``extra_routers`` are included as they are; ``security`` (its accounts) guards the routes
+    (:mod:`.auth`)."""
     app = FastAPI(
         title="rocketmq-tiered",
         version="0.1.0",
         description="Cold reads of RocketMQ messages offloaded to tiered storage.",
         responses=_ERROR_RESPONSES,
     )
+    if security is not None:  # inside the accounting: refusals are counted as requests too
+        app.add_middleware(Authentication, security=security)
     app.add_middleware(RequestAccounting)  # http_requests_total, http_request_duration
 
     @app.exception_handler(RequestValidationError)
@@ -253,8 +260,9 @@ def create_app(
         return store.explain(topic, queue_id, offset)
 
     @app.get("/v1/status", summary="Per-queue offload status")
-    def status_view() -> dict[str, Any]:
-        return status()
+    def status_view(request: Request) -> dict[str, Any]:
+        account: Account | None = getattr(request.state, "account", None)
+        return status() if account is None else readable_status(status(), account)
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:
@@ -271,6 +279,17 @@ def create_app(
     for router in extra_routers:
         app.include_router(router)
     return app
+
+
+def readable_status(report: dict[str, Any], account: Account) -> dict[str, Any]:
+    """``report`` (the ``/v1/status`` body) with only the queues and topics ``account`` may
+    read (an admin account reads all)."""
+    if account.admin:
+        return report
+    out = dict(report)
+    out["queues"] = [q for q in report.get("queues", ()) if account.may_read_topic(q["topic"])]
+    out["topics"] = [t for t in report.get("topics", ()) if account.may_read_topic(t["topic"])]
+    return out
 
 
 def raw_units(data: bytes) -> list[bytes]:

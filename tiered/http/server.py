@@ -3,17 +3,34 @@
 The socket is bound in :meth:`HttpServer.start` (so a port in use is a clear error at start-up,
 not a log line in another thread) and handed to uvicorn; port 0 picks any free port, which
 :attr:`HttpServer.port` then tells. Signals stay with the main thread (the daemon's).
+
+With TLS (``tieredHttpTlsMode`` permissive or enforcing) the server accepts connections itself:
+it waits for a connection's first byte (at most :data:`FIRST_BYTE_TIMEOUT_S`), and hands the
+socket to uvicorn's protocol through TLS when it is a TLS handshake (0x16), as it is when the port
+is permissive, or -- enforcing -- answers a plain request one ``400`` naming the setting and
+closes. Each connection takes the certificate current when it arrives (reloaded on change). A
+failed handshake (no or an untrusted client certificate with mutual TLS, a client that does not
+trust ours) is counted as ``access_denied_total{port="http",reason="tls_handshake"}``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
+import ssl
 import threading
+from collections.abc import Callable
 
 import uvicorn
 from fastapi import FastAPI
 
+from tiered.access.guard import TLS_REQUIRED
+from tiered.access.guard import Guard
+from tiered.access.tls import DISABLED
+from tiered.access.tls import ENFORCING
+from tiered.access.tls import HANDSHAKE
 from tiered.listen import bind
 from tiered.logs import uvicorn_access_log
 
@@ -21,13 +38,35 @@ log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 10.0
 STOP_TIMEOUT_S = 10.0
+FIRST_BYTE_TIMEOUT_S = 10.0
+HANDSHAKE_TIMEOUT_S = 10.0
+TLS_HANDSHAKE_FAILED = "tls_handshake"
+_PLAIN_BODY = (
+    b'{"error": "this port accepts HTTPS only (tieredHttpTlsMode=enforcing): use an https:// '
+    b'URL"}\n'
+)
+PLAIN_TO_TLS_PORT = (
+    b"HTTP/1.1 400 Bad Request\r\nContent-Type: application/json\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_PLAIN_BODY)}\r\n\r\n".encode()
+    + _PLAIN_BODY
+)
+
+
+class Tls:
+    """What an HTTP port with TLS needs: its mode, the current context, the guard."""
+
+    def __init__(self, mode: str, context: Callable[[], ssl.SSLContext], guard: Guard) -> None:
+        self.mode = mode
+        self.context = context
+        self.guard = guard
 
 
 class HttpServer:
     """Serve ``app`` on ``host:port`` from a daemon thread until :meth:`stop`."""
 
-    def __init__(self, app: FastAPI, host: str, port: int) -> None:
+    def __init__(self, app: FastAPI, host: str, port: int, tls: Tls | None = None) -> None:
         self.app = app
+        self.tls = None if tls is None or tls.mode == DISABLED else tls
         self.host = host
         self.requested_port = port
         self.port = port
@@ -36,9 +75,9 @@ class HttpServer:
 
     @property
     def url(self) -> str:
-        """``http://host:port`` (IPv6 hosts bracketed)."""
+        """``http(s)://host:port`` (IPv6 hosts bracketed; https with TLS on)."""
         host = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{host}:{self.port}"
+        return f"{'http' if self.tls is None else 'https'}://{host}:{self.port}"
 
     def start(self) -> None:
         """Bind, start serving, and return once the server accepts connections.
@@ -62,7 +101,10 @@ class HttpServer:
         self._server = server
 
         def serve() -> None:
-            asyncio.run(server.serve(sockets=[sock]))
+            if self.tls is None:
+                asyncio.run(server.serve(sockets=[sock]))
+            else:
+                asyncio.run(self._serve_tls(server, config, sock))
 
         self._thread = threading.Thread(target=serve, name="tiered-http", daemon=True)
         self._thread.start()
@@ -74,6 +116,95 @@ class HttpServer:
             self._thread.join(0.01)
             waited += 0.01
         log.info("HTTP API listening on %s", self.url)
+
+    async def _serve_tls(
+        self, server: uvicorn.Server, config: uvicorn.Config, sock: socket.socket
+    ) -> None:
+        """uvicorn with no listener of its own; connections accepted here, sniffed and handed to
+        its protocol (which registers each with the server, so shutdown waits for them)."""
+        sock.listen(config.backlog)
+        sock.setblocking(False)
+        accepting = asyncio.create_task(self._accept(server, config, sock))
+        try:
+            await server.serve(sockets=[])
+        finally:
+            accepting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await accepting
+            sock.close()
+
+    async def _accept(
+        self, server: uvicorn.Server, config: uvicorn.Config, sock: socket.socket
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while not server.started:
+            await asyncio.sleep(0.01)
+        connections: set[asyncio.Task[None]] = set()
+        while True:
+            try:
+                client, peer = await loop.sock_accept(sock)
+            except OSError as e:
+                log.warning("HTTP API: accepting a connection failed: %s", e)
+                await asyncio.sleep(0.1)
+                continue
+            task = asyncio.create_task(self._hand_off(server, config, client, peer))
+            connections.add(task)
+            task.add_done_callback(connections.discard)
+
+    async def _hand_off(
+        self, server: uvicorn.Server, config: uvicorn.Config, client: socket.socket, peer: object
+    ) -> None:
+        assert self.tls is not None
+        loop = asyncio.get_running_loop()
+        address = str(peer[0]) if isinstance(peer, tuple) else str(peer)
+        client.setblocking(False)
+        readable = loop.create_future()
+
+        def ready() -> None:  # may be called again before the reader is removed
+            if not readable.done():
+                readable.set_result(None)
+
+        loop.add_reader(client, ready)
+        try:
+            await asyncio.wait_for(readable, FIRST_BYTE_TIMEOUT_S)
+            first = client.recv(1, socket.MSG_PEEK)
+        except (TimeoutError, OSError):
+            first = b""
+        finally:
+            loop.remove_reader(client)
+        if not first:
+            client.close()
+            return
+        if first[0] != HANDSHAKE and self.tls.mode == ENFORCING:
+            self.tls.guard.denied(
+                "http", TLS_REQUIRED, address, "a plain HTTP request to a TLS-only port"
+            )
+            with contextlib.suppress(OSError):
+                await loop.sock_sendall(client, PLAIN_TO_TLS_PORT)
+            client.close()
+            return
+
+        def protocol() -> asyncio.Protocol:  # what uvicorn's own listener would make
+            made: asyncio.Protocol = config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=server.server_state, app_state=server.lifespan.state
+            )
+            return made
+
+        if first[0] != HANDSHAKE:
+            await loop.connect_accepted_socket(protocol, client)
+            return
+        try:
+            await loop.connect_accepted_socket(
+                protocol,
+                client,
+                ssl=self.tls.context(),
+                ssl_handshake_timeout=HANDSHAKE_TIMEOUT_S,
+            )
+        except (OSError, TimeoutError) as e:  # ssl.SSLError is an OSError
+            self.tls.guard.denied(
+                "http", TLS_HANDSHAKE_FAILED, address, f"TLS handshake failed: {e}"
+            )
+            client.close()
 
     def stop(self) -> None:
         """Stop accepting, finish requests in flight, wait for the thread (bounded)."""

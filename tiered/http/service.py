@@ -13,6 +13,7 @@ from typing import Any
 
 from fastapi import APIRouter
 
+from tiered.access.security import Security
 from tiered.core.daemon import Daemon
 from tiered.core.message_store import TieredMessageStore
 from tiered.core.status_report import collect_status
@@ -21,6 +22,7 @@ from tiered.metadata import mirror_key_for
 
 from .app import create_app
 from .server import HttpServer
+from .server import Tls
 
 
 def liveness(daemon: Daemon) -> dict[str, str]:
@@ -61,9 +63,11 @@ def http_service(
     daemon: Daemon,
     extra_routers: Sequence[APIRouter] = (),
     store: TieredMessageStore | None = None,
+    security: Security | None = None,
 ) -> HttpServer:
     """The HTTP API of ``daemon`` on ``tieredHttpHost:tieredHttpPort`` (started by the daemon),
-    reading through ``store`` (default: a new one over the daemon's flat files)."""
+    reading through ``store`` (default: a new one over the daemon's flat files), guarded by
+    ``security`` (accounts and TLS; None: open, plain)."""
     cfg = daemon.cfg
     if store is None:
         store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
@@ -78,5 +82,10 @@ def http_service(
         alive=lambda: liveness(daemon),
         max_response_bytes=cfg.tiered_http_max_response_bytes,
         extra_routers=extra_routers,
+        security=security,
     )
-    return HttpServer(app, cfg.tiered_http_host, cfg.tiered_http_port)
+    tls = None
+    if security is not None and security.tls is not None:
+        reloading = security.tls
+        tls = Tls(security.http_tls_mode, lambda: reloading.value.context, security.guard)
+    return HttpServer(app, cfg.tiered_http_host, cfg.tiered_http_port, tls)

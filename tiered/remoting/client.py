@@ -10,14 +10,15 @@ from __future__ import annotations
 
 import itertools
 import socket
+import ssl
 import struct
 
+from tiered.access.accounts import ACCESS_KEY
+from tiered.access.accounts import SIGNATURE
+from tiered.access.accounts import request_content
+from tiered.access.accounts import sign
 from tiered.closeable import Closeable
 
-from .acl import ACCESS_KEY
-from .acl import SIGNATURE
-from .acl import request_content
-from .acl import sign
 from .codes import ONEWAY_FLAG
 from .frame import JSON
 from .frame import Command
@@ -38,9 +39,18 @@ class RemotingClient(Closeable):
         timeout_s: float = 30.0,
         serialize_type: int = JSON,
         credentials: tuple[str, str] | None = None,
+        tls: ssl.SSLContext | None = None,
     ) -> None:
-        self.sock = socket.create_connection((host, port), timeout=timeout_s)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        """Connect (through TLS with ``tls``, its ``server_hostname`` ``host``)."""
+        plain = socket.create_connection((host, port), timeout=timeout_s)
+        plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock: socket.socket = plain
+        if tls is not None:
+            try:
+                self.sock = tls.wrap_socket(plain, server_hostname=host)
+            except BaseException:
+                plain.close()
+                raise
         self.serialize_type = serialize_type
         self.credentials = credentials
         self._opaque = itertools.count(1)

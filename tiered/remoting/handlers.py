@@ -21,12 +21,16 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from tiered import metrics
+from tiered.access.accounts import BAD_CREDENTIALS
+from tiered.access.guard import THROTTLED
+from tiered.access.security import Security
 from tiered.broker import message as msgcodec
 from tiered.broker.broker_index import lookup_index_files
 from tiered.config import TieredConfig
@@ -43,7 +47,6 @@ from tiered.index.search import message_keys
 from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
 
-from .acl import Acl
 from .admin import Admin
 from .body import dumps
 from .body import message_queue
@@ -56,6 +59,7 @@ from .codes import UNIQUE_KEY_QUERY
 from .codes import WRITES
 from .codes import RequestCode
 from .codes import ResponseCode
+from .codes import code_name
 from .fields import field
 from .fields import int_field
 from .frame import LANGUAGES
@@ -107,7 +111,7 @@ class Replay:
         index: Callable[[], IndexService | None] = lambda: None,
         clients: Clients | None = None,
         offsets: ReplayOffsets,
-        acl: Acl | None = None,
+        security: Security | None = None,
         ready: Callable[[], bool] = lambda: True,
         locks: RebalanceLocks | None = None,
     ) -> None:
@@ -118,7 +122,7 @@ class Replay:
         self.index = index
         self.clients = clients or Clients()
         self.offsets = offsets
-        self.acl = acl
+        self.security = security
         self.locks = locks or RebalanceLocks()
         self.admin = Admin(cfg, store, naming, self.clients, offsets)
         self._handlers: dict[int, Callable[[Command], Response]] = {
@@ -203,13 +207,41 @@ class Replay:
             return request.response(ResponseCode.SYSTEM_ERROR, f"the broker's store: {e}")
 
     def _authorize(self, request: Command) -> None:
-        if self.acl is None:
+        """Raises AclError unless the request is signed by an account that may read what it
+        names; every refusal counted and audited, failed signatures limited per address."""
+        security = self.security
+        acl = None if security is None else security.acl
+        if security is None or acl is None:
             return
         ext = request.ext_fields
         topic = ext.get("topic")
         if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             topic = None  # a route reveals queue counts only; reads are checked
-        self.acl.check(ext, request.body, topic, ext.get("consumerGroup"))
+        group = ext.get("consumerGroup")
+        guard, peer = security.guard, request.peer
+        address = peer.rpartition(":")[0].strip("[]") or peer
+        wait = guard.retry_after(address)
+        if wait > 0:
+            guard.denied("remoting", THROTTLED, address, "too many failed authentications")
+            raise AclError(
+                f"too many failed authentications from {address}: retry in {math.ceil(wait)} s",
+                reason=THROTTLED,
+            )
+        try:
+            acl.check(ext, request.body, topic, group)
+        except AclError as e:
+            if e.reason == BAD_CREDENTIALS:
+                guard.failed("remoting", address)
+            guard.denied(
+                "remoting",
+                e.reason,
+                address,
+                f"{code_name(request.code)}: {e}",
+                access_key=e.access_key,
+                topic=topic,
+                group=group,
+            )
+            raise
 
     # --- name server ------------------------------------------------------------------------------
 

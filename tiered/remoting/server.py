@@ -15,6 +15,14 @@ connection is answered one error (``opaque`` 0, the reason as remark) and closed
 stalled inside a frame for :data:`FRAME_STALL_S` or silent for :data:`IDLE_TIMEOUT_S` is closed;
 past ``tieredRemotingMaxConnections`` new connections are closed at once. Each is logged once per
 connection and counted (``remoting_rejected_total{reason}``); other connections go on.
+
+With TLS (``tieredRemotingTlsMode`` permissive or enforcing) a connection's thread first peeks at
+its first byte, as RocketMQ's server does: a TLS handshake (0x16) is answered through TLS with the
+certificate current at that moment; a plain frame (first byte 0x00) is served as before when the
+port is permissive; when it is enforcing, its first request is answered ``NO_PERMISSION`` with a
+remark naming the setting and the client option (``-Dtls.enable=true``), and the connection
+closed. A failed handshake is counted as ``access_denied_total{port="remoting",
+reason="tls_handshake"}`` and the connection closed; the others go on.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
+import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -29,6 +38,11 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from tiered import metrics
+from tiered.access.guard import TLS_REQUIRED
+from tiered.access.security import Security
+from tiered.access.tls import DISABLED
+from tiered.access.tls import ENFORCING
+from tiered.access.tls import HANDSHAKE
 from tiered.errors import ProtocolError
 from tiered.listen import bind
 
@@ -53,6 +67,9 @@ STOP_TIMEOUT_S = 10.0
 READ_CHUNK = 1 << 16
 HELD_WORKERS = 4
 IOV_MAX = 1024  # buffers one sendmsg takes (Linux UIO_MAXIOV)
+HANDSHAKE_TIMEOUT_S = 10.0
+TLS_HANDSHAKE_FAILED = "tls_handshake"
+PORT = "remoting"
 
 
 def send_all(sock: socket.socket, buffers: Sequence[bytes | bytearray | memoryview]) -> None:
@@ -60,6 +77,10 @@ def send_all(sock: socket.socket, buffers: Sequence[bytes | bytearray | memoryvi
     frame that fits the socket buffer, no joined copy (partial sends resume where they
     stopped; at most ``IOV_MAX`` buffers a call)."""
     parts = [memoryview(b).cast("B") for b in buffers if len(b)]
+    if isinstance(sock, ssl.SSLSocket):  # no sendmsg through TLS: one record per part
+        for part in parts:
+            sock.sendall(part)
+        return
     while parts:
         sent = sock.sendmsg(parts[:IOV_MAX])
         while parts and sent >= len(parts[0]):
@@ -92,6 +113,7 @@ class _Connection:
         self.sock = sock
         self.peer = peer
         self.peer_address = _address(peer)
+        self.peer_host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.write_lock = threading.Lock()
         self.closed = False
         self.thread = threading.Thread(target=self.run, name=f"tiered-remoting {peer}", daemon=True)
@@ -114,11 +136,60 @@ class _Connection:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
 
+    def _start_tls(self) -> bool:
+        """Peek at the first byte: TLS, plain, or (enforcing) a plain client told to use TLS.
+        Whether to go on serving the connection."""
+        server = self.server
+        mode = server.tls_mode
+        self.sock.settimeout(server.idle_timeout_s)
+        first = self.sock.recv(1, socket.MSG_PEEK)
+        if not first:
+            return False
+        if first[0] == HANDSHAKE:
+            assert server.security is not None and server.security.tls is not None
+            context = server.security.tls.value.context
+            self.sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            try:
+                self.sock = context.wrap_socket(self.sock, server_side=True)
+            except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+                server.security.guard.denied(
+                    PORT, TLS_HANDSHAKE_FAILED, self.peer_host, f"TLS handshake failed: {e}"
+                )
+                return False
+            return True
+        if mode != ENFORCING:
+            return True
+        assert server.security is not None
+        server.security.guard.denied(
+            PORT, TLS_REQUIRED, self.peer_host, "a plain connection to a TLS-only port"
+        )
+        frames = FrameReader(server.max_frame_bytes)  # answer its first request, then close
+        self.sock.settimeout(server.frame_stall_s)
+        with contextlib.suppress(OSError, ProtocolError):
+            requests: list[bytes] = []
+            while not requests:
+                data = self.sock.recv(READ_CHUNK)
+                if not data:
+                    return False
+                requests = frames.feed(data)
+            request = decode(requests[0])
+            self.send(
+                request.response(
+                    ResponseCode.NO_PERMISSION,
+                    "this replay endpoint accepts TLS connections only "
+                    "(tieredRemotingTlsMode=enforcing): start the client with -Dtls.enable=true "
+                    "(and -Dtls.client.trustCertPath=<the CA of the sidecar's certificate>)",
+                )
+            )
+        return False
+
     def run(self) -> None:
         server = self.server
         frames = FrameReader(server.max_frame_bytes)
         armed = -1.0
         try:
+            if server.tls_mode != DISABLED and not self._start_tls():
+                return
             while not self.closed:
                 timeout = server.frame_stall_s if frames.pending else server.idle_timeout_s
                 if timeout != armed:  # settimeout is a system call: only when it changes
@@ -172,8 +243,11 @@ class RemotingServer:
         frame_stall_s: float = FRAME_STALL_S,
         poll_interval_s: float = POLL_INTERVAL_S,
         flush: Callable[[], object] | None = None,
+        security: Security | None = None,
     ) -> None:
         self.replay = replay
+        self.security = security
+        self.tls_mode = DISABLED if security is None else security.remoting_tls_mode
         self.host = host
         self.requested_port = port
         self.port = port

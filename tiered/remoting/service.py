@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from tiered.access.security import Security
 from tiered.core.daemon import Daemon
 from tiered.core.message_store import TieredMessageStore
 
-from .acl import Acl
 from .groups import ReplayOffsets
 from .handlers import Replay
 from .naming import Naming
@@ -16,15 +14,15 @@ from .registration import Registration
 from .server import RemotingServer
 
 
-def remoting_service(daemon: Daemon, store: TieredMessageStore) -> RemotingServer:
+def remoting_service(
+    daemon: Daemon, store: TieredMessageStore, security: Security | None = None
+) -> RemotingServer:
     """The endpoint on ``tieredRemotingHost:tieredRemotingPort`` over ``store`` (the same
-    :class:`TieredMessageStore` the HTTP API reads through), started by the daemon.
-
-    Raises:
-        ConfigError: ``tieredRemotingAclFile`` cannot be read or is malformed.
-    """
+    :class:`TieredMessageStore` the HTTP API reads through), started by the daemon, guarded by
+    ``security`` (default: built from the daemon's config)."""
     cfg = daemon.cfg
-    acl = Acl.load(Path(cfg.tiered_remoting_acl_file)) if cfg.tiered_remoting_acl_enable else None
+    if security is None:
+        security = Security.from_config(cfg)
     offsets = ReplayOffsets(cfg.tiered_data_dir / "config")
     offsets.load()
     server: RemotingServer | None = None
@@ -44,7 +42,7 @@ def remoting_service(daemon: Daemon, store: TieredMessageStore) -> RemotingServe
         naming,
         index=lambda: daemon.sidecar.index,
         offsets=offsets,
-        acl=acl,
+        security=security,
         ready=ready,
     )
     server = RemotingServer(
@@ -55,6 +53,7 @@ def remoting_service(daemon: Daemon, store: TieredMessageStore) -> RemotingServe
         max_connections=cfg.tiered_remoting_max_connections,
         advertised_address=cfg.tiered_remoting_advertised_address,
         flush=offsets.flush,
+        security=security,
     )
     return server
 

@@ -3,8 +3,10 @@ errors included (urllib raises on 4xx/5xx; a test wants to look at them)."""
 
 from __future__ import annotations
 
+import base64
 import http.client
 import json
+import ssl
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -25,12 +27,25 @@ class Reply:
         return json.loads(self.body)
 
 
-def get(base: str, path: str = "", *, timeout: float = 30.0, **params: Any) -> Reply:
-    """GET ``base + path`` with ``params`` as the query string (none when empty)."""
+def get(
+    base: str,
+    path: str = "",
+    *,
+    timeout: float = 30.0,
+    auth: tuple[str, str] | None = None,
+    tls: ssl.SSLContext | None = None,
+    **params: Any,
+) -> Reply:
+    """GET ``base + path`` with ``params`` as the query string (none when empty), with HTTP
+    Basic ``auth`` (accessKey, secretKey) and the client TLS context ``tls`` when given."""
     query = urllib.parse.urlencode(params)
     url = f"{base}{path}" + (f"?{query}" if query else "")
+    request = urllib.request.Request(url)
+    if auth is not None:
+        token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
+        request.add_header("Authorization", f"Basic {token}")
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with urllib.request.urlopen(request, timeout=timeout, context=tls) as r:
             return Reply(r.status, {k.lower(): v for k, v in r.headers.items()}, r.read())
     except urllib.error.HTTPError as e:
         return Reply(e.code, {k.lower(): v for k, v in e.headers.items()}, e.read())

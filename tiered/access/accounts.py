@@ -1,13 +1,15 @@
-"""Access control of the replay endpoint: accounts in the broker's ``plain_acl.yml`` format.
+"""The accounts of both ports: the broker's ``plain_acl.yml`` format.
 
-With ``tieredRemotingAclEnable=true`` every request must carry ``AccessKey`` and ``Signature``
+With ``tieredAclEnable=true`` every replay request must carry ``AccessKey`` and ``Signature``
 extFields, signed as RocketMQ's ``AclClientRPCHook`` signs: the values of all extFields except
 ``Signature``, sorted by key and concatenated, then the body; HMAC-SHA1 with the account's
-``secretKey``, base64. A request that names a topic needs ``SUB`` on it (``topicPerms`` entry,
-else ``defaultTopicPerm``), one that names a consumer group ``SUB`` on the group (``groupPerms``,
-else ``defaultGroupPerm``); ``admin: true`` accounts may read everything. IP allow-lists
-(``globalWhiteRemoteAddresses``, ``whiteRemoteAddress``) are not honoured: every request must be
-signed, which is stricter than the broker.
+``secretKey``, base64. An HTTP request carries ``Authorization: Basic`` of
+``accessKey:secretKey`` (:meth:`Acl.authenticate`). A request that names a topic needs ``SUB``
+on it (``topicPerms`` entry, else ``defaultTopicPerm``), one that names a consumer group ``SUB``
+on the group (``groupPerms``, else ``defaultGroupPerm``); ``admin: true`` accounts may read
+everything. IP allow-lists (``globalWhiteRemoteAddresses``, ``whiteRemoteAddress``) are not
+honoured: every request must be signed, which is stricter than the broker. Secrets are compared
+in constant time, and an unknown access key costs the same comparison as a known one.
 """
 
 from __future__ import annotations
@@ -16,7 +18,9 @@ import base64
 import hashlib
 import hmac
 import logging
+import secrets
 from dataclasses import dataclass
+from dataclasses import field
 from pathlib import Path
 from typing import Any
 
@@ -28,16 +32,18 @@ from tiered.errors import ConfigError
 log = logging.getLogger(__name__)
 
 ACCESS_KEY, SIGNATURE = "AccessKey", "Signature"
+NO_CREDENTIALS, BAD_CREDENTIALS, FORBIDDEN = "no_credentials", "bad_credentials", "forbidden"
+"""Why a request was refused (``AclError.reason``, the ``access_denied_total`` label)."""
 _PERMS = {"DENY": set(), "ANY": {"PUB", "SUB"}, "PUB": {"PUB"}, "SUB": {"SUB"},
           "PUB|SUB": {"PUB", "SUB"}, "SUB|PUB": {"PUB", "SUB"}}  # fmt: skip
 
 
 @dataclass(frozen=True)
 class Account:
-    """One ``accounts`` entry."""
+    """One ``accounts`` entry (``repr`` leaves the secret out)."""
 
     access_key: str
-    secret_key: str
+    secret_key: str = field(repr=False)
     admin: bool = False
     default_topic_perm: frozenset[str] = frozenset()
     default_group_perm: frozenset[str] = frozenset()
@@ -49,6 +55,10 @@ class Account:
 
     def may_read_group(self, group: str) -> bool:
         return self.admin or "SUB" in dict(self.group_perms).get(group, self.default_group_perm)
+
+
+_NOBODY = Account("", secrets.token_hex(32))
+"""Compared against when an access key is unknown, so that costs what a wrong secret costs."""
 
 
 def sign(content: bytes, secret_key: str) -> str:
@@ -99,14 +109,14 @@ class Acl:
             document: Any = yaml.safe_load(path.read_text(encoding="utf-8"))
         except OSError as e:
             raise ConfigError(
-                f"tieredRemotingAclFile={str(path)!r} cannot be read ({e.strerror or e}): point it "
+                f"tieredAclFile={str(path)!r} cannot be read ({e.strerror or e}): point it "
                 "at the broker's plain_acl.yml"
             ) from e
         except yaml.YAMLError as e:
-            raise ConfigError(f"tieredRemotingAclFile={str(path)!r} is not YAML: {e}") from e
+            raise ConfigError(f"tieredAclFile={str(path)!r} is not YAML: {e}") from e
         if not isinstance(document, dict) or not isinstance(document.get("accounts"), list):
             raise ConfigError(
-                f"tieredRemotingAclFile={str(path)!r} has no 'accounts' list (plain_acl.yml format)"
+                f"tieredAclFile={str(path)!r} has no 'accounts' list (plain_acl.yml format)"
             )
         accounts: dict[str, Account] = {}
         for i, raw in enumerate(document["accounts"]):
@@ -127,8 +137,8 @@ class Acl:
             isinstance(a, dict) and a.get("whiteRemoteAddress") for a in document["accounts"]
         ):
             log.warning(
-                "%s: IP allow-lists are not honoured by the replay endpoint; every request must "
-                "be signed",
+                "%s: IP allow-lists are not honoured by the sidecar; every request must "
+                "carry an account's credentials",
                 path,
             )
         return cls(accounts, str(path))
@@ -146,18 +156,53 @@ class Acl:
         if not access_key or not signature:
             raise AclError(
                 "the replay endpoint requires signed requests (AccessKey and Signature): "
-                "configure the client with an AclClientRPCHook / accessKey and secretKey"
+                "configure the client with an AclClientRPCHook / accessKey and secretKey",
+                reason=NO_CREDENTIALS,
             )
         account = self.accounts.get(access_key)
-        if account is None:
-            raise AclError(f"AccessKey {access_key!r} is not an account of {self.source}")
-        expected = sign(request_content(ext_fields, body), account.secret_key)
-        if not hmac.compare_digest(expected, signature):
+        expected = sign(request_content(ext_fields, body), (account or _NOBODY).secret_key)
+        matches = hmac.compare_digest(expected.encode(), signature.encode("utf-8", "replace"))
+        if not matches or account is None:
             raise AclError(
-                f"the signature of AccessKey {access_key!r} does not match: check its secretKey"
+                f"AccessKey {access_key!r} is not an account, or its signature does not match: "
+                "check the accessKey and secretKey",
+                reason=BAD_CREDENTIALS,
+                access_key=access_key,
             )
-        if topic and not account.may_read_topic(topic):
-            raise AclError(f"AccessKey {access_key!r} has no SUB permission on topic {topic!r}")
-        if group and not account.may_read_group(group):
-            raise AclError(f"AccessKey {access_key!r} has no SUB permission on group {group!r}")
+        self.authorize(account, topic, group)
         return account
+
+    def authenticate(self, access_key: str, secret_key: str) -> Account:
+        """The account of an HTTP Basic ``accessKey:secretKey``.
+
+        Raises:
+            AclError: unknown access key or wrong secret (one message for both).
+        """
+        account = self.accounts.get(access_key)
+        expected = (account or _NOBODY).secret_key.encode("utf-8")
+        matches = hmac.compare_digest(expected, secret_key.encode("utf-8", "replace"))
+        if not matches or account is None:
+            raise AclError(
+                f"accessKey {access_key!r} is not an account, or its secretKey does not match",
+                reason=BAD_CREDENTIALS,
+                access_key=access_key,
+            )
+        return account
+
+    @staticmethod
+    def authorize(account: Account, topic: str | None, group: str | None) -> None:
+        """Raises :class:`AclError` (``forbidden``) unless ``account`` may read ``topic`` and
+        ``group`` (either may be None: not named by the request)."""
+        who = account.access_key
+        if topic and not account.may_read_topic(topic):
+            raise AclError(
+                f"AccessKey {who!r} has no SUB permission on topic {topic!r}",
+                reason=FORBIDDEN,
+                access_key=who,
+            )
+        if group and not account.may_read_group(group):
+            raise AclError(
+                f"AccessKey {who!r} has no SUB permission on group {group!r}",
+                reason=FORBIDDEN,
+                access_key=who,
+            )
