@@ -250,6 +250,40 @@ def test_legacy_spellings_are_read_as_todays_keys(tmp_path: Path) -> None:
     assert TieredConfig.from_properties(both).mapped_file_size_consume_queue_bytes == 60
 
 
+def test_the_former_acl_keys_are_read_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import tiered.config
+
+    monkeypatch.setattr(tiered.config, "_warned", set())
+    conf = tmp_path / "tiered.conf"
+    conf.write_text("tieredRemotingAclEnable=true\ntieredRemotingAclFile=/etc/acl.yml\n")
+    for _ in range(3):
+        config = load_config([conf], env={})
+        assert config.tiered_acl_enable and config.tiered_acl_file == "/etc/acl.yml"
+    warned = [r.getMessage() for r in caplog.records if "deprecated" in r.getMessage()]
+    assert len(warned) == 2  # one per key, not one per load
+    assert any("rename it tieredAclEnable" in w and "tiered.conf:1" in w for w in warned)
+    from_env = load_config([], env={"RMQ_TIERED_TIEREDREMOTINGACLENABLE": "true",
+                                     "RMQ_TIERED_tieredAclFile": "/a.yml"})  # fmt: skip
+    assert from_env.tiered_acl_enable
+
+
+@pytest.mark.parametrize(
+    ("keys", "message"),
+    [
+        ({"tieredHttpTlsMode": "enforcing"}, "tieredHttpTlsMode=enforcing needs tieredTlsCertFile"),
+        ({"tieredRemotingTlsMode": "Permissive"}, "tieredRemotingTlsMode=permissive needs"),
+        ({"tieredHttpTlsMode": "strict"}, "disabled, permissive, enforcing"),
+        ({"tieredTlsClientCaFile": "/ca.pem"}, "both tieredHttpTlsMode and tieredRemotingTlsMode"),
+        ({"tieredAclEnable": "true"}, "tieredAclEnable=true needs tieredAclFile"),
+    ],
+)
+def test_tls_and_acl_keys_that_do_not_go_together(keys: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=re.escape(message)):
+        TieredConfig.from_properties(keys)
+
+
 # --- values --------------------------------------------------------------------------------------
 
 

@@ -1,0 +1,217 @@
+"""The replay port behind accounts and TLS, through the project's own client over real TLS:
+permissive and enforcing modes, mutual TLS, the failure limit, the audit, and TLS garbage."""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import ssl
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck
+from hypothesis import given
+from hypothesis import settings
+from hypothesis import strategies as st
+
+from tiered import metrics
+from tiered.access.guard import Guard
+from tiered.access.security import Security
+from tiered.remoting.client import RemotingClient
+from tiered.remoting.codes import RequestCode as Req
+from tiered.remoting.codes import ResponseCode as Res
+from tiered.remoting.frame import Command
+from tiered.testing.certs import Pki
+from tiered.testing.certs import make_pki
+from tiered.testing.sample_tier import SampleTier
+
+from .conftest import TOPIC
+from .conftest import Endpoint
+from .conftest import EndpointFactory
+
+ACCOUNTS = f"""
+accounts:
+  - accessKey: reader
+    secretKey: reader-secret
+    defaultTopicPerm: DENY
+    defaultGroupPerm: SUB
+    topicPerms:
+      - {TOPIC}=SUB
+  - accessKey: other
+    secretKey: other-secret
+    defaultTopicPerm: DENY
+"""
+SECRETS = ("reader-secret", "other-secret")
+READER = ("reader", "reader-secret")
+
+
+def pull(c: RemotingClient, offset: int = 0) -> Command:
+    return c.call(
+        Req.PULL_MESSAGE, consumerGroup="G", topic=TOPIC, queueId=1, queueOffset=offset,
+        maxMsgNums=4, sysFlag=0, commitOffset=0, suspendTimeoutMillis=0,
+    )  # fmt: skip
+
+
+@dataclass
+class Secured:
+    ep: Endpoint
+    pki: Pki
+    security: Security
+
+    def client(
+        self, *, tls: ssl.SSLContext | None = None, credentials: tuple[str, str] | None = None
+    ) -> RemotingClient:
+        return RemotingClient("127.0.0.1", self.ep.server.port, tls=tls, credentials=credentials)
+
+
+def _secured(
+    history: SampleTier, endpoint: EndpointFactory, tmp: Path, mode: str, *, mutual: bool = False
+) -> Secured:
+    pki = make_pki(tmp / "pki")
+    accounts = tmp / "plain_acl.yml"
+    accounts.write_text(ACCOUNTS)
+    security = Security(
+        accounts_file=accounts,
+        cert_file=pki.server_cert,
+        key_file=pki.server_key,
+        client_ca_file=pki.ca if mutual else None,
+        remoting_tls_mode=mode,
+        max_failures_per_minute=3,
+    )
+    return Secured(endpoint(history, security=security), pki, security)
+
+
+@pytest.fixture
+def enforcing(history: SampleTier, endpoint: EndpointFactory, tmp_path: Path) -> Secured:
+    return _secured(history, endpoint, tmp_path, "enforcing")
+
+
+@pytest.fixture
+def permissive(history: SampleTier, endpoint: EndpointFactory, tmp_path: Path) -> Secured:
+    return _secured(history, endpoint, tmp_path, "permissive")
+
+
+def denied(reason: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "rocketmq_tiered_store_access_denied_total", {"port": "remoting", "reason": reason}
+    )
+    return value or 0.0
+
+
+def test_enforcing_serves_signed_tls_clients_and_refuses_plain_ones_with_a_remark(
+    enforcing: Secured,
+) -> None:
+    tls = enforcing.pki.client_context()
+    with enforcing.client(tls=tls, credentials=READER) as c:
+        assert pull(c).code == Res.SUCCESS
+        assert pull(c, 4).code == Res.SUCCESS  # the same TLS connection goes on
+    with enforcing.client(tls=tls, credentials=("reader", "wrong")) as c:
+        assert pull(c).code == Res.NO_PERMISSION
+    with enforcing.client(tls=tls) as c:
+        assert pull(c).code == Res.NO_PERMISSION
+    before = denied("tls_required")
+    with enforcing.client(credentials=READER) as c:
+        refused = pull(c)
+        assert refused.code == Res.NO_PERMISSION
+        assert "tieredRemotingTlsMode=enforcing" in (refused.remark or "")
+        assert "-Dtls.enable=true" in (refused.remark or "")
+        with pytest.raises(ConnectionError):
+            pull(c)  # and the connection is closed
+    assert denied("tls_required") == before + 1
+
+
+def test_permissive_serves_plain_and_tls_clients_on_one_port(permissive: Secured) -> None:
+    with permissive.client(credentials=READER) as plain:
+        a = pull(plain)
+    with permissive.client(tls=permissive.pki.client_context(), credentials=READER) as secure:
+        b = pull(secure)
+    assert a.code == b.code == Res.SUCCESS and a.body == b.body
+
+
+def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(
+    history: SampleTier, endpoint: EndpointFactory, tmp_path: Path
+) -> None:
+    secured = _secured(history, endpoint, tmp_path, "enforcing", mutual=True)
+    with secured.client(tls=secured.pki.client_context(certificate=True), credentials=READER) as c:
+        assert pull(c).code == Res.SUCCESS
+    before = denied("tls_handshake")
+    for context in (secured.pki.client_context(), secured.pki.client_context(stranger=True)):
+        with (
+            pytest.raises((ssl.SSLError, ConnectionError, OSError)),
+            secured.client(tls=context, credentials=READER) as c,
+        ):
+            pull(c)
+    deadline = time.monotonic() + 10
+    while denied("tls_handshake") < before + 2:
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_the_failure_limit_refuses_a_guessing_address_and_recovers(
+    permissive: Secured,
+) -> None:
+    clock = [1000.0]
+    permissive.security.guard = Guard(3, clock=lambda: clock[0])
+    with permissive.client(credentials=("reader", "guess")) as c:
+        for _ in range(3):
+            assert "does not match" in (pull(c).remark or "")
+    with permissive.client(credentials=READER) as c:
+        limited = pull(c)
+        assert limited.code == Res.NO_PERMISSION and "too many failed" in (limited.remark or "")
+        clock[0] += 61
+        assert pull(c).code == Res.SUCCESS
+
+
+def test_a_changed_accounts_file_is_used_without_restart(permissive: Secured) -> None:
+    assert permissive.security.accounts is not None
+    path = permissive.security.accounts.paths[0]
+    path.write_text(ACCOUNTS.replace("reader-secret", "rotated-secret"))
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 1_000_000_000))
+    permissive.security.reload()
+    with permissive.client(credentials=READER) as c:
+        assert pull(c).code == Res.NO_PERMISSION
+    with permissive.client(credentials=("reader", "rotated-secret")) as c:
+        assert pull(c).code == Res.SUCCESS
+
+
+def test_no_secret_in_a_log_line(permissive: Secured, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    for credentials in [READER, ("reader", "reader-secretX"), ("other", "other-secret"),
+                        ("nobody", "reader-secret")]:  # fmt: skip
+        with permissive.client(credentials=credentials) as c:
+            pull(c)
+    logged = "\n".join(f"{r.getMessage()} {r.__dict__}" for r in caplog.records)
+    assert "access denied on the remoting port" in logged
+    for secret in SECRETS:
+        assert secret not in logged
+
+
+TLS_GARBAGE = st.one_of(
+    st.binary(max_size=600).map(lambda b: b"\x16" + b),
+    st.binary(max_size=40).map(lambda b: b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03" + b),
+    st.just(b"\x16\x03\x03\xff\xff" + b"\x00" * 100),
+    st.just(b"\x16"),
+)
+
+
+@settings(
+    max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(garbage=TLS_GARBAGE)
+def test_tls_garbage_closes_that_connection_and_no_other(
+    permissive: Secured, garbage: bytes
+) -> None:
+    with permissive.client(credentials=READER) as bystander:
+        with socket.create_connection(("127.0.0.1", permissive.ep.server.port), timeout=10) as s:
+            s.sendall(garbage)
+            s.shutdown(socket.SHUT_WR)
+            s.settimeout(10)
+            try:
+                while s.recv(4096):
+                    pass
+            except OSError:
+                pass  # reset: refused, as it should be
+        assert pull(bystander).code == Res.SUCCESS
