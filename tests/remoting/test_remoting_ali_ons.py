@@ -24,6 +24,7 @@ import pytest
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
+from tiered.testing.certs import make_pki
 from tiered.testing.sample_tier import SampleTier
 from tiered.testing.sidecar_process import Sidecar
 
@@ -140,3 +141,29 @@ def test_consume_from_where_decides_for_new_groups_with_client_offsets(
     maxima = {q: max(o for (qq, o) in expected if qq == q) for q in range(replay_spec.queues)}
     assert all(o > maxima[q] for q, o in new.positions), "nothing older than the start"
     assert max(Counter(new.positions).values()) == 1
+
+
+def test_ali_ons_keeps_working_on_a_permissive_tls_port_with_accounts(
+    tmp_path: Path, replay_spec: GenSpec, sidecar: SidecarFactory
+) -> None:
+    """ali-ons speaks no TLS: a port in permissive mode still serves it (plain), signed by an
+    account as ali-ons signs (AccessKey, Signature and its OnsChannel field)."""
+    tier = build_history(tmp_path / "h", replay_spec)
+    expected = expected_messages(tier, TOPIC)
+    pki = make_pki(tmp_path / "pki")
+    accounts = tmp_path / "plain_acl.yml"
+    accounts.write_text(
+        f"accounts:\n  - accessKey: reader\n    secretKey: reader-secret\n"
+        f"    defaultTopicPerm: DENY\n    defaultGroupPerm: SUB\n    topicPerms: [{TOPIC}=SUB]\n"
+    )
+    car = sidecar(
+        tier, tieredAclEnable="true", tieredAclFile=accounts, tieredRemotingTlsMode="permissive",
+        tieredTlsCertFile=pki.server_cert, tieredTlsKeyFile=pki.server_key,
+    )  # fmt: skip
+    got = ali_ons(
+        car.name_server, "secure", consumeFromWhere="CONSUME_FROM_FIRST_OFFSET",
+        expect=len(expected), settleMs=1500, accessKey="reader", secretKey="reader-secret",
+    )  # fmt: skip
+    assert not got.done["errors"]
+    assert Counter(got.positions) == Counter(list(expected))
+    assert_intact(got, tier)

@@ -18,6 +18,7 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered import metrics
+from tiered.access.accounts import Acl
 from tiered.access.guard import Guard
 from tiered.access.security import Security
 from tiered.remoting.client import RemotingClient
@@ -215,3 +216,13 @@ def test_tls_garbage_closes_that_connection_and_no_other(
             except OSError:
                 pass  # reset: refused, as it should be
         assert pull(bystander).code == Res.SUCCESS
+
+
+def test_a_retry_topic_is_read_with_the_group_permission(tmp_path: Path) -> None:
+    path = tmp_path / "plain_acl.yml"
+    path.write_text(ACCOUNTS)
+    reader = Acl.load(path).accounts["reader"]
+    assert reader.may_read_topic("%RETRY%G")  # defaultGroupPerm: SUB
+    assert not reader.may_read_topic("%DLQ%G") and not reader.may_read_topic("RETRY%G")
+    other = Acl.load(path).accounts["other"]
+    assert not other.may_read_topic("%RETRY%G")  # no group permission

@@ -32,6 +32,7 @@ from tiered.errors import ConfigError
 log = logging.getLogger(__name__)
 
 ACCESS_KEY, SIGNATURE = "AccessKey", "Signature"
+RETRY_PREFIX = "%RETRY%"
 NO_CREDENTIALS, BAD_CREDENTIALS, FORBIDDEN = "no_credentials", "bad_credentials", "forbidden"
 """Why a request was refused (``AclError.reason``, the ``access_denied_total`` label)."""
 _PERMS = {"DENY": set(), "ANY": {"PUB", "SUB"}, "PUB": {"PUB"}, "SUB": {"SUB"},
@@ -51,6 +52,10 @@ class Account:
     group_perms: tuple[tuple[str, frozenset[str]], ...] = ()
 
     def may_read_topic(self, topic: str) -> bool:
+        """SUB on ``topic``; a retry topic (``%RETRY%group``) is the group's, as the broker
+        reads it (a consumer reads its group's retry topic with the group's permission)."""
+        if topic.startswith(RETRY_PREFIX):
+            return self.may_read_group(topic.removeprefix(RETRY_PREFIX))
         return self.admin or "SUB" in dict(self.topic_perms).get(topic, self.default_topic_perm)
 
     def may_read_group(self, group: str) -> bool:

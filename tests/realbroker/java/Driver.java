@@ -46,6 +46,8 @@ import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
+import org.apache.rocketmq.acl.common.AclClientRPCHook;
+import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -64,6 +66,7 @@ import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
+import org.apache.rocketmq.remoting.RPCHook;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 import org.apache.rocketmq.tools.command.MQAdminStartup;
@@ -409,13 +412,20 @@ public class Driver {
 
     /** Assign every queue of the topics (a new group: from the first offset), poll each to its
      *  max offset. */
+    /** An AclClientRPCHook of the `accessKey`/`secretKey` arguments (null without them). */
+    static RPCHook hook(JSONObject a) {
+        String ak = a.getString("accessKey");
+        return ak == null ? null : new AclClientRPCHook(new SessionCredentials(ak, a.getString("secretKey")));
+    }
+
     static void lite(JSONObject a) throws Exception {
         String ns = a.getString("namesrv");
-        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        RPCHook hook = hook(a);
+        DefaultMQAdminExt admin = hook == null ? new DefaultMQAdminExt() : new DefaultMQAdminExt(hook);
         admin.setNamesrvAddr(ns);
         admin.setInstanceName("it-lite-admin-" + System.nanoTime());
         admin.start();
-        DefaultLitePullConsumer c = new DefaultLitePullConsumer(a.getString("group"));
+        DefaultLitePullConsumer c = new DefaultLitePullConsumer(a.getString("group"), hook);
         c.setNamesrvAddr(ns);
         c.setInstanceName("it-lite-" + System.nanoTime());
         c.setVipChannelEnabled(false);
@@ -426,7 +436,7 @@ public class Driver {
         Map<MessageQueue, Long> end = new HashMap<>();
         List<MessageQueue> all = new ArrayList<>();
         for (Object t : a.getJSONArray("topics")) {
-            for (MessageQueue mq : queuesOf(c, (String) t)) {
+            for (MessageQueue mq : queuesOf(c, (String) t, a.getLongValue("routeMs"))) {
                 long max = admin.maxOffset(mq);
                 if (max > 0) {
                     end.put(mq, max);
@@ -456,10 +466,10 @@ public class Driver {
         // client threads (a 5.3.3 lite consumer's shutdown was once seen to hang)
     }
 
-    /** The topic's queues, waiting up to 60 s for its route (a broker that just started
+    /** The topic's queues, waiting up to `routeMs` (default 60 s) for its route (a broker that just started
      *  registers with the name server some seconds after its boot line). */
-    static Collection<MessageQueue> queuesOf(DefaultLitePullConsumer c, String topic) throws Exception {
-        long giveUp = System.currentTimeMillis() + 60_000;
+    static Collection<MessageQueue> queuesOf(DefaultLitePullConsumer c, String topic, long routeMs) throws Exception {
+        long giveUp = System.currentTimeMillis() + (routeMs > 0 ? routeMs : 60_000);
         while (true) {
             try {
                 return c.fetchMessageQueues(topic);
