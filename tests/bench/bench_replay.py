@@ -8,7 +8,9 @@ the whole queue from offset 0 the way a consumer catching up does, ``nextBeginOf
 
 * over the replay endpoint (PULL_MESSAGE, :class:`~tiered.remoting.client.RemotingClient`) with
   32 messages per pull (Java's default ``pullBatchSize``) and 1024;
-* over HTTP ``format=raw`` with the same batch sizes -- the baseline each ratio divides by.
+* over HTTP ``format=raw`` with the same batch sizes -- the baseline each ratio divides by;
+* both at 1024 again through TLS (both ports ``permissive``, so the plain runs and the TLS runs
+  are the same process, side by side): what TLS costs a catch-up, in MB/s and CPU-s/GiB.
 
 Both front doors are the same process and the same read path, so the ratio is the protocol's cost.
 Runs alternate; before each, the page cache of the tier's files is dropped and the sidecar's
@@ -24,6 +26,7 @@ from __future__ import annotations
 import os
 import re
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -42,6 +45,7 @@ from tiered.core.sidecar import build_provider
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RequestCode
 from tiered.remoting.codes import ResponseCode
+from tiered.testing.certs import make_pki
 from tiered.testing.http import scan_queue
 from tiered.testing.page_cache import drop_cache
 from tiered.testing.sample_tier import sample_config
@@ -93,6 +97,8 @@ class Served:
     replay_port: int
     tier: Path
     end: int
+    tls: ssl.SSLContext
+    """A client context trusting the sidecar's (test) certificate."""
 
 
 @pytest.fixture(scope="module")
@@ -103,6 +109,7 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         min_body=1024, max_body=1024, commitlog_file_size=1 << 30,
     )  # fmt: skip
     generate_store(root / "store", spec)
+    pki = make_pki(root / "pki")
     cfg = sample_config(
         root / "store", root, spec, "posix",
         tieredStorageLevel="FORCE",
@@ -113,6 +120,10 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         tieredStoreFileReservedTime="1000000",
         readAheadCacheExpireDuration="2000",
         messageIndexEnable="false",
+        tieredRemotingTlsMode="permissive",
+        tieredHttpTlsMode="permissive",
+        tieredTlsCertFile=str(pki.server_cert),
+        tieredTlsKeyFile=str(pki.server_key),
         tieredStoreDispatchIntervalMs="1000",  # the default (the test settings' 50 ms would
     )  # fmt: skip                             # put 20 idle passes a second into the figures
     sidecar = Sidecar(cfg, build_provider(cfg)).open()
@@ -125,20 +136,24 @@ def served(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Served]:
         proc = subprocess.Popen([RMQ_TIERED, "run", "--config", conf], stderr=err)
     deadline = time.monotonic() + 120
     while not (
-        (h := re.search(r"HTTP API listening on http://[^:]+:(\d+)", log.read_text()))
+        (h := re.search(r"HTTP API listening on https?://[^:]+:(\d+)", log.read_text()))
         and (r := re.search(r"\(RocketMQ remoting\) listening on \S+:(\d+)", log.read_text()))
     ):
         assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
         time.sleep(0.2)
     time.sleep(2)  # the first dispatch pass (nothing to do) and restore are over
-    yield Served(proc, int(h.group(1)), int(r.group(1)), root / "tier", spec.messages)
+    yield Served(
+        proc, int(h.group(1)), int(r.group(1)), root / "tier", spec.messages,
+        pki.client_context(),
+    )  # fmt: skip
     proc.send_signal(signal.SIGTERM)
     proc.wait(60)
 
 
-def replay(served: Served, batch: int) -> tuple[int, int]:
+def replay(served: Served, batch: int, tls: bool = False) -> tuple[int, int]:
     offset = nbytes = 0
-    with RemotingClient("127.0.0.1", served.replay_port) as c:
+    context = served.tls if tls else None
+    with RemotingClient("127.0.0.1", served.replay_port, tls=context) as c:
         while offset < served.end:
             r = c.call(
                 RequestCode.PULL_MESSAGE, consumerGroup="bench", topic=TOPIC, queueId=QID,
@@ -153,9 +168,10 @@ def replay(served: Served, batch: int) -> tuple[int, int]:
     return nbytes, offset
 
 
-def http_raw(served: Served, batch: int) -> tuple[int, int]:
+def http_raw(served: Served, batch: int, tls: bool = False) -> tuple[int, int]:
     nbytes = offset = 0
-    for _, nxt, body in scan_queue(served.http_port, TOPIC, QID, served.end, batch, "raw"):
+    context = served.tls if tls else None
+    for _, nxt, body in scan_queue(served.http_port, TOPIC, QID, served.end, batch, "raw", context):
         nbytes += len(body)
         offset = nxt
     return nbytes, offset
@@ -178,6 +194,8 @@ def test_replay_through_the_protocol_vs_http_raw(served: Served) -> None:
         "http raw 32/call": (http_raw, 32),
         "protocol 1024/pull": (replay, 1024),
         "http raw 1024/call": (http_raw, 1024),
+        "protocol 1024 TLS": (lambda s, b: replay(s, b, tls=True), 1024),
+        "http raw 1024 TLS": (lambda s, b: http_raw(s, b, tls=True), 1024),
     }
     runs: dict[str, list[Run]] = {name: [] for name in cases}
     for _ in range(REPEAT):
@@ -205,4 +223,12 @@ def test_replay_through_the_protocol_vs_http_raw(served: Served) -> None:
           f"{med['protocol 32/pull']['msgs_s']:.0f} msgs/s (goal >= 150000); sidecar CPU-s/GiB "
           f"at 1024 (goal <= 2): protocol {med['protocol 1024/pull']['cpu']:.2f}, "
           f"http raw {med['http raw 1024/call']['cpu']:.2f}")  # fmt: skip
+    for door in ("protocol", "http raw"):
+        plain, tls = (
+            med[f"{door} 1024/{'pull' if door == 'protocol' else 'call'}"],
+            med[f"{door} 1024 TLS"],
+        )
+        print(f"TLS cost, {door} at 1024: {tls['mb_s']:.1f} vs {plain['mb_s']:.1f} MB/s "
+              f"({tls['mb_s'] / plain['mb_s']:.2f}x), {tls['cpu']:.2f} vs {plain['cpu']:.2f} "
+              f"sidecar CPU-s/GiB (+{tls['cpu'] - plain['cpu']:.2f})")  # fmt: skip
     assert all(r.messages == served.end for rs in runs.values() for r in rs)

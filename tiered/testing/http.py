@@ -52,16 +52,27 @@ def get(
 
 
 def scan_queue(
-    port: int, topic: str, queue_id: int, end: int, batch: int, fmt: str
+    port: int,
+    topic: str,
+    queue_id: int,
+    end: int,
+    batch: int,
+    fmt: str,
+    tls: ssl.SSLContext | None = None,
 ) -> Iterator[tuple[int, int, bytes]]:
     """Read one queue from offset 0 up to ``end`` through ``GET .../messages`` on 127.0.0.1 at
-    ``port``, ``batch`` messages a request in ``fmt``, over one kept-alive connection: yields the
+    ``port``, ``batch`` messages a request in ``fmt``, over one kept-alive connection (HTTPS with
+    the client context ``tls``): yields the
     offset, the next begin offset and the body of each answer.
 
     Raises:
         AssertionError: an answer other than 200, or one that does not move the offset on.
     """
-    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+    conn = (
+        http.client.HTTPConnection("127.0.0.1", port, timeout=120)
+        if tls is None
+        else http.client.HTTPSConnection("127.0.0.1", port, timeout=120, context=tls)
+    )
     offset = 0
     try:
         while offset < end:
