@@ -22,6 +22,7 @@ from tiered.access.accounts import Acl
 from tiered.access.guard import Guard
 from tiered.access.security import Security
 from tiered.remoting.client import RemotingClient
+from tiered.remoting.codes import FLAG_SUSPEND
 from tiered.remoting.codes import RequestCode as Req
 from tiered.remoting.codes import ResponseCode as Res
 from tiered.remoting.frame import Command
@@ -226,3 +227,35 @@ def test_a_retry_topic_is_read_with_the_group_permission(tmp_path: Path) -> None
     assert not reader.may_read_topic("%DLQ%G") and not reader.may_read_topic("RETRY%G")
     other = Acl.load(path).accounts["other"]
     assert not other.may_read_topic("%RETRY%G")  # no group permission
+
+
+def test_held_pulls_answered_from_other_threads_while_the_reader_waits_over_tls(
+    permissive: Secured,
+) -> None:
+    """Long-polled pulls are answered by the holder's threads while the connection's own thread
+    reads the next requests: over TLS both go through one TLS state, never at once, and every
+    answer arrives whole, once, decrypted."""
+    with permissive.client(tls=permissive.pki.client_context(), credentials=READER) as c:
+        end = int(c.call(Req.GET_MAX_OFFSET, topic=TOPIC, queueId=1).ext_fields["offset"])
+        sent: dict[int, int] = {}
+        for i in range(60):
+            held = Command(
+                Req.PULL_MESSAGE, opaque=10_000 + i,
+                ext_fields={k: str(v) for k, v in {
+                    "consumerGroup": "G", "topic": TOPIC, "queueId": 1, "queueOffset": end,
+                    "maxMsgNums": 4, "sysFlag": FLAG_SUSPEND, "commitOffset": 0,
+                    "suspendTimeoutMillis": 100 + (i % 7) * 40,
+                }.items()},
+            )  # fmt: skip
+            asked = Command(
+                Req.GET_MAX_OFFSET, opaque=20_000 + i,
+                ext_fields={"topic": TOPIC, "queueId": str(i % 4)},
+            )  # fmt: skip
+            for command in (held, asked):
+                c.send(command)
+                sent[command.opaque] = command.code
+        answers = [c.receive() for _ in sent]
+    assert sorted(a.opaque for a in answers) == sorted(sent)
+    for a in answers:
+        want = Res.PULL_NOT_FOUND if sent[a.opaque] == Req.PULL_MESSAGE else Res.SUCCESS
+        assert a.code == want, (a.opaque, a.code, a.remark)

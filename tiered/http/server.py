@@ -191,7 +191,10 @@ class HttpServer:
             return made
 
         if first[0] != HANDSHAKE:
-            await loop.connect_accepted_socket(protocol, client)
+            try:
+                await loop.connect_accepted_socket(protocol, client)
+            except OSError:  # the client left meanwhile
+                client.close()
             return
         try:
             await loop.connect_accepted_socket(

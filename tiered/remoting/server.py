@@ -22,7 +22,9 @@ certificate current at that moment; a plain frame (first byte 0x00) is served as
 port is permissive; when it is enforcing, its first request is answered ``NO_PERMISSION`` with a
 remark naming the setting and the client option (``-Dtls.enable=true``), and the connection
 closed. A failed handshake is counted as ``access_denied_total{port="remoting",
-reason="tls_handshake"}`` and the connection closed; the others go on.
+reason="tls_handshake"}`` and the connection closed; the others go on. The TLS state of a
+connection is a :class:`~tiered.access.tls.TlsStream`: its reader and the threads answering held
+pulls never use it at the same time (OpenSSL does not allow it).
 """
 
 from __future__ import annotations
@@ -30,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import logging
 import socket
-import ssl
 import threading
 import time
 from collections.abc import Callable
@@ -43,6 +44,7 @@ from tiered.access.security import Security
 from tiered.access.tls import DISABLED
 from tiered.access.tls import ENFORCING
 from tiered.access.tls import HANDSHAKE
+from tiered.access.tls import TlsStream
 from tiered.errors import ProtocolError
 from tiered.listen import bind
 
@@ -77,10 +79,6 @@ def send_all(sock: socket.socket, buffers: Sequence[bytes | bytearray | memoryvi
     frame that fits the socket buffer, no joined copy (partial sends resume where they
     stopped; at most ``IOV_MAX`` buffers a call)."""
     parts = [memoryview(b).cast("B") for b in buffers if len(b)]
-    if isinstance(sock, ssl.SSLSocket):  # no sendmsg through TLS: one record per part
-        for part in parts:
-            sock.sendall(part)
-        return
     while parts:
         sent = sock.sendmsg(parts[:IOV_MAX])
         while parts and sent >= len(parts[0]):
@@ -115,6 +113,7 @@ class _Connection:
         self.peer_address = _address(peer)
         self.peer_host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.write_lock = threading.Lock()
+        self.tls: TlsStream | None = None
         self.closed = False
         self.thread = threading.Thread(target=self.run, name=f"tiered-remoting {peer}", daemon=True)
 
@@ -123,7 +122,10 @@ class _Connection:
         connection the client closed meanwhile is ignored."""
         parts = encode_parts(command)
         with self.write_lock, contextlib.suppress(OSError):
-            send_all(self.sock, parts)
+            if self.tls is None:
+                send_all(self.sock, parts)
+            else:
+                self.tls.send(parts)
 
     def answer(self, request: Command, response: Command) -> None:
         result = "ONEWAY" if request.is_oneway else _result_name(response.code)
@@ -149,9 +151,11 @@ class _Connection:
             assert server.security is not None and server.security.tls is not None
             context = server.security.tls.value.context
             self.sock.settimeout(HANDSHAKE_TIMEOUT_S)
+            stream = TlsStream(self.sock, context, self.write_lock)
             try:
-                self.sock = context.wrap_socket(self.sock, server_side=True)
-            except (OSError, ValueError) as e:  # ssl.SSLError is an OSError
+                stream.handshake()
+                self.tls = stream
+            except OSError as e:  # ssl.SSLError is an OSError
                 server.security.guard.denied(
                     PORT, TLS_HANDSHAKE_FAILED, self.peer_host, f"TLS handshake failed: {e}"
                 )
@@ -196,7 +200,11 @@ class _Connection:
                     self.sock.settimeout(timeout)
                     armed = timeout
                 try:
-                    data = self.sock.recv(READ_CHUNK)
+                    data = (
+                        self.sock.recv(READ_CHUNK)
+                        if self.tls is None
+                        else self.tls.recv(READ_CHUNK)
+                    )
                 except TimeoutError:
                     metrics.REMOTING_REJECTED.labels("idle").inc()
                     log.info(
