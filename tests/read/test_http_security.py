@@ -77,7 +77,9 @@ def _serve(tier: SampleTier, security: Security, mode: str) -> HttpServer:
     return server
 
 
-def _site(tmp: Path, tier: SampleTier, mode: str, *, mutual: bool = False) -> Iterator[Site]:
+def _site(
+    tmp: Path, tier: SampleTier, mode: str, *, mutual: bool = False, metrics_auth: bool = False
+) -> Iterator[Site]:
     pki = make_pki(tmp / "pki")
     accounts = tmp / "plain_acl.yml"
     accounts.write_text(ACCOUNTS.format(reader="reader-secret"))
@@ -87,6 +89,7 @@ def _site(tmp: Path, tier: SampleTier, mode: str, *, mutual: bool = False) -> It
         key_file=pki.server_key,
         client_ca_file=pki.ca if mutual else None,
         http_tls_mode=mode,
+        metrics_auth=metrics_auth,
         max_failures_per_minute=5,
         reload_interval_s=0.05,
     )
@@ -321,3 +324,15 @@ def test_no_secret_in_a_log_line_or_a_metric(
     for secret in SECRETS:
         assert secret not in logged and secret not in exposition
     enforcing.security.guard._failures.clear()
+
+
+def test_metrics_behind_an_account_when_asked(module_tier: SampleTier, tmp_path: Path) -> None:
+    site_iter = _site(tmp_path, module_tier, "permissive", metrics_auth=True)
+    site = next(site_iter)
+    try:
+        plain = site.url.replace("https", "http")
+        assert get(plain, "/metrics").status == 401
+        assert get(plain, "/metrics", auth=("other", "other-secret")).status == 200
+        assert get(plain, "/healthz").status == 200
+    finally:
+        next(site_iter, None)
