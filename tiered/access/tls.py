@@ -19,8 +19,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography import x509
-
 from tiered.errors import ConfigError
 
 HANDSHAKE = 0x16
@@ -45,6 +43,8 @@ class ServerTls:
         Raises:
             ConfigError: a file cannot be read, is not PEM, or the key does not match (named).
         """
+        from cryptography import x509  # only with TLS on: its import costs every start
+
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         context.minimum_version = ssl.TLSVersion.TLSv1_2
         context.set_ciphers(CIPHERS)
