@@ -208,14 +208,14 @@ def test_tls_garbage_closes_that_connection_and_no_other(
 ) -> None:
     with permissive.client(credentials=READER) as bystander:
         with socket.create_connection(("127.0.0.1", permissive.ep.server.port), timeout=10) as s:
-            s.sendall(garbage)
-            s.shutdown(socket.SHUT_WR)
             s.settimeout(10)
             try:
+                s.sendall(garbage)
+                s.shutdown(socket.SHUT_WR)
                 while s.recv(4096):
                     pass
             except OSError:
-                pass  # reset: refused, as it should be
+                pass  # closed or reset by the endpoint (it may be done before we are)
         assert pull(bystander).code == Res.SUCCESS
 
 
