@@ -19,11 +19,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tiered.config import TLS_MODES
 from tiered.errors import ConfigError
 
 HANDSHAKE = 0x16
 CIPHERS = "ECDHE+AESGCM:ECDHE+CHACHA20:!aNULL:!eNULL:!MD5:!DSS:!SHA1"
-DISABLED, PERMISSIVE, ENFORCING = "disabled", "permissive", "enforcing"
+DISABLED, PERMISSIVE, ENFORCING = TLS_MODES
 READ_CHUNK = 1 << 16
 
 
