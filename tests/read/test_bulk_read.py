@@ -5,6 +5,7 @@ count, byte and subscription limits of a read over a run) against a plain loop."
 from __future__ import annotations
 
 import numpy as np
+from hypothesis import example
 from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
@@ -91,6 +92,15 @@ def _take_by_loop(
     count=st.integers(1, 50),
     nbytes=st.integers(1, 6000),
     kept=st.booleans(),
+)
+# both limits at once: one message over the byte budget taken, which is also the count; the next
+# read begins after it, not at the next match (found by hypothesis)
+@example(
+    shapes=[(b"A", b"", False), (b"Aa", b"", False), (b"A", b"", False)],
+    expr="A",
+    count=1,
+    nbytes=1,
+    kept=False,
 )
 def test_take_keeps_the_limits_of_a_read(
     shapes: list[tuple[bytes | None, bytes, bool]], expr: str, count: int, nbytes: int, kept: bool

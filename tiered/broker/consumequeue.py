@@ -105,6 +105,15 @@ def valid_mask(units: Units) -> Bools:
     return np.asarray((units["offset"] >= 0) & (units["size"] > 0), dtype=np.bool_)
 
 
+def _qualifies(unit: Units, commitlog_min_offset: int | None) -> bool:
+    """Whether a single unit is readable: valid, not a pre-blank fill, and (when given) at or
+    above the commitlog's min offset."""
+    offset, size, tags = int(unit["offset"][0]), int(unit["size"][0]), int(unit["tags_code"][0])
+    if offset < 0 or size <= 0 or (offset == 0 and size == BLANK_FILL_SIZE and tags == 0):
+        return False
+    return commitlog_min_offset is None or offset >= commitlog_min_offset
+
+
 def first_invalid(units: Units) -> int:
     """Index of the first unit failing :func:`valid_mask` (the end of written data), or ``len``."""
     bad = np.flatnonzero(~valid_mask(units))
@@ -245,6 +254,11 @@ class ConsumeQueue:
         if not files:
             return 0
         for f in files:
+            # the usual answer is a file's first unit (the broker deletes a commitlog file and
+            # the consumequeue files below it together): one unit read, not the whole file
+            first = decode_units(_pread(f.path, CQ_UNIT_SIZE, 0), path=f.path)
+            if len(first) and _qualifies(first, commitlog_min_offset):
+                return f.start // CQ_UNIT_SIZE
             units = decode_units(_pread(f.path, f.size, 0), path=f.path)
             end = first_invalid(units)
             ok = ~is_blank_unit(units[:end])

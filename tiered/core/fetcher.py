@@ -83,7 +83,8 @@ class GetResult:
     @property
     def count(self) -> int:
         """Messages returned."""
-        return sum(len(r) for r in self.runs)
+        runs = self.runs
+        return len(runs[0]) if len(runs) == 1 else sum(len(r) for r in runs)
 
     @property
     def units(self) -> list[Unit]:
@@ -246,11 +247,12 @@ class Fetcher:
                 a :class:`~tiered.errors.ReadPastEndError` naming its ``key`` included: the
                 object is gone or shorter than its record, e.g. expired during the read).
         """
-        outside = _outside(flat, offset)
+        if flat is None or not flat.initialized:
+            return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, -1, -1)
+        lo, hi = flat.min_offset(), flat.commit_offset
+        outside = _outside(lo, hi, offset)
         if outside is not None:
             return outside
-        assert flat is not None
-        lo, hi = flat.min_offset(), flat.commit_offset
         want = _Want(max_count, max_bytes, tags)
         try:
             if self.cache is not None and not self.cache.busy:
@@ -340,9 +342,10 @@ def take(run: Run, want: _Want, *, kept: bool) -> tuple[Run, int | None]:
     fit = int(np.searchsorted(ends, want.bytes, side="right"))  # those within the byte budget
     if fit < n:
         n = max(fit, 0 if kept else 1)
-        stop = int(matched.qoffs[n]) if n < len(matched) else None
-    elif n < len(matched):  # the count is reached: go on after the last one taken
+    if n == want.count and n < len(matched):  # the count is reached: on after the last taken
         stop = int(matched.qoffs[n - 1]) + 1
+    elif n < len(matched):  # the byte budget is reached: on from the first one not taken
+        stop = int(matched.qoffs[n])
     else:
         stop = None
     return matched.slice(0, n), stop
@@ -361,11 +364,9 @@ def out_of_range(offset: int, lo: int, hi: int) -> tuple[GetStatus, int] | None:
     return None
 
 
-def _outside(flat: FlatMessageFile | None, offset: int) -> GetResult | None:
-    """The status of a read at ``offset`` outside what the tier holds (spec §9.2), else None."""
-    if flat is None or not flat.initialized:
-        return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, -1, -1)
-    lo, hi = flat.min_offset(), flat.commit_offset
+def _outside(lo: int, hi: int, offset: int) -> GetResult | None:
+    """The status of a read at ``offset`` outside what the tier holds, ``[lo, hi)`` (spec
+    §9.2), else None."""
     if hi <= 0 or lo < 0 or hi <= lo:
         return GetResult(GetStatus.NO_MESSAGE_IN_QUEUE, offset, lo, hi)
     outside = out_of_range(offset, lo, hi)

@@ -117,10 +117,17 @@ class ResponseCode(enum.IntEnum):
 
 def code_name(code: int) -> str:
     """A request code's upstream name, or ``OTHER`` (bounded metric labels)."""
-    try:
-        return RequestCode(code).name
-    except ValueError:
-        return "OTHER"
+    return _REQUEST_NAMES.get(code, "OTHER")
+
+
+def result_name(code: int) -> str:
+    """A response code's upstream name, or the number (a metric's ``result`` label)."""
+    return _RESPONSE_NAMES.get(code) or str(code)
+
+
+# asked per request: a dict lookup, where calling the enum class costs a Python-level lookup
+_REQUEST_NAMES: dict[int, str] = {c.value: c.name for c in RequestCode}
+_RESPONSE_NAMES: dict[int, str] = {c.value: c.name for c in ResponseCode}
 
 
 # PullSysFlag bits

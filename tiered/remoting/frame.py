@@ -35,6 +35,9 @@ _LANGUAGE_CODES = {name: code for code, name in LANGUAGES.items()}
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 MIN_FRAME = 4  # the header-length word
+_JSON_OUT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+"""One encoder for every header: ``json.dumps`` with options builds a new one per call."""
+_JSON_IN = json.JSONDecoder().decode
 
 
 @dataclass(slots=True)
@@ -99,6 +102,8 @@ def _as_text(value: object) -> str:
 
 def _int_field(header: dict[str, Any], name: str, default: int | None = None) -> int:
     value = header.get(name, default)
+    if type(value) is int:
+        return value
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise ProtocolError(f"header field {name!r}={value!r} is not a number", "bad_header")
     try:
@@ -109,7 +114,7 @@ def _int_field(header: dict[str, Any], name: str, default: int | None = None) ->
 
 def _decode_json(raw: bytes) -> Command:
     try:
-        header = json.loads(raw)
+        header = _JSON_IN(raw.decode("utf-8"))  # RocketMQ writes the JSON header in UTF-8
     except (UnicodeDecodeError, ValueError) as e:
         raise ProtocolError(f"the JSON header does not parse ({e})", "not_json") from e
     if not isinstance(header, dict):
@@ -214,20 +219,23 @@ def decode(frame: bytes | memoryview) -> Command:
 
 
 def _json_header(command: Command) -> bytes:
+    ext = command.ext_fields
     header: dict[str, Any] = {
         "code": command.code,
         "language": command.language,
         "version": command.version,
         "opaque": command.opaque,
         "flag": command.flag,
-        "extFields": {
-            k: v if type(v) is str else _as_text(v) for k, v in command.ext_fields.items()
-        },
+        "extFields": (
+            ext
+            if all(type(v) is str for v in ext.values())
+            else {k: v if type(v) is str else _as_text(v) for k, v in ext.items()}
+        ),
         "serializeTypeCurrentRPC": "JSON",
     }
     if command.remark is not None:
         header["remark"] = command.remark
-    return json.dumps(header, separators=(",", ":"), ensure_ascii=False).encode("utf-8")
+    return _JSON_OUT(header).encode("utf-8")
 
 
 def _rocketmq_header(command: Command) -> bytes:

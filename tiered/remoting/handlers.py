@@ -19,6 +19,7 @@ at offset 0, PULL_OFFSET_MOVED elsewhere.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -95,6 +96,8 @@ class Suspend:
 
 Response = Command | Suspend
 _PULLS = frozenset({RequestCode.PULL_MESSAGE, RequestCode.LITE_PULL_MESSAGE})
+_parse_tags = functools.lru_cache(maxsize=256)(TagFilter.parse)
+"""A subscription expression parsed once, not per pull (bounded: expressions are the clients')."""
 _BEFORE_READY = frozenset({RequestCode.HEART_BEAT, RequestCode.UNREGISTER_CLIENT})
 """Requests answered while the sidecar restores its queues (they read nothing)."""
 
@@ -363,7 +366,7 @@ class Replay:
         if kind.upper() != "TAG":
             return request.response(ResponseCode.SYSTEM_ERROR, _sql92_refused(kind))
         try:
-            tags = TagFilter.parse(expression)
+            tags = _parse_tags(expression)
         except InvalidRequestError as e:
             return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
         max_bytes = min(int_field(ext, "maxMsgBytes", MAX_PULL_BYTES), MAX_PULL_BYTES)

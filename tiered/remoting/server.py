@@ -51,6 +51,7 @@ from tiered.listen import bind
 from .codes import RESPONSE_FLAG
 from .codes import ResponseCode
 from .codes import code_name
+from .codes import result_name
 from .frame import Command
 from .frame import FrameReader
 from .frame import decode
@@ -88,13 +89,6 @@ def send_all(sock: socket.socket, buffers: Sequence[bytes | bytearray | memoryvi
             parts[0] = parts[0][sent:]
 
 
-def _result_name(code: int) -> str:
-    try:
-        return ResponseCode(code).name
-    except ValueError:
-        return str(code)
-
-
 def _address(peer: object) -> str:
     """``ip:port`` (``[ip]:port`` for IPv6) of an accepted socket's peer."""
     if isinstance(peer, tuple) and len(peer) >= 2:
@@ -128,7 +122,7 @@ class _Connection:
                 self.tls.send(parts)
 
     def answer(self, request: Command, response: Command) -> None:
-        result = "ONEWAY" if request.is_oneway else _result_name(response.code)
+        result = "ONEWAY" if request.is_oneway else result_name(response.code)
         metrics.child(metrics.REMOTING_REQUESTS, code_name(request.code), result).inc()
         if not request.is_oneway:
             self.send(response)
