@@ -261,6 +261,30 @@ def test_consumer_offsets_of_new_groups_commits_and_restarts(
         assert none.code == Res.QUERY_NOT_FOUND and "CLIENT" in (none.remark or "")
 
 
+def test_offsets_of_topics_the_sidecar_does_not_hold_are_refused_and_not_kept(
+    history: SampleTier, endpoint: EndpointFactory
+) -> None:
+    """As the broker answers (TOPIC_NOT_EXIST): a client cannot grow the offsets table with
+    names of its own, by UPDATE_CONSUMER_OFFSET or by a pull's commit flag."""
+    ep = endpoint(history)
+    with ep.client() as c:
+        for topic in ("NoSuchTopic", "../etc", "x" * 127):
+            r = c.call(Req.UPDATE_CONSUMER_OFFSET, consumerGroup="g", topic=topic, queueId=0,
+                       commitOffset=5)  # fmt: skip
+            assert r.code == Res.TOPIC_NOT_EXIST and f"Topic {topic} not exist!" in (r.remark or "")
+        pull(c, 0, topic="NoSuchTopic", sys_flag=FLAG_COMMIT_OFFSET, commitOffset=9,
+             consumerGroup="g")  # fmt: skip
+        big = c.call(Req.UPDATE_CONSUMER_OFFSET, consumerGroup="g", topic=TOPIC, queueId=70000,
+                     commitOffset=5)  # fmt: skip
+        assert big.code == Res.INVALID_PARAMETER and "queueId=70000" in (big.remark or "")
+        ok = c.call(Req.UPDATE_CONSUMER_OFFSET, consumerGroup="g", topic=TOPIC, queueId=Q,
+                    commitOffset=5)  # fmt: skip
+        assert ok.code == Res.SUCCESS
+    ep.server.stop()  # flushes
+    table = json.loads(ep.offsets.path.read_text())["offsetTable"]
+    assert table == {f"{TOPIC}@g": {str(Q): 5}}
+
+
 def test_a_damaged_offsets_file_is_moved_aside_and_groups_start_over(tmp_path: Path) -> None:
     offsets = ReplayOffsets(tmp_path)
     offsets.commit("g", "T", 0, 5)

@@ -36,6 +36,7 @@ from tiered.broker import message as msgcodec
 from tiered.broker.broker_index import lookup_index_files
 from tiered.config import TieredConfig
 from tiered.core.fetcher import GetStatus
+from tiered.core.message_store import MAX_QUEUE_ID
 from tiered.core.message_store import TieredMessageStore
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import AclError
@@ -323,13 +324,30 @@ class Replay:
 
     def update_offset(self, request: Command) -> Response:
         ext = request.ext_fields
-        self.offsets.commit(
-            field(ext, "consumerGroup"),
-            field(ext, "topic"),
-            int_field(ext, "queueId"),
-            int_field(ext, "commitOffset"),
-        )
+        group, topic = field(ext, "consumerGroup"), field(ext, "topic")
+        queue_id, committed = int_field(ext, "queueId"), int_field(ext, "commitOffset")
+        refused = self._unknown_queue(request, topic, queue_id)
+        if refused is not None:
+            return refused
+        self.offsets.commit(group, topic, queue_id, committed)
         return request.response(ResponseCode.SUCCESS)
+
+    def _unknown_queue(self, request: Command, topic: str, queue_id: int) -> Response | None:
+        """The broker's answer to an offset for a topic it does not have (offsets are kept only
+        for topics the tier or the broker's store holds: a client cannot grow the table with
+        names of its own), or for a queue id out of range; None when the queue may be real."""
+        if not self.store.topics.known(topic):
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"Topic {topic} not exist! (neither the tier nor the broker's store holds it; "
+                "the replay endpoint keeps offsets only for the topics it serves)",
+            )
+        if not 0 <= queue_id <= MAX_QUEUE_ID:
+            return request.response(
+                ResponseCode.INVALID_PARAMETER,
+                f"queueId={queue_id} of topic {topic} is not a queue (0..{MAX_QUEUE_ID})",
+            )
+        return None
 
     # --- orderly consumers' queue locks ----------------------------------------------------------
 
@@ -355,7 +373,7 @@ class Replay:
         max_count = min(max(int_field(ext, "maxMsgNums", 32), 1), MAX_PULL_COUNT)
         if sys_flag & FLAG_COMMIT_OFFSET and group:
             committed = int_field(ext, "commitOffset", -1)
-            if committed >= 0:
+            if committed >= 0 and self._unknown_queue(request, topic, queue_id) is None:
                 self.offsets.commit(group, topic, queue_id, committed)
         if sys_flag & FLAG_SUBSCRIPTION:
             expression = ext.get("subscription") or "*"
