@@ -86,6 +86,25 @@ def test_routes_point_back_at_the_endpoint(history: SampleTier, endpoint: Endpoi
         )
 
 
+def test_a_route_lookup_reads_one_topic_directory_not_the_whole_store(
+    history: SampleTier, endpoint: EndpointFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Clients ask a route per topic every 30 s: it must not list every topic and queue of the
+    broker's store; a name that is not a topic (a path) touches nothing and is unknown."""
+    ep = endpoint(history)
+
+    def whole_store() -> list[tuple[str, int]]:
+        raise AssertionError("a route lookup listed the whole consumequeue tree")
+
+    monkeypatch.setattr(ep.replay.store.local, "queues", whole_store)
+    with ep.client() as c:
+        route = json.loads(c.call(Req.GET_ROUTEINFO_BY_TOPIC, topic=TOPIC).body)
+        assert route["queueDatas"][0]["readQueueNums"] == 4
+        for name in ("../consumequeue", "GenTopic0/0", "NoSuchTopic"):
+            r = c.call(Req.GET_ROUTEINFO_BY_TOPIC, topic=name)
+            assert r.code == Res.TOPIC_NOT_EXIST, (name, r.remark)
+
+
 def test_binary_rocketmq_headers_are_answered_in_json_with_string_fields(
     history: SampleTier, endpoint: EndpointFactory
 ) -> None:

@@ -12,10 +12,13 @@ topicStatus -c`` finds brokers through the cluster's route).
 from __future__ import annotations
 
 import json
+import os
+import re
 from collections.abc import Callable
 from typing import Any
 
 from tiered.config import TieredConfig
+from tiered.core.message_store import TOPIC_PATTERN
 from tiered.core.message_store import TieredMessageStore
 from tiered.errors import StoreFileNotFoundError
 
@@ -25,6 +28,8 @@ from .codes import RETRY_GROUP_TOPIC_PREFIX
 from .peers import Peers
 from .peers import merge_cluster_infos
 from .peers import merge_routes
+
+_TOPIC = re.compile(TOPIC_PATTERN)
 
 
 class Naming:
@@ -60,10 +65,27 @@ class Naming:
             out.setdefault(topic, set()).add(queue_id)
         return out
 
+    def topic_queues(self, topic: str) -> set[int]:
+        """The queue ids of one topic, from the tier's queues and that topic's consumequeue
+        directory alone (a route lookup, asked by every client every 30 s per topic, lists one
+        directory, not the broker's whole store; a name that is not a topic touches nothing)."""
+        found = {f.queue_id for f in self.store.flat_store.files() if f.topic == topic}
+        if not _TOPIC.fullmatch(topic):
+            return found
+        try:
+            with os.scandir(self.store.local.cq_root / topic) as entries:
+                for e in entries:
+                    name = e.name
+                    if name.isdecimal() and str(int(name)) == name and e.is_dir():
+                        found.add(int(name))
+        except OSError:  # no such topic in the broker's store (or no store yet)
+            pass
+        return found
+
     def queue_count(self, topic: str, queues: dict[str, set[int]] | None = None) -> int:
         """``readQueueNums`` of ``topic``: highest queue id + 1 (0 when unknown); ``queues`` is
         a listing :meth:`queues` already made."""
-        found = (self.queues() if queues is None else queues).get(topic)
+        found = self.topic_queues(topic) if queues is None else queues.get(topic)
         if not found:
             return 1 if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) else 0
         return max(found) + 1
