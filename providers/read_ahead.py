@@ -1,12 +1,34 @@
-"""Read-ahead for sequential readers of an object store: one ranged GET per window, prefetched.
+"""Read-ahead for sequential readers of an object store: one ranged GET per window, pipelined.
 
 A reader that continues exactly where its previous read of the same key ended (a consumer
-catching up: consumequeue, then commitlog, read after read) is *sequential*. For such a key the
+catching up: consumequeue, then commitlog, read after read) is *sequential*, and so is a large
+read (at least ``window / 32`` bytes: a consumer's read-ahead, never a single-message fetch), a
+read at position 0 of the segment that follows one a sequential reader read to its end (the next
+segment of the same file, see ``successor``), and a read that ends where the object is known to
+end (its window is the same bytes, so it costs the same one GET; a consumequeue chunk smaller
+than a large read, asked for whole, is then read again from memory). For such a key the
 provider fetches a whole **window** (``objectStoreReadAheadSize`` bytes, cut where the object or
-the chunk object holding it ends, so a window is always one GET) and, in background threads, the
-next :data:`DEPTH` windows. Reads are then answered from memory; a catch-up costs one GET per
-window instead of one per read, and the GETs of the next windows overlap the reader's work on
-this one (a window's extent is known before its bytes, so the next GETs start at once).
+the chunk object holding it ends, so a window is always one GET; a window that would leave less
+than an eighth of a window before that end takes the rest too) and the :data:`DEPTH` windows
+after it. Reads are then
+answered from memory; a catch-up costs one GET per window instead of one per read.
+
+Pipelining. A key's windows are fetched one after the other by one task (one GET in flight per
+reader: windows fetched side by side share the bandwidth, and the one the reader waits for
+arrives no sooner than the last), and each window's body is received straight into the window's
+buffer and handed to its reader as it arrives: a reader waits for the bytes it asks for, not for
+the whole window, and the next GET follows the previous one at once, while the reader works.
+
+Buffers. Full-size windows live in buffers kept for the next window (:data:`FREE_BUFFERS` at
+most), so a catch-up writes into the same memory again instead of having fresh pages faulted
+in and zeroed for every window; a read copies its bytes out once (the contract returns
+``bytes``).
+
+A window's extent is known before its bytes when the provider knows the object (its own
+writes, a listing, an earlier GET); otherwise ``bounds`` answers with a *tentative* window of the
+full size, the fetch finds out (a sealed object's GET tells its size), and the windows after it
+are requested once it has. ``bounds`` is called under the read-ahead's lock and never sends a
+request.
 
 Any other read (a small first read of a key, a random single-message fetch) goes straight to
 the backend for exactly the bytes asked: no window is fetched for it, so cold single reads cost what
@@ -16,31 +38,55 @@ are append-only; ``forget`` drops a key's windows when it is deleted or replaced
 A window stays until a read *starts* past it, so a reader that reads some bytes again (a
 consumer that asks for more than it keeps, a retried pull) is still answered from memory.
 
-Memory: every window counts against ``objectStoreReadAheadMemory`` from the moment it is
-requested; a key holds the windows its last read spans and the :data:`DEPTH` after them. When
-the budget is full the least recently read key's windows are dropped; when it still is, no
-prefetch is made.
+Memory: every buffer counts against ``objectStoreReadAheadMemory`` from the moment it is
+taken, kept buffers included; a key holds the windows its last read spans and the :data:`DEPTH`
+after them. A full-size window takes a kept buffer, else the buffer of a key whose reader has
+read all its windows hold (a catch-up that went on to the next queue) or has not read for
+:data:`IDLE_S` (least recently read first), and only then new memory. A window that does not
+fit drops such keys' windows, then kept buffers; if it still does not fit, a smaller window is
+tried (down to a sixteenth), and then none is fetched: readers that share the memory are not
+made to drop each other's windows.
 """
 
 from __future__ import annotations
 
-import bisect
+import logging
+import mmap
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from collections.abc import Iterator
-from concurrent.futures import Future
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait
 from dataclasses import dataclass
 from dataclasses import field
+from typing import NamedTuple
 
-DEPTH = 2
-"""Windows fetched ahead of the one being read."""
+log = logging.getLogger(__name__)
+
+Buffer = bytearray | mmap.mmap
+
+DEPTH = 1
+"""Windows requested ahead of the one being read."""
 LARGE_READ_FRACTION = 32
-"""A read of at least ``window / 32`` bytes (1 MiB of a 32 MiB window: a consumer's read-ahead
+"""A read of at least ``window / 32`` bytes (2 MiB of a 64 MiB window: a consumer's read-ahead
 of thousands of messages, never a single-message fetch) is taken as sequential wherever it
 starts."""
+SLIVER_FRACTION = 8
+"""A window that would leave less than ``window / 8`` bytes before the end of its object (or
+chunk object) takes them too: no GET for a sliver."""
+FREE_BUFFERS = DEPTH + 2
+"""Full-size buffers kept for the next windows: as many as a key holds at most (the two
+windows its last read spans and the one ahead), so a catch-up that goes on to the next queue
+takes them over."""
+IDLE_S = 2.0
+"""A key not read for this long gives its windows up to a key that needs the memory."""
+SMALLEST_FRACTION = 16
+"""When memory is short a window shrinks down to ``window / 16``, then none is fetched."""
+_CONTINUATIONS = 4096
+"""How many "the next segment starts here" marks are kept (least recent dropped)."""
+_STREAMS = 4096
+"""How many keys without windows are remembered (where their last read ended)."""
 
 
 def large_read_bytes(window_bytes: int) -> int:
@@ -48,64 +94,85 @@ def large_read_bytes(window_bytes: int) -> int:
     return max(1, window_bytes // LARGE_READ_FRACTION)
 
 
-Bounds = Callable[[str, int, int], tuple[int, bool]]
-"""``bounds(key, start, size)``: where the window from ``start`` ends -- at most ``size`` bytes,
-cut where the object or the chunk object holding ``start`` ends, so it is one GET -- and whether
-the object holds bytes after it; ``(start, False)`` at or past the end."""
-Fetch = Callable[[str, int, int], Iterator[bytes]]
-"""``fetch(key, start, end)``: bytes ``[start, end)`` of ``key`` in one request, as the pieces in
-which they arrive (a reader is answered as soon as the bytes it asks for are in)."""
+class Extent(NamedTuple):
+    """Where a window ends, whether the object holds bytes after it, and whether that is known
+    (``exact``) or a guess the fetch will settle."""
+
+    end: int
+    more: bool
+    exact: bool = True
 
 
-@dataclass
+Bounds = Callable[[str, int, int], Extent]
+"""``bounds(key, start, size)``: the window from ``start`` -- at most ``size`` bytes (an eighth
+more to take a sliver), cut where the object or the chunk object holding ``start`` ends, so it is
+one GET; ``Extent(start, False)`` at or past the end; ``Extent(start + size, True, False)`` when
+the object is not known. Called under the lock: answers from what is known, never a request."""
+Fetch = Callable[[str, int, int, memoryview], Iterator[int]]
+"""``fetch(key, start, end, into)``: bytes ``[start, end)`` of ``key`` in one request, written
+into ``into`` (``end - start`` bytes) in order as they arrive, yielding how many are in after
+each piece. For a tentative window it stops where the object (or chunk object) ends, and has
+let ``bounds`` know the real extent by its first yield."""
+Successor = Callable[[str, int], str | None]
+"""``successor(key, size)``: the key of the segment that continues ``key`` when ``key`` holds
+``size`` bytes (the next segment of the same file), or ``None``."""
+
+
+@dataclass(eq=False)
 class _Window:
     start: int
     end: int
     more: bool
-    fetched: Future[None] = field(default_factory=Future)
-    """done when the whole window has arrived, or the fetch failed or was cancelled"""
-    pieces: list[bytes] = field(default_factory=list)
-    offsets: list[int] = field(default_factory=list)
-    """where each piece starts (relative to ``start``)"""
+    exact: bool
+    buffer: Buffer
+    pooled: bool
     received: int = 0
+    pins: int = 1
+    """copies being made out of the buffer, plus one for the fetch until it has stopped"""
+    started: bool = False
+    done: bool = False
+    """the whole window arrived, or the fetch failed, stopped or was never made"""
     dropped: bool = False
 
     def has(self, end: int) -> bool:
         return self.start + self.received >= end
 
-    def slice(self, at: int, end: int) -> bytes:
-        """Bytes ``[at, end)``, which have arrived (one copy)."""
-        a, b = at - self.start, end - self.start
-        i = bisect.bisect_right(self.offsets, a) - 1
-        out = []
-        while a < b:
-            piece, base = self.pieces[i], self.offsets[i]
-            take = memoryview(piece)[a - base : min(b - base, len(piece))]
-            out.append(take)
-            a += len(take)
-            i += 1
-        return out[0].tobytes() if len(out) == 1 else b"".join(out)
 
-
-@dataclass
+@dataclass(eq=False)
 class _Stream:
     last_end: int
+    read_at: float = 0.0
     windows: list[_Window] = field(default_factory=list)
+    fetching: bool = False
 
 
 class ReadAhead:
     """Sequential-read windows per key; see the module docstring."""
 
     def __init__(
-        self, bounds: Bounds, fetch: Fetch, window_bytes: int, max_bytes: int, threads: int = 4
+        self,
+        bounds: Bounds,
+        fetch: Fetch,
+        window_bytes: int,
+        max_bytes: int,
+        threads: int = 4,
+        *,
+        successor: Successor | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bounds = bounds
         self._fetch = fetch
+        self._successor = successor
+        self._clock = clock
         self.window_bytes = max(1, window_bytes)
         self.large_read = large_read_bytes(self.window_bytes)
-        self.max_bytes = max(self.window_bytes, max_bytes)
+        self.capacity = self.window_bytes + self.window_bytes // SLIVER_FRACTION
+        """The size of a full window's buffer (a window and the sliver it may take)."""
+        self.max_bytes = max(self.capacity, max_bytes)
         self._streams: OrderedDict[str, _Stream] = OrderedDict()
-        self._held = 0  # bytes of every window held (fetched or on its way)
+        self._continues: OrderedDict[str, None] = OrderedDict()
+        self._free: list[Buffer] = []
+        self._held = 0  # bytes of every buffer held: windows (fetched or on their way) and kept
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)
         self._pool: ThreadPoolExecutor | None = None
@@ -113,71 +180,126 @@ class ReadAhead:
 
     @property
     def held_bytes(self) -> int:
-        """Bytes the windows held now occupy, or will once fetched."""
+        """Bytes the buffers held now occupy (windows and kept buffers)."""
         with self._lock:
             return self._held
 
     def read(self, key: str, position: int, length: int) -> bytes | None:
         """``[position, position + length)`` from the key's windows, or ``None``: not a
-        sequential read (or the window failed), so the caller reads it from the backend."""
+        sequential read (or the window failed), so the caller reads it from the backend. Shorter
+        only where the object ends."""
         parts: list[bytes] = []
-        at, need = position, length
+        at, stop = position, position + length
         large = length >= self.large_read  # a consumer's read-ahead: sequential from here
         with self._lock:
             stream = self._streams.get(key)
             if stream is None:
-                stream = self._streams[key] = _Stream(position if large else position + length)
-                if not large:
+                follows = position == 0 and key in self._continues
+                if follows:
+                    del self._continues[key]
+                sequential = large or follows or self._to_end(key, position, length)
+                stream = self._new_stream(key, position if sequential else stop)
+                if not sequential:
                     return None
+            else:
+                sequential = (
+                    large or position == stream.last_end or self._to_end(key, position, length)
+                )
             self._streams.move_to_end(key)
-            sequential = large or position == stream.last_end
-        while need > 0:
-            with self._lock:
+            stream.read_at = self._clock()
+        while at < stop:
+            with self._arrived:
                 window = self._window_at(
                     key, stream, position, at, sequential=sequential or at > position
                 )
-            if window is None:
-                break
-            end = min(at + need, window.end)
-            with self._arrived:  # the bytes asked for, as soon as they are in
-                while not window.has(end) and not window.fetched.done():
-                    self._arrived.wait()
-                piece = window.slice(at, end) if window.has(end) else None
-            if piece is None:  # failed or cut short: the caller's own read reports (and retries)
-                self.forget(key)
-                return None
-            parts.append(piece)
-            at += len(piece)
-            need -= len(piece)
+                if window is None:
+                    break
+                while not window.has(min(stop, window.end)) and not window.done:
+                    self._arrived.wait()  # the bytes asked for, as soon as they are in
+                if at >= window.end:  # a tentative window turned out to end before ``at``
+                    if window.more:
+                        continue  # the next window holds it
+                    break  # the object ends before ``at``
+                end = min(stop, window.end)
+                if not window.has(end):  # failed or dropped: the caller's read reports it
+                    self._forget(key)
+                    return None
+                window.pins += 1
+            try:  # copied out of the lock: the buffer is pinned, and these bytes are in
+                view = memoryview(window.buffer)
+                parts.append(bytes(view[at - window.start : end - window.start]))
+                view.release()
+            finally:
+                with self._lock:
+                    window.pins -= 1
+                    self._release(window)
+            at = end
             with self._lock:
-                self._ahead(key, stream, at)
                 stream.last_end = at
-            if not window.more and at >= window.end:
-                break  # the object ends here
+                self._ahead(key, stream, at)
+                if not window.more and at >= window.end:
+                    self._object_ended(key, window.end)
+                    break  # the object ends here
         if at == position:
             with self._lock:
-                stream.last_end = position + length
+                stream.last_end = stop
             return None
-        return b"".join(parts)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def forget(self, key: str) -> None:
         """Drop ``key``'s windows (the object was deleted or replaced)."""
         with self._lock:
-            stream = self._streams.pop(key, None)
-            if stream is not None:
-                self._drop(stream, len(stream.windows))
+            self._forget(key)
+            self._continues.pop(key, None)
 
     def close(self) -> None:
-        """Drop every window and stop the prefetch threads."""
+        """Drop every window and kept buffer and stop the fetch threads."""
         with self._lock:
             for stream in self._streams.values():
                 self._drop(stream, len(stream.windows))
             self._streams.clear()
+            self._continues.clear()
+            self._held -= sum(len(b) for b in self._free)
+            self._free.clear()
             pool, self._pool = self._pool, None
+            self._arrived.notify_all()
         if pool is not None:
             pool.shutdown(wait=True, cancel_futures=True)
 
     # --- under the lock -------------------------------------------------------------------------
+
+    def _forget(self, key: str) -> None:
+        stream = self._streams.pop(key, None)
+        if stream is not None:
+            self._drop(stream, len(stream.windows))
+
+    def _new_stream(self, key: str, last_end: int) -> _Stream:
+        """Track ``key`` (forgetting the least recently read keys that hold no window, so the
+        keys of single reads do not pile up)."""
+        for other in list(self._streams)[: max(0, len(self._streams) - _STREAMS)]:
+            if not self._streams[other].windows:
+                del self._streams[other]
+        stream = self._streams[key] = _Stream(last_end)
+        return stream
+
+    def _to_end(self, key: str, position: int, length: int) -> bool:
+        """Whether the read ends where the object is known to end: its window would be the same
+        bytes (one GET either way), and the reader that asked for all the rest is likely to
+        read them again piece by piece (a consumequeue chunk smaller than a large read)."""
+        extent = self._bounds(key, position, length)
+        return extent.exact and not extent.more and extent.end == position + length
+
+    def _object_ended(self, key: str, size: int) -> None:
+        """A sequential reader read ``key`` to its end: a read at 0 of the next segment goes
+        on from here."""
+        if self._successor is None:
+            return
+        following = self._successor(key, size)
+        if following is not None:
+            self._continues[following] = None
+            self._continues.move_to_end(following)
+            while len(self._continues) > _CONTINUATIONS:
+                self._continues.popitem(last=False)
 
     def _window_at(
         self, key: str, stream: _Stream, read_start: int, position: int, *, sequential: bool
@@ -192,8 +314,8 @@ class ReadAhead:
         for window in stream.windows:
             if window.start <= position < window.end:
                 return window
-        if not sequential:
-            return None
+        if not sequential or (stream.windows and not stream.windows[-1].exact):
+            return None  # (a window whose extent is not known yet may turn out to hold it)
         self._drop(stream, len(stream.windows))
         if not self._start(key, stream, position):
             return None
@@ -202,66 +324,151 @@ class ReadAhead:
 
     def _ahead(self, key: str, stream: _Stream, position: int) -> None:
         """Keep :data:`DEPTH` windows requested after the one holding ``position`` (as the
-        budget allows)."""
-        while stream.windows and stream.windows[-1].more:
+        memory allows; none after a window whose extent is not known yet)."""
+        while stream.windows and stream.windows[-1].more and stream.windows[-1].exact:
             if sum(1 for w in stream.windows if w.end > position) > DEPTH:
                 return
             if not self._start(key, stream, stream.windows[-1].end):
                 return
 
     def _start(self, key: str, stream: _Stream, start: int) -> bool:
-        """Request the window at ``start`` (evicting other keys' windows if the budget needs it);
-        False past the object's end or when the budget cannot hold it."""
-        end, more = self._bounds(key, start, self.window_bytes)
-        size = end - start
-        if size <= 0:
-            return False
-        for other in list(self._streams):
-            if self._held + size <= self.max_bytes:
+        """Request the window at ``start``; False past the object's end or when no memory."""
+        size = self.window_bytes
+        smallest = max(1, self.window_bytes // SMALLEST_FRACTION)
+        while True:
+            extent = self._bounds(key, start, size)
+            if extent.end <= start:
+                return False
+            buffer = self._buffer(key, extent.end - start)
+            if buffer is not None:
                 break
-            if other != key:
-                victim = self._streams.pop(other)
-                self._drop(victim, len(victim.windows))
-        if self._held + size > self.max_bytes:
-            return False
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="tiered-readahead")
-        self._held += size
-        before = stream.windows[-1].fetched if stream.windows else None
-        window = _Window(start, end, more)
+            if size <= smallest:
+                return False
+            size = max(smallest, size // 2)
+        window = _Window(
+            start, extent.end, extent.more, extent.exact, buffer, len(buffer) == self.capacity
+        )
         stream.windows.append(window)
-        self._pool.submit(self._fetch_after, before, key, window)
+        if not stream.fetching:
+            stream.fetching = True
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(
+                    self._threads, thread_name_prefix="tiered-readahead"
+                )
+            self._pool.submit(self._fetch_all, key, stream)
         return True
 
-    def _fetch_after(self, before: Future[None] | None, key: str, window: _Window) -> None:
-        """Fetch a window once the key's previous one has arrived: one GET per reader at a
-        time, so the window the reader waits for gets the whole bandwidth (windows fetched side
-        by side share it, and the first one arrives no sooner than all of them), and the next
-        GET is on its way while the reader works on this one. The executor runs tasks in the
-        order given, so the previous fetch is running or done before this one waits for it."""
-        if before is not None:  # done, failed or cancelled: its reader reports a failure
-            wait([before])
-        done = window.fetched
-        try:
-            if done.set_running_or_notify_cancel():  # not dropped before it started
-                for piece in self._fetch(key, window.start, window.end):
-                    with self._arrived:
-                        if window.dropped:
-                            break
-                        window.offsets.append(window.received)
-                        window.pieces.append(piece)
-                        window.received += len(piece)
-                        self._arrived.notify_all()
-                done.set_result(None)
-        except Exception as e:  # the reader falls back to its own read, which reports it
-            done.set_exception(e)
-        finally:
-            with self._arrived:
-                self._arrived.notify_all()
+    def _buffer(self, key: str, size: int) -> Buffer | None:
+        """A buffer for a window of ``size`` bytes, counted as held; ``None`` when the memory
+        cannot hold it. A full-size window takes a kept buffer, or one of a key that gives its
+        windows up (:meth:`_give_up`), before new memory."""
+        pooled = size > self.window_bytes // 2
+        need = self.capacity if pooled else size
+        if pooled and not self._free:
+            self._give_up(key, lambda: bool(self._free))
+        if pooled and self._free:
+            return self._free.pop()
+        if self._held + need > self.max_bytes:
+            self._give_up(key, lambda: self._held + need <= self.max_bytes)
+        while self._free and self._held + need > self.max_bytes:
+            self._held -= len(self._free.pop())
+        if self._held + need > self.max_bytes:
+            return None
+        self._held += need
+        # a full-size buffer is an anonymous mapping: its pages are zeroed by the kernel as the
+        # first window is received into them, not all at once by a bytearray's memset first
+        return mmap.mmap(-1, need) if pooled else bytearray(need)
+
+    def _give_up(self, key: str, enough: Callable[[], bool]) -> None:
+        """Drop the windows of keys (not ``key``) whose reader is done with them
+        (:meth:`_finished`) or has not read for :data:`IDLE_S`, least recently read first,
+        until ``enough()``."""
+        idle = self._clock() - IDLE_S
+        for other in list(self._streams):
+            victim = self._streams[other]
+            if other == key or not victim.windows or victim.fetching:
+                continue
+            if victim.read_at <= idle or self._finished(victim):
+                self._drop(victim, len(victim.windows))
+                if enough():
+                    return
+
+    @staticmethod
+    def _finished(stream: _Stream) -> bool:
+        """Whether the stream's reader has read all its full-size windows hold: a catch-up that
+        went on to the next queue. (A small window -- a consumequeue chunk -- is often read
+        whole by one read that asks for more, then read again piece by piece: not done.)"""
+        return all(w.pooled and w.end <= stream.last_end for w in stream.windows)
 
     def _drop(self, stream: _Stream, count: int) -> None:
         for window in stream.windows[:count]:
-            self._held -= window.end - window.start
             window.dropped = True
-            window.fetched.cancel()
+            if not window.started:  # never to be fetched: nothing writes into it
+                window.done = True
+                window.pins -= 1
+            self._release(window)
         del stream.windows[:count]
+
+    def _release(self, window: _Window) -> None:
+        """Keep (or let go of) a dropped window's buffer once nothing uses it: no copy is being
+        made out of it and its fetch has stopped writing into it."""
+        if window.dropped and window.pins == 0:
+            window.pins = -1  # released once
+            if window.pooled and len(self._free) < FREE_BUFFERS:
+                self._free.append(window.buffer)
+            else:
+                self._held -= len(window.buffer)
+
+    # --- the fetch task -------------------------------------------------------------------------
+
+    def _fetch_all(self, key: str, stream: _Stream) -> None:
+        """Fetch the stream's windows one after the other until none is waiting."""
+        while True:
+            with self._lock:
+                window = next((w for w in stream.windows if not w.started and not w.dropped), None)
+                if window is None or self._pool is None:
+                    stream.fetching = False
+                    return
+                window.started = True
+            self._fetch_window(key, stream, window)
+
+    def _fetch_window(self, key: str, stream: _Stream, window: _Window) -> None:
+        into = memoryview(window.buffer)[: window.end - window.start]
+        failed = False
+        try:
+            for received in self._fetch(key, window.start, window.end, into):
+                with self._arrived:
+                    window.received = received
+                    if not window.exact:
+                        self._settle(key, stream, window)
+                    self._arrived.notify_all()
+                    if window.dropped:
+                        break
+        except Exception as e:  # the reader falls back to its own read, which reports it
+            failed = True
+            log.debug("read-ahead of %r at %d failed: %s", key, window.start, e)
+        finally:
+            into.release()
+            with self._arrived:
+                if not window.exact and not window.dropped and not failed:
+                    self._settle(key, stream, window, finished=True)
+                window.done = True
+                window.pins -= 1
+                self._release(window)
+                self._arrived.notify_all()
+
+    def _settle(
+        self, key: str, stream: _Stream, window: _Window, *, finished: bool = False
+    ) -> None:
+        """A tentative window's fetch has told the provider the object's extent: take it, and
+        request the windows after it."""
+        extent = self._bounds(key, window.start, window.end - window.start)
+        if extent.exact:  # (the window cannot grow: its buffer holds what was asked)
+            more = extent.more or extent.end > window.end
+            window.end, window.more, window.exact = min(window.end, extent.end), more, True
+        elif finished:  # still unknown: the window holds what arrived, and nothing after it
+            window.end, window.more, window.exact = window.start + window.received, False, True
+        else:
+            return
+        if window in stream.windows and not window.dropped:
+            self._ahead(key, stream, stream.last_end)

@@ -16,11 +16,7 @@ position makes the PUT fail with 412, and the provider then lists the key and an
 listing says (``PositionMismatchError`` with the real size). Any failure forgets the key; a
 pickled copy starts with nothing remembered.
 
-Reads: a key this instance did not write is listed once and the listing kept (a written byte
-never changes, so it stays right for every byte it shows; a read beyond it lists again), so reads
-of an unsealed segment cost one GET per chunk piece, not a failed GET and a LIST each. A reader that
-continues where it stopped gets read-ahead windows (:mod:`.read_ahead`): one GET of up to
-``read_ahead_bytes`` per window, the next one fetched while the current one is read.
+Reads (ranged GETs, read-ahead windows, what a GET tells of a segment) are in :mod:`.s3_reads`.
 
 Every request goes through :meth:`S3Provider._call`: it reports the request for accounting,
 retries throttling, 5xx and timeouts with exponential backoff and full jitter (botocore's own
@@ -70,11 +66,9 @@ from .base import check_range
 from .base import iter_payload
 from .chunks import Chunk
 from .chunks import Part
-from .chunks import Piece
 from .chunks import SegmentState
 from .chunks import chunk_name
 from .chunks import parse_name
-from .chunks import pieces_for_read
 from .chunks import plan_parts
 from .chunks import state_from_listing
 from .layout import RESERVED_CHAR
@@ -82,7 +76,7 @@ from .layout import check_key
 from .layout import check_prefix
 from .layout import is_key
 from .object_store import ObjectStoreOptions
-from .read_ahead import ReadAhead
+from .s3_reads import S3Reads
 
 if TYPE_CHECKING:
     from mypy_boto3_s3 import S3Client
@@ -100,8 +94,6 @@ MIN_PART_BYTES = 5 * MIB
 MAX_COPY_BYTES = 5 << 30
 """S3's largest CopyObject source and UploadPartCopy range."""
 MAX_KEY_BYTES = 1024
-WINDOW_PIECE = MIB
-"""A read-ahead window's GET is handed to its reader in pieces of this size as they arrive."""
 _DELETE_BATCH = 1000
 _KNOWN_KEYS = 65536
 """How many keys' states of own writes are remembered (least recently used forgotten first)."""
@@ -212,7 +204,7 @@ def _condition_unsupported(error: ProviderError) -> bool:
     return code == "NotImplemented" or status == 501
 
 
-class S3Provider(Provider):
+class S3Provider(S3Reads, Provider):
     """Segments in ``bucket`` under ``prefix``; see the module docstring."""
 
     name = "s3"
@@ -234,7 +226,7 @@ class S3Provider(Provider):
         connect_timeout_s: float = 5.0,
         read_timeout_s: float = 30.0,
         max_pool_connections: int = 32,
-        read_ahead_bytes: int = 32 * MIB,
+        read_ahead_bytes: int = 64 * MIB,
         read_ahead_max_bytes: int = 256 * MIB,
     ) -> None:
         super().__init__()
@@ -402,13 +394,6 @@ class S3Provider(Provider):
     def _state(self, key: str) -> SegmentState:
         return state_from_listing(key, self._names(self._full(key)))
 
-    def _new_read_ahead(self) -> ReadAhead | None:
-        if self.read_ahead_bytes <= 0 or self.read_ahead_max_bytes <= 0:
-            return None
-        return ReadAhead(
-            self._window_bounds, self._window, self.read_ahead_bytes, self.read_ahead_max_bytes
-        )
-
     def _listed_state(self, key: str, *, fresh: bool = False) -> SegmentState:
         """The state a reader goes by: its last listing of ``key`` (one LIST when it has none,
         or when ``fresh``). Written bytes never change, so an old listing is right for every
@@ -436,18 +421,6 @@ class S3Provider(Provider):
                 self._known[key] = state
 
     # --- object requests --------------------------------------------------------------------------
-
-    def _get(self, name: str, start: int, end: int) -> bytes:
-        """Bytes ``[start, end)`` (``end > start``) of the object ``name`` (relative)."""
-        full = self._root + name
-
-        def get() -> bytes:
-            response = self.client.get_object(
-                Bucket=self.bucket, Key=full, Range=f"bytes={start}-{end - 1}"
-            )
-            return response["Body"].read()
-
-        return self._call("GET", full, get)
 
     def _put_object(self, full: str, body: BytesLike, *, if_absent: bool = False) -> None:
         """PUT ``body`` at ``full``; ``if_absent``: only if no object has that name (412 ->
@@ -498,118 +471,6 @@ class S3Provider(Provider):
         if not state.exists:
             raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
         return state.size
-
-    def read(self, key: str, position: int, length: int) -> bytes:
-        check_range(position, length, key=key)
-        full = self._full(key)
-        if self._ahead is not None and length > 0:
-            got = self._ahead.read(key, position, length)
-            if got is not None:
-                return got
-        return self._read(key, full, position, length)
-
-    def _window_bounds(self, key: str, start: int, size: int) -> tuple[int, bool]:
-        """Where a read-ahead window from ``start`` ends (at most ``size`` bytes, within the
-        chunk object holding ``start``), and whether the segment holds more after it."""
-        state = self._remembered(key)
-        if state is None or start >= state.size:
-            with self._known_lock:
-                state = self._listed.get(key)
-        if state is None or start >= state.size:
-            state = self._listed_state(key, fresh=True)
-        if not state.exists or start >= state.size:
-            return start, False
-        end = min(start + size, state.size)
-        if not state.sealed:
-            end = min(end, next(c.end for c in state.run if c.position <= start < c.end))
-        return end, end < state.size
-
-    def _window(self, key: str, start: int, end: int) -> Iterator[bytes]:
-        """Bytes ``[start, end)`` of a read-ahead window (one GET), streamed in pieces of
-        :data:`WINDOW_PIECE` bytes as they arrive: the reader waiting for the first megabytes of a
-        32 MiB window has them after one piece, not after the whole window."""
-        known = self._remembered(key)
-        if known is None:
-            with self._known_lock:
-                known = self._listed.get(key)
-        pieces = (
-            [Piece(key, start, end)]
-            if known is not None and known.sealed and end <= known.size
-            else pieces_for_read(known.run, start, end - start)
-            if known is not None and end <= known.size
-            else []
-        )
-        if len(pieces) != 1:  # not one object of a known segment: the whole read at once
-            data = self._read(key, self._full(key), start, end - start)
-            if len(data) != end - start:
-                raise ReadPastEndError(
-                    f"{key!r} ended at {start + len(data)} inside {end}", key=key
-                )
-            yield data
-            return
-        piece = pieces[0]
-        full = self._root + piece.name
-        body = self._call(
-            "GET",
-            full,
-            lambda: self.client.get_object(
-                Bucket=self.bucket, Key=full, Range=f"bytes={piece.start}-{piece.end - 1}"
-            )["Body"],
-        )
-        got = 0
-        try:
-            for chunk in body.iter_chunks(WINDOW_PIECE):
-                got += len(chunk)
-                yield chunk
-        except Exception as e:  # the reader falls back to its own read (with retries)
-            raise ProviderError(
-                f"s3 GET of {full!r} in bucket {self.bucket!r} failed after {got} of "
-                f"{end - start} bytes: {e}",
-                key=key,
-            ) from e
-        finally:
-            body.close()
-        if got != end - start:
-            raise ReadPastEndError(f"{key!r} ended at {start + got} inside {end}", key=key)
-
-    def _read(self, key: str, full: str, position: int, length: int) -> bytes:
-        known = self._remembered(key)
-        if known is None and length > 0:
-            with self._known_lock:
-                known = self._listed.get(key)
-        if length > 0 and known is not None and position + length <= known.size:
-            try:  # an own write: its sealed object, or straight to its chunks
-                if known.sealed:
-                    return self._get(key, position, position + length)
-                pieces = pieces_for_read(known.run, position, length)
-                return b"".join(self._get(p.name, p.start, p.end) for p in pieces)
-            except SegmentNotFoundError:
-                pass  # sealed or deleted meanwhile: as below
-        elif length > 0:
-            try:  # the common case, a sealed segment: one ranged GET
-                return self._get(key, position, position + length)
-            except SegmentNotFoundError:
-                pass
-        for attempt in (1, 2):
-            state = self._listed_state(key, fresh=True)
-            if not state.exists:
-                raise SegmentNotFoundError(f"no object {key!r} in bucket {self.bucket!r}", key=key)
-            if position >= state.size:
-                raise ReadPastEndError(
-                    f"read of {full!r} at {position} is past its end ({state.size} bytes)", key=key
-                )
-            if length == 0:
-                return b""
-            try:
-                if state.sealed:
-                    return self._get(key, position, position + length)
-                pieces = pieces_for_read(state.run, position, length)
-                return b"".join(self._get(p.name, p.start, p.end) for p in pieces)
-            except SegmentNotFoundError:
-                if attempt == 2:
-                    raise
-                # a seal finished meanwhile and removed the chunks: list again
-        raise AssertionError("unreachable")  # pragma: no cover
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         check_range(position, key=key)

@@ -11,7 +11,12 @@ from collections.abc import Iterator
 
 import pytest
 from tiered.providers import S3Provider
+from tiered.providers.read_ahead import DEPTH
+from tiered.providers.read_ahead import FREE_BUFFERS
+from tiered.providers.read_ahead import SLIVER_FRACTION
+from tiered.providers.read_ahead import Extent
 from tiered.providers.read_ahead import ReadAhead
+from tiered.providers.testing import seg
 from tiered.providers.testing.servers import S3Endpoint
 
 DATA = random.Random(5).randbytes(10_000)
@@ -26,20 +31,31 @@ class Backend:
         self.fail_at = fail_at
         self.lock = threading.Lock()
 
-    def bounds(self, key: str, start: int, size: int) -> tuple[int, bool]:
+    def bounds(self, key: str, start: int, size: int) -> Extent:
         if start >= len(DATA):
-            return start, False
+            return Extent(start, False)
         end = min(start + size, next(e for e in CHUNK_ENDS if start < e))
-        return end, end < len(DATA)
+        return Extent(end, end < len(DATA))
 
-    def fetch(self, key: str, start: int, end: int) -> Iterator[bytes]:
+    def fetch(self, key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
         """The window in pieces of 100 bytes, as a GET's body arrives."""
         with self.lock:
             self.fetches.append((start, end - start))
         if start == self.fail_at:
             raise OSError("backend down")
-        for at in range(start, end, 100):
-            yield DATA[at : min(at + 100, end)]
+        yield from receive(into, start, end)
+
+
+def receive(
+    into: memoryview, start: int, end: int, *, piece: int = 100, fail_after: int | None = None
+) -> Iterator[int]:
+    """``DATA[start:end]`` written into ``into`` in pieces, yielding the count after each."""
+    for at in range(start, end, piece):
+        if fail_after is not None and at - start >= fail_after:
+            raise OSError("connection reset")
+        stop = min(at + piece, end)
+        into[at - start : stop - start] = DATA[at:stop]
+        yield stop - start
 
 
 def read_all(ahead: ReadAhead, sizes: list[int]) -> list[bool]:
@@ -84,15 +100,26 @@ def test_random_reads_go_to_the_backend_and_fetch_no_window() -> None:
     assert backend.fetches == []
 
 
-def test_the_budget_drops_the_least_recently_read_key() -> None:
+def test_memory_goes_to_a_new_reader_from_an_idle_one_only() -> None:
     backend = Backend()
-    ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 2048)  # one key's two windows fill it
-    for key in ("a", "b"):
-        assert ahead.read(key, 0, 10) is None
-        assert ahead.read(key, 10, 10) == DATA[10:20]
-    assert ahead.held_bytes <= 2048
-    assert ahead.read("a", 20, 10) is None  # its windows were dropped for b's: read directly
+    now = [0.0]
+    budget = 2 * (1024 + 1024 // SLIVER_FRACTION) + 300  # two full windows and a bit
+    ahead = ReadAhead(backend.bounds, backend.fetch, 1024, budget, clock=lambda: now[0])
+    assert ahead.read("a", 0, 10) is None
+    assert ahead.read("a", 10, 10) == DATA[10:20]  # a's window and the one after fill it
+    assert ahead.held_bytes <= budget
+    assert ahead.read("b", 0, 10) is None
+    assert ahead.read("b", 10, 10) == DATA[10:20]  # a is reading: b gets a smaller window
+    assert ahead.held_bytes <= budget
+    assert max(n for _, n in backend.fetches[-1:]) <= 300
+    assert ahead.read("a", 20, 10) == DATA[20:30]  # a kept its windows
+    now[0] += 10  # a and b idle
+    assert ahead.read("c", 0, 10) is None
+    assert ahead.read("c", 10, 2000) == DATA[10:2010]  # full windows: the idle ones gave way
+    assert (10, 1024) in backend.fetches
+    assert ahead.held_bytes <= budget
     ahead.close()
+    assert ahead.held_bytes == 0
 
 
 def test_a_failed_fetch_leaves_the_read_to_the_caller() -> None:
@@ -100,17 +127,20 @@ def test_a_failed_fetch_leaves_the_read_to_the_caller() -> None:
     ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 1 << 20)
     assert ahead.read("k", 0, 10) is None
     assert ahead.read("k", 10, 10) is None  # the window failed: the caller reads and reports
-    assert ahead.held_bytes == 0
+    assert ahead.held_bytes <= FREE_BUFFERS * ahead.capacity  # buffers kept for the next one
     ahead.close()
+    assert ahead.held_bytes == 0
 
 
 def test_a_reader_has_its_bytes_before_the_window_has_arrived() -> None:
     gate = threading.Event()
 
-    def slow(key: str, start: int, end: int) -> Iterator[bytes]:
-        yield DATA[start : start + 100]
+    def slow(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        into[:100] = DATA[start : start + 100]
+        yield 100
         assert gate.wait(10)  # the rest of the GET's body is late
-        yield DATA[start + 100 : end]
+        into[100 : end - start] = DATA[start + 100 : end]
+        yield end - start
 
     ahead = ReadAhead(Backend().bounds, slow, 1024, 1 << 20)
     assert ahead.read("k", 0, 20) is None  # a small first read: the caller's
@@ -121,21 +151,23 @@ def test_a_reader_has_its_bytes_before_the_window_has_arrived() -> None:
 
 
 def test_a_fetch_that_breaks_off_leaves_the_rest_to_the_caller() -> None:
-    def broken(key: str, start: int, end: int) -> Iterator[bytes]:
-        yield DATA[start : start + 100]
-        raise OSError("connection reset")
+    def broken(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        yield from receive(into, start, end, fail_after=100)
 
     ahead = ReadAhead(Backend().bounds, broken, 1024, 1 << 20)
     assert ahead.read("k", 0, 20) is None
     assert ahead.read("k", 20, 500) is None  # past what arrived: the caller reads it itself
-    assert ahead.held_bytes == 0
+    assert ahead.held_bytes <= FREE_BUFFERS * ahead.capacity
     ahead.close()
 
 
 def test_past_the_end_is_the_callers_to_report() -> None:
     backend = Backend()
     ahead = ReadAhead(backend.bounds, backend.fetch, 4096, 1 << 20)
-    assert ahead.read("k", 9_990, 10) is None
+    assert ahead.read("k", 9_000, 10) is None  # small, and not to the end: the caller's
+    assert ahead.read("k", 9_990, 10) == DATA[9_990:]  # to the end: its window is these bytes
+    assert backend.fetches == [(9_990, 10)]
+    assert ahead.read("k", 9_995, 5) == DATA[9_995:]  # read again: from memory
     assert ahead.read("k", 10_000, 10) is None
     ahead.close()
 
@@ -161,7 +193,7 @@ def _provider(endpoint: S3Endpoint, bucket: str, window: int) -> tuple[S3Provide
 
 @pytest.mark.s3
 @pytest.mark.parametrize("sealed", [True, False])
-def test_s3_catch_up_costs_one_get_per_window_and_one_listing(
+def test_s3_catch_up_costs_one_get_per_window_and_at_most_one_listing(
     moto_s3: S3Endpoint, sealed: bool
 ) -> None:
     bucket = moto_s3.new_bucket()
@@ -181,7 +213,8 @@ def test_s3_catch_up_costs_one_get_per_window_and_one_listing(
         at += len(got)
     gets, lists = requests["GET"], requests["LIST"]
     assert gets <= 1 + 6 + 2  # the first read, 3 MiB in 512 KiB windows, chunk cuts
-    assert lists <= 1 if sealed else lists == 1  # unsealed: listed once, not once a read
+    # sealed: its GET tells the size, no listing; unsealed: listed once, not once a read
+    assert lists == (0 if sealed else 1)
     assert set(requests) <= {"GET", "LIST"}
     reader.close()
     writer.close()
@@ -210,5 +243,129 @@ def test_a_reader_that_reads_some_bytes_again_is_served_from_the_windows() -> No
     starts = [s for s, _ in backend.fetches]
     assert len(starts) == len(set(starts))  # nothing fetched twice
     assert sum(n for _, n in backend.fetches) <= len(DATA)
-    assert ahead.held_bytes <= (1 + 1 + 2) * 1024  # what the last read spans and two ahead
+    # what the last read spans, the window ahead, and the buffers kept for the next ones
+    assert ahead.held_bytes <= (2 + DEPTH + FREE_BUFFERS) * ahead.capacity
     ahead.close()
+
+
+def test_a_catch_up_writes_into_the_same_buffers_again() -> None:
+    """Full windows are received into kept buffers: no fresh memory per window."""
+    buffers: set[int] = set()
+    backend = Backend()
+
+    def fetch(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        buffers.add(id(into.obj))
+        yield from backend.fetch(key, start, end, into)
+
+    ahead = ReadAhead(
+        lambda k, s, n: Extent(min(s + n, 10_000), s + n < 10_000), fetch, 512, 1 << 20
+    )
+    assert read_all(ahead, [600] * 20)[0]
+    assert len(backend.fetches) >= 15
+    assert len(buffers) <= 1 + DEPTH + FREE_BUFFERS
+    ahead.close()
+
+
+def test_a_window_of_an_unknown_object_is_settled_by_its_fetch() -> None:
+    """``bounds`` does not know the object: the first window is a guess of the full size, its
+    fetch learns the size, and only then are the windows after it requested."""
+    known: list[int] = []
+    fetches: list[tuple[int, int]] = []
+
+    def bounds(key: str, start: int, size: int) -> Extent:
+        if not known:
+            return Extent(start + size, True, exact=False)
+        end = min(start + size, known[0])
+        return Extent(end, end < known[0])
+
+    def fetch(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        fetches.append((start, end))
+        known[:] = [len(DATA)]  # a sealed object's GET tells its size
+        yield from receive(into, start, min(end, len(DATA)), piece=300)
+
+    ahead = ReadAhead(bounds, fetch, 4096, 1 << 20)  # 128 bytes is a large read
+    assert ahead.read("k", 9_000, 200) == DATA[9_000:9_200]  # a guess: [9000, 13096)
+    assert ahead.read("k", 9_200, 2_000) == DATA[9_200:]  # short: where the object ends
+    assert fetches == [(9_000, 13_096)]  # nothing requested past the end
+    assert ahead.read("k", 10_000, 10) is None  # past the end: the caller's to report
+    known.clear()
+    ahead.forget("k")
+    assert ahead.read("k", 0, 200) == DATA[:200]
+    assert ahead.read("k", 200, 5_000) == DATA[200:5_200]
+    assert fetches[1:] == [(0, 4_096), (4_096, 8_192)]  # settled, then the window after it
+    ahead.close()
+
+
+def test_the_next_segment_is_read_from_windows_from_its_first_byte() -> None:
+    """A reader that read a segment to its end and goes on at 0 of the next one is sequential
+    there too: no direct read for the first bytes of each segment."""
+    backend = Backend()
+    ahead = ReadAhead(
+        backend.bounds, backend.fetch, 1024, 1 << 20, successor=lambda k, n: f"{k}+{n}"
+    )
+    assert ahead.read("k", 0, 2_000) == DATA[:2_000]
+    position = 2_000
+    while position < len(DATA):
+        got = ahead.read("k", position, 1_000)
+        assert got is not None
+        position += len(got)
+    assert ahead.read("k+10000", 0, 10) == DATA[:10]  # a small read, yet from a window
+    assert ahead.read("other", 0, 10) is None  # a small first read of any other key: direct
+    ahead.close()
+
+
+@pytest.mark.s3
+def test_s3_segments_of_a_file_read_one_after_the_other_cost_one_get_per_window(
+    moto_s3: S3Endpoint,
+) -> None:
+    """Sealed segments read by a process that knows nothing of them: no listing, and no
+    direct GET for the first bytes of the next segment (a read across the boundary goes on at 0
+    of the next one); a window that would leave a sliver of its object takes it too."""
+    bucket = moto_s3.new_bucket()
+    writer, _ = _provider(moto_s3, bucket, 0)
+    window = 512 << 10
+    sizes = (2 * window + window // 16, window // 2, window)  # a sliver after two windows
+    data = random.Random(3).randbytes(sum(sizes))
+    keys, base = [], 0
+    for size in sizes:
+        key = seg(0, base)
+        writer.append(key, data[base : base + size], 0)
+        writer.seal(key)
+        keys.append(key)
+        base += size
+    reader, requests = _provider(moto_s3, bucket, window)
+    position, index, base = 0, 0, 0
+    while position < len(data):
+        want = min(40_000, len(data) - position)
+        got = reader.read(keys[index], position - base, want)  # the first segment's part
+        if len(got) < want and index + 1 < len(keys):  # the rest from the next segment
+            base += sizes[index]
+            index += 1
+            got += reader.read(keys[index], 0, want - len(got))
+        assert got == data[position : position + want]
+        position += len(got)
+    # 2 windows (the second with the sliver), 1, 1 (40 kB is a large read: windows at once)
+    assert requests == Counter({"GET": 2 + 1 + 1}), requests
+    reader.close()
+    writer.close()
+
+
+@pytest.mark.s3
+def test_s3_windows_reuse_their_connections(moto_s3: S3Endpoint) -> None:
+    """A window's body is received by ``readinto``, outside urllib3: its connection still goes
+    back to the pool, so a catch-up does not open a connection per window."""
+    bucket = moto_s3.new_bucket()
+    writer, _ = _provider(moto_s3, bucket, 0)
+    key = seg(1)
+    data = random.Random(4).randbytes(4 << 20)
+    writer.append(key, data, 0)
+    writer.seal(key)
+    reader, requests = _provider(moto_s3, bucket, 256 << 10)
+    for at in range(0, len(data), 64 << 10):
+        assert reader.read(key, at, 64 << 10) == data[at : at + (64 << 10)]
+    assert requests["GET"] >= 16
+    pools = reader.client._endpoint.http_session._manager.pools  # type: ignore[attr-defined]
+    opened = sum(pools[k].num_connections for k in pools.keys())  # noqa: SIM118
+    assert opened <= 2  # the reader's own first read and the read-ahead thread's
+    reader.close()
+    writer.close()
