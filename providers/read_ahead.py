@@ -85,6 +85,8 @@ SMALLEST_FRACTION = 16
 """When memory is short a window shrinks down to ``window / 16``, then none is fetched."""
 _CONTINUATIONS = 4096
 """How many "the next segment starts here" marks are kept (least recent dropped)."""
+_MAPPED = 1 << 20
+"""Buffers from this size on are anonymous mappings (see :meth:`ReadAhead._buffer`)."""
 _STREAMS = 4096
 """How many keys without windows are remembered (where their last read ended)."""
 
@@ -375,9 +377,9 @@ class ReadAhead:
         if self._held + need > self.max_bytes:
             return None
         self._held += need
-        # a full-size buffer is an anonymous mapping: its pages are zeroed by the kernel as the
-        # first window is received into them, not all at once by a bytearray's memset first
-        return mmap.mmap(-1, need) if pooled else bytearray(need)
+        # a large buffer is an anonymous mapping: its pages are zeroed by the kernel as the
+        # window is received into them, not all at once by a bytearray's memset first
+        return mmap.mmap(-1, need) if need >= _MAPPED else bytearray(need)
 
     def _give_up(self, key: str, enough: Callable[[], bool]) -> None:
         """Drop the windows of keys (not ``key``) whose reader is done with them

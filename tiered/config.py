@@ -476,7 +476,7 @@ class TieredConfig(BaseModel):
         "objectStoreGroupCommitTimeout", "object stores: hold a batch at most, ms", 300000
     )
     object_store_read_ahead_size_bytes: IntOrZero = _key(
-        "objectStoreReadAheadSize", "s3: sequential read window, bytes; 0 = off", 33554432
+        "objectStoreReadAheadSize", "s3: sequential read window, bytes; 0 = off", 67108864
     )
     object_store_read_ahead_memory_bytes: IntOrZero = _key(
         "objectStoreReadAheadMemory", "s3: read-ahead windows held at most, bytes", 268435456
