@@ -85,6 +85,8 @@ SMALLEST_FRACTION = 16
 """When memory is short a window shrinks down to ``window / 16``, then none is fetched."""
 _CONTINUATIONS = 4096
 """How many "the next segment starts here" marks are kept (least recent dropped)."""
+_TO_END_STEPS = 16
+"""How many chunk objects a read may span and still be seen to end at its object's end."""
 _MAPPED = 1 << 20
 """Buffers from this size on are anonymous mappings (see :meth:`ReadAhead._buffer`)."""
 _STREAMS = 4096
@@ -288,8 +290,15 @@ class ReadAhead:
         """Whether the read ends where the object is known to end: its window would be the same
         bytes (one GET either way), and the reader that asked for all the rest is likely to
         read them again piece by piece (a consumequeue chunk smaller than a large read)."""
-        extent = self._bounds(key, position, length)
-        return extent.exact and not extent.more and extent.end == position + length
+        stop, at = position + length, position
+        for _ in range(_TO_END_STEPS):  # window by window: a chunk object's end is not the end
+            extent = self._bounds(key, at, stop - at)
+            if not extent.exact or extent.end <= at:
+                return False
+            if not extent.more:
+                return extent.end == stop
+            at = extent.end
+        return False
 
     def _object_ended(self, key: str, size: int) -> None:
         """A sequential reader read ``key`` to its end: a read at 0 of the next segment goes

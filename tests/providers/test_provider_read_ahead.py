@@ -248,6 +248,20 @@ def test_a_reader_that_reads_some_bytes_again_is_served_from_the_windows() -> No
     ahead.close()
 
 
+def test_a_read_of_all_the_rest_is_read_again_from_windows() -> None:
+    """A reader that asks for everything to the object's end (a consumequeue smaller than a
+    large read, asked for whole) reads it again piece by piece: windows from the first read, one
+    per chunk object, and nothing fetched twice."""
+    backend = Backend()
+    ahead = ReadAhead(backend.bounds, backend.fetch, 1 << 20, 8 << 20)  # 32 KiB is large
+    assert ahead.read("k", 0, len(DATA)) == DATA  # not large, but to the end (3 chunks)
+    for position in range(0, len(DATA), 700):
+        assert ahead.read("k", position, 700) == DATA[position : position + 700]
+    assert sorted(backend.fetches) == [(0, 3_000), (3_000, 3_500), (6_500, 3_500)]
+    assert ahead.read("k", 0, 9_000) is None  # not to the end, small, not where it stopped
+    ahead.close()
+
+
 def test_a_catch_up_writes_into_the_same_buffers_again() -> None:
     """Full windows are received into kept buffers: no fresh memory per window."""
     buffers: set[int] = set()
