@@ -263,12 +263,13 @@ class ReadAhead:
                 self._drop(stream, len(stream.windows))
             self._streams.clear()
             self._continues.clear()
-            self._held -= sum(len(b) for b in self._free)
-            self._free.clear()
             pool, self._pool = self._pool, None
             self._arrived.notify_all()
-        if pool is not None:
+        if pool is not None:  # fetches stop at their next piece (their windows are dropped)
             pool.shutdown(wait=True, cancel_futures=True)
+        with self._lock:  # the buffers they wrote into were kept: let them go too
+            self._held -= sum(len(b) for b in self._free)
+            self._free.clear()
 
     # --- under the lock -------------------------------------------------------------------------
 

@@ -150,6 +150,22 @@ def test_a_reader_has_its_bytes_before_the_window_has_arrived() -> None:
     ahead.close()
 
 
+def test_close_lets_go_of_every_buffer_even_one_being_received_into() -> None:
+    gate = threading.Event()
+
+    def slow(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        into[:100] = DATA[start : start + 100]
+        yield 100
+        assert gate.wait(10)
+        yield from receive(into, start, end)
+
+    ahead = ReadAhead(Backend().bounds, slow, 1024, 1 << 20)
+    assert ahead.read("k", 0, 50) == DATA[:50]  # a large read: a window, still arriving
+    threading.Timer(0.2, gate.set).start()
+    ahead.close()  # waits for the fetch, which stops at its next piece
+    assert ahead.held_bytes == 0
+
+
 def test_a_fetch_that_breaks_off_leaves_the_rest_to_the_caller() -> None:
     def broken(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
         yield from receive(into, start, end, fail_after=100)
