@@ -11,13 +11,22 @@ With default settings (only the endpoint keys set):
 * the same backlog with 64 MiB flat commitlog segments, so every queue seals segments: the seal's
   share (a default 1 GiB segment seals once per GiB of a queue);
 * **catch-up**: every queue read whole from offset 0 over the HTTP API (``format=raw``,
-  ``tieredStorageLevel=FORCE``, 1024 messages / 16 MiB per call) by a fresh sidecar process
-  state (nothing remembered), against plain boto3 ranged GETs of 16 MiB over the same objects:
-  requests per GiB, MB/s and the ratio; and the same reads through the store API in the sidecar's
-  process (``get_message``, no HTTP hop), which is what the read path itself costs: MB/s, ratio, and
-  the sidecar's CPU-seconds per GiB for both;
+  ``tieredStorageLevel=FORCE``, 1024 messages / 16 MiB per call) and over the replay port
+  (``PULL_MESSAGE`` through ``tiered.remoting.client.RemotingClient``, 1024 per pull,
+  ``nextBeginOffset`` after ``nextBeginOffset``), each by a consumer process and a freshly opened
+  sidecar (nothing remembered, empty caches), and through the store API in the sidecar's process
+  (``get_message``, no hop: what the read path itself costs), against plain boto3 ranged GETs of
+  16 MiB over the same objects: requests per GiB, MB/s, the ratio to boto3 and the sidecar's
+  CPU-seconds per GiB. ``RMQ_BENCH_S3_REPEAT`` rounds (default 3) of the four, one after the
+  other, give medians and each round's ratios (the machine is shared and noisy: a ratio is only
+  worth quoting between runs of the same round);
+* **one queue**: a queue of ``RMQ_BENCH_S3_QUEUE_MIB`` (default 300) MiB alone, offloaded and read
+  whole over HTTP by a fresh sidecar: the requests per GiB of a catch-up of a few hundred MB;
 * single-message cold fetches (``get_message(offset, 1)``, empty cache) on S3 and on posix: p50
   and p99 in ms.
+
+``RMQ_BENCH_S3_CATCH_UP_ONLY=1`` skips the 64 MiB segments, the live tails and the latencies
+(for iterating on the read path).
 
 Ceph RGW is booted from ``../shared/tools/ceph-rgw`` (about a minute).
 """
@@ -66,6 +75,9 @@ GIB = 1 << 30
 MIB = 1 << 20
 BACKLOG_GIB = float(os.environ.get("RMQ_BENCH_S3_GIB", "1"))
 TAIL_GIB = float(os.environ.get("RMQ_BENCH_TAIL_GIB", "0.5"))
+REPEAT = int(os.environ.get("RMQ_BENCH_S3_REPEAT", "3"))
+QUEUE_MIB = float(os.environ.get("RMQ_BENCH_S3_QUEUE_MIB", "300"))
+CATCH_UP_ONLY = os.environ.get("RMQ_BENCH_S3_CATCH_UP_ONLY", "") not in ("", "0")
 QUEUES = 16
 UNIT = 1024 + 200  # a 1 KiB body plus header, topic and properties
 STEP_S = 5
@@ -117,12 +129,12 @@ def per_gib(requests: Counter[str], nbytes: int) -> str:
     return f"{total * GIB / nbytes:7.0f}  {ops}"
 
 
-def backlog_spec() -> GenSpec:
+def backlog_spec(queues: int = QUEUES, gib: float = BACKLOG_GIB) -> GenSpec:
     return GenSpec(
         seed=3,
         topics=1,
-        queues=QUEUES,
-        messages=int(BACKLOG_GIB * GIB / UNIT),
+        queues=queues,
+        messages=int(gib * GIB / UNIT),
         min_body=1024,
         max_body=1024,
         keys_per_message=2,
@@ -148,15 +160,23 @@ class Offloaded:
     seconds: float
 
 
-def offload_backlog(root: Path, endpoint: S3Endpoint | None, name: str, **keys: str) -> Offloaded:
+def offload_backlog(
+    root: Path,
+    endpoint: S3Endpoint | None,
+    name: str,
+    store: str = "store",
+    spec: GenSpec | None = None,
+    **keys: str,
+) -> Offloaded:
     work = root / name
-    cfg = settings(root / "store", work, endpoint, **keys)
+    cfg = settings(root / store, work, endpoint, **keys)
     provider, requests = counted(cfg)
     sidecar = Sidecar(cfg, provider).open()
     started = time.perf_counter()
     report = sidecar.dispatcher.run_pass()  # old messages: no hold, no flush needed
     seconds = time.perf_counter() - started
-    assert not report.errors and report.messages == backlog_spec().messages, report
+    expected = (spec or backlog_spec()).messages
+    assert not report.errors and report.messages == expected, report
     return Offloaded(sidecar, cfg, requests, report.bytes, seconds)
 
 
@@ -217,8 +237,9 @@ def _consume(
 ) -> tuple[int, float, float]:
     """Run ``client`` (a consumer process reading every queue whole from ``port``) against a
     started server, then ``stop`` it; bytes, seconds, this process's CPU-seconds."""
+    queues = len(sidecar.flat_store.metadata.queues("GenTopic0"))
     ends = []
-    for qid in range(QUEUES):
+    for qid in range(queues):
         flat = sidecar.flat_store.get("GenTopic0", qid)
         assert flat is not None
         ends.append(str(flat.commit_offset))
@@ -226,7 +247,7 @@ def _consume(
     cpu = _cpu()
     try:
         out = subprocess.run(
-            [sys.executable, "-c", client, str(port), str(QUEUES), *ends],
+            [sys.executable, "-c", client, str(port), str(queues), *ends],
             capture_output=True,
             text=True,
             check=True,
@@ -364,13 +385,106 @@ class Printed(list[str]):
         return self
 
 
+@dataclasses.dataclass
+class Reading:
+    """One catch-up: bytes, seconds, the sidecar's CPU-seconds, its requests."""
+
+    nbytes: int
+    seconds: float
+    cpu: float
+    requests: Counter[str]
+
+    @property
+    def mb_s(self) -> float:
+        return self.nbytes / 1e6 / self.seconds
+
+    @property
+    def cpu_per_gib(self) -> float:
+        return self.cpu * GIB / self.nbytes
+
+
+def fresh_read(
+    cfg: TieredConfig,
+    how: Callable[[Sidecar, TieredConfig, Counter[str]], tuple[int, float, float]],
+) -> Reading:
+    """``how`` run by a sidecar opened afresh (a restarted one: it remembers nothing), its
+    requests counted from the first read on."""
+    provider, requests = counted(cfg)
+    sidecar = Sidecar(cfg, provider).open()
+    try:
+        requests.clear()
+        nbytes, seconds, cpu = how(sidecar, cfg, requests)
+        return Reading(nbytes, seconds, cpu, Counter(requests))
+    finally:
+        sidecar.close()
+
+
+def in_process(sidecar: Sidecar, cfg: TieredConfig, _: Counter[str]) -> tuple[int, float, float]:
+    return catch_up_in_process(sidecar, cfg)
+
+
+DOORS = {"HTTP raw": catch_up, "replay": catch_up_replay, "store API": in_process}
+
+
+def catch_up_rounds(cfg: TieredConfig) -> list[str]:
+    """:data:`REPEAT` rounds of boto3, HTTP raw, replay and store API catch-ups, one after the
+    other; medians, and each round's ratio to that round's boto3."""
+    readings: dict[str, list[Reading]] = {door: [] for door in DOORS}
+    base: list[tuple[float, float]] = []  # boto3 MB/s, CPU-s/GiB
+    lines = []
+    for number in range(1, REPEAT + 1):
+        cpu = _cpu()
+        nbytes, seconds = boto3_baseline(cfg)
+        base.append((nbytes / 1e6 / seconds, (_cpu() - cpu) * GIB / nbytes))
+        line = [f"  round {number}: boto3 {base[-1][0]:.0f} MB/s"]
+        for door, how in DOORS.items():
+            got = fresh_read(cfg, how)
+            readings[door].append(got)
+            line.append(f"{door} {got.mb_s:.0f} ({got.mb_s / base[-1][0]:.2f})")
+        print(", ".join(line), flush=True)
+    boto3_mb_s = statistics.median(b for b, _ in base)
+    lines.append(
+        f"  boto3 16 MiB GETs   median {boto3_mb_s:4.0f} MB/s "
+        f"({statistics.median(c for _, c in base):.2f} CPU-s/GiB)"
+    )
+    for door, runs in readings.items():
+        ratios = [g.mb_s / b for g, (b, _) in zip(runs, base, strict=True)]
+        last = runs[-1]
+        lines.append(
+            f"  catch-up {door:9}  median {statistics.median(g.mb_s for g in runs):4.0f} MB/s, "
+            f"ratio to boto3 {statistics.median(ratios):.2f} (rounds "
+            f"{' '.join(f'{r:.2f}' for r in ratios)}), sidecar "
+            f"{statistics.median(g.cpu_per_gib for g in runs):.2f} CPU-s/GiB; "
+            f"{last.nbytes / MIB:.0f} MiB {per_gib(last.requests, last.nbytes)}"
+        )
+    return lines
+
+
+def one_queue(root: Path, endpoint: S3Endpoint) -> str:
+    """A queue of :data:`QUEUE_MIB` alone, offloaded, then read whole over HTTP raw by a fresh
+    sidecar: requests per GiB of a catch-up of a few hundred MB."""
+    spec = backlog_spec(queues=1, gib=QUEUE_MIB / 1024)
+    store = f"one-queue-{QUEUE_MIB:.0f}"
+    if not (root / store).exists():
+        generate_store(root / store, spec)
+    done = offload_backlog(root, endpoint, f"{endpoint.name}-{store}", store, spec)
+    done.sidecar.close()
+    got = fresh_read(done.cfg, catch_up)
+    return (
+        f"  one queue (HTTP)  {got.nbytes / MIB:7.0f} MiB  {per_gib(got.requests, got.nbytes)}"
+        f"  {got.mb_s:.0f} MB/s"
+    )
+
+
 def test_s3_request_cost(backlog: Path, servers: list[S3Endpoint]) -> None:
     lines = Printed(
         [f"\nS3 request cost, default settings, {QUEUES} queues (requests per GiB by operation):"]
     )
-    posix = offload_backlog(backlog, None, "posix")
-    latency = [fetch_latency(posix.sidecar, posix.cfg, "posix")]
-    posix.sidecar.close()
+    latency = []
+    if not CATCH_UP_ONLY:
+        posix = offload_backlog(backlog, None, "posix")
+        latency.append(fetch_latency(posix.sidecar, posix.cfg, "posix"))
+        posix.sidecar.close()
     for endpoint in servers:
         lines.append(f" {endpoint.name}:")
         done = offload_backlog(backlog, endpoint, endpoint.name)
@@ -379,50 +493,25 @@ def test_s3_request_cost(backlog: Path, servers: list[S3Endpoint]) -> None:
             f"  backlog offload   {nbytes / MIB:7.0f} MiB  {per_gib(done.requests, nbytes)}  "
             f"({nbytes / 1e6 / done.seconds:.0f} MB/s)"
         )
-        sealing = offload_backlog(
-            backlog, endpoint, endpoint.name + "-64m", tieredStoreCommitLogMaxSize=str(64 * MIB)
-        )
-        sealing.sidecar.close()
-        lines.append(
-            f"  64 MiB segments   {sealing.nbytes / MIB:7.0f} MiB  "
-            f"{per_gib(sealing.requests, sealing.nbytes)}"
-        )
-        sidecar.close()  # the reader is a restarted sidecar: it remembers nothing
-        provider, requests = counted(cfg)
-        sidecar = Sidecar(cfg, provider).open()
-        read, read_s, read_cpu = catch_up(sidecar, cfg, requests)
-        base_cpu = _cpu()
-        base, base_s = boto3_baseline(cfg)
-        base_cpu = _cpu() - base_cpu
-        ours, theirs = read / 1e6 / read_s, base / 1e6 / base_s
-        lines.append(
-            f"  catch-up (HTTP)   {read / MIB:7.0f} MiB  {per_gib(requests, read)}  "
-            f"{ours:.0f} MB/s; boto3 16 MiB GETs {theirs:.0f} MB/s "
-            f"({base_cpu * GIB / base:.2f} CPU-s/GiB); ratio {ours / theirs:.2f}; "
-            f"sidecar {read_cpu * GIB / read:.2f} CPU-s/GiB"
-        )
-        sidecar.close()  # again from nothing remembered
-        provider, requests = counted(cfg)
-        sidecar = Sidecar(cfg, provider).open()
-        read, read_s, read_cpu = catch_up_replay(sidecar, cfg, requests)
-        ours = read / 1e6 / read_s
-        lines.append(
-            f"  catch-up (replay) {read / MIB:7.0f} MiB  {per_gib(requests, read)}  "
-            f"{ours:.0f} MB/s; ratio to boto3 {ours / theirs:.2f}; "
-            f"sidecar {read_cpu * GIB / read:.2f} CPU-s/GiB"
-        )
-        sidecar.close()  # again from nothing remembered
-        provider, requests = counted(cfg)
-        sidecar = Sidecar(cfg, provider).open()
-        requests.clear()
-        read, read_s, read_cpu = catch_up_in_process(sidecar, cfg)
-        ours = read / 1e6 / read_s
-        lines.append(
-            f"  catch-up (store)  {read / MIB:7.0f} MiB  {per_gib(requests, read)}  "
-            f"{ours:.0f} MB/s; ratio to boto3 {ours / theirs:.2f}; "
-            f"{read_cpu * GIB / read:.2f} CPU-s/GiB"
-        )
-        lines += [tail(backlog, endpoint, rate) for rate in (1, 10)]
-        latency.append(fetch_latency(sidecar, cfg, endpoint.name))
-        sidecar.close()
+        sidecar.close()  # the readers below are restarted sidecars: they remember nothing
+        if not CATCH_UP_ONLY:
+            sealing = offload_backlog(
+                backlog,
+                endpoint,
+                endpoint.name + "-64m",
+                tieredStoreCommitLogMaxSize=str(64 * MIB),
+            )
+            sealing.sidecar.close()
+            lines.append(
+                f"  64 MiB segments   {sealing.nbytes / MIB:7.0f} MiB  "
+                f"{per_gib(sealing.requests, sealing.nbytes)}"
+            )
+        lines += catch_up_rounds(cfg)
+        lines.append(one_queue(backlog, endpoint))
+        if not CATCH_UP_ONLY:
+            lines += [tail(backlog, endpoint, rate) for rate in (1, 10)]
+            provider, _ = counted(cfg)
+            sidecar = Sidecar(cfg, provider).open()
+            latency.append(fetch_latency(sidecar, cfg, endpoint.name))
+            sidecar.close()
     print("\n".join(latency))
