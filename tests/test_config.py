@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import re
 import socket
+from collections.abc import Callable
 from pathlib import Path
+from typing import Annotated
+from typing import Any
 
 import pytest
+from pydantic import BeforeValidator
 from pydantic import ValidationError
+from pydantic import create_model
 
+from tiered import config
 from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.config import BrokerRole
 from tiered.config import StorageLevel
@@ -583,3 +589,30 @@ def test_example_conf_default_lines_equal_the_model_defaults() -> None:
     )
     del values["brokerName"], defaults["brokerName"]  # the local host name
     assert values == defaults
+
+
+def test_each_fields_validator_makes_the_schema_pydantics_before_validator_makes() -> None:
+    """The model's validators are config._Before (no signature inspection at every field):
+    fields that carry pydantic's BeforeValidator of the same functions instead validate
+    through the very same core schema."""
+
+    def fields(before: Callable[[Any], Any]) -> Any:
+        twin: dict[str, Any] = {}
+        for name, info in TieredConfig.model_fields.items():
+            marks = [before(m.func) if isinstance(m, config._Before) else m for m in info.metadata]
+            kind = info.annotation
+            if marks:
+                kind = Annotated.__class_getitem__((kind, *marks))  # type: ignore[attr-defined]
+            twin[name] = (kind, None)
+        schema: Any = create_model("Twin", **twin).__pydantic_core_schema__
+        # pydantic's own closures (a path's validator) are made again for each model
+        return re.sub(r" at 0x[0-9a-f]+>|:[0-9]+'", "", repr(schema["schema"]["fields"]))
+
+    ours = fields(config._Before)
+    validated = [
+        name
+        for name, info in TieredConfig.model_fields.items()
+        if any(isinstance(m, config._Before) for m in info.metadata)
+    ]
+    assert ours.count("'function-before'") == len(validated) > 70
+    assert ours == fields(BeforeValidator)
