@@ -18,12 +18,10 @@ whatever the level; uvicorn's loggers write through this handler (:func:`uvicorn
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 from typing import Any
-
-from pythonjsonlogger.core import RESERVED_ATTRS
-from pythonjsonlogger.json import JsonFormatter
 
 __all__ = [
     "LEVELS",
@@ -48,24 +46,43 @@ QUIET_LOGGERS = ("apscheduler", "botocore", "boto3", "urllib3", "s3transfer", "u
 _UVICORN_ACCESS = "uvicorn.access"
 
 
-class IsoJsonFormatter(JsonFormatter):
+class IsoJsonFormatter(logging.Formatter):
     """One JSON object per record: ``time`` (ISO-8601 UTC, milliseconds), ``level``,
-    ``logger``, ``message``, then the record's ``extra=`` fields and ``exc_info``."""
+    ``logger``, ``message``, then the record's ``extra=`` fields and ``exc_info``.
+
+    python-json-logger's formatter does the work; it is imported when the first one is made,
+    so a process that logs text never loads it."""
 
     def __init__(self) -> None:
-        super().__init__(
-            ["asctime", "levelname", "name", "message"],
-            rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
-            # uvicorn adds a coloured copy of its message to every record
-            reserved_attrs=[*RESERVED_ATTRS, "color_message", "taskName"],
-            json_ensure_ascii=False,
-        )
+        super().__init__()
+        self._json = _json_formatter_class()()
 
-    def formatTime(  # noqa: N802 - the name logging.Formatter gives it
-        self, record: logging.LogRecord, datefmt: str | None = None
-    ) -> str:
-        stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        return f"{stamp}.{int(record.msecs):03d}Z"
+    def format(self, record: logging.LogRecord) -> str:
+        return self._json.format(record)
+
+
+@functools.cache
+def _json_formatter_class() -> type[logging.Formatter]:
+    from pythonjsonlogger.core import RESERVED_ATTRS
+    from pythonjsonlogger.json import JsonFormatter
+
+    class Formatter(JsonFormatter):
+        def __init__(self) -> None:
+            super().__init__(
+                ["asctime", "levelname", "name", "message"],
+                rename_fields={"asctime": "time", "levelname": "level", "name": "logger"},
+                # uvicorn adds a coloured copy of its message to every record
+                reserved_attrs=[*RESERVED_ATTRS, "color_message", "taskName"],
+                json_ensure_ascii=False,
+            )
+
+        def formatTime(  # noqa: N802 - the name logging.Formatter gives it
+            self, record: logging.LogRecord, datefmt: str | None = None
+        ) -> str:
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
+            return f"{stamp}.{int(record.msecs):03d}Z"
+
+    return Formatter
 
 
 def configure(level: int | str, fmt: str) -> None:
