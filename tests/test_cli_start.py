@@ -54,3 +54,37 @@ def test_the_console_script_loads_its_command_without_the_collector_then_turns_i
     # on for the command's work (a long run must collect its cycles), what loaded frozen
     out = _run(code)
     assert out[out.index("GC") :] == ["GC", "True", "True", "True"]
+
+
+def _entry(command: str, **env: str) -> list[str]:
+    """Run ``rmq-tiered COMMAND --help`` through the console script's ``entry`` in a fresh
+    process: what the command's lookup left behind."""
+    code = (
+        "import os, sys; from tiered.cli import entry; "
+        f"sys.argv = ['rmq-tiered', {command!r}, '--help']\n"
+        "try:\n    entry()\nexcept SystemExit:\n    pass\n"
+        "from tiered import metrics\n"
+        "print('OUT', metrics.discarded(), 'pythonjsonlogger' in sys.modules, "
+        "os.environ['PYDANTIC_DISABLE_PLUGINS'])"
+    )
+    out = _run(code, **env)
+    return out[out.index("OUT") + 1 :]
+
+
+def test_dispatch_run_by_the_console_script_records_no_metrics_and_looks_for_no_plugins() -> None:
+    # nothing serves /metrics in a dispatch process; the sidecar uses no pydantic plugin
+    assert _entry("dispatch") == ["True", "False", "__all__"]
+
+
+def test_run_records_its_metrics_and_an_operators_plugin_setting_is_kept() -> None:
+    assert _entry("run", PYDANTIC_DISABLE_PLUGINS="logfire") == ["False", "False", "logfire"]
+
+
+def test_dispatch_called_in_another_program_records_its_metrics() -> None:
+    code = (
+        "import os; from click.testing import CliRunner; from tiered.cli import main; "
+        "CliRunner().invoke(main, ['dispatch', '--help'], catch_exceptions=False); "
+        "from tiered import metrics; "
+        "print(metrics.discarded(), os.environ.get('PYDANTIC_DISABLE_PLUGINS', 'unset'))"
+    )
+    assert _run(code) == ["False", "unset"]

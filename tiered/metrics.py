@@ -5,6 +5,13 @@ marked (+). Every family the package registers is below (names as exposed: count
 ``_total``); :func:`families` lists them with their types and labels, and README.md's "Metrics"
 table documents each one (a test holds the three together).
 
+The families are made on first use: the first attribute looked up on any of them
+(``metrics.DISPATCH_ROUNDS.inc``) makes them all, in this order, in prometheus_client's default
+registry, which is only then imported; ``rmq-tiered run`` makes them (:func:`register`) before
+it serves ``/metrics``. A process that never serves them calls :func:`discard` before: the
+families are then stand-ins that record nothing, and prometheus_client is not loaded for them
+(the console script's ``dispatch``: :data:`tiered.cli.UNSERVED`).
+
 ====================================================  =======  ========  ==========================
 name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ====================================================  =======  ========  ==========================
@@ -99,17 +106,24 @@ A ``topic`` a request names (``api_latency``, ``messages_out_total``,
 from __future__ import annotations
 
 import functools
+import sys
+import threading
 from collections.abc import Callable
+from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING
+from typing import Any
 from typing import Final
 from typing import ParamSpec
 from typing import TypeVar
+from typing import cast
 
-from prometheus_client import REGISTRY
-from prometheus_client import Counter
-from prometheus_client import Gauge
-from prometheus_client import Histogram
-from prometheus_client import disable_created_metrics
-from prometheus_client.metrics import MetricWrapperBase
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
+    from prometheus_client import Counter
+    from prometheus_client import Gauge
+    from prometheus_client import Histogram
+    from prometheus_client.metrics import MetricWrapperBase
 
 __all__ = [
     "API_LATENCY",
@@ -154,16 +168,17 @@ __all__ = [
     "REMOTING_REQUESTS",
     "STORAGE_MESSAGE_RESERVE_TIME",
     "STORAGE_SIZE",
+    "child",
     "counts_index_failures",
+    "discard",
+    "discarded",
     "families",
+    "register",
 ]
-
-# No ``*_created`` series: they double the series count and no dashboard or alert reads them.
-disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped upstream
 
 P = ParamSpec("P")
 R = TypeVar("R")
-M = TypeVar("M", bound=MetricWrapperBase)
+M = TypeVar("M", bound="MetricWrapperBase")
 
 _children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
 
@@ -185,86 +200,246 @@ def child(metric: M, *values: str) -> M:
     return found  # type: ignore[return-value]
 
 
+# --- making the families --------------------------------------------------------------------------
+
+
+class _Making:
+    """Whether the families are made yet, and whether as stand-ins (:func:`discard`)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.made = False
+        self.discard = False
+
+
+_making = _Making()
+
+
+@functools.cache
+def _client() -> ModuleType:
+    """prometheus_client, with its ``*_created`` series switched off (they double the series
+    count and no dashboard or alert reads them) before this package makes a metric."""
+    import prometheus_client
+
+    prometheus_client.disable_created_metrics()  # type: ignore[no-untyped-call]  # untyped
+    return prometheus_client
+
+
+if "prometheus_client" in sys.modules:  # loaded already (by the provider wrapper): switch now
+    _client()
+
+
+class _Discarded:
+    """What every family (and every child) is in a process that called :func:`discard`."""
+
+    def labels(self, *_: object, **__: object) -> _Discarded:
+        return self
+
+    def remove(self, *_: object) -> None:
+        return None
+
+    def clear(self) -> None:
+        return None
+
+    def inc(self, amount: float = 1, exemplar: object = None) -> None:
+        return None
+
+    def dec(self, amount: float = 1) -> None:
+        return None
+
+    def set(self, value: float) -> None:
+        return None
+
+    def set_to_current_time(self) -> None:
+        return None
+
+    def set_function(self, f: Callable[[], float]) -> None:
+        return None
+
+    def observe(self, amount: float, exemplar: object = None) -> None:
+        return None
+
+
+_DISCARDED = _Discarded()
+
+
+class _Pending:
+    """A family not made yet. The first attribute looked up on any of them makes them all
+    (:func:`register`): in the order of this module, in the default registry; the module's
+    names then hold the families themselves."""
+
+    def __init__(
+        self,
+        kind: str,
+        args: tuple[str, str, Sequence[str]],
+        options: dict[str, Any],
+        series: Sequence[tuple[str, ...]],
+    ) -> None:
+        self.kind, self.args, self.options, self.series = kind, args, options, series
+        self.made: Any = None
+
+    def make(self, discard: bool) -> Any:
+        """The family (or the discarding stand-in), with its ``series`` at 0."""
+        if self.made is None:
+            if discard:
+                self.made = _DISCARDED
+            else:
+                client = _client()
+                self.made = getattr(client, self.kind)(*self.args, **self.options)
+                for values in self.series:
+                    self.made.labels(*values)
+        return self.made
+
+    def __getattr__(self, name: str) -> Any:
+        register()
+        return getattr(self.made, name)
+
+
+def _pending(
+    kind: str,
+    name: str,
+    documentation: str,
+    labelnames: Sequence[str],
+    series: Sequence[tuple[str, ...]],
+    **options: Any,
+) -> Any:
+    return _Pending(kind, (name, documentation, labelnames), options, series)
+
+
+def _counter(
+    name: str,
+    documentation: str,
+    labelnames: Sequence[str] = (),
+    *,
+    series: Sequence[tuple[str, ...]] = (),
+) -> Counter:
+    return cast("Counter", _pending("Counter", name, documentation, labelnames, series))
+
+
+def _gauge(name: str, documentation: str, labelnames: Sequence[str] = ()) -> Gauge:
+    return cast("Gauge", _pending("Gauge", name, documentation, labelnames, ()))
+
+
+def _histogram(
+    name: str, documentation: str, labelnames: Sequence[str] = (), *, buckets: Sequence[float]
+) -> Histogram:
+    return cast(
+        "Histogram", _pending("Histogram", name, documentation, labelnames, (), buckets=buckets)
+    )
+
+
+def register() -> None:
+    """Make every family of this module now, in prometheus_client's default registry (``run``
+    calls it before anything is served; otherwise the first use of any family does). After
+    :func:`discard`, make the stand-ins that record nothing instead."""
+    with _making.lock:
+        if _making.made:
+            return
+        names = globals()
+        for name, value in list(names.items()):
+            if isinstance(value, _Pending):
+                names[name] = value.make(_making.discard)
+        if not _making.discard:
+            names["REGISTRY"] = _client().REGISTRY
+        _making.made = True
+
+
+def discard() -> bool:
+    """Record nothing in this process: every family becomes a stand-in whose methods do
+    nothing, and prometheus_client is not loaded for them. For a process that never serves
+    ``/metrics`` (the console script's one-shot commands, :data:`tiered.cli.UNSERVED`); call
+    it before the first use. Returns :func:`discarded`: False when the families were made
+    already (they then stay and record as before)."""
+    with _making.lock:
+        if not _making.made:
+            _making.discard = True
+    register()
+    return _making.discard
+
+
+def discarded() -> bool:
+    """Whether this process records no metrics (:func:`discard`)."""
+    return _making.discard
+
+
+class _PendingRegistry:
+    """``REGISTRY`` until the families are made: prometheus_client's default registry, with
+    every family of this module in it (its first use makes them)."""
+
+    def __getattr__(self, name: str) -> Any:
+        register()
+        return getattr(_client().REGISTRY, name)
+
+
+REGISTRY = cast("CollectorRegistry", _PendingRegistry())
+"""prometheus_client's default registry, where every family of this module is."""
+
 _QUEUE = ["topic", "queue_id"]
 
-DISPATCH_BEHIND = Gauge(
+DISPATCH_BEHIND = _gauge(
     "rocketmq_tiered_store_dispatch_behind",
     "Messages in the local store not yet offloaded (local max - tiered max)",
     [*_QUEUE, "file_type"],
-    registry=REGISTRY,
 )
-DISPATCH_BEHIND_BYTES = Gauge(
+DISPATCH_BEHIND_BYTES = _gauge(
     "rocketmq_tiered_store_dispatch_behind_bytes",
     "Bytes in the local store not yet offloaded (estimated from the units read when large)",
     _QUEUE,
-    registry=REGISTRY,
 )
-DISPATCH_LATENCY = Gauge(
+DISPATCH_LATENCY = _gauge(
     "rocketmq_tiered_store_dispatch_latency",
     "Age of the oldest message not yet offloaded, milliseconds (0 when caught up)",
     [*_QUEUE, "file_type"],
-    registry=REGISTRY,
 )
-MESSAGES_DISPATCH = Counter(
+MESSAGES_DISPATCH = _counter(
     "rocketmq_tiered_store_messages_dispatch",
     "Messages offloaded",
     [*_QUEUE, "file_type"],
-    registry=REGISTRY,
 )
-DISPATCH_BYTES = Counter(
+DISPATCH_BYTES = _counter(
     "rocketmq_tiered_store_dispatch_bytes",
     "Message bytes offloaded (flat commitlog bytes)",
     _QUEUE,
-    registry=REGISTRY,
 )
-DISPATCH_ERRORS = Counter(
+DISPATCH_ERRORS = _counter(
     "rocketmq_tiered_store_dispatch_errors",
     "Failed dispatch steps of a queue (retried from where they stopped)",
     _QUEUE,
-    registry=REGISTRY,
 )
-DISPATCH_GAP_MESSAGES = Counter(
+DISPATCH_GAP_MESSAGES = _counter(
     "rocketmq_tiered_store_dispatch_gap_messages",
     "Messages the broker deleted before they were offloaded (never in the tier)",
     _QUEUE,
-    registry=REGISTRY,
 )
-DISPATCH_ROUNDS = Counter(
+DISPATCH_ROUNDS = _counter(
     "rocketmq_tiered_store_dispatch_rounds",
     "Dispatch rounds run (one batch per ready queue each)",
-    registry=REGISTRY,
 )
-DISPATCH_STANDBY = Gauge(
+DISPATCH_STANDBY = _gauge(
     "rocketmq_tiered_store_dispatch_standby",
     "1 when this sidecar stands by (its broker is a slave), 0 when it uploads",
-    registry=REGISTRY,
 )
-EXPIRED_SEGMENTS = Counter(
+EXPIRED_SEGMENTS = _counter(
     "rocketmq_tiered_store_expired_segments",
     "Tiered segments deleted by expiry",
     ["file_type"],
-    registry=REGISTRY,
 )
-EXPIRY_FAILURES = Counter(
+EXPIRY_FAILURES = _counter(
     "rocketmq_tiered_store_expiry_failures",
     "Failed expiries of a queue's segment, retried at the next run (the key index's are "
     'index_failures_total{stage="expire"})',
     ["file_type"],
-    registry=REGISTRY,
+    series=[("commit_log",), ("consume_queue",), ("index",)],  # every series from the start (0)
 )
-for _file_type in ("commit_log", "consume_queue", "index"):  # every series from the start (0)
-    EXPIRY_FAILURES.labels(_file_type)
-STORAGE_SIZE = Gauge(
+STORAGE_SIZE = _gauge(
     "rocketmq_storage_size",
     "Bytes in the tier per flat file (label topic holds the logical path broker/topic/queue)",
     ["topic", "file_type"],
-    registry=REGISTRY,
 )
-STORAGE_MESSAGE_RESERVE_TIME = Gauge(
+STORAGE_MESSAGE_RESERVE_TIME = _gauge(
     "rocketmq_storage_message_reserve_time",
     "Age of the oldest message kept in the tier, milliseconds",
     _QUEUE,
-    registry=REGISTRY,
 )
 
 # --- the read path (spec §13; the upstream quirks fixed: the cache count is entries, the cache
@@ -273,50 +448,42 @@ STORAGE_MESSAGE_RESERVE_TIME = Gauge(
 
 READ_LATENCY_BUCKETS_MS = (1, 3, 5, 7, 10, 100, 200, 400, 600, 800, 1000, 1500, 3000)
 
-API_LATENCY = Histogram(
+API_LATENCY = _histogram(
     "rocketmq_tiered_store_api_latency",
     "Latency of read API calls (get_message, get_offset_by_time, query_message), milliseconds",
     ["operation", "topic"],
     buckets=READ_LATENCY_BUCKETS_MS,
-    registry=REGISTRY,
 )
-MESSAGES_OUT = Counter(
+MESSAGES_OUT = _counter(
     "rocketmq_tiered_store_messages_out",
     "Messages returned from the tier with status FOUND",
     ["topic"],
-    registry=REGISTRY,
 )
-GET_MESSAGE_FALLBACK = Counter(
+GET_MESSAGE_FALLBACK = _counter(
     "rocketmq_tiered_store_get_message_fallback",
     "Reads routed to the tier but served by the broker's store (the tier had nothing or failed)",
     ["operation", "topic"],
-    registry=REGISTRY,
 )
-READ_AHEAD_CACHE_COUNT = Gauge(
+READ_AHEAD_CACHE_COUNT = _gauge(
     "rocketmq_tiered_store_read_ahead_cache_messages",
     "Messages held in the read-ahead cache",
-    registry=REGISTRY,
 )
-READ_AHEAD_CACHE_BYTES = Gauge(
+READ_AHEAD_CACHE_BYTES = _gauge(
     "rocketmq_tiered_store_read_ahead_cache_bytes",
     "Message bytes held in the read-ahead cache",
-    registry=REGISTRY,
 )
-READ_AHEAD_CACHE_ACCESS = Counter(
+READ_AHEAD_CACHE_ACCESS = _counter(
     "rocketmq_tiered_store_read_ahead_cache_access",
     "Read-ahead cache lookups",
-    registry=REGISTRY,
 )
-READ_AHEAD_CACHE_HIT = Counter(
+READ_AHEAD_CACHE_HIT = _counter(
     "rocketmq_tiered_store_read_ahead_cache_hit",
     "Read-ahead cache lookups that found the message",
-    registry=REGISTRY,
 )
-READ_CRC_FAILURES = Counter(
+READ_CRC_FAILURES = _counter(
     "rocketmq_tiered_store_read_crc_failures",
     "Messages read from the tier that failed their body CRC or header checks (never returned)",
     ["topic", "queue_id"],
-    registry=REGISTRY,
 )
 
 # --- the key index (the sidecar's own) ------------------------------------------------------------
@@ -327,47 +494,39 @@ tier after a restart, compacting, staging for a ``spark-submit`` job, picking it
 uploading, expiring, starting the index service."""
 COMPACTION_BUCKETS_S = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600)
 
-INDEX_KEYS = Counter(
+INDEX_KEYS = _counter(
     "rocketmq_tiered_store_index_keys",
     "Keys put into the local index files (UNIQ_KEY and KEYS tokens; re-indexed ones again)",
-    registry=REGISTRY,
 )
-INDEX_FILES_SEALED = Counter(
+INDEX_FILES_SEALED = _counter(
     "rocketmq_tiered_store_index_files_sealed",
     "Local index files sealed (full, sealed on request, or left unsealed by a restart)",
-    registry=REGISTRY,
 )
-INDEX_FILES_COMPACTED = Counter(
+INDEX_FILES_COMPACTED = _counter(
     "rocketmq_tiered_store_index_files_compacted",
     "SEALED index files compacted, by engine (external: a spark-submit result picked up)",
     ["engine"],
-    registry=REGISTRY,
 )
-INDEX_COMPACTION_DURATION = Histogram(
+INDEX_COMPACTION_DURATION = _histogram(
     "rocketmq_tiered_store_index_compaction_duration_seconds",
     "Time to compact one SEALED index file in the sidecar, seconds",
     ["engine"],
     buckets=COMPACTION_BUCKETS_S,
-    registry=REGISTRY,
 )
-INDEX_FILES_UPLOADED = Counter(
+INDEX_FILES_UPLOADED = _counter(
     "rocketmq_tiered_store_index_files_uploaded",
     "Compacted index files uploaded as INDEX segments and recorded",
-    registry=REGISTRY,
 )
-INDEX_FILES_WAITING = Gauge(
+INDEX_FILES_WAITING = _gauge(
     "rocketmq_tiered_store_index_files_waiting",
     "SEALED local index files waiting for compaction and upload (staged ones included)",
-    registry=REGISTRY,
 )
-INDEX_FAILURES = Counter(
+INDEX_FAILURES = _counter(
     "rocketmq_tiered_store_index_failures",
     "Failed key index steps, by stage (each is retried later)",
     ["stage"],
-    registry=REGISTRY,
+    series=[(stage,) for stage in INDEX_STAGES],  # every stage's series from the start, for alerts
 )
-for _stage in INDEX_STAGES:  # every stage's series exists from the start (0), for alerts
-    INDEX_FAILURES.labels(_stage)
 
 
 def counts_index_failures(stage: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
@@ -379,7 +538,6 @@ def counts_index_failures(stage: str) -> Callable[[Callable[P, R]], Callable[P, 
     """
     if stage not in INDEX_STAGES:
         raise ValueError(f"stage={stage!r} is not one of {', '.join(INDEX_STAGES)}")
-    failures = INDEX_FAILURES.labels(stage)
 
     def decorate(func: Callable[P, R]) -> Callable[P, R]:
         @functools.wraps(func)
@@ -387,7 +545,7 @@ def counts_index_failures(stage: str) -> Callable[[Callable[P, R]], Callable[P, 
             try:
                 return func(*args, **kwargs)
             except Exception:
-                failures.inc()
+                child(INDEX_FAILURES, stage).inc()
                 raise
 
         return counted
@@ -397,109 +555,93 @@ def counts_index_failures(stage: str) -> Callable[[Callable[P, R]], Callable[P, 
 
 # --- tiered metadata (the sidecar's own) ----------------------------------------------------------
 
-METADATA_PERSIST = Counter(
+METADATA_PERSIST = _counter(
     "rocketmq_tiered_store_metadata_persist",
     "Local writes of tieredStoreMetadata.json (result=failed: the write raised, old file kept)",
     ["result"],
-    registry=REGISTRY,
+    series=[("ok",), ("failed",)],
 )
-METADATA_MIRROR = Counter(
+METADATA_MIRROR = _counter(
     "rocketmq_tiered_store_metadata_mirror",
     "Puts of the metadata file to its backend mirror (result=failed: retried at the next persist)",
     ["result"],
-    registry=REGISTRY,
+    series=[("ok",), ("failed",)],
 )
-METADATA_LAST_PERSIST = Gauge(
+METADATA_LAST_PERSIST = _gauge(
     "rocketmq_tiered_store_metadata_last_persist_timestamp_seconds",
     "When the metadata file was last written locally, seconds since the epoch (0: not yet)",
-    registry=REGISTRY,
 )
-METADATA_LAST_MIRROR = Gauge(
+METADATA_LAST_MIRROR = _gauge(
     "rocketmq_tiered_store_metadata_last_mirror_timestamp_seconds",
     "When the metadata mirror was last put to the backend, seconds since the epoch (0: not yet)",
-    registry=REGISTRY,
 )
-for _result in ("ok", "failed"):
-    METADATA_PERSIST.labels(_result)
-    METADATA_MIRROR.labels(_result)
 
 # --- HTTP API (the sidecar's own; recorded by tiered.http.accounting) -----------------------------
 
-HTTP_REQUESTS = Counter(
+HTTP_REQUESTS = _counter(
     "rocketmq_tiered_store_http_requests",
     "HTTP requests answered, by method, route template and status code",
     ["method", "route", "status"],
-    registry=REGISTRY,
 )
-HTTP_REQUEST_DURATION = Histogram(
+HTTP_REQUEST_DURATION = _histogram(
     "rocketmq_tiered_store_http_request_duration",
     "Time from request to the end of the response body, milliseconds",
     ["method", "route"],
     buckets=READ_LATENCY_BUCKETS_MS,
-    registry=REGISTRY,
 )
 
 # --- replay endpoint (the sidecar's own; recorded by tiered.remoting) ---------------------------
 
-REMOTING_REQUESTS = Counter(
+REMOTING_REQUESTS = _counter(
     "rocketmq_tiered_store_remoting_requests",
     "Remoting requests answered, by request code name and response code name",
     ["code", "result"],
-    registry=REGISTRY,
 )
-REMOTING_PULL_LATENCY = Histogram(
+REMOTING_PULL_LATENCY = _histogram(
     "rocketmq_tiered_store_remoting_pull_latency",
     "Time to read the messages of one pull (not the long-polling hold), milliseconds",
     buckets=READ_LATENCY_BUCKETS_MS,
-    registry=REGISTRY,
 )
-REMOTING_CONNECTIONS = Gauge(
+REMOTING_CONNECTIONS = _gauge(
     "rocketmq_tiered_store_remoting_connections",
     "Open client connections of the replay endpoint",
-    registry=REGISTRY,
 )
-REMOTING_MESSAGES_SERVED = Counter(
+REMOTING_MESSAGES_SERVED = _counter(
     "rocketmq_tiered_store_remoting_messages_served",
     "Messages returned by pulls, by the tier that served them (tiered or local)",
     ["tier"],
-    registry=REGISTRY,
 )
-REMOTING_REJECTED = Counter(
+REMOTING_REJECTED = _counter(
     "rocketmq_tiered_store_remoting_rejected",
     "Connections closed or refused for bad input, by reason",
     ["reason"],
-    registry=REGISTRY,
 )
 
 
 # --- access control and TLS of both ports (recorded by tiered.access) ----------------------------
 
-ACCESS_DENIED = Counter(
+ACCESS_DENIED = _counter(
     "rocketmq_tiered_store_access_denied",
     "Requests refused, by port (http, remoting) and reason (no_credentials, bad_credentials, "
     "forbidden, throttled, tls_required)",
     ["port", "reason"],
-    registry=REGISTRY,
 )
-SECURITY_FILE_OK = Gauge(
+SECURITY_FILE_OK = _gauge(
     "rocketmq_tiered_store_security_file_ok",
     "1 when the last (re)load of the accounts file (acl) or certificate (tls) succeeded; 0 while "
     "a changed file does not load and the last good one is still used",
     ["file"],
-    registry=REGISTRY,
 )
-SECURITY_RELOADS = Counter(
+SECURITY_RELOADS = _counter(
     "rocketmq_tiered_store_security_reloads",
     "Reloads of a changed accounts file or certificate, by file (acl, tls) and result",
     ["file", "result"],
-    registry=REGISTRY,
 )
-TLS_CERT_EXPIRY = Gauge(
+TLS_CERT_EXPIRY = _gauge(
     "rocketmq_tiered_store_tls_certificate_expiry_timestamp_seconds",
     "When the serving certificate expires (its notAfter), Unix time in seconds; only with a "
     "certificate configured (file=tls)",
     ["file"],
-    registry=REGISTRY,
 )
 
 
@@ -507,8 +649,11 @@ def families() -> dict[str, tuple[str, tuple[str, ...]]]:
     """Every metric family the package registers -- this module's and the provider wrapper's
     (:class:`~tiered.providers.wrappers.ProviderMetrics`) -- by the name it is exposed under
     (counters with ``_total``): its type and label names."""
+    from prometheus_client.metrics import MetricWrapperBase
+
     from tiered.providers.wrappers import ProviderMetrics
 
+    register()
     provider = ProviderMetrics.default()
     found: list[MetricWrapperBase] = [
         m for m in globals().values() if isinstance(m, MetricWrapperBase)

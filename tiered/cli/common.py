@@ -12,6 +12,7 @@ from typing import NoReturn
 
 import click
 
+from tiered import metrics
 from tiered.broker import message as msgcodec
 from tiered.errors import TieredStoreError
 
@@ -67,17 +68,31 @@ class Group(click.Group):
     """A click group that turns our errors (and OS errors on named files) into one-line messages.
 
     ``lazy`` maps command names to ``module:attribute``; a module is imported when its command
-    is looked up."""
+    is looked up. ``unserved`` names the commands whose process never serves ``/metrics``: when
+    the group runs as the console script (:attr:`console_script`, set by
+    :func:`tiered.cli.entry`), looking one up makes this process record no metrics
+    (:func:`tiered.metrics.discard`; prometheus_client is then not loaded for them)."""
 
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        *args: Any,
+        lazy: dict[str, str] | None = None,
+        unserved: frozenset[str] = frozenset(),
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
         self.lazy = dict(lazy or {})
+        self.unserved = unserved
+        self.console_script = False
+        """This process is the command's own, not a program that called the group (a test)."""
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self.lazy})
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         if cmd_name in self.lazy and cmd_name not in self.commands:
+            if self.console_script and cmd_name in self.unserved:
+                metrics.discard()
             module, _, attribute = self.lazy[cmd_name].partition(":")
             command = getattr(importlib.import_module(module), attribute)
             if command.name != cmd_name:

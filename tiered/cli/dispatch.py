@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from tiered import metrics
 from tiered.cli.common import EXIT_DATA_ERROR
 from tiered.cli.common import console
 from tiered.cli.common import emit_json
@@ -23,7 +24,10 @@ from tiered.cli.config_option import verbosity
 from tiered.core.dispatcher import PassReport
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
+from tiered.providers import Provider
 from tiered.providers import RequestCounts
+from tiered.providers import WrappedProvider
+from tiered.providers import from_config
 
 
 @click.command("dispatch")
@@ -46,7 +50,10 @@ def dispatch(
         fail("dispatch runs one pass: pass --once (use `rmq-tiered run` to keep offloading)")
     cfg = load(configs)
     setup_logging(cfg, verbose_level=verbosity(verbose), quiet=True)
-    provider = build_provider(cfg)
+    if metrics.discarded():  # the console script's own process: nothing would read them
+        provider: Provider = WrappedProvider(from_config(cfg))  # the same calls, none recorded
+    else:
+        provider = build_provider(cfg)
     counts = RequestCounts()
     provider.add_request_listener(counts)
     requests = counts.counts

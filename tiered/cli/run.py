@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from tiered import metrics
 from tiered.access.security import Security
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
@@ -33,6 +34,7 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     """
     cfg = load(configs)
     setup_logging(cfg, verbose_level=logging.DEBUG if verbose else None)
+    metrics.register()  # every family on /metrics from the first scrape
     daemon = Daemon(cfg)
     security = Security.from_config(
         cfg

@@ -1,0 +1,143 @@
+"""The metric families are made on first use, all at once and in one order, or never (discard).
+
+Each case runs in a fresh interpreter: what a process has made or imported cannot be undone.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+from prometheus_client.metrics import MetricWrapperBase
+
+from tiered import metrics
+
+PROMETHEUS = "'prometheus_client' in sys.modules"
+
+
+def _run(code: str) -> Any:
+    """The JSON the last line of ``code``'s output holds, run in a fresh ``python -P``."""
+    done = subprocess.run(
+        [sys.executable, "-P", "-c", f"import json, sys\n{code}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def test_importing_the_module_loads_no_prometheus_client() -> None:
+    assert _run(f"from tiered import metrics\nprint(json.dumps({PROMETHEUS}))") is False
+
+
+def test_the_first_use_of_one_family_makes_every_family_in_order_with_its_series() -> None:
+    code = f"""
+from tiered import metrics
+metrics.DISPATCH_ROUNDS.inc()
+from prometheus_client import REGISTRY
+names = [m.name for m in REGISTRY.collect() if m.name.startswith("rocketmq_")]
+zero = {{
+    m.name: sorted(tuple(s.labels.values()) for s in m.samples if s.name.endswith("_total"))
+    for m in REGISTRY.collect() if m.name.endswith(("expiry_failures", "index_failures",
+                                                   "metadata_persist", "metadata_mirror"))
+}}
+created = [s.name for m in REGISTRY.collect() for s in m.samples if s.name.endswith("_created")]
+print(json.dumps([{PROMETHEUS}, names, zero, created, metrics.discarded()]))
+"""
+    loaded, names, zero, created, discarded = _run(code)
+    assert loaded is True and discarded is False
+    metrics.register()
+    assert names == [  # the module's order (a counter's family name has no _total)
+        next(iter(m.describe())).name
+        for m in vars(metrics).values()
+        if isinstance(m, MetricWrapperBase)
+    ]
+    assert zero == {
+        "rocketmq_tiered_store_expiry_failures": [["commit_log"], ["consume_queue"], ["index"]],
+        "rocketmq_tiered_store_index_failures": sorted([s] for s in metrics.INDEX_STAGES),
+        "rocketmq_tiered_store_metadata_persist": [["failed"], ["ok"]],
+        "rocketmq_tiered_store_metadata_mirror": [["failed"], ["ok"]],
+    }
+    assert created == []
+
+
+def test_the_registry_named_here_holds_every_family_at_its_first_use() -> None:
+    code = """
+from tiered import metrics
+value = metrics.REGISTRY.get_sample_value(
+    "rocketmq_tiered_store_index_failures_total", {"stage": "put"}
+)
+import prometheus_client
+print(json.dumps([value, metrics.REGISTRY is prometheus_client.REGISTRY]))
+"""
+    assert _run(code) == [0.0, True]
+
+
+def test_families_made_from_two_threads_at_once_are_made_once() -> None:
+    code = """
+import threading
+from tiered import metrics
+barrier = threading.Barrier(8)
+def use():
+    barrier.wait()
+    metrics.child(metrics.MESSAGES_OUT, "T").inc()
+threads = [threading.Thread(target=use) for _ in range(8)]
+for t in threads: t.start()
+for t in threads: t.join()
+print(json.dumps(metrics.REGISTRY.get_sample_value(
+    "rocketmq_tiered_store_messages_out_total", {"topic": "T"})))
+"""
+    assert _run(code) == 8.0
+
+
+def test_a_discarding_process_records_nothing_and_loads_no_prometheus_client() -> None:
+    code = f"""
+from tiered import metrics
+first = metrics.discard()
+metrics.MESSAGES_DISPATCH.labels("T", "0", "commit_log").inc(3)
+metrics.child(metrics.API_LATENCY, "get_message", "T").observe(1.5)
+metrics.INDEX_FILES_WAITING.set(2)
+metrics.REMOTING_CONNECTIONS.dec()
+metrics.READ_AHEAD_CACHE_BYTES.set_function(lambda: 1.0)
+metrics.METADATA_LAST_PERSIST.set_to_current_time()
+@metrics.counts_index_failures("put")
+def fails():
+    raise OSError("disk")
+try:
+    fails()
+except OSError:
+    pass
+print(json.dumps([first, metrics.discard(), metrics.discarded(), {PROMETHEUS}]))
+"""
+    assert _run(code) == [True, True, True, False]
+
+
+def test_discarding_after_the_families_are_made_changes_nothing() -> None:
+    code = """
+from tiered import metrics
+metrics.register()
+first = metrics.discard()
+metrics.INDEX_KEYS.inc(2)
+print(json.dumps([first, metrics.discarded(),
+                  metrics.REGISTRY.get_sample_value("rocketmq_tiered_store_index_keys_total")]))
+"""
+    assert _run(code) == [False, False, 2.0]
+
+
+def test_a_failed_index_step_is_counted_under_its_stage_and_raised_unchanged() -> None:
+    @metrics.counts_index_failures("compact")
+    def compact() -> None:
+        raise ValueError("bad file")
+
+    before = metrics.REGISTRY.get_sample_value(
+        "rocketmq_tiered_store_index_failures_total", {"stage": "compact"}
+    )
+    with pytest.raises(ValueError, match=r"^bad file$"):
+        compact()
+    after = metrics.REGISTRY.get_sample_value(
+        "rocketmq_tiered_store_index_failures_total", {"stage": "compact"}
+    )
+    assert before is not None and after == before + 1
