@@ -9,12 +9,15 @@ when their provider is used.
 
 from __future__ import annotations
 
+import importlib
+from typing import TYPE_CHECKING
+from typing import Any
+
 from .base import BytesLike
 from .base import Payload
 from .base import Provider
 from .base import RequestCounts
 from .base import RequestListener
-from .fsspec import FsspecProvider
 from .layout import INDEX_TOPIC
 from .layout import FileType
 from .layout import SegmentAddress
@@ -26,15 +29,12 @@ from .layout import index_logical_path
 from .layout import logical_path
 from .layout import offset_to_file_name
 from .layout import segment_key
-from .memory import MemoryProvider
-from .posix import PosixProvider
 from .registry import ENTRY_POINT_GROUP
 from .registry import ProviderEntry
 from .registry import ProviderRegistry
 from .registry import from_config
 from .registry import provider_from_settings
 from .registry import registry
-from .s3 import S3Provider
 from .wrappers import FaultInjectingProvider
 from .wrappers import FaultPlan
 from .wrappers import LatencyProvider
@@ -42,6 +42,24 @@ from .wrappers import MetricsProvider
 from .wrappers import ProviderMetrics
 from .wrappers import WrappedProvider
 from .wrappers import unwrap
+
+if TYPE_CHECKING:
+    from .fsspec import FsspecProvider
+    from .memory import MemoryProvider
+    from .posix import PosixProvider
+    from .s3 import S3Provider
+
+_PROVIDERS = {
+    "FsspecProvider": "fsspec",
+    "MemoryProvider": "memory",
+    "PosixProvider": "posix",
+    "S3Provider": "s3",
+}
+"""The provider classes, imported when first asked for: a posix ``dispatch`` never loads the s3
+and fsspec modules (nor http.client, ssl, email, cachetools). ``base``, ``layout``, ``registry``
+and ``wrappers`` stay eager: every user needs them, and ``from .registry import registry``
+must bind the registry object, not the submodule an import of ``tiered.providers.registry``
+would leave under that name."""
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -78,3 +96,12 @@ __all__ = [
     "segment_key",
     "unwrap",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _PROVIDERS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value

@@ -32,15 +32,11 @@ from collections.abc import Callable
 from collections.abc import Collection
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import BinaryIO
 from typing import Literal
 from typing import TypeVar
-
-from prometheus_client import REGISTRY
-from prometheus_client import CollectorRegistry
-from prometheus_client import Counter
-from prometheus_client import Histogram
 
 from tiered.errors import InjectedFaultError
 from tiered.errors import ProviderError
@@ -51,6 +47,9 @@ from .base import Payload
 from .base import Provider
 from .base import RequestListener
 from .layout import SegmentAddress
+
+if TYPE_CHECKING:
+    from prometheus_client import CollectorRegistry
 
 T = TypeVar("T")
 
@@ -135,7 +134,18 @@ def unwrap(provider: Provider) -> Provider:
 class ProviderMetrics:
     """The provider metric families, registered once in one ``CollectorRegistry``."""
 
-    def __init__(self, registry: CollectorRegistry | None = REGISTRY) -> None:
+    def __init__(self, registry: CollectorRegistry | Literal["default"] | None = "default") -> None:
+        """``registry``: where the families are registered; ``"default"``, prometheus_client's
+        default one (imported here: a process that makes no provider metrics never loads it)."""
+        from prometheus_client import REGISTRY
+        from prometheus_client import Counter
+        from prometheus_client import Histogram
+
+        from tiered import metrics
+
+        metrics.register()  # no *_created series (metrics._client), as every family of the package
+        if registry == "default":
+            registry = REGISTRY
         labels = ["path", "file_type", "operation"]
         self.rpc_latency = Histogram(
             "rocketmq_tiered_store_provider_rpc_latency",
@@ -175,7 +185,7 @@ class ProviderMetrics:
     @functools.cache
     def default() -> ProviderMetrics:
         """The families in prometheus_client's default registry (created once per process)."""
-        return ProviderMetrics(REGISTRY)
+        return ProviderMetrics()
 
 
 @functools.lru_cache(maxsize=4096)
