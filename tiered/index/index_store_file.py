@@ -101,6 +101,7 @@ class IndexStoreFile(Closeable):
         )
         self._items_base = HEADER_SIZE + slots * SLOT_SIZE
         self.readonly = False
+        self._unflushed = True  # what a killed process wrote may still be in the page cache
 
     # --- life cycle -------------------------------------------------------------------------------
 
@@ -207,11 +208,13 @@ class IndexStoreFile(Closeable):
 
     def flush(self) -> None:
         """Write dirty pages to disk: the mapped slot table and header (``msync``), then the
-        items written with ``pwrite`` (``fdatasync``)."""
-        if not self.readonly and not self._mm.closed:
+        items written with ``pwrite`` (``fdatasync``). Nothing to do when nothing was written
+        since the last flush (the service's checkpoints run every few seconds, idle or not)."""
+        if not self.readonly and not self._mm.closed and self._unflushed:
             self._mm.flush()
             if self._fd >= 0:
                 os.fdatasync(self._fd)
+            self._unflushed = False
 
     def seal(self) -> None:
         """Stop accepting puts: status SEALED and the END magic in the header."""
@@ -300,6 +303,7 @@ class IndexStoreFile(Closeable):
         over the rows, as upstream's ``putKey`` goes key by key."""
         k = rows.size
         first = self._count + 1
+        self._unflushed = True
         table = np.frombuffer(self._mm, np.uint8, self.slots * SLOT_SIZE, HEADER_SIZE)
         items, new_slots, end = kernel().link_items(
             table, self.slots,
@@ -378,6 +382,7 @@ class IndexStoreFile(Closeable):
         return END_MAGIC_CODE if full or self._status is IndexStatus.SEALED else BEGIN_MAGIC_CODE
 
     def _write_header(self) -> None:
+        self._unflushed = True
         self._mm[:HEADER_SIZE] = self.header.encode()
 
     def _write_items(self, items: npt.NDArray[np.void], first: int) -> None:
@@ -388,6 +393,7 @@ class IndexStoreFile(Closeable):
         """Write ``data`` at ``position`` with ``pwrite`` when the file has a descriptor (so the
         items, up to 640 MB of a file, never become resident pages of this process), else
         through the map."""
+        self._unflushed = True
         if self._fd < 0:
             self._mm[position : position + len(data)] = data
             return
@@ -401,6 +407,7 @@ class IndexStoreFile(Closeable):
         return table.reshape(self.slots, 2)[:, 0]
 
     def _undo_partial_batch(self) -> None:
+        self._unflushed = True
         heads = self._slot_heads()
         for slot in np.flatnonzero(heads > self._count).tolist():
             current = int(heads[slot])

@@ -113,6 +113,9 @@ class IndexProgress:
         self._fast_saved = 0.0
         self._fast_interval = FAST_SAVE_INTERVAL_S
         self._boot = boot_id()
+        self.moved = threading.Event()
+        """Set when the offsets move and the fast copy does not hold them yet (a saver thread
+        waits for it instead of waking every interval); cleared by the write that saves them."""
 
     @property
     def path(self) -> Path:
@@ -143,7 +146,12 @@ class IndexProgress:
         offsets = _parse({"queues": rows})
         with self._lock:
             self._offsets = offsets
-            self._dirty = self._fast_dirty = True
+            self._mark_moved()
+
+    def _mark_moved(self) -> None:
+        """Offsets changed (the caller holds the lock): both copies are behind."""
+        self._dirty = self._fast_dirty = True
+        self.moved.set()
 
     def rows(self) -> Rows:
         """The offsets as ``[[topic, queueId, offset], ...]``."""
@@ -179,14 +187,14 @@ class IndexProgress:
                 return False
             if current is None or end > current:
                 self._offsets[key] = end
-                self._dirty = self._fast_dirty = True
+                self._mark_moved()
             return True
 
     def forget(self, topic: str, queue_id: int) -> None:
         """Drop a queue (its tiered data was deleted)."""
         with self._lock:
             if self._offsets.pop((topic, queue_id), None) is not None:
-                self._dirty = self._fast_dirty = True
+                self._mark_moved()
 
     @property
     def dirty(self) -> bool:
@@ -212,10 +220,12 @@ class IndexProgress:
         now = time.monotonic()
         with self._lock:
             if not self._boot or not self._fast_dirty:
+                self.moved.clear()  # nothing to write (or never written: no boot id)
                 return False
             if not force and now - self._fast_saved < self._fast_interval:
                 return False
             self._fast_dirty, self._fast_saved = False, now
+            self.moved.clear()
         self._fast.save({"bootId": self._boot, "queues": self.rows()}, sync=False)
         took = time.monotonic() - now
         self._fast_interval = max(FAST_SAVE_INTERVAL_S, 10 * took)

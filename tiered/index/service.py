@@ -167,7 +167,7 @@ class IndexService(Closeable):
         )
         self._lock = threading.RLock()
         self._open = False
-        self._saver_stop = threading.Event()
+        self._saver_stop = _Stop(self.progress.moved)
         self._saver: threading.Thread | None = None
 
     # --- life cycle -----------------------------------------------------------------------------
@@ -228,12 +228,17 @@ class IndexService(Closeable):
         return self
 
     def _start_saver(self) -> None:
-        """Write the fast progress copy every interval while it moved (the puts of a short burst
-        are saved too, not only those followed by another put)."""
+        """Write the fast progress copy one interval after it moved unsaved (the puts of a short
+        burst are saved too, not only those followed by another put). The thread sleeps while
+        nothing moves: polling every interval cost an idle sidecar ~6 CPU-ms per second."""
 
         def run() -> None:
-            while not self._saver_stop.wait(self.progress.fast_interval_s):
-                try:
+            moved = self.progress.moved
+            while True:
+                moved.wait()
+                if self._saver_stop.wait(self.progress.fast_interval_s):
+                    return
+                try:  # clears ``moved`` once nothing is left to write
                     self.progress.save_fast()
                 except OSError as e:  # the durable copy still holds; retried
                     log.warning("index progress (fast copy) not written: %s", e)
@@ -624,6 +629,18 @@ class IndexService(Closeable):
             ],
             "indexedOffsets": {f"{t}/{q}": o for (t, q), o in self.progress.items().items()},
         }
+
+
+class _Stop(threading.Event):
+    """The saver's stop signal: setting it also wakes the saver from its wait for ``moved``."""
+
+    def __init__(self, moved: threading.Event) -> None:
+        super().__init__()
+        self._moved = moved
+
+    def set(self) -> None:
+        super().set()
+        self._moved.set()
 
 
 def _invalid(message: str, parameter: str) -> InvalidRequestError:
