@@ -170,7 +170,7 @@ class Daemon:
                 self.sidecar.index.schedule(self.add_job)
             self.add_job(allocator.trim, allocator.TRIM_INTERVAL_MS, name="malloc-trim")
             self.scheduler.start()
-            while not self.stop.wait(0.2):
+            while not self.stop.wait(1.0):  # the signal handler sets it; the timeout is a guard
                 pass
             self.scheduler.shutdown(wait=True)
         finally:

@@ -4,7 +4,9 @@
 and per queue the last upload time, the gaps (queue offsets the broker deleted before they were
 offloaded, never in the tier), the last error and the local offsets last seen. It is replaced
 atomically (a :class:`~tiered.metadata.state_file.JsonStateFile`) after each round that changed
-something, so a reader never sees a torn file; it is fsync'd when a gap was recorded (gaps must
+what ``status`` shows (an upload, an error, a gap, the role; otherwise at most every
+:data:`~tiered.core.dispatcher.STATE_REFRESH_S`, for the local offsets and the time), so a
+reader never sees a torn file; it is fsync'd when a gap was recorded (gaps must
 survive a crash). Losing it, or a damaged copy moved aside, loses only history shown by
 ``status``, never data.
 """
@@ -15,6 +17,9 @@ from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
+import numpy.typing as npt
 
 from tiered.metadata.state_file import JsonStateFile
 
@@ -36,6 +41,19 @@ class Gap:
 
 
 @dataclass
+class Held:
+    """What a queue's held batch is known to be (run time only), so a pass that holds it again
+    reads only the consumequeue units written since the last one: the ``sizes`` of the units
+    read from queue offset ``current`` (the tier's commit offset) on, the commitlog offset of the
+    first and its store time."""
+
+    current: int
+    sizes: npt.NDArray[np.int64]
+    first_offset: int
+    first_time: int
+
+
+@dataclass
 class QueueState:
     """What the dispatcher knows about one queue at run time."""
 
@@ -50,6 +68,9 @@ class QueueState:
     next_physical: int | None = None
     behind: int = 0
     behind_bytes: int = 0
+    held: Held | None = field(default=None, repr=False, compare=False)
+    published: tuple[int, int, int] | None = field(default=None, repr=False, compare=False)
+    """The (behind, behind bytes, latency) last set in the queue's gauges."""
 
     @property
     def key(self) -> str:

@@ -76,6 +76,10 @@ wave is read while this one uploads, so about twice this is in memory."""
 OBJECT_UNIT_BYTES = 256
 """On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
 consumequeue units a plan reads stay a few MiB)."""
+STATE_REFRESH_S = 10.0
+"""The state file is written after a round that changed what ``status`` shows of a queue (its
+last upload, error or gaps) or the role, else at most this often (its local offsets, round count
+and time): a write per idle pass showed in profiles."""
 MAX_FAILURES = 10
 """Consecutive failures of one queue within a pass before the pass stops retrying it."""
 _BACKOFF_S = 0.05
@@ -131,6 +135,9 @@ class Dispatcher(Closeable):
         self.released_upto = 0
         self.released_bytes = 0
         self.commit_listeners: list[CommitListener] = []
+        self._state_saved = -STATE_REFRESH_S
+        self._state_shown: object = None
+        self._state_stale = False
         self.unreadable: dict[str, str] = {}
         """Queues skipped because their local files cannot be read: queue path -> why."""
         metrics.DISPATCH_STANDBY.set(0 if self.uploading else 1)
@@ -147,8 +154,11 @@ class Dispatcher(Closeable):
         return "master" if self.uploading else "standby"
 
     def close(self, *, cancel: bool = False) -> None:
-        """Wait for running steps and stop the worker threads (``cancel``: drop queued ones)."""
+        """Wait for running steps and stop the worker threads (``cancel``: drop queued ones),
+        then write the state file as it is."""
         self._pool.shutdown(wait=True, cancel_futures=cancel)
+        if self._state_stale:
+            self._save_state(sync=False, force=True)
 
     def state(self, topic: str, queue_id: int) -> QueueState:
         """The run-time state of a queue (created on first use)."""
@@ -369,9 +379,19 @@ class Dispatcher(Closeable):
             self.released_bytes += self.local.release(self.released_upto, frontier)
             self.released_upto = frontier
 
-    def _save_state(self, *, sync: bool) -> None:
+    def _save_state(self, *, sync: bool, force: bool = False) -> None:
         if self.state_file is None:
             return
+        shown = (
+            self.role,
+            [(k, st.last_upload_ms, st.error, len(st.gaps)) for k, st in self.states.items()],
+        )
+        now = time.monotonic()
+        recent = now - self._state_saved < STATE_REFRESH_S
+        if not (sync or force) and shown == self._state_shown and recent:
+            self._state_stale = True
+            return
+        self._state_shown, self._state_saved, self._state_stale = shown, now, False
         snapshot = StateSnapshot(
             role=self.role,
             pid=os.getpid(),

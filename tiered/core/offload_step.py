@@ -12,7 +12,10 @@ lock throughout. In order:
    the queue's whole tiered history instead);
 4. the hold rule: a batch goes when its first message is ``tieredStoreGroupCommitTimeout`` old,
    or the backlog reaches ``tieredStoreGroupCommitCount`` messages or
-   ``tieredStoreGroupCommitSize`` bytes, or on flush (or with ``tieredStoreGroupCommit=false``);
+   ``tieredStoreGroupCommitSize`` bytes, or on flush (or with ``tieredStoreGroupCommit=false``).
+   A queue that holds remembers the sizes of the units it read and its first message's store
+   time (:class:`~.dispatch_state.Held`): its next pass reads only the units written since, and
+   the batch that goes is read again, as the consumequeue has it then;
 5. the batch (up to the count, stopping before the message that reaches the size, at least one
    message) is read with one pread per contiguous commitlog run, appended to the flat commitlog
    (offsets rewritten) and consumequeue, and uploaded: commitlog first, then consumequeue;
@@ -37,9 +40,8 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered import metrics
-from tiered.broker.consumequeue import CQ_UNIT_DTYPE
+from tiered.broker.consumequeue import BLANK_FILL_SIZE
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
-from tiered.broker.consumequeue import is_blank_unit
 from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
 from tiered.errors import TieredStoreError
@@ -50,6 +52,7 @@ from tiered.logs import error_fields
 from tiered.logs import traceback_if_debug
 
 from .dispatch_state import Gap
+from .dispatch_state import Held
 from .dispatch_state import QueueState
 from .local_source import LocalSource
 
@@ -147,6 +150,9 @@ def plan(
     if flat.has_pending:
         return Plan(flat=flat, state=state)
     current = flat.commit_offset
+    held, state.held = state.held, None
+    if held is not None and held.current != current:
+        held = None
     lmax = local.max_offset(topic, qid)
     state.local_max = lmax
     if current > lmax:
@@ -159,17 +165,14 @@ def plan(
         _caught_up(flat, state)
         return StepResult()
     want = min(limits.count, lmax - current)
-    try:  # one unit more when there is one: where the messages left waiting begin (latency)
-        units = local.read_units(topic, qid, current, min(want + 1, lmax - current))
-        gone = (units["offset"] < local.commitlog.min_offset) | is_blank_unit(units)
-    except (OffsetNotInStoreError, StoreFileNotFoundError):
-        units, gone = np.empty(0, dtype=CQ_UNIT_DTYPE), None
-    if gone is None or (len(gone) and gone[0]):
+    need = min(want + 1, lmax - current)  # one unit more: where the messages left waiting begin
+    got = _read_from(local, topic, qid, current, need, held)
+    if got is None:
         return _skip_deleted(flat, state, local, now, current)
-    if not len(units):
+    if not len(got.sizes):
         return StepResult()  # the broker has not finished writing the unit at `current`
-    sizes = units["size"][:want].astype(np.int64)
-    state.next_physical = int(units["offset"][0])
+    sizes = got.sizes[:want]
+    state.next_physical = got.first_offset
     ready = (
         flush
         or not limits.group_commit
@@ -178,11 +181,22 @@ def plan(
         or limits.timeout_ms == 0
     )
     if not ready:
-        first = local.store_time(topic, qid, current)
+        first = held.first_time if held is not None else local.store_time(topic, qid, current)
         ready = first is None or first + limits.timeout_ms <= now
         _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
         if not ready:
+            assert first is not None
+            state.held = Held(current, got.sizes, got.first_offset, first)
             return StepResult()
+    if got.units is None:  # decided on units earlier passes read: the batch goes as the
+        got = _read_from(local, topic, qid, current, need, None)  # consumequeue has it now
+        if got is None:
+            return _skip_deleted(flat, state, local, now, current)
+        if not len(got.sizes):
+            return StepResult()
+        sizes = got.sizes[:want]
+    units = got.units
+    assert units is not None
     if flat.commitlog.try_time_roll(now, limits.rolling_hours, limits.rolling_min_bytes):
         log.info("%s: flat commitlog rolled by time", flat.path)
     n, roll_cl, roll_cq = flat.plan_batch(sizes, limits.size_bytes)
@@ -196,6 +210,48 @@ def plan(
         roll_commitlog=roll_cl,
         roll_consume_queue=roll_cq,
     )
+
+
+@dataclass(frozen=True)
+class _Read:
+    """Consumequeue units from a queue's commit offset: their sizes, the first's commitlog
+    offset, and the units themselves when they were all read in this pass."""
+
+    sizes: Int64s
+    first_offset: int
+    units: npt.NDArray[np.void] | None
+
+
+def _read_from(
+    local: LocalSource, topic: str, qid: int, current: int, count: int, held: Held | None
+) -> _Read | None:
+    """Up to ``count`` consumequeue units from ``current`` -- only those past the ``held``
+    ones read from the store -- or ``None`` when the message at ``current`` is gone (deleted by
+    the broker, or a pre-blank fill)."""
+    try:
+        if held is None:
+            units = local.read_units(topic, qid, current, count)
+            if not len(units):
+                return _Read(np.zeros(0, np.int64), -1, units)
+            first = units[0]  # by field: units spanning two files come in a promoted dtype
+            offset, size, tags = int(first["offset"]), int(first["size"]), int(first["tags_code"])
+            if offset == 0 and size == BLANK_FILL_SIZE and tags == 0:  # a pre-blank fill
+                return None
+            sizes = units["size"].astype(np.int64)
+        else:
+            offset, sizes, units = held.first_offset, held.sizes[:count], None
+            if len(sizes) < count:
+                start = current + len(sizes)
+                more = local.read_units(topic, qid, start, count - len(sizes))
+                if len(more):
+                    sizes = np.concatenate((sizes, more["size"].astype(np.int64)))
+    except (OffsetNotInStoreError, StoreFileNotFoundError):
+        if held is not None:  # whatever it is, a read from `current` tells it as before
+            return _read_from(local, topic, qid, current, count, None)
+        return None
+    if offset < local.commitlog.min_offset:  # the broker deleted its commitlog file
+        return None
+    return _Read(sizes, offset, units)
 
 
 CommitListener = Callable[[FlatMessageFile, MessageBatch, Int64s], None]
@@ -375,15 +431,20 @@ def _count(flat: FlatMessageFile, state: QueueState, messages: int, nbytes: int,
 def _behind(
     flat: FlatMessageFile, state: QueueState, messages: int, known: Int64s, latency_ms: int
 ) -> None:
-    labels = (flat.topic, str(flat.queue_id))
     if messages > 0 and len(known):
-        estimate = int(known.sum()) + (messages - len(known)) * int(known.mean())
+        total = int(known.sum())
+        estimate = total + (messages - len(known)) * int(total / len(known))
     else:
         estimate = 0
     state.behind, state.behind_bytes = messages, max(estimate, 0)
-    metrics.DISPATCH_BEHIND.labels(*labels, "consume_queue").set(messages)
-    metrics.DISPATCH_BEHIND_BYTES.labels(*labels).set(state.behind_bytes)
-    metrics.DISPATCH_LATENCY.labels(*labels, "consume_queue").set(max(latency_ms, 0))
+    shown = (messages, state.behind_bytes, max(latency_ms, 0))
+    if shown == state.published:  # an idle queue: the gauges hold these already
+        return
+    state.published = shown
+    labels = (flat.topic, str(flat.queue_id))
+    metrics.child(metrics.DISPATCH_BEHIND, *labels, "consume_queue").set(shown[0])
+    metrics.child(metrics.DISPATCH_BEHIND_BYTES, *labels).set(shown[1])
+    metrics.child(metrics.DISPATCH_LATENCY, *labels, "consume_queue").set(shown[2])
 
 
 def _caught_up(flat: FlatMessageFile, state: QueueState) -> None:

@@ -1,0 +1,397 @@
+"""A live tail's per-pass work: what a pass remembers from the last one, and that it changes
+neither what is uploaded nor when.
+
+A running dispatcher reads, per held queue, only the consumequeue units written since the last
+pass; finds a queue's max offset without listing its directory; re-lists the consumequeue and
+commitlog directories only when their mtimes moved; and rewrites its state file only when what
+``status`` shows changed (or every :data:`~tiered.core.dispatcher.STATE_REFRESH_S`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from tiered.providers import MemoryProvider
+
+from tiered.broker import consumequeue as cqmod
+from tiered.broker import generator
+from tiered.broker.generator import GenSpec
+from tiered.config import TieredConfig
+from tiered.core import dispatcher as dispatcher_mod
+from tiered.core import local_source as local_mod
+from tiered.core.local_source import LocalSource
+from tiered.core.sidecar import Sidecar
+from tiered.errors import CorruptStoreFileError
+from tiered.errors import OffsetNotInStoreError
+from tiered.testing.sample_tier import SidecarCase
+from tiered.testing.tier_check import check_tier
+
+HOUR_MS = 3_600_000
+
+
+def _settle(*paths: Path) -> None:
+    """Date ``paths`` (and every directory below them) an hour back, as a store not touched for
+    a while: the listings of a running sidecar are then reused until something changes."""
+    past = time.time() - 3600
+    for top in paths:
+        for d in [top, *(p for p in top.rglob("*") if p.is_dir())]:
+            os.utime(d, (past, past))
+
+
+def _spec(small_spec: GenSpec, **changes: Any) -> GenSpec:
+    return dataclasses.replace(small_spec, **changes)
+
+
+# --- the held queue ---------------------------------------------------------------------------
+
+
+def test_a_held_queue_reads_only_the_units_written_since_the_last_pass(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    now = int(time.time() * 1000)
+    spec = _spec(small_spec, topics=1, queues=1, messages=100, start_ms=now)
+    store = offload_case.store(spec)
+    cfg = offload_case.config(
+        store,
+        tieredStoreGroupCommitTimeout=600_000,
+        tieredStoreGroupCommitCount=1000,
+        tieredStoreGroupCommitSize=64 << 20,
+    )
+    provider = MemoryProvider()
+    reads: list[tuple[int, int]] = []
+    with Sidecar(cfg, provider) as sidecar:
+        local = sidecar.dispatcher.local
+        read_units = local.read_units
+
+        def counted(topic: str, qid: int, start: int, count: int) -> Any:
+            reads.append((start, count))
+            return read_units(topic, qid, start, count)
+
+        monkeypatch.setattr(local, "read_units", counted)
+        clock = [now + 1000]
+        sidecar.dispatcher.clock = lambda: clock[0]
+        assert sidecar.dispatcher.run_pass().messages == 0  # young and few: held
+        first = list(reads)
+        for i in range(3):
+            offload_case.append(store, seed=50 + i, messages=100, start_ms=now + 10 * (i + 1))
+            reads.clear()
+            assert sidecar.dispatcher.run_pass().messages == 0
+            # only what came since the last pass: from the old end, not from the tier's end
+            assert reads and all(start >= 100 * (i + 1) for start, _ in reads), reads
+            assert sum(count for _, count in reads) <= 100 + 1
+        clock[0] = now + 610_000  # the first held message is old enough now: all of it goes
+        reads.clear()
+        report = sidecar.dispatcher.run_pass()
+        assert report.messages == 400
+        assert reads[0][0] == 0  # the batch that goes is read again, as the broker has it now
+    assert first[0][0] == 0
+    assert check_tier(cfg, provider).problems == []
+
+
+def test_the_batch_that_goes_is_read_again_not_taken_from_the_held_units(
+    offload_case: SidecarCase, small_spec: GenSpec
+) -> None:
+    now = int(time.time() * 1000)
+    spec = _spec(small_spec, topics=1, queues=2, messages=300, start_ms=now)
+    store = offload_case.store(spec)
+    cfg = offload_case.config(
+        store,
+        tieredStoreGroupCommitTimeout=600_000,
+        tieredStoreGroupCommitCount=1000,
+        tieredStoreGroupCommitSize=64 << 20,
+    )
+    provider = MemoryProvider()
+    with Sidecar(cfg, provider) as sidecar:
+        clock = [now + 1000]
+        sidecar.dispatcher.clock = lambda: clock[0]
+        assert sidecar.dispatcher.run_pass().messages == 0
+        held = [st.held for st in sidecar.dispatcher.states.values() if st.held is not None]
+        assert len(held) == 2
+        for h in held:  # what a pass remembered is only for deciding; never uploaded
+            h.sizes = np.ones(len(h.sizes), np.int64)
+            h.first_offset = 1 << 40
+        clock[0] = now + 610_000
+        assert sidecar.dispatcher.run_pass().messages == 300
+    assert check_tier(cfg, provider).problems == []
+
+
+def test_the_hold_decisions_are_those_of_a_fresh_dispatcher_each_pass(
+    offload_case: SidecarCase, small_spec: GenSpec, tmp_path: Path
+) -> None:
+    """One long-running dispatcher and a new one for every pass send the same batches."""
+    now = int(time.time() * 1000)
+    spec = _spec(small_spec, topics=1, queues=3, messages=90, start_ms=now)
+    keys: dict[str, Any] = {
+        "tieredStoreGroupCommitTimeout": 20_000,
+        "tieredStoreGroupCommitCount": 120,
+    }
+    sent: dict[str, list[int]] = {"long": [], "fresh": []}
+    for mode, counts in sent.items():
+        case = SidecarCase(tmp_path / mode, small_spec, dict(offload_case.keys))
+        store = case.store(spec)
+        cfg = case.config(store, **keys)
+        provider = MemoryProvider()
+        sidecar = Sidecar(cfg, provider).open()
+        try:
+            for step in range(8):
+                clock = now + 5_000 * (step + 1)
+                if mode == "fresh" and step:
+                    sidecar.close()
+                    sidecar = Sidecar(cfg, provider).open()
+                sidecar.dispatcher.clock = functools.partial(int, clock)
+                counts.append(sidecar.dispatcher.run_pass().messages)
+                case.append(store, seed=step + 1, messages=90, start_ms=clock)
+            assert 0 < sum(counts) < 9 * 90
+            counts.append(sidecar.dispatcher.run_pass(flush=True).messages)
+        finally:
+            sidecar.close()
+        check_tier(cfg, provider).assert_ok(9 * 90)
+    assert sent["long"] == sent["fresh"]
+
+
+# --- max offsets without listings -------------------------------------------------------------
+
+
+def test_max_offset_follows_a_queue_across_files_without_listing_each_time(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    spec = _spec(small_spec, topics=1, queues=2, messages=150)  # 400-unit consumequeue files
+    store = offload_case.store(spec)
+    cfg = offload_case.config(store)
+    local = LocalSource(cfg)
+    listings = [0]
+    listed = cqmod.list_offset_files
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        listings[0] += 1
+        return listed(*args, **kwargs)
+
+    monkeypatch.setattr(cqmod, "list_offset_files", counted)
+    queues = local.queues()
+    for i in range(12):  # 12 x ~100 units per queue: three files each
+        for topic, qid in queues:
+            truth = cqmod.ConsumeQueue(store / "consumequeue" / topic / str(qid), 400 * 20)
+            before = listings[0]
+            got = local.max_offset(topic, qid)
+            assert got == truth.max_offset()
+            assert listings[0] - before <= 2  # the answer's own listing at most, then the truth
+        offload_case.append(store, seed=10 + i, messages=200)
+    for topic, qid in queues:
+        end = local.max_offset(topic, qid)
+        listings[0] = 0
+        assert local.max_offset(topic, qid) == end
+        if end % 400:  # in the middle of a file: read on from the last answer, no listing
+            assert listings[0] == 0
+
+
+def test_max_offset_of_a_queue_whose_files_were_replaced(
+    offload_case: SidecarCase, small_spec: GenSpec
+) -> None:
+    spec = _spec(small_spec, topics=1, queues=1, messages=300)
+    store = offload_case.store(spec)
+    local = LocalSource(offload_case.config(store))
+    (topic, qid) = local.queues()[0]
+    assert local.max_offset(topic, qid) == 300
+    queue = store / "consumequeue" / topic / str(qid)
+    for f in queue.iterdir():  # the topic deleted and written again: one short queue
+        f.unlink()
+    units = cqmod.encode_units([0, 100], [100, 100], [0, 0])
+    (queue / f"{0:020d}").write_bytes(units + bytes(400 * 20 - len(units)))
+    assert local.max_offset(topic, qid) == 300  # the hint: never below the last answer
+    assert cqmod.ConsumeQueue(queue, 400 * 20).max_offset(hint=300) == 300  # as the listing's
+
+
+def test_units_read_by_file_name_are_those_of_the_listing(
+    offload_case: SidecarCase, small_spec: GenSpec
+) -> None:
+    store = offload_case.store(_spec(small_spec, topics=1, queues=2, messages=1900))
+    local = LocalSource(offload_case.config(store))
+    rng = np.random.default_rng(5)
+    for topic, qid in local.queues():
+        queue = store / "consumequeue" / topic / str(qid)
+        truth = cqmod.ConsumeQueue(queue, 400 * 20)
+        end = truth.max_offset()
+        assert end > 800  # three files
+        starts, counts = rng.integers(0, end + 5, 40), rng.integers(0, 500, 40)
+        cases = [(0, 1), (399, 1), (399, 2), (0, 400), (end - 3, 10), (end, 5)]
+        cases += [(int(a), int(b)) for a, b in zip(starts, counts, strict=True)]
+        for start, count in cases:
+            got = local.read_units(topic, qid, start, count)
+            assert got.tobytes() == truth.read_units(start, count).tobytes(), (start, count)
+        first = sorted(queue.iterdir())[0]
+        first.unlink()  # the broker deleted it: an error, as the listing says
+        with pytest.raises(OffsetNotInStoreError):
+            local.read_units(topic, qid, 10, 5)
+        with pytest.raises(OffsetNotInStoreError):
+            truth.read_units(10, 5)
+        last = sorted(queue.iterdir())[-1]
+        os.truncate(last, last.stat().st_size - 20)  # not the configured size any more
+        with pytest.raises(CorruptStoreFileError):
+            local.read_units(topic, qid, int(last.name) // 20, 1)
+
+
+# --- listings reused while directories do not change -----------------------------------------
+
+
+def test_queues_are_listed_again_only_when_a_directory_changed(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = offload_case.store(_spec(small_spec, topics=2, queues=2, messages=40))
+    local = LocalSource(offload_case.config(store))
+    calls = [0]
+    list_queues = cqmod.list_queues
+
+    def counted(root: Any) -> Any:
+        calls[0] += 1
+        return list_queues(root)
+
+    monkeypatch.setattr(cqmod, "list_queues", counted)
+    cq = store / "consumequeue"
+    _settle(cq)
+    first = local.queues()
+    assert len(first) == 4 and calls == [1]
+    assert local.queues() == first and calls == [1]  # nothing moved: the listing holds
+    (cq / "GenTopic0" / "7").mkdir()  # a new queue of a known topic
+    assert ("GenTopic0", 7) in local.queues() and calls == [2]
+    _settle(cq)
+    local.queues()
+    (cq / "NewTopic").mkdir()  # a topic directory first, its queue a moment later
+    assert local.queues() == sorted([*first, ("GenTopic0", 7)])
+    _settle(cq)
+    local.queues()
+    listed = calls[0]
+    (cq / "NewTopic" / "0").mkdir()
+    assert ("NewTopic", 0) in local.queues() and calls[0] == listed + 1
+    _settle(cq)
+    local.queues()
+    for f in (cq / "GenTopic1" / "1").iterdir():
+        f.unlink()
+    (cq / "GenTopic1" / "1").rmdir()
+    assert ("GenTopic1", 1) not in local.queues()
+
+
+def test_a_listing_made_just_after_a_change_is_not_reused(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """File times are coarse: a directory changed within the last moments is listed again at
+    every look, so an entry added in the same clock tick is never missed."""
+    store = offload_case.store(_spec(small_spec, topics=1, queues=1, messages=10))
+    local = LocalSource(offload_case.config(store))
+    calls = [0]
+    list_queues = cqmod.list_queues
+
+    def counted(root: Any) -> Any:
+        calls[0] += 1
+        return list_queues(root)
+
+    monkeypatch.setattr(cqmod, "list_queues", counted)
+    local.queues()
+    local.queues()
+    assert calls == [2]
+    monkeypatch.setattr(local_mod, "SETTLED_NS", -(10**12))  # everything counts as settled
+    local.queues()
+    local.queues()
+    assert calls == [3]
+
+
+def test_the_commitlog_is_listed_again_when_a_file_came_went_or_grew(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = offload_case.store(_spec(small_spec, topics=1, queues=1, messages=2000))
+    cfg = offload_case.config(store)
+    local = LocalSource(cfg)
+    assert len(local.commitlog.files) > 2
+    calls = [0]
+    refresh = local.commitlog.refresh
+
+    def counted() -> None:
+        calls[0] += 1
+        refresh()
+
+    monkeypatch.setattr(local.commitlog, "refresh", counted)
+    _settle(store / "commitlog")
+    local.refresh()
+    local.refresh()
+    assert calls == [1]
+    files = sorted((store / "commitlog").iterdir())
+    size = files[-1].stat().st_size
+    os.truncate(files[-1], size + 20)  # a last file still being extended
+    local.refresh()
+    assert calls == [2]
+    os.truncate(files[-1], size)
+    local.refresh()
+    assert calls == [3]
+    _settle(store / "commitlog")
+    local.refresh()
+    files[0].unlink()  # the broker deleted its oldest file
+    local.refresh()
+    assert calls == [5]
+    assert local.commitlog.min_offset == int(files[1].name)
+    _settle(store / "commitlog")
+    local.refresh()
+    offload_case.append(store, seed=3, messages=2000)  # new files
+    local.refresh()
+    assert local.commitlog.files[-1].path.name == sorted(os.listdir(store / "commitlog"))[-1]
+
+
+def test_a_running_dispatcher_on_a_settled_store_finds_new_queues_and_files(
+    offload_case: SidecarCase, small_spec: GenSpec
+) -> None:
+    store = offload_case.store(_spec(small_spec, topics=1, queues=2, messages=300))
+    cfg = offload_case.config(store)
+    provider = MemoryProvider()
+    total = 300
+    with Sidecar(cfg, provider) as sidecar:
+        assert sidecar.dispatcher.run_pass(flush=True).messages == 300
+        for i in range(3):
+            _settle(store / "consumequeue", store / "commitlog")
+            assert sidecar.dispatcher.run_pass(flush=True).messages == 0
+            more = dataclasses.replace(small_spec, topics=2 + i, queues=2, messages=400)
+            generator.generate_store(store, dataclasses.replace(more, seed=9 + i, append=True))
+            total += 400
+            assert sidecar.dispatcher.run_pass(flush=True).messages == 400
+    check_tier(cfg, provider).assert_ok(total)
+
+
+# --- the state file ---------------------------------------------------------------------------
+
+
+def _state_stamp(cfg: TieredConfig) -> tuple[int, int]:
+    st = (cfg.tiered_data_dir / "status" / "dispatcher.json").stat()
+    return st.st_ino, st.st_mtime_ns
+
+
+def test_the_state_file_is_written_when_status_would_show_a_change(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = offload_case.store(_spec(small_spec, topics=1, queues=2, messages=200))
+    cfg = offload_case.config(store)
+    with Sidecar(cfg, MemoryProvider()) as sidecar:
+        d = sidecar.dispatcher
+        assert d.run_pass(flush=True).messages == 200
+        written = _state_stamp(cfg)
+        for _ in range(3):  # idle passes: nothing status shows changed
+            d.run_pass()
+        assert _state_stamp(cfg) == written
+        offload_case.append(store, seed=4, messages=50)
+        assert d.run_pass(flush=True).messages == 50  # an upload: written
+        assert _state_stamp(cfg) != written
+        written = _state_stamp(cfg)
+        monkeypatch.setattr(dispatcher_mod, "STATE_REFRESH_S", 0.0)  # now old enough
+        d.run_pass()
+        assert _state_stamp(cfg) != written
+        monkeypatch.setattr(dispatcher_mod, "STATE_REFRESH_S", 3600.0)
+        written = _state_stamp(cfg)
+        d.run_pass()
+        rounds = d.rounds
+    assert _state_stamp(cfg) != written  # a pass since the last write: written at close
+    snapshot = d.state_file.load() if d.state_file else None
+    assert snapshot is not None and snapshot.rounds == rounds
+    assert all(q.last_upload_ms > 0 for q in snapshot.queues.values())
