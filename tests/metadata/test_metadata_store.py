@@ -335,8 +335,10 @@ _CHILD = """
 import sys
 from pathlib import Path
 from tiered.metadata.models import FileSegmentMetadata, FileSegmentType
+from tiered import metrics
 from tiered.metadata.metadata_store import MetadataStore
 
+metrics.register()  # as `run` does at start: the metric families are not made inside a persist
 store = MetadataStore(Path(sys.argv[1]))
 store.load()
 print("ready", flush=True)
