@@ -28,11 +28,11 @@ Per body size (:data:`BODIES`), :data:`REPEAT` fresh windows (store, tier, proce
   with nothing to do (start-up, restore), so it is the bulk offload's CPU per GiB of the same bytes.
 
 Printed: medians of the windows, the CPU-s/GiB of tail and bulk side by side and their ratio.
-``RMQ_BENCH_TAIL_PROFILE=DIR`` records a py-spy profile of each window's process (raw, folded
-stacks, 200 Hz, ``--nonblocking`` unless ``RMQ_BENCH_TAIL_PROFILE_FLAGS`` says otherwise: a
-blocking py-spy triples the process's CPU) into DIR. Sizes and rates: ``RMQ_BENCH_TAIL_RATE``,
-``RMQ_BENCH_TAIL_SECONDS``, ``RMQ_BENCH_TAIL_AFTER``, ``RMQ_BENCH_TAIL_REPEAT``,
-``RMQ_BENCH_TAIL_BODIES``.
+``RMQ_BENCH_LIVE_PROFILE=DIR`` records a py-spy profile of each window's process (raw, folded
+stacks, 200 Hz, ``--nonblocking`` unless ``RMQ_BENCH_LIVE_PROFILE_FLAGS`` says otherwise: a
+blocking py-spy triples the process's CPU) into DIR. Sizes and rates: ``RMQ_BENCH_LIVE_RATE``,
+``RMQ_BENCH_LIVE_SECONDS``, ``RMQ_BENCH_LIVE_AFTER``, ``RMQ_BENCH_LIVE_REPEAT``,
+``RMQ_BENCH_LIVE_BODIES``.
 """
 
 from __future__ import annotations
@@ -60,13 +60,13 @@ from tiered.broker.generator import generate_store
 from tiered.metadata import now_ms
 from tiered.testing.sidecar_process import Sidecar
 
-RATE = int(os.environ.get("RMQ_BENCH_TAIL_RATE", "3000"))
+RATE = int(os.environ.get("RMQ_BENCH_LIVE_RATE", "3000"))
 """Messages per second (bench_node_cost's rate)."""
-BODIES = tuple(int(b) for b in os.environ.get("RMQ_BENCH_TAIL_BODIES", "1024,256").split(","))
-SECONDS = float(os.environ.get("RMQ_BENCH_TAIL_SECONDS", "30"))
-AFTER_S = float(os.environ.get("RMQ_BENCH_TAIL_AFTER", "50"))
-REPEAT = int(os.environ.get("RMQ_BENCH_TAIL_REPEAT", "3"))
-PROFILE = os.environ.get("RMQ_BENCH_TAIL_PROFILE", "")
+BODIES = tuple(int(b) for b in os.environ.get("RMQ_BENCH_LIVE_BODIES", "1024,256").split(","))
+SECONDS = float(os.environ.get("RMQ_BENCH_LIVE_SECONDS", "30"))
+AFTER_S = float(os.environ.get("RMQ_BENCH_LIVE_AFTER", "50"))
+REPEAT = int(os.environ.get("RMQ_BENCH_LIVE_REPEAT", "3"))
+PROFILE = os.environ.get("RMQ_BENCH_LIVE_PROFILE", "")
 WARM_S = 5.0
 IDLE_S = 10.0
 PASS_S = 1.0
@@ -262,7 +262,7 @@ def _profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | N
         return None
     spy = Path(sys.executable).parent / "py-spy"
     argv = [str(spy), "record", "-r", "200", "-f", "raw", "-o", str(out), "-p", str(pid)]
-    argv += os.environ.get("RMQ_BENCH_TAIL_PROFILE_FLAGS", "--nonblocking").split()
+    argv += os.environ.get("RMQ_BENCH_LIVE_PROFILE_FLAGS", "--nonblocking").split()
     return subprocess.Popen(
         [*argv, "-d", str(int(seconds))], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
