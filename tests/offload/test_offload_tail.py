@@ -49,6 +49,16 @@ def _spec(small_spec: GenSpec, **changes: Any) -> GenSpec:
     return dataclasses.replace(small_spec, **changes)
 
 
+def _holding(case: SidecarCase, store: Path) -> TieredConfig:
+    """A config whose queues hold their messages (10 min, 1000 messages, 64 MiB per batch)."""
+    return case.config(
+        store,
+        tieredStoreGroupCommitTimeout=600_000,
+        tieredStoreGroupCommitCount=1000,
+        tieredStoreGroupCommitSize=64 << 20,
+    )
+
+
 # --- the held queue ---------------------------------------------------------------------------
 
 
@@ -58,12 +68,7 @@ def test_a_held_queue_reads_only_the_units_written_since_the_last_pass(
     now = int(time.time() * 1000)
     spec = _spec(small_spec, topics=1, queues=1, messages=100, start_ms=now)
     store = offload_case.store(spec)
-    cfg = offload_case.config(
-        store,
-        tieredStoreGroupCommitTimeout=600_000,
-        tieredStoreGroupCommitCount=1000,
-        tieredStoreGroupCommitSize=64 << 20,
-    )
+    cfg = _holding(offload_case, store)
     provider = MemoryProvider()
     reads: list[tuple[int, int]] = []
     with Sidecar(cfg, provider) as sidecar:
@@ -101,12 +106,7 @@ def test_the_batch_that_goes_is_read_again_not_taken_from_the_held_units(
     now = int(time.time() * 1000)
     spec = _spec(small_spec, topics=1, queues=2, messages=300, start_ms=now)
     store = offload_case.store(spec)
-    cfg = offload_case.config(
-        store,
-        tieredStoreGroupCommitTimeout=600_000,
-        tieredStoreGroupCommitCount=1000,
-        tieredStoreGroupCommitSize=64 << 20,
-    )
+    cfg = _holding(offload_case, store)
     provider = MemoryProvider()
     with Sidecar(cfg, provider) as sidecar:
         clock = [now + 1000]
