@@ -11,6 +11,14 @@ is permissive, or -- enforcing -- answers a plain request one ``400`` naming the
 closes. Each connection takes the certificate current when it arrives (reloaded on change). A
 failed handshake (no or an untrusted client certificate with mutual TLS, a client that does not
 trust ours) is counted as ``access_denied_total{port="http",reason="tls_handshake"}``.
+
+No timer runs while the port is idle. uvicorn's ``Server.main_loop`` wakes every 0.1 s to renew
+its ``date`` header and to look at ``should_exit``: ~2 CPU-ms per second of a sidecar that serves
+nothing (py-spy, bench_tail). Here the loop waits for :meth:`HttpServer.stop` (an event set from
+the stopping thread), and the ``date`` header is renewed by the request that sends it, when the
+second changed (:class:`_Protocol`: one ``time.time()`` per request). Shutdown is uvicorn's own
+(stop accepting, finish requests in flight within the bound, ``force_exit`` after it); the
+keep-alive timeout is a timer of each connection's, unchanged.
 """
 
 from __future__ import annotations
@@ -21,11 +29,15 @@ import logging
 import socket
 import ssl
 import threading
+import time
 from collections.abc import Callable
+from email.utils import formatdate
 
 import uvicorn
 import uvloop
 from fastapi import FastAPI
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+from uvicorn.server import ServerState
 
 from tiered.access.guard import TLS_REQUIRED
 from tiered.access.guard import Guard
@@ -62,6 +74,68 @@ class Tls:
         self.guard = guard
 
 
+class _State(ServerState):
+    """uvicorn's state shared by a server's connections, whose default headers are renewed by
+    the request about to send them (once per second at most), not by a timer."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.second = -1
+
+    def renew(self, config: uvicorn.Config) -> None:
+        """The ``date`` header (when ``config.date_header``) of the current second."""
+        now = time.time()
+        if int(now) != self.second:
+            self.second = int(now)
+            date = [(b"date", formatdate(now, usegmt=True).encode())] if config.date_header else []
+            self.default_headers = date + config.encoded_headers
+
+
+class _Protocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol (the C parser: h11's pure-Python one cost ~1 CPU-s per GiB
+    served), renewing the date header before a request or a ``400`` uses it."""
+
+    def _renew(self) -> None:
+        state = self.server_state
+        if isinstance(state, _State):
+            state.renew(self.config)
+
+    def on_message_begin(self) -> None:
+        self._renew()
+        super().on_message_begin()
+
+    def send_400_response(self, msg: str) -> None:
+        self._renew()
+        super().send_400_response(msg)
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server without its 0.1 s tick: :meth:`main_loop` returns when :meth:`exit` is
+    called (from any thread)."""
+
+    def __init__(self, config: uvicorn.Config) -> None:
+        super().__init__(config)
+        self.server_state = _State()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._exit: asyncio.Event | None = None
+
+    async def main_loop(self) -> None:
+        self._exit = asyncio.Event()
+        self._loop = asyncio.get_running_loop()
+        if not self.should_exit:  # set before the loop was known: exit() could not wake it
+            await self._exit.wait()
+
+    def exit(self, *, force: bool = False) -> None:
+        """Stop serving (uvicorn's graceful shutdown); ``force``: stop waiting for requests."""
+        self.should_exit = True
+        if force:
+            self.force_exit = True
+        loop, event = self._loop, self._exit
+        if loop is not None and event is not None:
+            with contextlib.suppress(RuntimeError):  # the loop is closed: already stopped
+                loop.call_soon_threadsafe(event.set)
+
+
 class HttpServer:
     """Serve ``app`` on ``host:port`` from a daemon thread until :meth:`stop`."""
 
@@ -71,7 +145,7 @@ class HttpServer:
         self.host = host
         self.requested_port = port
         self.port = port
-        self._server: uvicorn.Server | None = None
+        self._server: _Server | None = None
         self._thread: threading.Thread | None = None
 
     @property
@@ -96,9 +170,9 @@ class HttpServer:
             access_log=uvicorn_access_log(),
             lifespan="off",
             timeout_keep_alive=5,
-            http="httptools",  # C parser; h11's pure-Python one cost ~1 CPU-s per GiB served
+            http=_Protocol,
         )
-        server = uvicorn.Server(config)
+        server = _Server(config)
         self._server = server
 
         def serve() -> None:
@@ -216,9 +290,9 @@ class HttpServer:
         """Stop accepting, finish requests in flight, wait for the thread (bounded)."""
         if self._server is None or self._thread is None:
             return
-        self._server.should_exit = True
+        self._server.exit()
         self._thread.join(STOP_TIMEOUT_S)
         if self._thread.is_alive():
-            self._server.force_exit = True
+            self._server.exit(force=True)
             self._thread.join(STOP_TIMEOUT_S)
         self._server = self._thread = None
