@@ -11,8 +11,8 @@ The saved value may lag the index files -- the catch-up then puts some items twi
 collapse -- but never leads them: nothing indexed is lost. Two copies keep the lag small:
 
 * ``progress.json`` is written durably (fsync) only after the index files were flushed
-  (:meth:`IndexProgress.save`, the service's checkpoint, every few seconds): it holds after a
-  power loss;
+  (:meth:`IndexProgress.save`, the service's checkpoint: at most a minute or a million items
+  behind, see :mod:`tiered.index.service`): it holds after a power loss;
 * ``progress.fast.json`` is written without fsync as keys are put, at most every
   :data:`FAST_SAVE_INTERVAL_S` (:meth:`IndexProgress.save_fast`), stamped with the kernel's boot
   id. Items are written

@@ -1,0 +1,98 @@
+"""A maintenance run checkpoints (syncs the index files, writes ``progress.json``) only when due:
+a minute after the last checkpoint with something put since, or after a million items -- a
+tail's slot table is all dirty within seconds, so each sync writes its 38 MiB back whatever the
+interval. The fast copy still follows every put; the contract (the saved offsets never lead the
+synced files) is the checkpoint's, unchanged."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+from tiered.providers import MemoryProvider
+
+from tiered.index import IndexBatch
+from tiered.index import IndexStoreFile
+from tiered.index import service as service_mod
+from tiered.index.progress import PROGRESS_NAME
+from tiered.index.service import IndexService
+from tiered.metadata import MetadataStore
+from tiered.testing import ConfigFactory
+
+
+def _batch(n: int, first: int) -> IndexBatch:
+    return IndexBatch.of_rows(
+        np.arange(first, first + n) * 7919, 1, 0, np.arange(n) * 100, 100,
+        1_700_000_000_000 + np.arange(n),
+    )  # fmt: skip
+
+
+def _offsets(path: Path) -> str:
+    return path.read_text() if path.exists() else ""
+
+
+def test_maintenance_checkpoints_when_due_not_at_every_run(
+    index_store: Path, index_config: ConfigFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    cfg = index_config(index_store)
+    metadata = MetadataStore(cfg.tiered_data_dir)
+    metadata.load()
+    index = IndexService(cfg, MemoryProvider(), metadata).start(catch_up=False)
+    synced: list[int] = []
+    fdatasync = os.fdatasync
+
+    def counted(fd: int) -> None:
+        synced.append(fd)
+        fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counted)
+    progress = index.directory / PROGRESS_NAME
+    try:
+        assert not index.checkpoint_due()  # nothing put: never due
+        index.put(_batch(5, 0), "T", 0, 0, 5)
+        before = _offsets(progress)
+        index.maintain()
+        assert synced == [] and _offsets(progress) == before  # put, but not due yet
+        monkeypatch.setattr(service_mod, "CHECKPOINT_MAX_ITEMS", 8)
+        index.put(_batch(5, 5), "T", 0, 5, 5)  # 10 items since the checkpoint
+        assert index.checkpoint_due()
+        index.maintain()
+        assert len(synced) >= 1 and '["T",0,10]' in _offsets(progress).replace(" ", "")
+        assert not index.checkpoint_due()
+        synced.clear()
+        index.maintain()
+        assert synced == []  # nothing since: nothing synced
+        index.put(_batch(1, 10), "T", 0, 10, 1)
+        assert not index.checkpoint_due()
+        monkeypatch.setattr(service_mod, "CHECKPOINT_MAX_S", 0.0)
+        assert index.checkpoint_due()  # old enough, and something was put
+        index.maintain()
+        assert len(synced) >= 1 and '["T",0,11]' in _offsets(progress).replace(" ", "")
+    finally:
+        index.close()
+    assert '["T",0,11]' in _offsets(progress).replace(" ", "")  # close checkpoints
+
+
+def test_a_flush_is_one_fdatasync_of_the_whole_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The slot table written through the map reaches the disk by the file's ``fdatasync``
+    (Linux), which releases the GIL; what a reopened file reads is what was put."""
+    synced: list[int] = []
+    fdatasync = os.fdatasync
+
+    def counted(fd: int) -> None:
+        synced.append(fd)
+        fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counted)
+    f = IndexStoreFile.create(tmp_path, 1_700_000_000_000, slots=97, max_items=500)
+    assert f.put_many(_batch(20, 0)) == 20
+    f.flush()
+    assert len(synced) == 1
+    f.close()
+    reopened = IndexStoreFile.open(f.path, slots=97, max_items=500, readonly=True)
+    assert reopened.item_count == 20
+    reopened.close()
