@@ -446,6 +446,44 @@ def test_mirror_equals_the_local_file_after_each_persist(tmp_path: Path) -> None
     assert list(mirror.list()) == [KEY]
 
 
+def test_mirror_spaced_puts_at_the_interval_and_at_the_end(tmp_path: Path) -> None:
+    mirror = MemoryProvider()
+    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
+    store.add_topic("Before")  # mirrored as every persist outside the block
+    with store.mirror_spaced(3600):
+        for step in range(3):
+            store.add_topic(f"T{step}")
+            assert store.path.read_bytes() != mirror.read(KEY, 0, mirror.size(KEY))
+        assert (store.persist_count, store.mirror_count) == (4, 1)
+    assert store.mirror_count == 2  # the block's end put the newest persisted document
+    assert mirror.read(KEY, 0, mirror.size(KEY)) == store.path.read_bytes()
+    with store.mirror_spaced(0):  # no interval: every persist mirrors
+        store.add_topic("Each")
+        assert store.mirror_count == 3
+    assert store.mirror_count == 3  # nothing was behind at the end
+    store.add_topic("After")
+    assert (store.persist_count, store.mirror_count) == (6, 4)
+    assert mirror.read(KEY, 0, mirror.size(KEY)) == store.path.read_bytes()
+
+
+def test_mirror_spaced_end_failure_is_retried_by_the_next_persist(tmp_path: Path) -> None:
+    inner = MemoryProvider()
+    mirror = FaultInjectingProvider(inner)
+    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
+    store.add_topic("First")
+    spaced = store.mirror_spaced(3600)
+    spaced.__enter__()
+    store.add_topic("Second")  # not mirrored: the interval has not passed
+    mirror.set_plan(FaultPlan(rate=1.0, operations={"put"}, error=ProviderUnavailableError))
+    with pytest.raises(ProviderUnavailableError):
+        spaced.__exit__(None, None, None)
+    assert store.mirror_failures == 1
+    assert inner.read(KEY, 0, inner.size(KEY)) != store.path.read_bytes()
+    mirror.set_plan(FaultPlan())
+    store.add_topic("Third")
+    assert inner.read(KEY, 0, inner.size(KEY)) == store.path.read_bytes()
+
+
 def test_recover_from_mirror_rebuilds_identical_documents(tmp_path: Path) -> None:
     mirror = MemoryProvider()
     store = _store(tmp_path / "a", mirror=mirror, mirror_key=KEY)

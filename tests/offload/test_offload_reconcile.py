@@ -143,7 +143,9 @@ def test_a_crash_at_every_provider_call_loses_and_duplicates_nothing(
     store, spec = tiny_store
     tmp_path = fast_dir
     total = count_calls(tiny_config(offload_case, store, spec, tmp_path / "probe"))
-    assert total > 100
+    # ~90: the appends and creations of ~30 rounds, and the metadata mirror (put at a pass's
+    # first round and its end, within the pass at most every MIRROR_INTERVAL_S)
+    assert total > 80
     points = 0
     for at in range(1, total + 1):
         for after in (False, True):
@@ -154,7 +156,7 @@ def test_a_crash_at_every_provider_call_loses_and_duplicates_nothing(
             finish(cfg, inner)
             check_tier(cfg, inner).assert_ok(240, context=(at, after))
             points += 1
-    assert points >= 200
+    assert points == 2 * total > 160
 
 
 def test_a_posix_crash_sweep(

@@ -3,7 +3,12 @@
 The file is upstream's (spec §7; :mod:`tiered.metadata.models` parses and writes it). Every persist
 replaces it atomically with the previous version kept as ``.bak`` (:mod:`tiered.metadata.atomic`),
 then puts the same bytes to the backend mirror (:func:`mirror_key_for`), from which
-:meth:`MetadataStore.recover_from_mirror` rebuilds a lost local copy.
+:meth:`MetadataStore.recover_from_mirror` rebuilds a lost local copy. Inside
+:meth:`MetadataStore.mirror_spaced` (a dispatch pass: one persist per round, a round every few
+hundred milliseconds in a catch-up) a persist mirrors only when the interval has passed since the
+last put, and the block's end puts what is left: the mirror lags the local file by at most the
+interval, as a recovery from it allows (it adds what a listing shows was uploaded later), and a
+catch-up pays one put every few seconds instead of one per round.
 
 Loading falls back from a damaged ``X`` to ``X.bak``; the damaged file is moved aside to
 ``X.corrupt-<ms>`` (never deleted) and reported in the :class:`LoadReport`. When neither file is
@@ -130,6 +135,9 @@ class MetadataStore:
         self._dirty = False
         self._depth = 0
         self._mirror_stale = False
+        self._mirror_every = 0.0
+        self._mirrored_at = -float("inf")
+        self._unmirrored: bytes | None = None
         self.persist_count = 0
         self.persist_failures = 0
         self.mirror_count = 0
@@ -230,11 +238,15 @@ class MetadataStore:
             metrics.METADATA_LAST_PERSIST.set_to_current_time()
             self.last_persist_bytes = len(data)
             self._mirror_stale = self.mirror is not None
+            if not self._mirror_due():
+                self._unmirrored = data  # put at the interval or at the end of mirror_spaced
+                return
             self._put_mirror(data)
 
     def _put_mirror(self, data: bytes) -> None:
         if self.mirror is None or self.mirror_key is None:
             return
+        self._mirrored_at = time.monotonic()
         try:
             self.mirror.put(self.mirror_key, data, overwrite=True)
         except ProviderError as e:
@@ -253,6 +265,27 @@ class MetadataStore:
         metrics.METADATA_MIRROR.labels("ok").inc()
         metrics.METADATA_LAST_MIRROR.set_to_current_time()
         self._mirror_stale = False
+        self._unmirrored = None
+
+    @contextlib.contextmanager
+    def mirror_spaced(self, interval_s: float) -> Iterator[None]:
+        """Within the block, a persist mirrors only if ``interval_s`` has passed since the last
+        mirror put (the local file is written every time); the block's end puts the newest
+        persisted document if its mirror is behind.
+
+        Raises:
+            ProviderError: that last put failed (logged and counted as any mirror failure; the
+                next persist mirrors again).
+        """
+        with self._lock:
+            previous, self._mirror_every = self._mirror_every, interval_s
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._mirror_every = previous
+                if self._unmirrored is not None and self._mirror_stale:
+                    self._put_mirror(self._unmirrored)
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
@@ -272,8 +305,11 @@ class MetadataStore:
                 if self._depth == 0:
                     if self._dirty:
                         self.persist()
-                    elif self._mirror_stale:
+                    elif self._mirror_stale and self._mirror_due():
                         self._put_mirror(dump_metadata(self._doc).encode("utf-8"))
+
+    def _mirror_due(self) -> bool:
+        return time.monotonic() - self._mirrored_at >= self._mirror_every
 
     def _check_loaded(self) -> None:
         if not self._loaded:
