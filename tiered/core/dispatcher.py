@@ -1,12 +1,12 @@
 """The dispatcher: local store -> tier, in rounds of one batch per ready queue (spec §8).
 
-A **round** lists the local queues (``consumequeue/``), skips filtered topics (system topics
-always; ``tieredStoreTopicInclude/Exclude``), gives a queue seen for the first time its start
-position (``tieredStoreDispatchStartPolicy``), then runs one step per queue
-(:mod:`.offload_step`) on a bounded thread pool -- uploads of different queues run concurrently, at
-most ``min(tieredStoreMaxPendingLimit / 4, 8)`` at once (2 on ``memory``) -- and finally records every queue's
-committed sizes with **one** metadata persist. A **pass** runs rounds back to back while some
-queue still has ready work, so a backlog is offloaded batch after batch without waiting for the
+A **round** lists the local queues (``consumequeue/``), skips filtered topics (system topics always;
+``tieredStoreTopicInclude/Exclude``), gives a queue seen for the first time its start position
+(``tieredStoreDispatchStartPolicy``), then runs one step per queue (:mod:`.offload_step`) on a
+bounded thread pool -- uploads of different queues run concurrently, at most
+``min(tieredStoreMaxPendingLimit / 4, 8)`` at once (2 on ``memory``) -- and finally records every
+queue's committed sizes with **one** metadata persist. A **pass** runs rounds back to back while
+some queue still has ready work, so a backlog is offloaded batch after batch without waiting for the
 next tick; a queue that keeps failing is retried a few times with backoff, then left for the next
 pass.
 
