@@ -33,10 +33,18 @@ stacks, 200 Hz, ``--nonblocking`` unless ``RMQ_BENCH_LIVE_PROFILE_FLAGS`` says o
 blocking py-spy triples the process's CPU) into DIR. Sizes and rates: ``RMQ_BENCH_LIVE_RATE``,
 ``RMQ_BENCH_LIVE_SECONDS``, ``RMQ_BENCH_LIVE_AFTER``, ``RMQ_BENCH_LIVE_REPEAT``,
 ``RMQ_BENCH_LIVE_BODIES``.
+
+A/B: ``RMQ_BENCH_LIVE_TREES=A,B,...`` names directories each holding a ``tiered`` package (a
+snapshot of the code, e.g. ``cp -rL build/__editable__*/tiered A/``, then the files under test
+replaced); each round runs one window per tree, one after the other, the sidecar and the bulk
+dispatch with ``PYTHONPATH`` set to the tree (this process keeps the installed code). Printed:
+each tree's medians, and the median of each round's ratio to the first tree -- on a shared
+machine the ratio of windows run back to back is steadier than either.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import statistics
@@ -45,6 +53,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +76,8 @@ SECONDS = float(os.environ.get("RMQ_BENCH_LIVE_SECONDS", "30"))
 AFTER_S = float(os.environ.get("RMQ_BENCH_LIVE_AFTER", "50"))
 REPEAT = int(os.environ.get("RMQ_BENCH_LIVE_REPEAT", "3"))
 PROFILE = os.environ.get("RMQ_BENCH_LIVE_PROFILE", "")
+TREES = tuple(t for t in os.environ.get("RMQ_BENCH_LIVE_TREES", "").split(",") if t)
+"""Code trees to alternate (PYTHONPATH of the sidecar); none: the installed code."""
 WARM_S = 5.0
 IDLE_S = 10.0
 PASS_S = 1.0
@@ -268,12 +279,30 @@ def _profile(pid: int, seconds: float, out: Path) -> subprocess.Popen[bytes] | N
     )
 
 
-def _dispatch_cpu(conf: Path, cwd: Path) -> float:
+def _env(tree: str) -> dict[str, str]:
+    """The environment of a sidecar running ``tree``'s code ('': the installed code)."""
+    return INSTALLED_ENV | ({"PYTHONPATH": tree} if tree else {})
+
+
+@contextlib.contextmanager
+def _inherited(env: dict[str, str]) -> Iterator[None]:
+    """``os.environ`` is ``env`` inside (Sidecar's process inherits it)."""
+    saved = dict(os.environ)
+    os.environ.clear()
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
+def _dispatch_cpu(conf: Path, cwd: Path, tree: str) -> float:
     proc = subprocess.Popen(
         [RMQ_TIERED, "dispatch", "--once", "--flush", "--config", str(conf)],
         stdout=subprocess.DEVNULL,
         cwd=cwd,
-        env=INSTALLED_ENV,
+        env=_env(tree),
     )
     _, status, usage = os.wait4(proc.pid, 0)
     proc.returncode = os.waitstatus_to_exitcode(status)
@@ -281,7 +310,7 @@ def _dispatch_cpu(conf: Path, cwd: Path) -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def window(root: Path, source: Path, body: int, n: int) -> Window:
+def window(root: Path, source: Path, body: int, n: int, tree: str = "") -> Window:
     work = root / f"w{body}-{n}"
     live = work / "store"
     appender = Appender(source, live)
@@ -291,7 +320,8 @@ def window(root: Path, source: Path, body: int, n: int) -> Window:
     stop = threading.Event()
     feeder: threading.Thread | None = None
     try:
-        sidecar.start()
+        with _inherited(_env(tree)):
+            sidecar.start()
         assert sidecar.proc is not None
         pid = sidecar.proc.pid
         warm = int(RATE * WARM_S)
@@ -315,7 +345,8 @@ def window(root: Path, source: Path, body: int, n: int) -> Window:
         idle = process_cpu(pid) - cpu1
         if spy is not None:
             spy.wait()
-            shutil.copy(work.with_suffix(".profile.txt"), Path(PROFILE) / f"tail-{body}-{n}.txt")
+            name = f"tail-{body}-{n}" + (f"-{TREES.index(tree)}" if tree else "")
+            shutil.copy(work.with_suffix(".profile.txt"), Path(PROFILE) / f"{name}.txt")
     finally:
         stop.set()
         if feeder is not None:
@@ -325,9 +356,9 @@ def window(root: Path, source: Path, body: int, n: int) -> Window:
     bulk_work = work / "bulk"
     (bulk_work / "data").mkdir(parents=True)
     bulk_conf = _conf(work / "bulk.conf", live, bulk_work)
-    bulk = _dispatch_cpu(bulk_conf, work)
+    bulk = _dispatch_cpu(bulk_conf, work, tree)
     assert tier_bytes(bulk_work / "tier") == appender.bytes
-    start_only = _dispatch_cpu(bulk_conf, work)
+    start_only = _dispatch_cpu(bulk_conf, work, tree)
     shutil.rmtree(work)
     return Window(
         gib=(bytes1 - bytes0) / GIB,
@@ -361,7 +392,18 @@ def _median(windows: list[Window], attr: str) -> float:
     return statistics.median(float(getattr(w, attr)) for w in windows)
 
 
+def _row(label: str, runs: list[Window]) -> str:
+    tail, bulk = _median(runs, "per_gib"), _median(runs, "bulk_per_gib")
+    return (
+        f"{label:>5} {_median(runs, 'gib'):>6.3f} {_median(runs, 'cpu'):>6.2f} "
+        f"{tail:>10.1f} {_median(runs, 'ms_per_pass'):>8.1f} "
+        f"{_median(runs, 'idle_ms_per_s'):>10.1f} {bulk:>15.1f} "
+        f"{_median(runs, 'start_cpu'):>8.2f} {tail / bulk:>10.1f}"
+    )
+
+
 def test_tail_cost() -> None:
+    trees = TREES or ("",)
     with tempfile.TemporaryDirectory(prefix="bench-tail-") as tmp:
         root = Path(tmp)
         title = (
@@ -376,21 +418,31 @@ def test_tail_cost() -> None:
         lines = [title, head]
         for body in BODIES:
             source = _source(root, body)
-            runs = [window(root, source, body, n) for n in range(REPEAT)]
-            for w in runs:
-                print(
-                    f"  {body} B window: {w.gib:.3f} GiB {w.cpu:.2f} CPU-s {w.per_gib:.1f}/GiB "
-                    f"in {w.seconds:.0f} s, idle {w.idle_ms_per_s:.1f} ms/s, bulk "
-                    f"{w.bulk_cpu:.2f} - start {w.start_cpu:.2f} CPU-s over {w.bulk_gib:.3f} GiB "
-                    f"= {w.bulk_per_gib:.1f}/GiB",
-                    flush=True,
+            runs: dict[str, list[Window]] = {tree: [] for tree in trees}
+            for n in range(REPEAT):
+                for tree in trees:
+                    w = window(root, source, body, n, tree)
+                    runs[tree].append(w)
+                    print(
+                        f"  {body} B window{f' ({tree})' if tree else ''}: {w.gib:.3f} GiB "
+                        f"{w.cpu:.2f} CPU-s {w.per_gib:.1f}/GiB in {w.seconds:.0f} s, idle "
+                        f"{w.idle_ms_per_s:.1f} ms/s, bulk {w.bulk_cpu:.2f} - start "
+                        f"{w.start_cpu:.2f} CPU-s over {w.bulk_gib:.3f} GiB = "
+                        f"{w.bulk_per_gib:.1f}/GiB",
+                        flush=True,
+                    )
+            lines.extend(_row(str(body), runs[t]) + (f"  {t}" if t else "") for t in trees)
+            for tree in trees[1:]:
+                ratio = statistics.median(
+                    b.per_gib / a.per_gib for a, b in zip(runs[trees[0]], runs[tree], strict=True)
                 )
-            tail, bulk = _median(runs, "per_gib"), _median(runs, "bulk_per_gib")
-            lines.append(
-                f"{body:>5} {_median(runs, 'gib'):>6.3f} {_median(runs, 'cpu'):>6.2f} "
-                f"{tail:>10.1f} {_median(runs, 'ms_per_pass'):>8.1f} "
-                f"{_median(runs, 'idle_ms_per_s'):>10.1f} {bulk:>15.1f} "
-                f"{_median(runs, 'start_cpu'):>8.2f} {tail / bulk:>10.1f}"
-            )
+                idle = statistics.median(
+                    b.idle_ms_per_s / max(a.idle_ms_per_s, 1e-9)
+                    for a, b in zip(runs[trees[0]], runs[tree], strict=True)
+                )
+                lines.append(
+                    f"      {tree} / {trees[0]}: CPU-s/GiB x{ratio:.2f}, idle x{idle:.2f} "
+                    "(medians of each round's ratio)"
+                )
             shutil.rmtree(source)
         print("\n" + "\n".join(lines))
