@@ -7,6 +7,7 @@ synced files) is the checkpoint's, unchanged."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -96,3 +97,32 @@ def test_a_flush_is_one_fdatasync_of_the_whole_file(
     reopened = IndexStoreFile.open(f.path, slots=97, max_items=500, readonly=True)
     assert reopened.item_count == 20
     reopened.close()
+
+
+def _resident_kib(path: Path) -> int:
+    """Resident KiB of this process's mappings of ``path`` (``/proc/self/smaps``)."""
+    total, inside = 0, False
+    for line in Path("/proc/self/smaps").read_text().splitlines():
+        head = line.split()
+        if head and "-" in head[0] and len(head) >= 5:
+            inside = len(head) >= 6 and head[-1] == str(path)
+        elif inside and line.startswith("Rss:"):
+            total += int(head[1])
+    return total
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="MADV_POPULATE_WRITE is Linux's")
+def test_a_new_file_s_slot_table_is_faulted_in_at_once(tmp_path: Path) -> None:
+    """One madvise instead of one write fault per page as keys land; the bytes stay zeros."""
+    if tuple(int(p) for p in os.uname().release.split(".")[:2] if p.isdigit()) < (5, 14):
+        pytest.skip("MADV_POPULATE_WRITE needs Linux 5.14")
+    slots = 1_000_000  # an 8 MB table
+    f = IndexStoreFile.create(tmp_path, 1_700_000_000_000, slots=slots, max_items=500)
+    try:
+        assert _resident_kib(f.path) >= slots * 8 // 1024
+        view = f.buffer()
+        assert not np.frombuffer(view, np.uint8, slots * 8, 28).any()
+        view.release()
+        assert f.put_many(_batch(20, 0)) == 20
+    finally:
+        f.close()

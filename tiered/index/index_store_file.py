@@ -17,6 +17,12 @@ Deliberate differences from upstream, each tested:
 - a key whose slot position falls before the file (hash ``Integer.MIN_VALUE`` with most slot
   counts) is skipped alone; upstream aborts the rest of the message's key set and retries it.
 
+The header and slot table of a new file are faulted in by one ``madvise(MADV_POPULATE_WRITE)``
+(Linux 5.14+; elsewhere, or refused, the pages fault in as keys land): a tail's keys touch every
+page of the 38 MiB table within seconds anyway, one write fault at a time, ~8 µs each on a
+sparse file; populated at once, a new file plus its first 270 k keys cost ~85 instead of ~145
+CPU-ms (measured, 5,000,000 slots). Each index file is created once per 20 M items.
+
 Crash safety: a batch writes its items (beyond the item count, invisible), then the slot heads,
 then the header. :meth:`IndexStoreFile.open` walks any slot head that points past the item count
 back along the ``next`` fields it was written with, so a batch cut short by a crash is undone.
@@ -60,6 +66,8 @@ COMPACTED_DIRECTORY_NAME: Final = "compacting"
 _ITEM: Final = struct.Struct(">iiiqiii")
 _I32: Final = struct.Struct(">i")
 _LINUX: Final = sys.platform.startswith("linux")
+_MADV_POPULATE_WRITE: Final = 23
+"""Linux's ``MADV_POPULATE_WRITE`` (5.14+; Python 3.11's mmap does not name it)."""
 
 
 def local_index_files(directory: str | os.PathLike[str]) -> list[Path]:
@@ -72,6 +80,18 @@ def local_index_files(directory: str | os.PathLike[str]) -> list[Path]:
 
 def _name_key(path: Path) -> int:
     return int(path.name)
+
+
+def _populate(mapped: mmap.mmap, length: int) -> None:
+    """Fault in the first ``length`` bytes of a writable map for writing, in one call (see the
+    module docstring); nothing when the system cannot."""
+    if not _LINUX:
+        return
+    length = -(-length // mmap.PAGESIZE) * mmap.PAGESIZE
+    try:
+        mapped.madvise(_MADV_POPULATE_WRITE, 0, min(length, len(mapped)))
+    except OSError as e:  # EINVAL before Linux 5.14: the pages fault in as keys land
+        _LOG.debug("MADV_POPULATE_WRITE refused (%s): the slot table faults in as it is used", e)
 
 
 class IndexStoreFile(Closeable):
@@ -133,6 +153,7 @@ class IndexStoreFile(Closeable):
         except BaseException:
             os.close(fd)
             raise
+        _populate(mapped, HEADER_SIZE + slots * SLOT_SIZE)
         return cls(path, mapped, header, slots, max_items, fd)
 
     @classmethod
