@@ -385,6 +385,48 @@ def test_posix_tier_is_the_java_layout(offload_case: SidecarCase) -> None:
     assert int.from_bytes(first_cq.read_bytes()[:8], "big") == 0
 
 
+def test_commit_listeners_run_on_their_own_thread_within_a_byte_budget(
+    offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from tiered.core import dispatcher as dispatcher_module
+
+    budget = 64 << 10  # a few batches of the test store
+    monkeypatch.setattr(dispatcher_module, "NOTIFY_PENDING_BYTES", budget)
+    cfg = offload_case.config(offload_case.store())
+    threads: set[str] = set()
+    waiting: list[int] = []
+    sizes: list[int] = []
+    told: list[tuple[tuple[str, int], int]] = []
+
+    def slow(flat: Any, batch: Any, offsets: Any) -> None:
+        threads.add(threading.current_thread().name)
+        waiting.append(sidecar.dispatcher._notifier._pending)
+        sizes.append(batch.nbytes)
+        time.sleep(0.005)  # slower than the uploads: the workers must wait for the budget
+        told.append(((flat.topic, flat.queue_id), batch.queue_offset))
+
+    def broken(flat: Any, batch: Any, offsets: Any) -> None:
+        raise RuntimeError("a listener's bug")
+
+    inner = MemoryProvider()
+    with Sidecar(cfg, inner) as sidecar:
+        sidecar.dispatcher.add_commit_listener(broken)
+        sidecar.dispatcher.add_commit_listener(slow)
+        report = sidecar.dispatcher.run_pass(flush=True)
+        told_at_return = len(told)
+    assert not report.errors and report.messages
+    assert threads == {"tiered-commit_0"}
+    assert told_at_return == len(told)  # every batch was told before run_pass returned
+    # within the budget, or one batch alone bigger than it
+    assert max(waiting) <= max(budget, *sizes)
+    assert max(waiting) > budget // 2  # the workers did get ahead of the listener
+    for key in {k for k, _ in told}:
+        offsets = [o for k, o in told if k == key]
+        assert offsets == sorted(offsets)  # a queue's batches in queue order
+    assert "commit listener" in caplog.text and "a listener's bug" in caplog.text
+    check_tier(cfg, inner).assert_ok(report.messages)
+
+
 def test_commit_listeners_hear_every_batch_once_after_both_uploads(
     offload_case: SidecarCase,
 ) -> None:
