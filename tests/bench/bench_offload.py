@@ -15,6 +15,9 @@ GiB of message bytes, peak RSS (polled
 writeback is done by ``sync`` and the kernel's flusher threads, the sidecar's by its own
 ``fdatasync``: only this figure compares them).
 
+``RMQ_BENCH_OFFLOAD_BODIES`` (comma-separated body sizes, default ``1024,4096,256``) and
+``RMQ_BENCH_OFFLOAD_REPEAT`` (default 3) narrow a run.
+
 A second part offloads :data:`S3_SIZE_BYTES` to S3 (moto over HTTP) and prints requests per GiB
 of message bytes, by operation (PUT = one per chunk append, per metadata mirror, per part).
 """
@@ -44,9 +47,11 @@ from tiered.testing.tier_check import check_tier
 
 SIZE_BYTES = 1200 << 20
 S3_SIZE_BYTES = 256 << 20
-BODIES = (1024, 4096, 256)
+BODIES = tuple(
+    int(b) for b in os.environ.get("RMQ_BENCH_OFFLOAD_BODIES", "1024,4096,256").split(",")
+)
+REPEAT = int(os.environ.get("RMQ_BENCH_OFFLOAD_REPEAT", "3"))
 OVERHEAD = 240  # header, topic and properties (UNIQ_KEY, two KEYS tokens, TAGS) of a unit
-REPEAT = 3
 RMQ_TIERED = Path(sys.executable).parent / "rmq-tiered"
 INSTALLED_ENV = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
 """The sidecar's environment as installed: pip compiles its bytecode at install, so a start loads
