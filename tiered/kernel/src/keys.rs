@@ -42,7 +42,11 @@ struct Key<'a> {
 /// `UNIQ_KEY` and `KEYS` of a property section: the last non-empty value of each.
 fn key_values(props: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
     let (mut uniq, mut keys) = (None, None);
-    for item in props.split(|&b| b == ITEM_SEPARATOR) {
+    // the separators found with memchr (SIMD): a byte-by-byte split was a fifth of the work
+    let mut begin = 0;
+    for end in memchr::memchr_iter(ITEM_SEPARATOR, props).chain(std::iter::once(props.len())) {
+        let item = &props[begin..end];
+        begin = end + 1;
         if item.len() > UNIQ_NAME.len() && item.starts_with(UNIQ_NAME) {
             uniq = Some(&item[UNIQ_NAME.len()..]);
         } else if item.len() > KEYS_NAME.len() && item.starts_with(KEYS_NAME) {
