@@ -3,6 +3,7 @@ reading each unit alone, whatever the gaps, file boundaries and piece counts of 
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,7 @@ from tiered.broker import coalesce
 from tiered.broker.commitlog import CommitLog
 from tiered.broker.consumequeue import ConsumeQueue
 from tiered.broker.generator import generate_store
+from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
 from tiered.testing.sample_tier import rolling_spec
 
@@ -69,6 +71,49 @@ def test_units_in_any_order_and_more_pieces_than_iov_max(
     assert bytes(got.data[0]) == _expected(log, offsets[order], sizes[order])
     assert got.data[1] == bytearray()
     assert got.calls > len(log.files)
+
+
+@pytest.mark.parametrize("iov_max", [7, 1024])
+def test_a_large_range_read_in_two_halves_lands_every_byte(
+    store: Path, monkeypatch: pytest.MonkeyPatch, iov_max: int
+) -> None:
+    monkeypatch.setattr(coalesce, "IOV_MAX", iov_max)
+    monkeypatch.setattr(coalesce, "SPLIT_BYTES", 1)  # every range is split
+    threads: set[str] = set()
+    real = coalesce._preadv_all
+
+    def seen(*args: object) -> int:
+        threads.add(threading.current_thread().name)
+        return real(*args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(coalesce, "_preadv_all", seen)
+    log = CommitLog(store / "commitlog", FILE_SIZE)
+    queues = _queues(store)
+    got = coalesce.gather(log, [o for o, _ in queues], [s for _, s in queues])
+    assert got.errors == [None] * len(queues)
+    for (offsets, sizes), data in zip(queues, got.data, strict=True):
+        assert bytes(data) == _expected(log, offsets, sizes)
+    assert threads == {threading.current_thread().name, "tiered-read_0"}
+
+
+def test_a_short_split_read_is_an_error(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(coalesce, "SPLIT_BYTES", 1)
+    copy = tmp_path / "commitlog"
+    copy.mkdir()
+    for f in sorted((store / "commitlog").iterdir()):
+        (copy / f.name).write_bytes(f.read_bytes())
+    log = CommitLog(copy, FILE_SIZE)
+    offsets, sizes = _queues(store)[0]
+    last = log.files[-1]
+    in_last = offsets >= last.base
+    end = int((offsets[in_last] + sizes[in_last]).max()) - last.base
+    with last.path.open("r+b") as fh:  # torn: the end of the last file's range is gone
+        fh.truncate(end - 100)
+    got = coalesce.gather(log, [offsets[in_last]], [sizes[in_last]])
+    assert isinstance(got.errors[0], CorruptStoreFileError)
+    assert "short read" in str(got.errors[0])
 
 
 def test_a_deleted_file_fails_only_the_batches_that_needed_it(store: Path, tmp_path: Path) -> None:

@@ -6,14 +6,16 @@ requested unit of a dispatch round by physical offset, merges units separated by
 ``gap_bytes`` into one range (reading through the small gaps -- other queues' messages -- costs
 far less than a system call each), never across a file boundary, and reads each range with
 scatter I/O: one ``preadv`` (per ``IOV_MAX`` pieces) lands every unit directly at its place in
-its own queue's batch buffer, the gaps in a scratch buffer. No intermediate copy is made. A range
-whose file the broker deleted meanwhile fails only the batches with units in it.
+its own queue's batch buffer, the gaps in a scratch buffer. No intermediate copy is made. A large
+range is read in two halves at once (:data:`SPLIT_BYTES`). A range whose file the broker deleted
+meanwhile fails only the batches with units in it.
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -28,6 +30,10 @@ from tiered.native import kernel
 
 Int64s = npt.NDArray[np.int64]
 DEFAULT_GAP_BYTES = 256 << 10
+SPLIT_BYTES = 8 << 20
+"""A range this large is read by two threads, half each: this machine's page cache copies at
+~1.5-1.9 GB/s on one core, 2.6-2.7 on two, and a dispatch round's workers wait for its read
+(a 1 KiB catch-up's main thread spent ~0.8 of its 5 s there)."""
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 IOVEC = np.dtype([("base", np.uintp), ("len", np.uintp)])
 """``struct iovec``: a pointer and a size_t."""
@@ -126,20 +132,19 @@ def _preadv(
         fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return OffsetNotInStoreError(f"commitlog file {f.path} disappeared (the broker deleted it)")
-    done = 0
     try:
         at = position - f.base
-        for i in range(0, len(iov), IOV_MAX):
-            part = iov[i : i + IOV_MAX]
-            want = int(part["len"].sum())
-            got = _libc_preadv(fd, part.ctypes.data, len(part), at)
-            if got < 0:
-                err = ctypes.get_errno()
-                raise OSError(err, os.strerror(err), str(f.path))
-            done += got
-            if got != want:
-                break
-            at += got
+        if length < SPLIT_BYTES:
+            done = _preadv_all(fd, f, at, iov)
+        else:  # the second half on the helper thread, the first here, both without the GIL
+            half = len(iov) // 2 // IOV_MAX * IOV_MAX or len(iov) // 2
+            second = _READER.submit(
+                _preadv_all, fd, f, at + int(iov["len"][:half].sum()), iov[half:]
+            )
+            try:
+                done = _preadv_all(fd, f, at, iov[:half])
+            finally:
+                done += second.result()
     finally:
         os.close(fd)
     if done != length:
@@ -149,3 +154,25 @@ def _preadv(
             offset=position,
         )
     return None
+
+
+def _preadv_all(fd: int, f: CommitLogFile, at: int, iov: npt.NDArray[np.void]) -> int:
+    """``preadv`` the pieces of ``iov`` from file position ``at``, ``IOV_MAX`` a call; the
+    bytes read (fewer than asked at the end of the file)."""
+    done = 0
+    for i in range(0, len(iov), IOV_MAX):
+        part = iov[i : i + IOV_MAX]
+        want = int(part["len"].sum())
+        got = _libc_preadv(fd, part.ctypes.data, len(part), at)
+        if got < 0:
+            err = ctypes.get_errno()
+            raise OSError(err, os.strerror(err), str(f.path))
+        done += got
+        if got != want:
+            break
+        at += got
+    return done
+
+
+_READER = ThreadPoolExecutor(1, thread_name_prefix="tiered-read")
+"""The one thread that reads the second half of a large range (started at its first use)."""
