@@ -446,24 +446,34 @@ def test_mirror_equals_the_local_file_after_each_persist(tmp_path: Path) -> None
     assert list(mirror.list()) == [KEY]
 
 
-def test_mirror_spaced_puts_at_the_interval_and_at_the_end(tmp_path: Path) -> None:
+def test_mirror_spaced_puts_at_the_interval_and_at_the_end_once_due(tmp_path: Path) -> None:
     mirror = MemoryProvider()
     store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
+
+    def mirrored() -> bytes:
+        return mirror.read(KEY, 0, mirror.size(KEY))
+
     store.add_topic("Before")  # mirrored as every persist outside the block
     with store.mirror_spaced(3600):
         for step in range(3):
             store.add_topic(f"T{step}")
-            assert store.path.read_bytes() != mirror.read(KEY, 0, mirror.size(KEY))
+            assert store.path.read_bytes() != mirrored()
         assert (store.persist_count, store.mirror_count) == (4, 1)
-    assert store.mirror_count == 2  # the block's end put the newest persisted document
-    assert mirror.read(KEY, 0, mirror.size(KEY)) == store.path.read_bytes()
+    assert store.mirror_count == 1  # the interval has not passed: still behind after the block
+    with store.batch():  # a batch outside a block (as at close) puts a mirror left behind
+        pass
+    assert store.mirror_count == 2 and mirrored() == store.path.read_bytes()
+    with store.mirror_spaced(0.05):
+        store.add_topic("Soon")
+        assert store.mirror_count == 2
+        time.sleep(0.06)
+    assert store.mirror_count == 3 and mirrored() == store.path.read_bytes()  # due at the end
     with store.mirror_spaced(0):  # no interval: every persist mirrors
         store.add_topic("Each")
-        assert store.mirror_count == 3
-    assert store.mirror_count == 3  # nothing was behind at the end
+        assert store.mirror_count == 4
     store.add_topic("After")
-    assert (store.persist_count, store.mirror_count) == (6, 4)
-    assert mirror.read(KEY, 0, mirror.size(KEY)) == store.path.read_bytes()
+    assert (store.persist_count, store.mirror_count) == (7, 5)
+    assert mirrored() == store.path.read_bytes()
 
 
 def test_mirror_spaced_end_failure_is_retried_by_the_next_persist(tmp_path: Path) -> None:
@@ -471,10 +481,11 @@ def test_mirror_spaced_end_failure_is_retried_by_the_next_persist(tmp_path: Path
     mirror = FaultInjectingProvider(inner)
     store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
     store.add_topic("First")
-    spaced = store.mirror_spaced(3600)
+    spaced = store.mirror_spaced(0.05)
     spaced.__enter__()
     store.add_topic("Second")  # not mirrored: the interval has not passed
     mirror.set_plan(FaultPlan(rate=1.0, operations={"put"}, error=ProviderUnavailableError))
+    time.sleep(0.06)  # due at the end
     with pytest.raises(ProviderUnavailableError):
         spaced.__exit__(None, None, None)
     assert store.mirror_failures == 1

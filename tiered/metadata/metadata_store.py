@@ -5,10 +5,10 @@ replaces it atomically with the previous version kept as ``.bak`` (:mod:`tiered.
 then puts the same bytes to the backend mirror (:func:`mirror_key_for`), from which
 :meth:`MetadataStore.recover_from_mirror` rebuilds a lost local copy. Inside
 :meth:`MetadataStore.mirror_spaced` (a dispatch pass: one persist per round, a round every few
-hundred milliseconds in a catch-up) a persist mirrors only when the interval has passed since the
-last put, and the block's end puts what is left: the mirror lags the local file by at most the
-interval, as a recovery from it allows (it adds what a listing shows was uploaded later), and a
-catch-up pays one put every few seconds instead of one per round.
+hundred milliseconds in a catch-up, a pass a second in a live tail) a persist mirrors only when
+the interval has passed since the last put, and so does the block's end: the mirror lags the
+local file by about the interval, as a recovery from it allows (it adds what a listing shows was
+uploaded later), and offload pays one put every few seconds instead of one per round.
 
 Loading falls back from a damaged ``X`` to ``X.bak``; the damaged file is moved aside to
 ``X.corrupt-<ms>`` (never deleted) and reported in the :class:`LoadReport`. When neither file is
@@ -271,7 +271,10 @@ class MetadataStore:
     def mirror_spaced(self, interval_s: float) -> Iterator[None]:
         """Within the block, a persist mirrors only if ``interval_s`` has passed since the last
         mirror put (the local file is written every time); the block's end puts the newest
-        persisted document if its mirror is behind.
+        persisted document if its mirror is behind and the interval has passed. A mirror still
+        behind after the block is put by the next persist or :meth:`batch` end outside one, or
+        by the next block's once due (a dispatch pass is one block: a live tail's passes, one a
+        second, put it every ``interval_s``, not every pass).
 
         Raises:
             ProviderError: that last put failed (logged and counted as any mirror failure; the
@@ -283,9 +286,13 @@ class MetadataStore:
             yield
         finally:
             with self._lock:
+                due = self._mirror_due()
                 self._mirror_every = previous
-                if self._unmirrored is not None and self._mirror_stale:
-                    self._put_mirror(self._unmirrored)
+                if self._mirror_stale and due:
+                    if self._unmirrored is not None:
+                        self._put_mirror(self._unmirrored)
+                    elif not self._dirty:
+                        self._put_mirror(dump_metadata(self._doc).encode("utf-8"))
 
     @contextlib.contextmanager
     def batch(self) -> Iterator[None]:
