@@ -84,9 +84,10 @@ OBJECT_UNIT_BYTES = 256
 """On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
 consumequeue units a plan reads stay a few MiB)."""
 MIRROR_INTERVAL_S = 5.0
-"""Within a pass the metadata's backend mirror is put at most this often (seconds), and at the
-pass's end; the local file is still written every round. A catch-up's rounds come every few
-hundred milliseconds: a mirror put each was 5 % of its wall time on posix, a PUT each on S3."""
+"""While offloading the metadata's backend mirror is put at most this often (seconds), at the end
+of a pass too only once due (close puts what is left); the local file is still written every
+round. A catch-up's rounds come every few hundred milliseconds, a live tail's passes every
+second: a mirror put each was 5 % of a catch-up's wall time on posix, a PUT each on S3."""
 STATE_REFRESH_S = 10.0
 """The state file is written after a round that changed what ``status`` shows of a queue (its
 last upload, error or gaps) or the role, else at most this often (its local offsets, round count
@@ -355,8 +356,8 @@ class Dispatcher(Closeable):
 
     @contextlib.contextmanager
     def _mirror_spaced(self) -> Iterator[None]:
-        """A pass mirrors the metadata at most every :data:`MIRROR_INTERVAL_S` and at its end
-        (see :meth:`~tiered.metadata.MetadataStore.mirror_spaced`); a failed last put is logged
+        """A pass mirrors the metadata at most every :data:`MIRROR_INTERVAL_S` (see
+        :meth:`~tiered.metadata.MetadataStore.mirror_spaced`); a failed put at its end is logged
         and counted there and retried by the next persist, as a round's is."""
         spaced = self.flat_store.metadata.mirror_spaced(MIRROR_INTERVAL_S)
         try:
