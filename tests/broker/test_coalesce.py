@@ -4,6 +4,7 @@ reading each unit alone, whatever the gaps, file boundaries and piece counts of 
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -114,6 +115,28 @@ def test_a_short_split_read_is_an_error(
     got = coalesce.gather(log, [offsets[in_last]], [sizes[in_last]])
     assert isinstance(got.errors[0], CorruptStoreFileError)
     assert "short read" in str(got.errors[0])
+
+
+def test_a_failed_split_half_waits_for_the_other_and_raises(
+    store: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(coalesce, "SPLIT_BYTES", 1)
+    real = coalesce._preadv_all
+    finished: list[str] = []
+
+    def first_half_fails(fd: int, f: object, at: int, iov: object) -> int:
+        if threading.current_thread().name.startswith("tiered-read"):
+            time.sleep(0.05)
+            finished.append("second")
+            return real(fd, f, at, iov)  # type: ignore[arg-type]
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(coalesce, "_preadv_all", first_half_fails)
+    log = CommitLog(store / "commitlog", FILE_SIZE)
+    offsets, sizes = _queues(store)[0]
+    with pytest.raises(OSError, match="Input/output error"):
+        coalesce.gather(log, [offsets], [sizes])
+    assert finished  # the second half was waited for before the file was closed
 
 
 def test_a_deleted_file_fails_only_the_batches_that_needed_it(store: Path, tmp_path: Path) -> None:

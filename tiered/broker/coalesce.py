@@ -144,7 +144,8 @@ def _preadv(
             try:
                 done = _preadv_all(fd, f, at, iov[:half])
             finally:
-                done += second.result()
+                rest = second.result()  # before the fd closes, whatever the first half did
+            done += rest
     finally:
         os.close(fd)
     if done != length:
