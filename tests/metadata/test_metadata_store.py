@@ -495,6 +495,22 @@ def test_mirror_spaced_end_failure_is_retried_by_the_next_persist(tmp_path: Path
     assert inner.read(KEY, 0, inner.size(KEY)) == store.path.read_bytes()
 
 
+def test_mirror_spaced_never_puts_an_older_document_after_a_failed_put(tmp_path: Path) -> None:
+    inner = MemoryProvider()
+    mirror = FaultInjectingProvider(inner)
+    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
+    store.add_topic("First")
+    with store.mirror_spaced(0.05):
+        store.add_topic("Deferred")  # not due: left behind
+        time.sleep(0.06)
+        mirror.set_plan(FaultPlan(rate=1.0, operations={"put"}, error=ProviderUnavailableError))
+        with pytest.raises(ProviderUnavailableError):
+            store.add_topic("Newest")  # due, and its put fails
+        mirror.set_plan(FaultPlan())
+        time.sleep(0.06)
+    assert inner.read(KEY, 0, inner.size(KEY)) == store.path.read_bytes()  # the newest
+
+
 def test_recover_from_mirror_rebuilds_identical_documents(tmp_path: Path) -> None:
     mirror = MemoryProvider()
     store = _store(tmp_path / "a", mirror=mirror, mirror_key=KEY)

@@ -238,8 +238,10 @@ class MetadataStore:
             metrics.METADATA_LAST_PERSIST.set_to_current_time()
             self.last_persist_bytes = len(data)
             self._mirror_stale = self.mirror is not None
+            # the newest persisted document, until a put of it succeeds (a failed put, or one
+            # not due yet inside mirror_spaced, leaves it for the next chance)
+            self._unmirrored = data if self._mirror_stale else None
             if not self._mirror_due():
-                self._unmirrored = data  # put at the interval or at the end of mirror_spaced
                 return
             self._put_mirror(data)
 
