@@ -40,6 +40,15 @@ def _queues(store: Path) -> list[tuple[np.ndarray, np.ndarray]]:
     return out
 
 
+def _copied_log(store: Path, tmp_path: Path) -> CommitLog:
+    """A copy of the store's commitlog under ``tmp_path`` (to tear or delete files of)."""
+    copy = tmp_path / "commitlog"
+    copy.mkdir()
+    for f in sorted((store / "commitlog").iterdir()):
+        (copy / f.name).write_bytes(f.read_bytes())
+    return CommitLog(copy, FILE_SIZE)
+
+
 def _expected(log: CommitLog, offsets: np.ndarray, sizes: np.ndarray) -> bytes:
     return b"".join(log.read(int(o), int(s)) for o, s in zip(offsets, sizes, strict=True))
 
@@ -101,11 +110,7 @@ def test_a_short_split_read_is_an_error(
     store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(coalesce, "SPLIT_BYTES", 1)
-    copy = tmp_path / "commitlog"
-    copy.mkdir()
-    for f in sorted((store / "commitlog").iterdir()):
-        (copy / f.name).write_bytes(f.read_bytes())
-    log = CommitLog(copy, FILE_SIZE)
+    log = _copied_log(store, tmp_path)
     offsets, sizes = _queues(store)[0]
     last = log.files[-1]
     in_last = offsets >= last.base
@@ -140,11 +145,7 @@ def test_a_failed_split_half_waits_for_the_other_and_raises(
 
 
 def test_a_deleted_file_fails_only_the_batches_that_needed_it(store: Path, tmp_path: Path) -> None:
-    copy = tmp_path / "commitlog"
-    copy.mkdir()
-    for f in sorted((store / "commitlog").iterdir()):
-        (copy / f.name).write_bytes(f.read_bytes())
-    log = CommitLog(copy, FILE_SIZE)
+    log = _copied_log(store, tmp_path)
     offsets, sizes = _queues(store)[0]
     first = log.files[0]
     in_first = offsets < first.end

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,20 @@ from tiered.testing.sample_tier import sample_config
 
 T0 = 1_700_000_000_000
 SealedFactory = Callable[..., tuple[Path, bytes]]
+
+
+@pytest.fixture
+def synced(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The file descriptors ``os.fdatasync`` is called with from now on (each call still syncs)."""
+    calls: list[int] = []
+    fdatasync = os.fdatasync
+
+    def counted(fd: int) -> None:
+        calls.append(fd)
+        fdatasync(fd)
+
+    monkeypatch.setattr(os, "fdatasync", counted)
+    return calls
 
 
 @pytest.fixture

@@ -35,20 +35,15 @@ def _offsets(path: Path) -> str:
 
 
 def test_maintenance_checkpoints_when_due_not_at_every_run(
-    index_store: Path, index_config: ConfigFactory, monkeypatch: pytest.MonkeyPatch
+    index_store: Path,
+    index_config: ConfigFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    synced: list[int],
 ) -> None:
     cfg = index_config(index_store)
     metadata = MetadataStore(cfg.tiered_data_dir)
     metadata.load()
     index = IndexService(cfg, MemoryProvider(), metadata).start(catch_up=False)
-    synced: list[int] = []
-    fdatasync = os.fdatasync
-
-    def counted(fd: int) -> None:
-        synced.append(fd)
-        fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", counted)
     progress = index.directory / PROGRESS_NAME
     try:
         assert not index.checkpoint_due()  # nothing put: never due
@@ -76,19 +71,9 @@ def test_maintenance_checkpoints_when_due_not_at_every_run(
     assert '["T",0,11]' in _offsets(progress).replace(" ", "")  # close checkpoints
 
 
-def test_a_flush_is_one_fdatasync_of_the_whole_file(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_a_flush_is_one_fdatasync_of_the_whole_file(tmp_path: Path, synced: list[int]) -> None:
     """The slot table written through the map reaches the disk by the file's ``fdatasync``
     (Linux), which releases the GIL; what a reopened file reads is what was put."""
-    synced: list[int] = []
-    fdatasync = os.fdatasync
-
-    def counted(fd: int) -> None:
-        synced.append(fd)
-        fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", counted)
     f = IndexStoreFile.create(tmp_path, 1_700_000_000_000, slots=97, max_items=500)
     assert f.put_many(_batch(20, 0)) == 20
     f.flush()

@@ -6,7 +6,6 @@ written to it since the last one."""
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 
@@ -88,16 +87,8 @@ def test_the_saver_writes_a_burst_s_tail_and_then_sleeps(
 
 
 def test_a_flush_with_nothing_written_since_the_last_one_syncs_nothing(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, synced: list[int]
 ) -> None:
-    synced: list[int] = []
-    fdatasync = os.fdatasync
-
-    def counted(fd: int) -> None:
-        synced.append(fd)
-        fdatasync(fd)
-
-    monkeypatch.setattr(os, "fdatasync", counted)
     f = IndexStoreFile.create(tmp_path, 1_700_000_000_000, slots=97, max_items=500)
     f.flush()  # a new (or reopened) file: whatever is in the page cache is synced once
     assert len(synced) == 1
