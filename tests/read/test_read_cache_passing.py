@@ -37,3 +37,20 @@ def test_windows_not_passed_in_order_stay_until_they_expire() -> None:
     cache.put_window("T", 0, 4, window(4))  # follows the window at 0
     cache.put_window("T", 0, 94, window(94))  # follows the one at 90
     assert cache.windows == 10 + 3 + 2  # passed, but within the last PASSED_KEEP
+
+
+def test_a_window_loaded_ahead_passes_nothing_until_it_is_read_from_its_start() -> None:
+    """Prefetched windows (put before any reader reached them) keep the window being read, and
+    every one before it, until the reader reads at their start."""
+    cache = ReadAheadCache(1 << 30, expire_ms=60_000)
+    chain = range(0, 4 * (PASSED_KEEP + 3), 4)
+    for start in chain:  # each loaded ahead: none read yet
+        cache.put_window("T", 0, start, window(start))
+    assert cache.windows == len(chain)
+    assert cache.holds("T", 0, 5) and not cache.holds("T", 0, chain[-1] + 4)
+    assert cache.stats.accesses == 0  # holds() is not a read
+    for start in chain:  # the reader goes through them
+        run, first, end = cache.lookup("T", 0, start, 4)
+        assert (len(run), first, end) == (4, start, start + 4)
+    assert cache.windows == 1 + PASSED_KEEP
+    assert cache.lookup("T", 0, chain[-1] + 4, 4)[1:] == (-1, -1)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
@@ -15,6 +16,7 @@ from tiered.providers import PosixProvider
 from tiered.providers import unwrap
 
 from tiered.broker import message as msgcodec
+from tiered.core.fetcher import BULK_UNITS
 from tiered.core.fetcher import GetStatus
 from tiered.errors import IntegrityError
 from tiered.http.app import create_app
@@ -134,3 +136,31 @@ def test_the_api_answers_502_naming_the_segment(make_tier: TierFactory) -> None:
         assert key in error and "queue offset 50: body CRC mismatch" in error
     finally:
         server.stop()
+
+
+def test_a_prefetch_meeting_damage_leaves_the_report_to_the_reader(
+    make_tier: TierFactory,
+) -> None:
+    """Loaded ahead of the reader, a window that holds a damaged message keeps its good units
+    and reports nothing; the reader's own read meets the damage and reports it."""
+    tier = make_tier("posix")
+    bad = BULK_UNITS + 10  # in the window loaded ahead
+    damage_body(tier, bad)
+    store = tier.store("FORCE", read_ahead_message_count_threshold=BULK_UNITS)
+    before = failures()
+    try:
+        offset = 0
+        while offset < BULK_UNITS:
+            offset = store.get_message(TOPIC, QID, offset, 32).next_begin_offset
+        deadline = time.monotonic() + 30
+        while store.fetcher.prefetching:  # the window after the first one loaded ahead
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert store.fetcher.prefetched == 1
+        assert failures() == before  # the prefetch kept the good units and reported nothing
+        assert store.get_message(TOPIC, QID, offset, 32).next_begin_offset == bad
+        with pytest.raises(IntegrityError, match=f"queue offset {bad}"):
+            store.get_message(TOPIC, QID, bad, 32)
+        assert failures() > before
+    finally:
+        store.close()

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
+import threading
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field
 from enum import StrEnum
@@ -32,6 +35,7 @@ from tiered.core.read_unit import Unit
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError
 from tiered.errors import ReadPastEndError
+from tiered.errors import TieredStoreError
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.native import kernel
 
@@ -121,6 +125,13 @@ IntegrityHook = Callable[[FlatMessageFile, IntegrityError], None]
 
 BULK_UNITS = 256
 """A read of at least this many messages is a bulk read (a consumer's read-ahead or catch-up)."""
+PREFETCH_WORKERS = 2
+"""Threads that load the next read-ahead window of catch-ups ahead of their readers."""
+PREFETCH_PENDING = 8
+"""Windows at most loading or waiting to load ahead of readers; more catch-ups than this at once
+load their next window when they reach it, as without prefetching."""
+
+log = logging.getLogger(__name__)
 
 
 class TieredReader:
@@ -141,15 +152,16 @@ class TieredReader:
         self.bulk_index_units = -(-bulk_index_bytes // CQ_UNIT_SIZE)  # rounded up
         self._next: dict[str, int] = {}  # queue (flat file path) -> where its last run ended
 
-    def run(self, flat: FlatMessageFile, offset: int, count: int) -> Run:
+    def run(self, flat: FlatMessageFile, offset: int, count: int, *, report: bool = True) -> Run:
         """Up to ``count`` units from ``offset``: one consumequeue read, one commitlog read.
 
         The commitlog read is trimmed to ``readAheadMessageSizeThreshold`` bytes (at least one
         message is always read); it spans at most two segments, and the run ends with the last
         message it holds whole.
 
-        A message that fails its checks is reported (``on_integrity_error``) and ends the run;
-        when it is the first one, the error is raised.
+        A message that fails its checks is reported (``on_integrity_error``, unless not
+        ``report``: a read ahead of any reader) and ends the run; when it is the first one, the
+        error is raised.
 
         Raises:
             IntegrityError: the message at ``offset`` disagrees with its consumequeue entry or its
@@ -191,7 +203,8 @@ class TieredReader:
                 key=key,
                 offset=int(offs[i]),
             )
-            self.on_integrity_error(flat, err)
+            if report:
+                self.on_integrity_error(flat, err)
             if i == 0:
                 raise err
             rel, sizes, tags = rel[:i], sizes[:i], tags[:i]  # the good ones
@@ -223,12 +236,49 @@ def next_readable(flat: FlatMessageFile, offset: int) -> int | None:
 
 class Fetcher:
     """``getMessage`` on the tier side: range checks, the read-ahead cache, tag filtering -- all
-    over runs of units, never one object per message."""
+    over runs of units, never one object per message.
 
-    def __init__(self, reader: TieredReader, cache: ReadAheadCache | None, read_ahead_count: int):
+    A reader that has gone past the middle of a bulk read-ahead window (a catch-up) has the
+    window after it loaded ahead of it, on one of :data:`PREFETCH_WORKERS` threads: its next
+    pulls find it cached (or wait for that one read, never a second) instead of stopping for
+    the backend, and the checks of one window run while the last one is sent. Only when the
+    cache is not busy, at most :data:`PREFETCH_PENDING` windows at a time; a prefetch that
+    fails is dropped unreported (the reader's own read meets the error and reports it).
+    """
+
+    def __init__(
+        self,
+        reader: TieredReader,
+        cache: ReadAheadCache | None,
+        read_ahead_count: int,
+        *,
+        prefetch: bool = True,
+    ):
         self.reader = reader
         self.cache = cache
         self.read_ahead_count = read_ahead_count
+        self.prefetch = prefetch and cache is not None
+        self._lock = threading.Lock()
+        self._pending: set[tuple[str, int, int]] = set()
+        self._asked: dict[tuple[str, int], int] = {}  # queue -> the start last prefetched
+        self._pool: ThreadPoolExecutor | None = None
+        self._closed = False
+        self.prefetched = 0
+        """Windows loaded ahead of their reader (for tests and the debug log)."""
+
+    @property
+    def prefetching(self) -> int:
+        """Windows loading or waiting to load ahead of their readers now."""
+        with self._lock:
+            return len(self._pending)
+
+    def close(self) -> None:
+        """Stop prefetching: windows not yet loading are dropped, loading ones finish."""
+        with self._lock:
+            self._closed = True
+            pool, self._pool = self._pool, None
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
 
     def get(
         self,
@@ -287,10 +337,11 @@ class Fetcher:
         count = size = 0
         q = offset
         limit = min(hi, offset + self.read_ahead_count)
+        start = end = -1
         while q < limit and count < want.count:
             # a filter may skip messages: then look at the rest of the window
             need = limit - q if want.tags.tags is not None else want.count - count
-            run = cache.run(topic, qid, q, need)
+            run, start, end = cache.lookup(topic, qid, q, need)
             if not len(run):
                 span = min(32 if want.count == 1 else self.read_ahead_count, hi - q)
                 try:
@@ -301,7 +352,7 @@ class Fetcher:
                     if q == offset:
                         raise
                     break  # a gap or a damaged message: the next call starts (and fails) there
-                run = cache.run(topic, qid, q, need)
+                run, start, end = cache.lookup(topic, qid, q, need)
                 if not len(run):  # not cacheable (too big, cache full): read what is needed
                     rest = _Want(want.count - count, want.bytes - size, want.tags)
                     more, nxt = self._direct(flat, q, hi, rest, kept=count > 0)
@@ -313,13 +364,54 @@ class Fetcher:
                 count += len(taken)
                 size += taken.nbytes
             if stop is not None:
-                return runs, stop
+                q = stop
+                break
             q += len(run)
+        if self.prefetch and end < hi and 2 * (q - start) > end - start >= BULK_UNITS:
+            self._prefetch(flat, end, min(self.read_ahead_count, hi - end))
         return runs, q
 
-    def _fill(self, flat: FlatMessageFile, start: int, span: int) -> None:
+    def _fill(self, flat: FlatMessageFile, start: int, span: int, *, report: bool = True) -> None:
         assert self.cache is not None
-        self.cache.put_window(flat.topic, flat.queue_id, start, self.reader.run(flat, start, span))
+        run = self.reader.run(flat, start, span, report=report)
+        self.cache.put_window(flat.topic, flat.queue_id, start, run)
+
+    def _prefetch(self, flat: FlatMessageFile, start: int, span: int) -> None:
+        """Have the window of ``span`` units from ``start`` loaded ahead of its reader, unless it
+        was asked for already."""
+        queue = (flat.topic, flat.queue_id)
+        if self._asked.get(queue) == start:  # asked on every pull past the middle: once is enough
+            return
+        key = (*queue, start)
+        with self._lock:
+            if self._closed or key in self._pending or len(self._pending) >= PREFETCH_PENDING:
+                return
+            self._asked[queue] = start
+            self._pending.add(key)
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(PREFETCH_WORKERS, "tiered-prefetch")
+            self._pool.submit(self._load_ahead, flat, key, span)
+
+    def _load_ahead(self, flat: FlatMessageFile, key: tuple[str, int, int], span: int) -> None:
+        topic, qid, start = key
+        cache = self.cache
+        assert cache is not None
+
+        def fill() -> None:  # in the flight: a reader's load of it has put it or waits for this
+            if not cache.holds(topic, qid, start):
+                self._fill(flat, start, span, report=False)
+                self.prefetched += 1
+
+        try:
+            if not cache.busy:
+                cache.load_once(topic, qid, start, span, fill)
+        except TieredStoreError as e:  # the reader's own read meets it again, and reports it
+            log.debug("prefetch of %s/%d from %d dropped: %s", topic, qid, start, e)
+        except Exception:  # a bug: the reader still reads the window itself
+            log.exception("prefetch of %s/%d from %d failed", topic, qid, start)
+        finally:
+            with self._lock:
+                self._pending.discard(key)
 
 
 def take(run: Run, want: _Want, *, kept: bool) -> tuple[Run, int | None]:

@@ -160,7 +160,9 @@ class TieredMessageStore(Closeable):
         return store
 
     def close(self) -> None:
-        """Close the provider :meth:`open_read_only` built."""
+        """Stop loading windows ahead of readers; close the provider :meth:`open_read_only`
+        built."""
+        self.fetcher.close()
         if self._owned is not None:
             self._owned.close()
             self._owned = None

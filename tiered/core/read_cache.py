@@ -10,12 +10,14 @@ The cache counts as busy, and is bypassed, when more than 80 % of its byte budge
 Concurrent misses on a range another reader is already loading wait for that one backend read
 (single flight).
 
-A window is *passed* when the window that follows it in its queue is loaded (a reader went on
-past its end: a catch-up, read after read). Only the last :data:`PASSED_KEEP` passed windows
-stay (for a reader that asks again, or one a little behind); older ones are dropped at once
-rather than held until they expire. A catch-up then reuses the memory of the windows it has
-read instead of taking fresh memory for every window for as long as the expiry (15 s of a
-catch-up is gigabytes): fresh memory costs a page fault per 4 KiB, more than the copy into it.
+A window is *passed* when a reader reads from the start of the window that follows it in its
+queue (it went on past its end: a catch-up, read after read); a window loaded ahead of the
+reader (prefetched) passes nothing until the reader gets there. Only the last
+:data:`PASSED_KEEP` passed windows stay (for a reader that asks again, or one a little behind);
+older ones are dropped at once rather than held until they expire. A catch-up then reuses the
+memory of the windows it has read instead of taking fresh memory for every window for as long
+as the expiry (15 s of a catch-up is gigabytes): fresh memory costs a page fault per 4 KiB, more
+than the copy into it.
 """
 
 from __future__ import annotations
@@ -190,22 +192,40 @@ class ReadAheadCache:
         """Up to ``limit`` cached units from ``offset`` on, from the window that holds it
         (re-arming its expiry), as a slice of its run (no copy); empty on a miss. One
         access."""
+        return self.lookup(topic, queue_id, offset, limit)[0]
+
+    def lookup(self, topic: str, queue_id: int, offset: int, limit: int) -> tuple[Run, int, int]:
+        """:meth:`run`, with the queue offsets where the window that holds ``offset`` starts and
+        ends (``-1, -1`` on a miss). A read at a window's start passes the window before it (a
+        reader went on past its end)."""
         with self._lock:
             self.stats.accesses += 1
             starts = self._cache.starts.get((topic, queue_id))
             if not starts:
-                return _EMPTY
+                return _EMPTY, -1, -1
             i = bisect.bisect_right(starts, offset) - 1
             if i < 0:
-                return _EMPTY
+                return _EMPTY, -1, -1
             key = (topic, queue_id, starts[i])
             window = self._cache.get(key)
             if window is None or offset >= window.end:
-                return _EMPTY
+                return _EMPTY, -1, -1
             self.stats.hits += 1
             self._cache[key] = window  # expire-after-access: re-arm the timer
+            if offset == window.start:
+                self._pass_before(topic, queue_id, offset)
             at = offset - window.start
-            return window.run.slice(at, at + limit)
+            return window.run.slice(at, at + limit), window.start, window.end
+
+    def holds(self, topic: str, queue_id: int, offset: int) -> bool:
+        """Whether a window holds ``offset`` (not an access: no statistics, no expiry re-armed)."""
+        with self._lock:
+            starts = self._cache.starts.get((topic, queue_id))
+            if not starts:
+                return False
+            i = bisect.bisect_right(starts, offset) - 1
+            window = self._cache.get((topic, queue_id, starts[i])) if i >= 0 else None
+            return window is not None and offset < window.end
 
     def get(self, topic: str, queue_id: int, offset: int) -> Unit | None:
         """The unit at ``offset``, refreshing its window's expiry; ``None`` on a miss."""
@@ -220,7 +240,6 @@ class ReadAheadCache:
             self.stats.loads += 1
             if not len(run) or window.nbytes > self.max_bytes:
                 return
-            self._pass_before(topic, queue_id, start)
             self._cache.add((topic, queue_id, start), window)
 
     def _pass_before(self, topic: str, queue_id: int, start: int) -> None:
