@@ -38,6 +38,7 @@ from pydantic_core import core_schema
 
 from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.errors import ConfigError
+from tiered.offload_priority import NICE_MAX
 from tiered.properties import entries
 from tiered.properties import parse_properties
 from tiered.providers.registry import BUILTIN_NAMES
@@ -337,6 +338,16 @@ def _log_format(value: object) -> str:
     raise ValueError(f"is not one of {', '.join(LOG_FORMATS)} (any case)")
 
 
+def _nice(value: object) -> int:
+    try:
+        return _int(0, NICE_MAX)(value)
+    except ValueError as e:
+        raise ValueError(
+            f"{e}: set a Linux nice value, 0 for the process's own priority up to {NICE_MAX} for "
+            "the lowest"
+        ) from None
+
+
 def _host_name() -> str:
     try:
         return socket.gethostname() or "DEFAULT_BROKER"
@@ -399,6 +410,7 @@ PendingLimit = Annotated[int, _Before(_int(4, INT_MAX))]  # upstream semaphores 
 IndexItems = Annotated[int, _Before(_int(2, INT_MAX))]  # item 0 is never used
 Rate = Annotated[float, _Before(_rate)]
 LogLevel = Annotated[str, _Before(_log_level)]
+Nice = Annotated[int, _Before(_nice)]
 LogFormat = Annotated[str, _Before(_log_format)]
 
 
@@ -506,6 +518,11 @@ class TieredConfig(BaseModel):
         "tieredStoreDispatchStartPolicy",
         "first offset of a new queue: EARLIEST (local min) or RECENT",
         DispatchStartPolicy.EARLIEST,
+    )
+    tiered_offload_nice: Nice = _key(
+        "tieredOffloadNice",
+        "nice value of the offload's own threads, 0..19 (reads keep the process's priority)",
+        10,
     )
     tiered_store_topic_include: Globs = _key(
         "tieredStoreTopicInclude", "topics offloaded, glob patterns", ("*",)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+from concurrent.futures import Executor
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -62,9 +63,12 @@ def gather(
     sizes: list[Int64s],
     *,
     gap_bytes: int = DEFAULT_GAP_BYTES,
+    helper: Executor | None = None,
 ) -> Gathered:
     """Read request ``i``'s units ``(offsets[i][j], sizes[i][j])`` (in that order) into one new
-    buffer per request; see the module docstring."""
+    buffer per request; see the module docstring. ``helper`` reads the second half of a large
+    range; by default :data:`READER`, at the priority of the thread that first used it (the
+    dispatcher brings its own: see :mod:`tiered.offload_priority`)."""
     # buffers the reads fill completely: not zeroed first (a failed read discards its buffer)
     alloc = kernel().uninitialized
     out = [alloc(int(s.sum())) for s in sizes]
@@ -116,7 +120,7 @@ def gather(
             )
         else:
             part = iov[first_entry[r] : first_entry[r + 1]]
-            error = _preadv(files[fi], begin, end - begin, part)
+            error = _preadv(files[fi], begin, end - begin, part, helper or READER)
             calls += -(-len(part) // IOV_MAX)
         if error is not None:
             for o in np.unique(own[a:b]).tolist():
@@ -126,7 +130,7 @@ def gather(
 
 
 def _preadv(
-    f: CommitLogFile, position: int, length: int, iov: npt.NDArray[np.void]
+    f: CommitLogFile, position: int, length: int, iov: npt.NDArray[np.void], helper: Executor
 ) -> BrokerStoreError | None:
     try:
         fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
@@ -138,7 +142,7 @@ def _preadv(
             done = _preadv_all(fd, f, at, iov)
         else:  # the second half on the helper thread, the first here, both without the GIL
             half = len(iov) // 2 // IOV_MAX * IOV_MAX or len(iov) // 2
-            second = _READER.submit(
+            second = helper.submit(
                 _preadv_all, fd, f, at + int(iov["len"][:half].sum()), iov[half:]
             )
             try:
@@ -175,5 +179,6 @@ def _preadv_all(fd: int, f: CommitLogFile, at: int, iov: npt.NDArray[np.void]) -
     return done
 
 
-_READER = ThreadPoolExecutor(1, thread_name_prefix="tiered-read")
-"""The one thread that reads the second half of a large range (started at its first use)."""
+READER = ThreadPoolExecutor(1, thread_name_prefix="tiered-read")
+"""The thread that reads the second half of a large range for reads that serve consumers
+(started at its first use)."""

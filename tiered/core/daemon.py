@@ -3,7 +3,8 @@
 Jobs (each ``max_instances=1``, coalesced, so a long pass is never run twice at once):
 
 * dispatch, every ``tieredStoreDispatchIntervalMs``, first at start: one dispatcher pass (which
-  keeps running rounds while a backlog remains);
+  keeps running rounds while a backlog remains), on a thread of its own (``tiered-pass``) at the
+  offload's priority (``tieredOffloadNice``; the other jobs run at the process's);
 * expiry, every ``tieredStoreDeleteFileInterval``, first after one interval.
 
 SIGTERM or SIGINT sets the stop event: the running pass stops after its current round (its
@@ -23,6 +24,7 @@ from types import FrameType
 from typing import Any
 from typing import Protocol
 
+from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tiered import allocator
@@ -31,11 +33,17 @@ from tiered.errors import TieredStoreError
 from tiered.logs import error_fields
 from tiered.logs import traceback_if_debug
 from tiered.metadata import now_ms
+from tiered.offload_priority import with_nice
 from tiered.providers import Provider
 
 from .sidecar import Sidecar
 
 log = logging.getLogger(__name__)
+
+OFFLOAD = "offload"
+"""The scheduler's executor of the dispatch job: one thread at ``tieredOffloadNice``. The other
+jobs stay on the default executor: the index's maintenance reads the tier, and a pool a read
+starts (the S3 read-ahead's) would inherit the priority of the thread that started it."""
 
 
 class _DropSkipped(logging.Filter):
@@ -79,15 +87,27 @@ class Daemon:
         self.stop = threading.Event()
         scheduler_log = logging.getLogger("tiered.scheduler")
         scheduler_log.addFilter(_DropSkipped())
-        self.scheduler = BackgroundScheduler(timezone=dt.UTC, logger=scheduler_log)
+        offload: dict[str, Any] = {"thread_name_prefix": "tiered-pass"}
+        offload["initializer"] = with_nice(cfg.tiered_offload_nice)
+        self.scheduler = BackgroundScheduler(
+            timezone=dt.UTC,
+            logger=scheduler_log,
+            executors={"default": ThreadPoolExecutor(), OFFLOAD: ThreadPoolExecutor(1, offload)},
+        )
         self.passes = 0
         self.services: list[Service] = []
 
     def add_job(
-        self, func: Callable[[], Any], interval_ms: int, *, name: str, now: bool = False
+        self,
+        func: Callable[[], Any],
+        interval_ms: int,
+        *,
+        name: str,
+        now: bool = False,
+        executor: str = "default",
     ) -> None:
         """Run ``func`` every ``interval_ms``, one instance at a time; first at once with
-        ``now``, else after one interval."""
+        ``now``, else after one interval; on ``executor`` (``default`` or :data:`OFFLOAD`)."""
         extra: dict[str, Any] = {"next_run_time": dt.datetime.now(dt.UTC)} if now else {}
         self.scheduler.add_job(
             func,
@@ -95,6 +115,7 @@ class Daemon:
             seconds=interval_ms / 1000,
             id=name,
             name=name,
+            executor=executor,
             max_instances=1,
             coalesce=True,
             misfire_grace_time=None,
@@ -164,7 +185,7 @@ class Daemon:
                 self.cfg.tiered_store_dispatch_interval_ms,
             )
             interval = self.cfg.tiered_store_dispatch_interval_ms
-            self.add_job(self._dispatch, interval, name="dispatch", now=True)
+            self.add_job(self._dispatch, interval, name="dispatch", now=True, executor=OFFLOAD)
             self.add_job(self._expire, self.cfg.tiered_store_delete_file_interval_ms, name="expiry")
             if self.sidecar.index is not None:  # checkpoints, catch-up, compaction, expiry
                 self.sidecar.index.schedule(self.add_job)

@@ -14,6 +14,9 @@ After a round, commitlog ranges below every queue's next unit (all queues are do
 are released from the page cache with ``posix_fadvise(DONTNEED)`` when they are cold (their
 newest message older than :data:`COLD_AGE_MS`): a catch-up does not evict the broker's hot pages.
 
+The workers, the commit notifier and the dispatcher's own reader of large commitlog ranges run
+at ``tieredOffloadNice`` (:mod:`tiered.offload_priority`).
+
 Only a master uploads (``brokerRole`` != SLAVE and ``brokerId`` == 0, or
 ``tieredStoreUploadOnSlave``); otherwise a pass does nothing and the role is ``standby``.
 """
@@ -46,6 +49,7 @@ from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
 from tiered.logs import error_fields
 from tiered.metadata import now_ms
+from tiered.offload_priority import with_nice
 
 from .dispatch_state import Gap
 from .dispatch_state import QueueState
@@ -139,7 +143,11 @@ class Dispatcher(Closeable):
         in_memory = cfg.tiered_backend_service_provider == "memory"
         cap = MEMORY_WORKERS if in_memory else MAX_WORKERS
         self.workers = workers or max(1, min(cfg.tiered_store_max_pending_limit // 4, cap))
-        self._pool = ThreadPoolExecutor(self.workers, thread_name_prefix="tiered-dispatch")
+        nice = with_nice(cfg.tiered_offload_nice)
+        self._pool = ThreadPoolExecutor(self.workers, "tiered-dispatch", initializer=nice)
+        self._reader = ThreadPoolExecutor(1, "tiered-read-offload", initializer=nice)
+        """The second reader of a large commitlog range (:mod:`tiered.broker.coalesce`): the
+        dispatcher's own, at the offload's priority; reads for consumers use another."""
         self._pass_lock = threading.Lock()
         snapshot = state_file.load() if state_file else StateSnapshot()
         self.states: dict[tuple[str, int], QueueState] = snapshot.queues
@@ -147,7 +155,7 @@ class Dispatcher(Closeable):
         self.released_upto = 0
         self.released_bytes = 0
         self.commit_listeners: list[CommitListener] = []
-        self._notifier = _Notifier(self.commit_listeners)
+        self._notifier = _Notifier(self.commit_listeners, nice)
         self._state_saved = -STATE_REFRESH_S
         self._state_shown: object = None
         self._state_stale = False
@@ -172,6 +180,7 @@ class Dispatcher(Closeable):
         """Wait for running steps and stop the worker threads (``cancel``: drop queued ones),
         then write the state file as it is."""
         self._pool.shutdown(wait=True, cancel_futures=cancel)
+        self._reader.shutdown(wait=True)
         self._notifier.close()
         if self._state_stale:
             self._save_state(sync=False, force=True)
@@ -293,7 +302,7 @@ class Dispatcher(Closeable):
             BatchRequest(p.flat.topic, p.flat.queue_id, p.current, u, p.read_ahead)
             for p, u in sends
         ]
-        read, next_times = self.local.read_batches(requests)
+        read, next_times = self.local.read_batches(requests, helper=self._reader)
         batches: dict[tuple[str, int], tuple[MessageBatch | TieredStoreError, int | None]] = {
             p.queue: (got, next_time)
             for (p, _), got, next_time in zip(sends, read, next_times, strict=True)
@@ -447,9 +456,9 @@ class _Notifier:
     stay in memory until then). A listener's exception is logged and never fails the upload.
     """
 
-    def __init__(self, listeners: list[CommitListener]) -> None:
+    def __init__(self, listeners: list[CommitListener], initializer: Callable[[], None]) -> None:
         self.listeners = listeners
-        self._pool = ThreadPoolExecutor(1, thread_name_prefix="tiered-commit")
+        self._pool = ThreadPoolExecutor(1, "tiered-commit", initializer=initializer)
         self._room = threading.Condition()
         self._pending = 0
 

@@ -20,6 +20,7 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -296,7 +297,7 @@ class LocalSource:
         return lo
 
     def read_batches(
-        self, requests: list[BatchRequest]
+        self, requests: list[BatchRequest], *, helper: Executor | None = None
     ) -> tuple[list[MessageBatch | BrokerStoreError], list[int | None]]:
         """The batches of many queues at once, and the store time of each request's first
         ``after`` unit.
@@ -307,14 +308,18 @@ class LocalSource:
         units is an error in its place. The store time after a batch is ``None`` without an
         ``after`` unit, or when its header could not be read or does not match it; the headers
         are gathered in the same preads (the message after a batch usually lies inside a range
-        read anyway)."""
+        read anyway). ``helper`` reads the second half of a large range (default: the one that
+        serves reads, :func:`tiered.broker.coalesce.gather`)."""
         if not requests:
             return [], []
         offs = [r.units["offset"].astype(np.int64) for r in requests]
         sizes = [r.units["size"].astype(np.int64) for r in requests]
         nexts = [_first_after(r) for r in requests]
         got = coalesce.gather(
-            self.commitlog, offs + [o for o, _ in nexts], sizes + [z for _, z in nexts]
+            self.commitlog,
+            offs + [o for o, _ in nexts],
+            sizes + [z for _, z in nexts],
+            helper=helper,
         )
         self.preads += got.calls
         n = len(requests)

@@ -83,6 +83,7 @@ from tiered.metadata import LONG_MAX
 from tiered.metadata import MetadataStore
 from tiered.metadata import now_ms
 from tiered.metadata.state_file import JsonStateFile
+from tiered.offload_priority import lower_thread_priority
 from tiered.providers.base import Provider
 
 log = logging.getLogger(__name__)
@@ -244,9 +245,11 @@ class IndexService(Closeable):
     def _start_saver(self) -> None:
         """Write the fast progress copy one interval after it moved unsaved (the puts of a short
         burst are saved too, not only those followed by another put). The thread sleeps while
-        nothing moves: polling every interval cost an idle sidecar ~6 CPU-ms per second."""
+        nothing moves: polling every interval cost an idle sidecar ~6 CPU-ms per second. It runs
+        at the offload's priority (``tieredOffloadNice``)."""
 
         def run() -> None:
+            lower_thread_priority(self.cfg.tiered_offload_nice)
             moved = self.progress.moved
             while True:
                 moved.wait()
