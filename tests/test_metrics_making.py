@@ -141,3 +141,24 @@ def test_a_failed_index_step_is_counted_under_its_stage_and_raised_unchanged() -
         "rocketmq_tiered_store_index_failures_total", {"stage": "compact"}
     )
     assert before is not None and after == before + 1
+
+
+def test_hooks_run_before_every_collection_and_go_with_their_object() -> None:
+    """A counter a hot path keeps in a plain number is published by a before_collect hook: a
+    scrape (here get_sample_value) sees it current; a hook's object gone, the hook is too."""
+    out = _run(
+        "from tiered import metrics\n"
+        "import gc\n"
+        "class Reads:\n"
+        "    def __init__(self): self.n = self.seen = 0\n"
+        "    def sync(self):\n"
+        "        metrics.READ_AHEAD_CACHE_ACCESS.inc(self.n - self.seen); self.seen = self.n\n"
+        "reads = Reads(); metrics.before_collect(reads.sync)\n"
+        "name = 'rocketmq_tiered_store_read_ahead_cache_access_total'\n"
+        "before = metrics.REGISTRY.get_sample_value(name)\n"
+        "reads.n += 3\n"
+        "after = metrics.REGISTRY.get_sample_value(name)\n"
+        "del reads; gc.collect(); metrics.REGISTRY.get_sample_value(name)\n"
+        "print(json.dumps([before, after, len(metrics._BEFORE.hooks)]))"
+    )
+    assert out == [0.0, 3.0, 0]

@@ -108,6 +108,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
+import weakref
 from collections.abc import Callable
 from collections.abc import Sequence
 from types import ModuleType
@@ -168,6 +169,7 @@ __all__ = [
     "REMOTING_REQUESTS",
     "STORAGE_MESSAGE_RESERVE_TIME",
     "STORAGE_SIZE",
+    "before_collect",
     "child",
     "counts_index_failures",
     "discard",
@@ -328,6 +330,51 @@ def _histogram(
     )
 
 
+class _BeforeCollect:
+    """A collector that yields no metric: registered ahead of every family, it runs the
+    :func:`before_collect` hooks whenever the registry is collected (a scrape of ``/metrics``,
+    ``get_sample_value``), so a counter that a hot path keeps as a plain number is brought up to
+    date just before it is read."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.hooks: list[Callable[[], Callable[[], None] | None]] = []
+
+    def add(self, hook: Callable[[], None]) -> None:
+        ref: Callable[[], Callable[[], None] | None]
+        if hasattr(hook, "__self__"):  # a bound method: held weakly, dropped with its object
+            ref = weakref.WeakMethod(hook)
+        else:
+
+            def ref() -> Callable[[], None]:
+                return hook
+
+        with self.lock:
+            self.hooks.append(ref)
+
+    def describe(self) -> list[Any]:
+        return []
+
+    def collect(self) -> list[Any]:
+        with self.lock:
+            self.hooks = [ref for ref in self.hooks if ref() is not None]
+            live = [ref() for ref in self.hooks]
+        for hook in live:
+            if hook is not None:
+                hook()
+        return []
+
+
+_BEFORE = _BeforeCollect()
+
+
+def before_collect(hook: Callable[[], None]) -> None:
+    """Run ``hook`` before every collection of the default registry (held weakly when it is a
+    bound method). For counters a per-request path counts in plain numbers and publishes only
+    when someone looks."""
+    _BEFORE.add(hook)
+
+
 def register() -> None:
     """Make every family of this module now, in prometheus_client's default registry (``run``
     calls it before anything is served; otherwise the first use of any family does). After
@@ -335,6 +382,8 @@ def register() -> None:
     with _making.lock:
         if _making.made:
             return
+        if not _making.discard:  # first: it runs before the families are collected
+            _client().REGISTRY.register(_BEFORE)
         names = globals()
         for name, value in list(names.items()):
             if isinstance(value, _Pending):

@@ -42,6 +42,10 @@ BUSY_RATE = 0.8
 PASSED_KEEP = 4
 """Windows kept after a reader has gone on past them (see the module docstring)."""
 EXPIRE_EVERY_S = 0.1
+REARM_EVERY_S = 0.1
+"""A window's expiry is re-armed by a read at most this often (a TTLCache write per read of a
+32-message pull was a tenth of the pull's cost): it may expire up to this much earlier than
+``readAheadCacheExpireDuration`` after its last read."""
 _EMPTY = Run.empty()
 QueueKey = tuple[str, int]
 
@@ -71,12 +75,14 @@ class CacheStats:
     waits: int = 0
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Window:
-    """Consecutive units of one queue from queue offset ``start``: one read, kept whole."""
+    """Consecutive units of one queue from queue offset ``start``: one read, kept whole;
+    ``armed``: when its expiry was last re-armed."""
 
     start: int
     run: Run
+    armed: float = float("-inf")
 
     @property
     def end(self) -> int:
@@ -100,6 +106,8 @@ class _Windows(TTLCache[WindowKey, Window]):
         super().__init__(maxsize, ttl, timer=timer, getsizeof=lambda w: max(1, w.nbytes))
         self.starts: dict[QueueKey, list[int]] = {}
         self.messages = 0
+        self.nbytes = 0
+        """``currsize`` without expiring anything (TTLCache's expires first: asked per read)."""
 
     def add(self, key: WindowKey, window: Window) -> None:
         """Insert (or replace) a window and index its start."""
@@ -109,10 +117,12 @@ class _Windows(TTLCache[WindowKey, Window]):
         self[key] = window
         bisect.insort(self.starts.setdefault(key[:2], []), key[2])
         self.messages += len(window.run)
+        self.nbytes += max(1, window.nbytes)
 
     def forget(self, key: WindowKey, window: Window) -> None:
         """Drop a window's start from the index."""
         self.messages -= len(window.run)
+        self.nbytes -= max(1, window.nbytes)
         starts = self.starts.get(key[:2])
         if starts is None:
             return
@@ -186,7 +196,7 @@ class ReadAheadCache:
             with self._lock:
                 self._cache.expire()
             self._expired_at = now
-        return int(self._cache.currsize) > BUSY_RATE * self.max_bytes
+        return self._cache.nbytes > BUSY_RATE * self.max_bytes
 
     def run(self, topic: str, queue_id: int, offset: int, limit: int) -> Run:
         """Up to ``limit`` cached units from ``offset`` on, from the window that holds it
@@ -211,7 +221,10 @@ class ReadAheadCache:
             if window is None or offset >= window.end:
                 return _EMPTY, -1, -1
             self.stats.hits += 1
-            self._cache[key] = window  # expire-after-access: re-arm the timer
+            now = self._clock()
+            if now - window.armed >= REARM_EVERY_S:  # expire-after-access: re-arm the timer
+                self._cache[key] = window
+                window.armed = now
             if offset == window.start:
                 self._pass_before(topic, queue_id, offset)
             at = offset - window.start
@@ -235,7 +248,7 @@ class ReadAheadCache:
     def put_window(self, topic: str, queue_id: int, start: int, run: Run) -> None:
         """Cache a run of consecutive units (queue offsets ``start``, ``start + 1``, ...) as one
         window (a window bigger than the whole budget is not cached)."""
-        window = Window(start, run)
+        window = Window(start, run, self._clock())
         with self._lock:
             self.stats.loads += 1
             if not len(run) or window.nbytes > self.max_bytes:

@@ -27,7 +27,7 @@ class LocalView(Protocol):
     def residency(self, topic: str, queue_id: int, offset: int, batch: int) -> Residency | None: ...
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: five times cheaper to make, one per read
 class Route:
     """A routing decision and why it was taken."""
 

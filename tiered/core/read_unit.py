@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from dataclasses import field
 
 import numpy as np
 import numpy.typing as npt
@@ -31,17 +32,19 @@ class Unit:
         return msgcodec.decode(self.data)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True, eq=False)
 class Run:
     """Units read in one go: unit ``i`` is ``data[rel[i]:rel[i]+sizes[i]]`` at queue offset
     ``qoffs[i]`` with tag code ``tags[i]``. Slices and selections share ``data``: a bulk reader
-    hands views of it to the socket and makes no object per message."""
+    hands views of it to the socket and makes no object per message. Never changed once made
+    (not frozen: a frozen dataclass costs five times as much to make, and a pull makes a few)."""
 
     data: Buffer
     rel: Int64s
     sizes: Int64s
     tags: Int64s
     qoffs: Int64s
+    _nbytes: int = field(default=-1, init=False, repr=False)
 
     @classmethod
     def empty(cls) -> Run:
@@ -67,8 +70,11 @@ class Run:
 
     @property
     def nbytes(self) -> int:
-        """Bytes of its units (not of the buffer they are cut from)."""
-        return int(_total(self.sizes))
+        """Bytes of its units (not of the buffer they are cut from); summed once."""
+        n = self._nbytes
+        if n < 0:
+            n = self._nbytes = int(_total(self.sizes))
+        return n
 
     def slice(self, start: int, stop: int) -> Run:
         """Units ``start`` to ``stop`` (no copy)."""
@@ -92,7 +98,7 @@ class Run:
             return b""
         start, end = int(self.rel[0]), int(self.rel[-1] + self.sizes[-1])
         mv = memoryview(self.data)
-        if end - start == int(_total(self.sizes)):
+        if end - start == self.nbytes:
             return mv[start:end]
         rel, sizes = self.rel.tolist(), self.sizes.tolist()
         return b"".join(mv[a : a + z] for a, z in zip(rel, sizes, strict=True))

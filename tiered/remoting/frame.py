@@ -14,12 +14,13 @@ back. Every malformed input is a :class:`~tiered.errors.ProtocolError` naming wh
 
 from __future__ import annotations
 
-import json
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from typing import Any
+
+import orjson
 
 from tiered.errors import ProtocolError
 
@@ -35,9 +36,10 @@ _LANGUAGE_CODES = {name: code for code, name in LANGUAGES.items()}
 _FIXED = struct.Struct(">hBhii")  # code, language, version, opaque, flag
 _I16, _I32 = struct.Struct(">h"), struct.Struct(">i")
 MIN_FRAME = 4  # the header-length word
-_JSON_OUT = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
-"""One encoder for every header: ``json.dumps`` with options builds a new one per call."""
-_JSON_IN = json.JSONDecoder().decode
+# orjson: a pull's header in and out costs about 2 us instead of the json module's 10 (a
+# third of what the endpoint's own Python spends on a 32-message pull)
+_JSON_OUT = orjson.dumps
+_JSON_IN = orjson.loads
 
 
 @dataclass(slots=True)
@@ -114,8 +116,8 @@ def _int_field(header: dict[str, Any], name: str, default: int | None = None) ->
 
 def _decode_json(raw: bytes) -> Command:
     try:
-        header = _JSON_IN(raw.decode("utf-8"))  # RocketMQ writes the JSON header in UTF-8
-    except (UnicodeDecodeError, ValueError) as e:
+        header = _JSON_IN(raw)  # RocketMQ writes the JSON header in UTF-8
+    except ValueError as e:  # orjson.JSONDecodeError, also for bytes that are not UTF-8
         raise ProtocolError(f"the JSON header does not parse ({e})", "not_json") from e
     if not isinstance(header, dict):
         raise ProtocolError("the JSON header is not an object", "not_json")
@@ -235,7 +237,7 @@ def _json_header(command: Command) -> bytes:
     }
     if command.remark is not None:
         header["remark"] = command.remark
-    return _JSON_OUT(header).encode("utf-8")
+    return _JSON_OUT(header)
 
 
 def _rocketmq_header(command: Command) -> bytes:
