@@ -70,33 +70,45 @@ def test_a_held_queue_reads_only_the_units_written_since_the_last_pass(
     store = offload_case.store(spec)
     cfg = _holding(offload_case, store)
     provider = MemoryProvider()
-    reads: list[tuple[int, int]] = []
+    reads: list[tuple[int, int]] = []  # units read from consumequeue files: (first, count)
+    calls: list[int] = []  # read_units calls
+    read_part = local_mod._read_whole_file_part
+
+    def counted(path: str, file_size: int, position: int, length: int) -> Any:
+        reads.append((position // 20, length // 20))
+        return read_part(path, file_size, position, length)
+
+    monkeypatch.setattr(local_mod, "_read_whole_file_part", counted)
     with Sidecar(cfg, provider) as sidecar:
         local = sidecar.dispatcher.local
         read_units = local.read_units
 
-        def counted(topic: str, qid: int, start: int, count: int) -> Any:
-            reads.append((start, count))
+        def called(topic: str, qid: int, start: int, count: int) -> Any:
+            calls.append(start)
             return read_units(topic, qid, start, count)
 
-        monkeypatch.setattr(local, "read_units", counted)
+        monkeypatch.setattr(local, "read_units", called)
         clock = [now + 1000]
         sidecar.dispatcher.clock = lambda: clock[0]
         assert sidecar.dispatcher.run_pass().messages == 0  # young and few: held
-        first = list(reads)
+        first = list(calls)
         for i in range(3):
             offload_case.append(store, seed=50 + i, messages=100, start_ms=now + 10 * (i + 1))
             reads.clear()
+            calls.clear()
             assert sidecar.dispatcher.run_pass().messages == 0
-            # only what came since the last pass: from the old end, not from the tier's end
+            # only what came since the last pass: from the old end, not from the tier's end;
+            # the units the max offset's scan read are not read again
             assert reads and all(start >= 100 * (i + 1) for start, _ in reads), reads
-            assert sum(count for _, count in reads) <= 100 + 1
+            assert calls == []
+            # a probe then a chunk; once the queue is live, one read
+            assert len(reads) == (2 if i == 0 else 1), reads
         clock[0] = now + 610_000  # the first held message is old enough now: all of it goes
-        reads.clear()
+        calls.clear()
         report = sidecar.dispatcher.run_pass()
         assert report.messages == 400
-        assert reads[0][0] == 0  # the batch that goes is read again, as the broker has it now
-    assert first[0][0] == 0
+        assert calls[0] == 0  # the batch that goes is read again, as the broker has it now
+    assert first[0] == 0
     assert check_tier(cfg, provider).problems == []
 
 
@@ -189,6 +201,36 @@ def test_max_offset_follows_a_queue_across_files_without_listing_each_time(
         assert local.max_offset(topic, qid) == end
         if end % 400:  # in the middle of a file: read on from the last answer, no listing
             assert listings[0] == 0
+
+
+def test_the_units_a_max_offset_scan_found_are_those_a_read_returns(
+    offload_case: SidecarCase, small_spec: GenSpec
+) -> None:
+    spec = _spec(small_spec, topics=1, queues=2, messages=150)  # 400-unit consumequeue files
+    store = offload_case.store(spec)
+    local = LocalSource(offload_case.config(store))
+    queues = local.queues()
+    ends = {q: local.max_offset(*q) for q in queues}
+    served = 0
+    for i, more in enumerate([37, 200, 1, 120, 600, 2, 90, 300, 45, 5, 260, 80]):
+        offload_case.append(store, seed=10 + i, messages=more)  # across files too
+        for q in queues:
+            before, end = ends[q], local.max_offset(*q)
+            ends[q] = end
+            assert (
+                end
+                == cqmod.ConsumeQueue(store / "consumequeue" / q[0] / str(q[1]), 8000).max_offset()
+            )
+            tail = local.tail_units(*q, before, end - before)
+            if tail is not None:
+                served += 1
+                assert tail.tobytes() == local.read_units(*q, before, end - before).tobytes()
+            assert local.tail_units(*q, before - 1, 2) is None  # only what the scan read
+            assert local.tail_units(*q, before, end - before + 1) is None
+    assert served >= len(queues) * 8  # not the scans that crossed into a new file
+    for q in queues:  # nothing new: nothing kept
+        assert local.max_offset(*q) == ends[q]
+        assert local.tail_units(*q, ends[q] - 1, 1) is None
 
 
 def test_max_offset_of_a_queue_whose_files_were_replaced(

@@ -99,6 +99,10 @@ class LocalSource:
         self.cq_file_size = cq_size
         self._queues: dict[tuple[str, int], cqmod.ConsumeQueue] = {}
         self._max_hint: dict[tuple[str, int], int] = {}
+        self._tail: dict[tuple[str, int], tuple[int, Units]] = {}
+        """Per queue: the units the last max offset scan found past its previous answer."""
+        self._live: set[tuple[str, int]] = set()
+        """Queues whose last max offset scan found new units."""
         self._min_memo: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._has_memo: dict[tuple[str, int], float] = {}
         self._listed = time.monotonic()
@@ -158,6 +162,7 @@ class LocalSource:
             return -1
         key = (topic, queue_id)
         hint = self._max_hint.get(key)
+        self._tail.pop(key, None)
         if hint is not None:
             found = self._scan_from(topic, queue_id, hint)
             if found is not None:
@@ -187,31 +192,63 @@ class LocalSource:
         holds it, without listing the queue's directory (a listing per queue per dispatch pass
         showed in profiles); ``None`` when only the listing can tell: ``hint`` is at a file's
         start (is there a next file yet?), the file is full, gone or not of the configured
-        size. A queue with nothing new costs one 20-byte read."""
+        size. A queue with nothing new costs one 20-byte read; a queue that had new units at the
+        last scan is read from ``hint`` with a chunk at once (one read, not two, while it is
+        live). The units found from ``hint`` in the first read or chunk are kept for
+        :meth:`tail_units`."""
         path, base, per_file = self._cq_file(topic, queue_id, hint)
         pos = hint - base
         if pos == 0 and hint:
             return None
+        key = (topic, queue_id)
         unit = cqmod.CQ_UNIT_SIZE
-        probe = _read_whole_file_part(path, per_file * unit, pos * unit, unit)
-        if probe is None:
+        n = min(1 + TAIL_CHUNK_UNITS, per_file - pos) if key in self._live else 1
+        head = _read_whole_file_part(path, per_file * unit, pos * unit, n * unit)
+        if head is None:
             return None
-        offset, size = _OFFSET_SIZE.unpack_from(probe)
+        offset, size = _OFFSET_SIZE.unpack_from(head)
         if offset < 0 or size <= 0:  # not written yet (the broker's recovery test)
+            self._live.discard(key)
             return hint
-        pos += 1
+        self._live.add(key)
         chunk = TAIL_CHUNK_UNITS
+        if n > 1:  # the unit at hint and a chunk after it: the end may be in it
+            units = cqmod.decode_units(head)
+            k = cqmod.first_invalid(units)
+            self._tail[key] = (hint, units[:k])
+            if k < n:
+                return hint + k
+            head, chunk = b"", 4 * TAIL_CHUNK_UNITS
+        pos += n
         while pos < per_file:
             n = min(chunk, per_file - pos)
             raw = _read_whole_file_part(path, per_file * unit, pos * unit, n * unit)
             if raw is None:
                 return None
-            k = cqmod.first_invalid(cqmod.decode_units(raw))
+            units = cqmod.decode_units(head + raw)
+            k = cqmod.first_invalid(units) - len(head) // unit
+            if head:  # the probe's unit and this chunk's
+                self._tail[key] = (hint, units[: len(head) // unit + k])
             if k < n:
                 return base + pos + k
+            head = b""
             pos += n
             chunk *= 4
         return None
+
+    def tail_units(self, topic: str, queue_id: int, start: int, count: int) -> Units | None:
+        """The ``count`` consumequeue units from ``start`` when the queue's last
+        :meth:`max_offset` read them all, else None. That scan decodes the units written since
+        the answer before it; a dispatch pass that holds a queue's batch needs exactly those
+        next, so they are not read from the file a second time. Units once written never
+        change."""
+        tail = self._tail.get((topic, queue_id))
+        if tail is None or count <= 0:
+            return None
+        first, units = tail
+        if start < first or start + count > first + len(units):
+            return None
+        return units[start - first : start - first + count]
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The first queue offset whose message the broker still has (spec §3.4); -1 for an

@@ -14,7 +14,8 @@ lock throughout. In order:
    or the backlog reaches ``tieredStoreGroupCommitCount`` messages or
    ``tieredStoreGroupCommitSize`` bytes, or on flush (or with ``tieredStoreGroupCommit=false``).
    A queue that holds remembers the sizes of the units it read and its first message's store
-   time (:class:`~.dispatch_state.Held`): its next pass reads only the units written since, and
+   time (:class:`~.dispatch_state.Held`): its next pass reads only the units written since
+   (those the scan for the max offset just read, :meth:`LocalSource.tail_units`), and
    the batch that goes is read again, as the consumequeue has it then;
 5. the batch (up to the count, stopping before the message that reaches the size, at least one
    message) is read with one pread per contiguous commitlog run, appended to the flat commitlog
@@ -242,7 +243,9 @@ def _read_from(
             offset, sizes, units = held.first_offset, held.sizes[:count], None
             if len(sizes) < count:
                 start = current + len(sizes)
-                more = local.read_units(topic, qid, start, count - len(sizes))
+                more = local.tail_units(topic, qid, start, count - len(sizes))
+                if more is None:  # not what the max offset's scan just read
+                    more = local.read_units(topic, qid, start, count - len(sizes))
                 if len(more):
                     sizes = np.concatenate((sizes, more["size"].astype(np.int64)))
     except (OffsetNotInStoreError, StoreFileNotFoundError):
