@@ -96,7 +96,7 @@ lint: $(VENV)/.installed-dev
 	    for d in $(CURDIR)/tests/*/; do case $$d in */__pycache__/) continue;; esac; \
 	        $(MYPY) $$d || exit 1; done
 
-bench: $(VENV)/.installed-dev $(JS)/node_modules/.installed
+bench: $(VENV)/.installed-dev $(JS)/node_modules/.installed rmq
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/bench/bench_*.py
 
 clean:

@@ -43,6 +43,9 @@ def test_a_catch_up_finds_the_next_window_loaded_ahead(make_tier: TierFactory) -
             for unit in result.units:  # as stored but for PHYSICALOFFSET (the flat file's)
                 want = tier.expected[(TOPIC, QID, unit.queue_offset)]
                 assert unit.data[:28] + unit.data[36:] == want[:28] + want[36:]
+            if offset == WINDOW:  # the first read in a window loaded ahead asks for the next
+                settled(store)
+                assert store.fetcher.prefetched == 2
             offset = result.next_begin_offset
         windows = -(-end // WINDOW)
         assert loads_by_reader == 1  # only the first window: every later one was loaded ahead

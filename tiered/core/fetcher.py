@@ -239,9 +239,10 @@ class Fetcher:
     over runs of units, never one object per message.
 
     A reader that has gone past the middle of a bulk read-ahead window (a catch-up) has the
-    window after it loaded ahead of it, on one of :data:`PREFETCH_WORKERS` threads: its next
-    pulls find it cached (or wait for that one read, never a second) instead of stopping for
-    the backend, and the checks of one window run while the last one is sent. Only when the
+    window after it loaded ahead of it, on one of :data:`PREFETCH_WORKERS` threads, and once it
+    reads in a window loaded ahead, the next one at once (it stays a whole window ahead): its
+    next pulls find it cached (or wait for that one read, never a second) instead of stopping
+    for the backend, and the checks of one window run while the last one is sent. Only when the
     cache is not busy, at most :data:`PREFETCH_PENDING` windows at a time; a prefetch that
     fails is dropped unreported (the reader's own read meets the error and reports it).
     """
@@ -367,7 +368,13 @@ class Fetcher:
                 q = stop
                 break
             q += len(run)
-        if self.prefetch and end < hi and 2 * (q - start) > end - start >= BULK_UNITS:
+        if (
+            self.prefetch
+            and end < hi
+            and end - start >= BULK_UNITS
+            # past the middle, or in a window loaded ahead: a catch-up stays a window ahead
+            and (2 * (q - start) > end - start or self._asked.get((topic, qid)) == start)
+        ):
             self._prefetch(flat, end, min(self.read_ahead_count, hi - end))
         return runs, q
 

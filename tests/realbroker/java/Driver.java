@@ -19,6 +19,8 @@
  *             messages of `size` bytes to `topic` at `rate` msgs/s from `threads` synchronous
  *             senders); one {"load": ...} line each, with send-latency percentiles and the
  *             broker's commitlog and consume-queue offsets before and after
+ *   replay    a timed catch-up of one queue with synchronous pulls (DefaultMQPullConsumer), one
+ *             pass per line read on stdin; {"pass": ...} with seconds, messages and bytes
  */
 
 import com.alibaba.fastjson.JSON;
@@ -49,6 +51,9 @@ import java.util.concurrent.locks.LockSupport;
 import org.apache.rocketmq.acl.common.AclClientRPCHook;
 import org.apache.rocketmq.acl.common.SessionCredentials;
 import org.apache.rocketmq.client.consumer.DefaultLitePullConsumer;
+import org.apache.rocketmq.client.consumer.DefaultMQPullConsumer;
+import org.apache.rocketmq.client.consumer.PullResult;
+import org.apache.rocketmq.client.consumer.PullStatus;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
@@ -85,6 +90,7 @@ public class Driver {
                 case "consume": consume(a); break;
                 case "admin": admin(a); break;
                 case "load": load(a); break;
+                case "replay": replay(a); break;
                 default: throw new IllegalArgumentException("unknown command " + args[0]);
             }
         } catch (Throwable e) {
@@ -416,6 +422,56 @@ public class Driver {
     static RPCHook hook(JSONObject a) {
         String ak = a.getString("accessKey");
         return ak == null ? null : new AclClientRPCHook(new SessionCredentials(ak, a.getString("secretKey")));
+    }
+
+    /** A consumer catching up on one queue, timed: synchronous pulls of N messages from
+     *  offset 0, nextBeginOffset after nextBeginOffset, up to `end`, through the remoting
+     *  DefaultMQPullConsumer (routes from `namesrv`: the sidecar's replay port answers them).
+     *  `passes` rounds, each started by a line on stdin holding N (the caller drops caches in
+     *  between):
+     *  {"ready": i} before, {"pass": i, "seconds", "messages", "bytes"} after. */
+    @SuppressWarnings("deprecation")
+    static void replay(JSONObject a) throws Exception {
+        DefaultMQPullConsumer c = new DefaultMQPullConsumer(a.getString("group"));
+        c.setNamesrvAddr(a.getString("namesrv"));
+        c.setInstanceName("it-replay-" + System.nanoTime());
+        c.setVipChannelEnabled(false);
+        c.start();
+        MessageQueue mq = null;
+        for (MessageQueue q : c.fetchSubscribeMessageQueues(a.getString("topic"))) {
+            if (q.getQueueId() == a.getIntValue("queueId")) {
+                mq = q;
+            }
+        }
+        if (mq == null) {
+            throw new IllegalStateException("no queue " + a.getIntValue("queueId") + " in the route");
+        }
+        long end = a.getLongValue("end");
+        BufferedReader in = new BufferedReader(new InputStreamReader(System.in));
+        for (int p = 0; p < a.getIntValue("passes"); p++) {
+            emit(Map.of("ready", p));
+            String line = in.readLine();
+            if (line == null) {
+                break;
+            }
+            int batch = Integer.parseInt(line.trim());
+            long off = 0, n = 0, bytes = 0;
+            long t0 = System.nanoTime();
+            while (off < end) {
+                PullResult r = c.pull(mq, "*", off, batch);
+                if (r.getPullStatus() != PullStatus.FOUND) {
+                    throw new IllegalStateException("pull at " + off + ": " + r);
+                }
+                for (MessageExt m : r.getMsgFoundList()) {
+                    bytes += m.getStoreSize();
+                }
+                n += r.getMsgFoundList().size();
+                off = r.getNextBeginOffset();
+            }
+            double seconds = (System.nanoTime() - t0) / 1e9;
+            emit(Map.of("pass", p, "seconds", seconds, "messages", n, "bytes", bytes));
+        }
+        c.shutdown();
     }
 
     static void lite(JSONObject a) throws Exception {
