@@ -329,6 +329,15 @@ def _cpu() -> float:
     return t.user + t.system
 
 
+def _machine() -> float:
+    """CPU-seconds the whole machine was busy so far (not idle, not waiting on I/O): S3 server,
+    sidecar and consumer share these cores, so a door that keeps them all busy is bound by the
+    CPU it and the server spend per GiB, not by how it asks."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + fields[4]  # idle + iowait
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+
+
 def boto3_baseline(cfg: TieredConfig) -> tuple[int, float]:
     """Plain boto3 ranged GETs of 16 MiB over every commitlog object of the bucket."""
     import boto3
@@ -393,6 +402,8 @@ class Reading:
     seconds: float
     cpu: float
     requests: Counter[str]
+    machine: float = 0.0
+    """The whole machine's busy CPU-seconds over it."""
 
     @property
     def mb_s(self) -> float:
@@ -401,6 +412,15 @@ class Reading:
     @property
     def cpu_per_gib(self) -> float:
         return self.cpu * GIB / self.nbytes
+
+    @property
+    def machine_per_gib(self) -> float:
+        return self.machine * GIB / self.nbytes
+
+    @property
+    def cores(self) -> float:
+        """Cores the machine kept busy on average."""
+        return self.machine / self.seconds
 
 
 def fresh_read(
@@ -413,8 +433,9 @@ def fresh_read(
     sidecar = Sidecar(cfg, provider).open()
     try:
         requests.clear()
+        machine = _machine()
         nbytes, seconds, cpu = how(sidecar, cfg, requests)
-        return Reading(nbytes, seconds, cpu, Counter(requests))
+        return Reading(nbytes, seconds, cpu, Counter(requests), _machine() - machine)
     finally:
         sidecar.close()
 
@@ -431,11 +452,13 @@ def catch_up_rounds(cfg: TieredConfig) -> list[str]:
     other; medians, and each round's ratio to that round's boto3."""
     readings: dict[str, list[Reading]] = {door: [] for door in DOORS}
     base: list[tuple[float, float]] = []  # boto3 MB/s, CPU-s/GiB
+    base_machine: list[Reading] = []
     lines = []
     for number in range(1, REPEAT + 1):
-        cpu = _cpu()
+        cpu, machine = _cpu(), _machine()
         nbytes, seconds = boto3_baseline(cfg)
         base.append((nbytes / 1e6 / seconds, (_cpu() - cpu) * GIB / nbytes))
+        base_machine.append(Reading(nbytes, seconds, 0.0, Counter(), _machine() - machine))
         line = [f"  round {number}: boto3 {base[-1][0]:.0f} MB/s"]
         for door, how in DOORS.items():
             got = fresh_read(cfg, how)
@@ -445,7 +468,9 @@ def catch_up_rounds(cfg: TieredConfig) -> list[str]:
     boto3_mb_s = statistics.median(b for b, _ in base)
     lines.append(
         f"  boto3 16 MiB GETs   median {boto3_mb_s:4.0f} MB/s "
-        f"({statistics.median(c for _, c in base):.2f} CPU-s/GiB)"
+        f"({statistics.median(c for _, c in base):.2f} CPU-s/GiB; machine "
+        f"{statistics.median(m.machine_per_gib for m in base_machine):.2f} CPU-s/GiB, "
+        f"{statistics.median(m.cores for m in base_machine):.2f} cores busy)"
     )
     for door, runs in readings.items():
         ratios = [g.mb_s / b for g, (b, _) in zip(runs, base, strict=True)]
@@ -454,7 +479,9 @@ def catch_up_rounds(cfg: TieredConfig) -> list[str]:
             f"  catch-up {door:9}  median {statistics.median(g.mb_s for g in runs):4.0f} MB/s, "
             f"ratio to boto3 {statistics.median(ratios):.2f} (rounds "
             f"{' '.join(f'{r:.2f}' for r in ratios)}), sidecar "
-            f"{statistics.median(g.cpu_per_gib for g in runs):.2f} CPU-s/GiB; "
+            f"{statistics.median(g.cpu_per_gib for g in runs):.2f} CPU-s/GiB (machine "
+            f"{statistics.median(g.machine_per_gib for g in runs):.2f}, "
+            f"{statistics.median(g.cores for g in runs):.2f} cores busy); "
             f"{last.nbytes / MIB:.0f} MiB {per_gib(last.requests, last.nbytes)}"
         )
     return lines
