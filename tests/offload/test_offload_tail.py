@@ -402,6 +402,45 @@ def test_a_running_dispatcher_on_a_settled_store_finds_new_queues_and_files(
     check_tier(cfg, provider).assert_ok(total)
 
 
+def test_a_pass_that_committed_nothing_does_not_wake_the_commit_thread(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = offload_case.store(_spec(small_spec, topics=1, queues=2, messages=300))
+    cfg = offload_case.config(store)
+    with Sidecar(cfg, MemoryProvider()) as sidecar:
+        d, index = sidecar.dispatcher, sidecar.index
+        assert index is not None
+        assert d.run_pass(flush=True).messages == 300
+        pool = d._notifier._pool
+        submit = pool.submit
+        handed: list[object] = []
+
+        def counted(fn: Any, /, *args: Any, **kwargs: Any) -> Any:
+            handed.append(fn)
+            return submit(fn, *args, **kwargs)
+
+        monkeypatch.setattr(pool, "submit", counted)
+        for _ in range(3):
+            assert d.run_pass(flush=True).messages == 0
+        assert handed == []
+        told: list[int] = []
+
+        def slow(flat: Any, batch: Any, offsets: Any) -> None:
+            time.sleep(0.05)
+            told.append(len(batch))
+
+        d.add_commit_listener(slow)
+        offload_case.append(store, seed=7, messages=500)
+        local = LocalSource(cfg)
+        report = d.run_pass(flush=True)
+        assert report.messages == 500 and handed
+        # every batch of the pass was told before it returned: its keys are indexed
+        assert sum(told) == 500
+        assert {q: index.progress.get(*q) for q in local.queues()} == {
+            q: local.max_offset(*q) for q in local.queues()
+        }
+
+
 # --- the state file ---------------------------------------------------------------------------
 
 

@@ -461,6 +461,8 @@ class _Notifier:
         self._pool = ThreadPoolExecutor(1, "tiered-commit", initializer=initializer)
         self._room = threading.Condition()
         self._pending = 0
+        self._untold = 0
+        """Batches handed over and not yet told (queued or being told)."""
 
     def __call__(self, flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s) -> None:
         size = batch.nbytes
@@ -468,6 +470,7 @@ class _Notifier:
             while self._pending and self._pending + size > NOTIFY_PENDING_BYTES:
                 self._room.wait()
             self._pending += size
+            self._untold += 1
         try:
             self._pool.submit(self._tell, flat, batch, offsets, size)
         except RuntimeError:  # closed: a step still running at shutdown is told in its thread
@@ -483,11 +486,15 @@ class _Notifier:
         finally:
             with self._room:
                 self._pending -= size
+                self._untold -= 1
                 self._room.notify_all()
 
     def drain(self) -> None:
-        """Wait until every batch committed so far was told."""
-        self._pool.submit(lambda: None).result()
+        """Wait until every batch committed so far was told (at once when none waits: a pass
+        that committed nothing does not wake the thread)."""
+        with self._room:
+            while self._untold:
+                self._room.wait()
 
     def close(self) -> None:
         """Tell what is waiting, then stop the thread."""
