@@ -1,4 +1,5 @@
-"""Listening sockets of the sidecar's servers (the HTTP API, the replay endpoint).
+"""Listening sockets of the sidecar's servers (the HTTP API, the replay endpoint), and the
+timeouts of connected ones.
 
 Bound up front, in the caller's thread, so that a host or port that cannot be used stops
 start-up with one line naming the configuration key and the fix -- not a log line in a server's
@@ -8,6 +9,7 @@ thread. Port 0 picks any free port (the socket tells which).
 from __future__ import annotations
 
 import socket
+import struct
 
 from tiered.errors import ConfigError
 
@@ -43,3 +45,16 @@ def bind(
             "choose a free port, or 0 for any"
         ) from e
     return sock
+
+
+def kernel_timeouts(sock: socket.socket, seconds: float) -> None:
+    """Time out a blocking ``sock``'s receives and sends after ``seconds`` in the kernel
+    (``SO_RCVTIMEO``/``SO_SNDTIMEO``; a receive that runs out raises ``BlockingIOError``) rather
+    than with Python's socket timeout, which polls before every ``recv`` and ``sendmsg``: two
+    system calls more per pull."""
+    sock.settimeout(None)
+    seconds = max(seconds, 1e-6)  # a zero timeval means never
+    whole = int(seconds)
+    value = struct.pack("ll", whole, int((seconds - whole) * 1_000_000))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)

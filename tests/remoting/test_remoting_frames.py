@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 
 from tiered import metrics
 from tiered.errors import ProtocolError
+from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RESPONSE_FLAG
 from tiered.remoting.codes import RequestCode
 from tiered.remoting.codes import ResponseCode
@@ -179,3 +180,15 @@ def test_stalled_idle_and_surplus_connections_are_closed(
         assert rejected("too_many_connections") == surplus + 1
     time.sleep(0.2)
     assert works(port)
+
+
+def test_a_client_whose_server_never_answers_times_out() -> None:
+    """The client's plain socket is timed out by the kernel (no poll before each call): a
+    server that accepts and never answers is a TimeoutError after ``timeout_s``, not a hang."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        port = silent.getsockname()[1]
+        with RemotingClient("127.0.0.1", port, timeout_s=0.3) as client:
+            started = time.monotonic()
+            with pytest.raises(TimeoutError, match=r"no progress on the connection for 0\.3 s"):
+                client.call(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId=0)
+            assert 0.25 < time.monotonic() - started < 5

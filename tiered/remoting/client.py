@@ -18,6 +18,7 @@ from tiered.access.accounts import SIGNATURE
 from tiered.access.accounts import request_content
 from tiered.access.accounts import sign
 from tiered.closeable import Closeable
+from tiered.listen import kernel_timeouts
 
 from .codes import ONEWAY_FLAG
 from .frame import JSON
@@ -45,12 +46,15 @@ class RemotingClient(Closeable):
         plain = socket.create_connection((host, port), timeout=timeout_s)
         plain.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock: socket.socket = plain
+        self.timeout_s = timeout_s
         if tls is not None:
             try:
                 self.sock = tls.wrap_socket(plain, server_hostname=host)
             except BaseException:
                 plain.close()
                 raise
+        else:  # timed out by the kernel: no poll before every send and receive
+            kernel_timeouts(plain, timeout_s)
         self.serialize_type = serialize_type
         self.credentials = credentials
         self._opaque = itertools.count(1)
@@ -58,10 +62,16 @@ class RemotingClient(Closeable):
     def close(self) -> None:
         self.sock.close()
 
+    def _timed_out(self, e: BlockingIOError) -> TimeoutError:
+        return TimeoutError(f"no progress on the connection for {self.timeout_s} s ({e})")
+
     def _recv_exact(self, n: int) -> bytes:
         chunks, left = [], n
         while left:
-            chunk = self.sock.recv(min(left, 1 << 20))
+            try:
+                chunk = self.sock.recv(min(left, 1 << 20))
+            except BlockingIOError as e:  # SO_RCVTIMEO ran out
+                raise self._timed_out(e) from e
             if not chunk:
                 raise ConnectionError("the server closed the connection")
             chunks.append(chunk)
@@ -80,7 +90,10 @@ class RemotingClient(Closeable):
             command.ext_fields[ACCESS_KEY] = access_key
             content = request_content(command.ext_fields, command.body)
             command.ext_fields[SIGNATURE] = sign(content, secret_key)
-        self.sock.sendall(encode(command, self.serialize_type))
+        try:
+            self.sock.sendall(encode(command, self.serialize_type))
+        except BlockingIOError as e:  # SO_SNDTIMEO ran out
+            raise self._timed_out(e) from e
 
     def _request(
         self, code: int, body: bytes, flag: int, fields: dict[str, object], version: int = 0

@@ -55,6 +55,7 @@ from tiered.access.tls import HANDSHAKE
 from tiered.access.tls import TlsStream
 from tiered.errors import ProtocolError
 from tiered.listen import bind
+from tiered.listen import kernel_timeouts
 
 from .codes import RESPONSE_FLAG
 from .codes import ResponseCode
@@ -198,8 +199,11 @@ class _Connection:
                 return
             while not self.closed:
                 timeout = server.frame_stall_s if frames.pending else server.idle_timeout_s
-                if timeout != armed:  # settimeout is a system call: only when it changes
-                    self.sock.settimeout(timeout)
+                if timeout != armed:  # a system call: only when it changes
+                    if self.tls is None:
+                        kernel_timeouts(self.sock, timeout)
+                    else:
+                        self.sock.settimeout(timeout)
                     armed = timeout
                 try:
                     data = (
@@ -207,7 +211,7 @@ class _Connection:
                         if self.tls is None
                         else self.tls.recv(READ_CHUNK)
                     )
-                except TimeoutError:
+                except (TimeoutError, BlockingIOError):  # BlockingIOError: SO_RCVTIMEO ran out
                     metrics.REMOTING_REJECTED.labels("idle").inc()
                     log.info(
                         "replay connection from %s closed: %s for %.0f s",
