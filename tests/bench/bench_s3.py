@@ -298,14 +298,15 @@ def catch_up_replay(
     """Every queue read whole over the replay port (PULL_MESSAGE, 1024 per pull) by a consumer
     process, from a fresh store (empty caches); bytes, seconds, the sidecar's CPU-seconds."""
     store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
-    offsets = ReplayOffsets(Path(tempfile.mkdtemp(prefix="bench-s3-offsets-")))
-    offsets.load()
-    holder: list[RemotingServer] = []
-    naming = Naming(cfg, store, lambda: holder[0].address, None)
-    server = RemotingServer(Replay(cfg, store, naming, offsets=offsets), "127.0.0.1", 0)
-    holder.append(server)
-    server.start()
-    return _consume(sidecar, requests, REPLAY_CLIENT, server.port, server.stop)
+    with tempfile.TemporaryDirectory(prefix="bench-s3-offsets-") as where:
+        offsets = ReplayOffsets(Path(where))
+        offsets.load()
+        holder: list[RemotingServer] = []
+        naming = Naming(cfg, store, lambda: holder[0].address, None)
+        server = RemotingServer(Replay(cfg, store, naming, offsets=offsets), "127.0.0.1", 0)
+        holder.append(server)
+        server.start()
+        return _consume(sidecar, requests, REPLAY_CLIENT, server.port, server.stop)
 
 
 def catch_up_in_process(sidecar: Sidecar, cfg: TieredConfig) -> tuple[int, float, float]:
