@@ -393,11 +393,14 @@ class Fetcher:
         with self._lock:
             if self._closed or key in self._pending or len(self._pending) >= PREFETCH_PENDING:
                 return
-            self._asked[queue] = start
-            self._pending.add(key)
             if self._pool is None:
                 self._pool = ThreadPoolExecutor(PREFETCH_WORKERS, "tiered-prefetch")
-            self._pool.submit(self._load_ahead, flat, key, span)
+            try:
+                self._pool.submit(self._load_ahead, flat, key, span)
+            except RuntimeError:  # the interpreter is shutting down: the reader reads it itself
+                return
+            self._asked[queue] = start
+            self._pending.add(key)
 
     def _load_ahead(self, flat: FlatMessageFile, key: tuple[str, int, int], span: int) -> None:
         topic, qid, start = key
@@ -407,7 +410,8 @@ class Fetcher:
         def fill() -> None:  # in the flight: a reader's load of it has put it or waits for this
             if not cache.holds(topic, qid, start):
                 self._fill(flat, start, span, report=False)
-                self.prefetched += 1
+                with self._lock:
+                    self.prefetched += 1
 
         try:
             if not cache.busy:
