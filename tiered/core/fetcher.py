@@ -247,18 +247,11 @@ class Fetcher:
     fails is dropped unreported (the reader's own read meets the error and reports it).
     """
 
-    def __init__(
-        self,
-        reader: TieredReader,
-        cache: ReadAheadCache | None,
-        read_ahead_count: int,
-        *,
-        prefetch: bool = True,
-    ):
+    def __init__(self, reader: TieredReader, cache: ReadAheadCache | None, read_ahead_count: int):
         self.reader = reader
         self.cache = cache
         self.read_ahead_count = read_ahead_count
-        self.prefetch = prefetch and cache is not None
+        self.prefetch = cache is not None
         self._lock = threading.Lock()
         self._pending: set[tuple[str, int, int]] = set()
         self._asked: dict[tuple[str, int], int] = {}  # queue -> the start last prefetched
