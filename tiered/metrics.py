@@ -462,7 +462,7 @@ DISPATCH_GAP_MESSAGES = _counter(
 )
 DISPATCH_ROUNDS = _counter(
     "rocketmq_tiered_store_dispatch_rounds",
-    "Dispatch rounds run (one batch per ready queue each)",
+    "Dispatch rounds run (one or two batches per ready queue each)",
 )
 DISPATCH_STANDBY = _gauge(
     "rocketmq_tiered_store_dispatch_standby",

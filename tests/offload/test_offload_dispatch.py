@@ -454,3 +454,93 @@ def test_commit_listeners_hear_every_batch_once_after_both_uploads(
     assert check.problems == []
     for key, (first, end) in check.ranges.items():
         assert heard[key] == list(range(first, end))  # each message once, in order
+
+
+def _objects(provider: MemoryProvider) -> dict[str, bytes]:
+    """Every data object of the tier (commitlog and consumequeue segments), by key."""
+    return {
+        key: provider.read(key, 0, provider.size(key))
+        for key in provider.list()
+        if "/commitlog/" in key or "/consumequeue/" in key
+    }
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_rounds_of_several_batches_upload_what_single_batches_would(
+    flush: bool, offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A queue's follow-on batches (Plan.follow) are exactly the batches one-batch rounds plan:
+    the same objects, byte for byte, through segment rolls of both flat files."""
+    import tiered.core.dispatcher as dispatcher_module
+
+    store = offload_case.store()
+    tiers: dict[int, dict[str, bytes]] = {}
+    rounds: dict[int, int] = {}
+    segments: dict[int, tuple[int, int]] = {}
+    for batches in (1, 3):
+        monkeypatch.setattr(dispatcher_module, "ROUND_BATCHES", batches)
+        cfg = offload_case.config(
+            store,
+            work=offload_case.work / f"work{batches}",
+            tieredStoreGroupCommitTimeout=60_000,
+            tieredStoreGroupCommitSize=16 << 10,  # rolls every few batches, not every one
+            tieredStoreCommitLogMaxSize=64 << 10,
+            tieredStoreConsumeQueueMaxSize=200 * 20,
+        )
+        provider = MemoryProvider()
+        with Sidecar(cfg, provider) as sidecar:
+            if not flush:  # every message is young: a queue's last, partial batch is held
+                sidecar.dispatcher.clock = lambda: 1
+            report = sidecar.dispatcher.run_pass(flush=flush)
+        assert not report.errors and not report.failures and report.messages
+        rounds[batches] = report.rounds
+        segments[batches] = segment_counts(cfg)
+        tiers[batches] = _objects(provider)
+        if flush:
+            assert check_tier(cfg, provider).problems == []
+        else:  # the last batch of each queue is held: less than a full one stays local
+            assert 3000 - 6 * 100 < report.messages < 3000
+    assert segments[1][0] > 3 and segments[1][1] > 1  # both flat files rolled
+    assert tiers[3] == tiers[1]
+    assert segments[3] == segments[1]
+    assert rounds[3] < rounds[1] * 0.7  # several batches of a queue per round
+
+
+def test_staged_listeners_prepare_in_the_workers_and_put_in_queue_order(
+    offload_case: SidecarCase, caplog: pytest.LogCaptureFixture
+) -> None:
+    cfg = offload_case.config(offload_case.store())
+    inner = MemoryProvider()
+    # 15 % of uploads fail: a batch is prepared and put only once both of its uploads landed
+    faulty = FaultInjectingProvider(inner, FaultPlan(rate=0.15, operations={"append"}, seed=7))
+    prepared_in: set[str] = set()
+    put_in: set[str] = set()
+    heard: dict[tuple[str, int], list[int]] = {}
+
+    def prepare(flat: Any, batch: Any, offsets: Any) -> Callable[[], None]:
+        prepared_in.add(threading.current_thread().name.rsplit("_", 1)[0])
+        assert flat.commit_offset >= batch.queue_offset + len(batch)  # both files uploaded
+        key, first, count = (flat.topic, flat.queue_id), batch.queue_offset, len(batch)
+
+        def put() -> None:
+            put_in.add(threading.current_thread().name)
+            heard.setdefault(key, []).extend(range(first, first + count))
+
+        return put
+
+    def broken(flat: Any, batch: Any, offsets: Any) -> None:
+        raise RuntimeError("a staged listener's bug")
+
+    with Sidecar(cfg, faulty) as sidecar:
+        sidecar.dispatcher.add_staged_listener(broken)
+        sidecar.dispatcher.add_staged_listener(prepare)
+        report = sidecar.dispatcher.run_pass(flush=True)
+        told_at_return = sum(len(v) for v in heard.values())
+    assert report.failures > 0 and not report.errors
+    assert prepared_in == {"tiered-dispatch"} and put_in == {"tiered-commit_0"}
+    check = check_tier(cfg, inner)
+    assert check.problems == []
+    assert told_at_return == check.messages  # every batch was put before run_pass returned
+    for key, (first, end) in check.ranges.items():
+        assert heard[key] == list(range(first, end))  # each message once, in queue order
+    assert "a staged listener's bug" in caplog.text

@@ -75,6 +75,27 @@ class BatchRequest:
     after: Units | None = None
 
 
+@dataclass(slots=True)
+class UncheckedBatch:
+    """A batch's bytes as :meth:`LocalSource.read_unchecked` read them, not yet checked against
+    its consumequeue units: the dispatcher's worker that uploads it checks it (the check runs
+    without the interpreter lock, beside the next round's read)."""
+
+    source: LocalSource
+    request: BatchRequest
+    data: bytearray
+    offsets: Int64s
+    sizes: Int64s
+
+    def check(self) -> MessageBatch:
+        """The batch, its units checked and timestamped.
+
+        Raises:
+            CorruptStoreFileError: a message does not match its consumequeue unit.
+        """
+        return self.source._batch(self.request, self.data, self.offsets, self.sizes)
+
+
 class LocalSource:
     """Read-only view of one broker store (``storePathRootDir`` and its commitlog dirs)."""
 
@@ -337,12 +358,28 @@ class LocalSource:
         self, requests: list[BatchRequest], *, helper: Executor | None = None
     ) -> tuple[list[MessageBatch | BrokerStoreError], list[int | None]]:
         """The batches of many queues at once, and the store time of each request's first
-        ``after`` unit.
+        ``after`` unit: :meth:`read_unchecked`, each batch checked here. A batch whose bytes
+        could not be read (the broker deleted the file) or do not match its units is an error in
+        its place."""
+        read, times = self.read_unchecked(requests, helper=helper)
+        out: list[MessageBatch | BrokerStoreError] = []
+        for got in read:
+            try:
+                out.append(got if isinstance(got, BrokerStoreError) else got.check())
+            except BrokerStoreError as e:
+                out.append(e)
+        return out, times
 
-        One pread per commitlog range (see :mod:`tiered.broker.coalesce`), then each batch's units
-        gathered in queue order, checked against their consumequeue units and timestamped. A
-        batch whose bytes could not be read (the broker deleted the file) or do not match its
-        units is an error in its place. The store time after a batch is ``None`` without an
+    def read_unchecked(
+        self, requests: list[BatchRequest], *, helper: Executor | None = None
+    ) -> tuple[list[UncheckedBatch | BrokerStoreError], list[int | None]]:
+        """The bytes of many queues' batches at once, each to be checked by
+        :meth:`UncheckedBatch.check` in whichever thread uploads it, and the store time of each
+        request's first ``after`` unit.
+
+        One pread per commitlog range (see :mod:`tiered.broker.coalesce`), each batch's units
+        gathered in queue order. A batch whose bytes could not be read (the broker deleted the
+        file) is an error in its place. The store time after a batch is ``None`` without an
         ``after`` unit, or when its header could not be read or does not match it; the headers
         are gathered in the same preads (the message after a batch usually lies inside a range
         read anyway). ``helper`` reads the second half of a large range (default: the one that
@@ -360,17 +397,12 @@ class LocalSource:
         )
         self.preads += got.calls
         n = len(requests)
-        out: list[MessageBatch | BrokerStoreError] = []
-        for r, data, error, o, z in zip(
-            requests, got.data[:n], got.errors[:n], offs, sizes, strict=True
-        ):
-            if error is not None:
-                out.append(error)
-                continue
-            try:
-                out.append(self._batch(r, data, o, z))
-            except BrokerStoreError as e:
-                out.append(e)
+        out: list[UncheckedBatch | BrokerStoreError] = [
+            error if error is not None else UncheckedBatch(self, r, data, o, z)
+            for r, data, error, o, z in zip(
+                requests, got.data[:n], got.errors[:n], offs, sizes, strict=True
+            )
+        ]
         times = [
             _head_time(head, r.queue_offset + len(r.units), int(o[0]), int(r.after["size"][0]))
             if error is None and len(o) and r.after is not None

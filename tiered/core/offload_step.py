@@ -1,7 +1,7 @@
 """One dispatch step of one queue: decide, read one batch in bulk, append, upload (spec §8.2).
 
 A step is planned (:func:`plan`, cheap reads of the local consumequeue), its batch is read
-together with every other queue's (:meth:`LocalSource.read_batches`, one pread per commitlog
+together with every other queue's (:meth:`LocalSource.read_unchecked`, one pread per commitlog
 range), then carried out in a worker thread (:func:`execute`); the dispatcher holds the queue's
 lock throughout. In order:
 
@@ -33,6 +33,7 @@ import logging
 import time
 from collections.abc import Callable
 from collections.abc import Sequence
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Concatenate
 from typing import ParamSpec
@@ -56,6 +57,7 @@ from .dispatch_state import Gap
 from .dispatch_state import Held
 from .dispatch_state import QueueState
 from .local_source import LocalSource
+from .local_source import UncheckedBatch
 
 log = logging.getLogger(__name__)
 
@@ -103,6 +105,9 @@ class Plan:
     read_ahead: npt.NDArray[np.void] | None = None  # the units after the batch (for metrics)
     roll_commitlog: bool = False
     roll_consume_queue: bool = False
+    follow: tuple[Plan, ...] = ()
+    """The queue's next batches, planned with this one: each is carried out after the one
+    before it uploaded whole (:func:`execute_after`), in the same round."""
 
     @property
     def queue(self) -> tuple[str, int]:
@@ -142,10 +147,16 @@ def plan(
     now: int,
     *,
     flush: bool,
+    batches: int = 1,
 ) -> Plan | StepResult:
     """Decide the queue's step (the caller holds the queue's lock): a :class:`Plan`, or the
     result of a step that has nothing to send (idle, holding, caught up, a gap skipped). A
-    queue-level problem is recorded in ``state`` and returned as a failed result."""
+    queue-level problem is recorded in ``state`` and returned as a failed result.
+
+    With ``batches`` > 1 a plan that sends may carry up to ``batches - 1`` further full batches
+    of the queue (:attr:`Plan.follow`): exactly the batches the next steps would plan once this
+    one is uploaded, read with this round's consumequeue units -- none when the segments must
+    roll in between, and a partial batch only with ``flush``."""
     topic, qid = flat.topic, flat.queue_id
     state.error = ""
     if flat.has_pending:
@@ -166,7 +177,8 @@ def plan(
         _caught_up(flat, state)
         return StepResult()
     want = min(limits.count, lmax - current)
-    need = min(want + 1, lmax - current)  # one unit more: where the messages left waiting begin
+    # one unit more: where the messages left waiting begin
+    need = min(want * batches + 1, lmax - current)
     got = _read_from(local, topic, qid, current, need, held)
     if got is None:
         return _skip_deleted(flat, state, local, now, current)
@@ -201,6 +213,29 @@ def plan(
     if flat.commitlog.try_time_roll(now, limits.rolling_hours, limits.rolling_min_bytes):
         log.info("%s: flat commitlog rolled by time", flat.path)
     n, roll_cl, roll_cq = flat.plan_batch(sizes, limits.size_bytes)
+    follow: list[Plan] = []
+    if batches > 1 and not (roll_cl or roll_cq):
+        counts = flat.plan_following(
+            got.sizes[:need],
+            n,
+            limits.size_bytes,
+            limits.count,
+            batches - 1,
+            partial=flush and need == lmax - current,
+        )
+        at = n
+        for m in counts:
+            follow.append(
+                Plan(
+                    flat=flat,
+                    state=state,
+                    current=current + at,
+                    lmax=lmax,
+                    units=units[at : at + m],
+                    read_ahead=units[at + m :],
+                )
+            )
+            at += m
     return Plan(
         flat=flat,
         state=state,
@@ -210,6 +245,7 @@ def plan(
         read_ahead=units[n:],
         roll_commitlog=roll_cl,
         roll_consume_queue=roll_cq,
+        follow=tuple(follow),
     )
 
 
@@ -260,6 +296,10 @@ def _read_from(
 CommitListener = Callable[[FlatMessageFile, MessageBatch, Int64s], None]
 """Told of every batch once both of its uploads succeeded: the queue, the batch and the flat
 commitlog offset of each of its messages (e.g. to index its keys)."""
+StagedListener = Callable[[FlatMessageFile, MessageBatch, Int64s], Callable[[], None] | None]
+"""A commit listener in two stages: called as a :data:`CommitListener` is, in the worker that
+uploaded the batch; the step it returns is then run in commit order (see
+:meth:`~.dispatcher.Dispatcher.add_staged_listener`)."""
 
 
 def _notify(flat: FlatMessageFile, done: CommitResult, listeners: Sequence[CommitListener]) -> None:
@@ -273,12 +313,13 @@ def _notify(flat: FlatMessageFile, done: CommitResult, listeners: Sequence[Commi
 
 def execute(
     p: Plan,
-    batch: MessageBatch | TieredStoreError | None,
+    read: UncheckedBatch | MessageBatch | TieredStoreError | None,
     next_store_time: int | None,
     now: int,
     listeners: Sequence[CommitListener] = (),
 ) -> StepResult:
-    """Carry out a plan: append the batch read for it and upload (commitlog, then
+    """Carry out a plan: check the batch read for it (``read``, see
+    :meth:`~.local_source.UncheckedBatch.check`), append it and upload (commitlog, then
     consumequeue), then tell ``listeners``. ``next_store_time``: the store time of the first
     message after the batch, read with it (the dispatch latency). Runs in a worker thread while
     the caller holds the queue's lock."""
@@ -292,8 +333,10 @@ def execute(
             state.failures = 0
             _notify(flat, done, listeners)
             return StepResult(messages=done.messages, bytes=done.commitlog_bytes, more=True)
-        if isinstance(batch, TieredStoreError):
-            raise batch  # deleted under us, or being rewritten: the next round plans again
+        if isinstance(read, TieredStoreError):
+            raise read  # deleted under us: the next round plans again
+        # checked here, not where it was read: a batch being rewritten raises, planned again
+        batch = read.check() if isinstance(read, UncheckedBatch) else read
         assert batch is not None and p.units is not None
         flat.roll_for_batch(p.roll_commitlog, p.roll_consume_queue)
         flat.append_batch(batch)
@@ -324,6 +367,27 @@ def execute(
         physical=units["offset"].astype(np.int64),
         timestamps=batch.timestamps,
     )
+
+
+def execute_after(
+    before: Future[StepResult],
+    expected: int,
+    p: Plan,
+    read: UncheckedBatch | TieredStoreError | None,
+    next_store_time: int | None,
+    now: int,
+    listeners: Sequence[CommitListener] = (),
+) -> StepResult:
+    """:func:`execute` a follow-on plan (:attr:`Plan.follow`) once the step ``before`` it has
+    uploaded all of its ``expected`` messages; when that step failed or sent less, nothing is
+    done (its batch is read again by a later round) and the result asks for more.
+
+    ``before`` was handed to the workers ahead of this one, so it is running or done when this
+    starts: the wait is for one upload at most, never for a queued task."""
+    done = before.result()
+    if done.failed or done.messages != expected:
+        return StepResult(more=True)
+    return execute(p, read, next_store_time, now, listeners)
 
 
 def _waiting_ms(next_store_time: int | None, batch: MessageBatch, remaining: int, now: int) -> int:

@@ -210,7 +210,7 @@ class Sidecar(Closeable):
                 uploads=self.uploading,
             )
             if self.index is not None:
-                self._dispatcher.add_commit_listener(self.index.on_commit)
+                self._dispatcher.add_staged_listener(self.index.prepare_commit)
         return self._dispatcher
 
     def expire(self, now: int) -> ExpiryReport:

@@ -217,6 +217,40 @@ class FlatMessageFile:
             units = cq.max_size // CQ_UNIT_SIZE
         return min(n, max(units, 1)), roll_cl, roll_cq
 
+    def plan_following(
+        self,
+        sizes: Int64s,
+        first: int,
+        size_limit: int,
+        count_limit: int,
+        batches: int,
+        *,
+        partial: bool = False,
+    ) -> list[int]:
+        """The message counts of up to ``batches`` batches after a first one of ``first``
+        messages that rolls nothing (``sizes`` from its first message on): each what
+        :meth:`plan_batch` would give once the ones before it are committed, as long as no
+        segment must roll first. A batch cut short by the end of ``sizes`` -- the messages
+        known so far -- is planned only when ``partial`` (a flush); otherwise planning stops."""
+        out: list[int] = []
+        cl_room = self.commitlog.room() - int(sizes[:first].sum())
+        cq_room = self.consume_queue.room_units() - first
+        at = first
+        while len(out) < batches and at < len(sizes):
+            rest = sizes[at : at + count_limit]
+            cum = np.cumsum(rest)
+            n = max(int(np.searchsorted(cum, size_limit, side="left")), 1)
+            if n == len(rest) and len(rest) < count_limit and not partial:
+                break  # neither full nor flushed: the next round decides on it
+            if int(rest[0]) > cl_room or cq_room <= 0:
+                break  # a segment rolls first: planned by the next round
+            n = min(n, int(np.searchsorted(cum, cl_room, side="right")), cq_room)
+            out.append(n)
+            cl_room -= int(cum[n - 1])
+            cq_room -= n
+            at += n
+        return out
+
     def roll_for_batch(self, roll_commitlog: bool, roll_consume_queue: bool) -> None:
         """Roll what :meth:`plan_batch` said must roll."""
         if roll_commitlog:

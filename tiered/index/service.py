@@ -2,7 +2,7 @@
 
 Life of a key:
 
-1. **put** -- the dispatcher tells :meth:`IndexService.on_commit` of every batch once its
+1. **put** -- the dispatcher tells :meth:`IndexService.prepare_commit` of every batch once its
    commitlog and consumequeue uploads succeeded; the batch's keys (``UNIQ_KEY`` and the ``KEYS``
    tokens) are put in bulk into the UNSEALED file (:mod:`.local_files`); a full file is sealed
    and the rest goes into a new one;
@@ -31,6 +31,7 @@ serves ``rmq-tiered query`` beside a running sidecar without changing anything.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -283,22 +284,42 @@ class IndexService(Closeable):
         meta = self.metadata.get_topic(topic)
         return None if meta is None else to_i32(meta.topic_id)
 
-    @metrics.counts_index_failures("put")
     def on_commit(
         self, flat: FlatMessageFile, batch: MessageBatch, flat_offsets: npt.NDArray[np.int64]
     ) -> None:
-        """The dispatcher's commit listener: index the keys of an uploaded batch."""
+        """Index the keys of an uploaded batch: :meth:`prepare_commit`, then its put."""
+        put = self.prepare_commit(flat, batch, flat_offsets)
+        if put is not None:
+            put()
+
+    @metrics.counts_index_failures("put")
+    def prepare_commit(
+        self, flat: FlatMessageFile, batch: MessageBatch, flat_offsets: npt.NDArray[np.int64]
+    ) -> Callable[[], None] | None:
+        """The dispatcher's staged commit listener: extract and hash the keys of an uploaded
+        batch (in the worker that uploaded it, beside the others: the kernel runs without the
+        interpreter lock) and return the put of its items into the index file, which the
+        dispatcher runs in commit order on its commit thread; None when there is nothing to put.
+        The put holds only the items, not the batch's message bytes."""
         if not self._open or not len(batch):
-            return
+            return None
         topic_id = self.topic_id(flat.topic)
         if topic_id is None:
             log.warning("%s: no topic record, batch not indexed", flat.path)
-            return
+            return None
         indexed = index_batch_of_units(
             flat.topic, topic_id, flat.queue_id, batch.data, batch.starts, batch.sizes,
             flat_offsets, batch.timestamps,
         )  # fmt: skip
-        self.put(indexed, flat.topic, flat.queue_id, batch.queue_offset, len(batch))
+        return functools.partial(
+            self._put_counted, indexed, flat.topic, flat.queue_id, batch.queue_offset, len(batch)
+        )
+
+    @metrics.counts_index_failures("put")
+    def _put_counted(
+        self, batch: IndexBatch, topic: str, queue_id: int, first_offset: int, count: int
+    ) -> None:
+        self.put(batch, topic, queue_id, first_offset, count)
 
     def put(
         self, batch: IndexBatch, topic: str, queue_id: int, first_offset: int, count: int
