@@ -30,6 +30,7 @@ from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
 from tiered.metadata import FileSegmentType
+from tiered.metadata import now_ms
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
@@ -465,12 +466,13 @@ def _objects(provider: MemoryProvider) -> dict[str, bytes]:
     }
 
 
-@pytest.mark.parametrize("flush", [True, False])
+@pytest.mark.parametrize(("flush", "aged"), [(True, False), (False, False), (True, True)])
 def test_rounds_of_several_batches_upload_what_single_batches_would(
-    flush: bool, offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch
+    flush: bool, aged: bool, offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A queue's follow-on batches (Plan.follow) are exactly the batches one-batch rounds plan:
-    the same objects, byte for byte, through segment rolls of both flat files."""
+    the same objects, byte for byte, through segment rolls of both flat files, held tails, and
+    (``aged``) commitlog segments old enough to roll by time as soon as they hold 20 KiB."""
     import tiered.core.dispatcher as dispatcher_module
 
     store = offload_case.store()
@@ -486,11 +488,15 @@ def test_rounds_of_several_batches_upload_what_single_batches_would(
             tieredStoreGroupCommitSize=16 << 10,  # rolls every few batches, not every one
             tieredStoreCommitLogMaxSize=64 << 10,
             tieredStoreConsumeQueueMaxSize=200 * 20,
+            commitLogRollingInterval=1,
+            commitLogRollingMinimumSize=20 << 10,
         )
         provider = MemoryProvider()
         with Sidecar(cfg, provider) as sidecar:
             if not flush:  # every message is young: a queue's last, partial batch is held
                 sidecar.dispatcher.clock = lambda: 1
+            if aged:  # two hours on: the first segments are old enough to roll by time
+                sidecar.dispatcher.clock = lambda: now_ms() + 7_200_000
             report = sidecar.dispatcher.run_pass(flush=flush)
         assert not report.errors and not report.failures and report.messages
         rounds[batches] = report.rounds
@@ -503,7 +509,8 @@ def test_rounds_of_several_batches_upload_what_single_batches_would(
     assert segments[1][0] > 3 and segments[1][1] > 1  # both flat files rolled
     assert tiers[3] == tiers[1]
     assert segments[3] == segments[1]
-    assert rounds[3] < rounds[1] * 0.7  # several batches of a queue per round
+    if not aged:
+        assert rounds[3] < rounds[1] * 0.7  # several batches of a queue per round
 
 
 def test_staged_listeners_prepare_in_the_workers_and_put_in_queue_order(

@@ -99,7 +99,8 @@ ROUND_BATCHES = 2
 """Batches a round may send per queue (:attr:`~.offload_step.Plan.follow`): a queue's second
 batch is read, with every other queue's, while the first ones upload. With one batch per queue
 the workers waited for each round's read, about a quarter of a 1 KiB catch-up's rounds (15 of
-60 ms): two per round cut its wall time by 0.1 s per GiB."""
+60 ms): two per round cut its wall time by 4-8 % (interleaved runs; four per round did no
+better)."""
 OBJECT_UNIT_BYTES = 256
 """On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
 consumequeue units a plan reads stay a few MiB)."""

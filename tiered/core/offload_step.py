@@ -156,7 +156,8 @@ def plan(
     With ``batches`` > 1 a plan that sends may carry up to ``batches - 1`` further full batches
     of the queue (:attr:`Plan.follow`): exactly the batches the next steps would plan once this
     one is uploaded, read with this round's consumequeue units -- none when the segments must
-    roll in between, and a partial batch only with ``flush``."""
+    roll in between (by size, or by time: the commitlog segment is older than
+    ``commitLogRollingInterval``), and a partial batch only with ``flush``."""
     topic, qid = flat.topic, flat.queue_id
     state.error = ""
     if flat.has_pending:
@@ -214,7 +215,9 @@ def plan(
         log.info("%s: flat commitlog rolled by time", flat.path)
     n, roll_cl, roll_cq = flat.plan_batch(sizes, limits.size_bytes)
     follow: list[Plan] = []
-    if batches > 1 and not (roll_cl or roll_cq):
+    # not when a roll comes first, or the segment is old enough to roll by time once it grows
+    rolls = roll_cl or roll_cq or flat.commitlog.time_roll_due(now, limits.rolling_hours)
+    if batches > 1 and not rolls:
         counts = flat.plan_following(
             got.sizes[:need],
             n,

@@ -50,6 +50,15 @@ class FlatCommitLogFile(FlatAppendFile):
         self.append(data, begin, end)
         return offsets
 
+    def time_roll_due(self, now: int, interval_hours: int) -> bool:
+        """Whether the last segment is old enough to roll by time (:meth:`try_time_roll`) once
+        it holds enough bytes."""
+        segs = self.segments
+        if not segs:
+            return False
+        opened = segs[-1].create_timestamp or segs[-1].begin_timestamp
+        return opened not in (0, LONG_MAX) and opened + interval_hours * 3_600_000 < now
+
     def try_time_roll(self, now: int, interval_hours: int, min_size: int) -> bool:
         """Time rolling (spec §5.4, by the segment's age): roll when the last segment was
         created more than ``interval_hours`` ago (wall clock, its record's createTimestamp) and
