@@ -138,6 +138,8 @@ def test_on_s3_the_object_store_keys_hold_and_size_the_batches(
     # each queue's ~50 KiB went as one commitlog and one consumequeue object, not ~100 of each
     assert len(chunks) == 2 * spec.topics * spec.queues
     assert requests.count("PUT") == len(chunks) + 1  # and the metadata mirror, once a round
+    with Sidecar(sized, provider) as sidecar:  # an object fills a wave: one batch a round
+        assert sidecar.dispatcher.round_batches == 1
 
 
 @pytest.mark.parametrize("backend", ["posix", "memory"])

@@ -96,7 +96,8 @@ WAVE_BYTES = 64 << 20
 wave is read while the last eighth of this one uploads, so at most 1.125 times this is in
 memory."""
 ROUND_BATCHES = 2
-"""Batches a round may send per queue (:attr:`~.offload_step.Plan.follow`): a queue's second
+"""Batches a round may send per queue on a file backend (:attr:`~.offload_step.Plan.follow`; one
+on an object store, see ``Dispatcher.round_batches``): a queue's second
 batch is read, with every other queue's, while the first ones upload. With one batch per queue
 the workers waited for each round's read, about a quarter of a 1 KiB catch-up's rounds (15 of
 60 ms): two per round cut its wall time by 4-8 % (interleaved runs; four per round did no
@@ -154,8 +155,14 @@ class Dispatcher(Closeable):
         self.filter = topic_filter or TopicFilter.from_config(cfg)
         self.state_file = state_file
         self.clock = clock
-        self.limits = _limits(cfg, objects=store.provider.object_per_append)
+        objects = store.provider.object_per_append
+        self.limits = _limits(cfg, objects=objects)
         self.wave_bytes = max(WAVE_BYTES, self.limits.size_bytes)
+        self.round_batches = 1 if objects else ROUND_BATCHES
+        """Batches a round sends per queue: one on an object store, whose batches (each an
+        object of ``objectStoreGroupCommitSize``) fill a wave each, so the next is read while one
+        uploads anyway, and whose consumequeue units for a second batch would double what a
+        round holds (up to 10 MiB a queue)."""
         self.uploading = cfg.uploads if uploads is None else uploads
         in_memory = cfg.tiered_backend_service_provider == "memory"
         cap = MEMORY_WORKERS if in_memory else MAX_WORKERS
@@ -303,13 +310,14 @@ class Dispatcher(Closeable):
             for flat in flats:
                 state = self.state(flat.topic, flat.queue_id)
                 planned = plan(
-                    flat, state, self.local, self.limits, now, flush=flush, batches=ROUND_BATCHES
-                )
+                    flat, state, self.local, self.limits, now, flush=flush,
+                    batches=self.round_batches,
+                )  # fmt: skip
                 if isinstance(planned, Plan):
                     plans.append(planned)
                 else:
                     results.append((flat, planned))
-            for level in range(ROUND_BATCHES - 1):  # a level's batches lie side by side
+            for level in range(self.round_batches - 1):  # a level's batches lie side by side
                 follow += [p.follow[level] for p in plans if len(p.follow) > level]
             # the next wave is read while the workers upload this one, once no more than a
             # eighth of a wave's bytes are still being uploaded (memory: see WAVE_BYTES)
