@@ -70,13 +70,9 @@ class FlatCommitLogFile(FlatAppendFile):
         each. By the segment's own age a catch-up fills segments to their maximum size.
         """
         segs = self.segments
-        if not segs or self.pending_size:
+        if not segs or self.pending_size or segs[-1].size < max(min_size, 1):
             return False
-        last = segs[-1]
-        opened = last.create_timestamp or last.begin_timestamp
-        if opened in (0, LONG_MAX) or last.size < max(min_size, 1):
-            return False
-        if opened + interval_hours * 3_600_000 >= now:
+        if not self.time_roll_due(now, interval_hours):
             return False
         self.roll()
         return True
