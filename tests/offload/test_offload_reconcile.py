@@ -82,6 +82,8 @@ def crash_run(cfg: TieredConfig, provider: Dying) -> bool:
     finally:
         provider.dead = True  # whatever still runs in the abandoned sidecar dies now
         sidecar.dispatcher.close(cancel=True)
+        if sidecar.index is not None:  # or its saver writes the next one's progress.fast.json
+            sidecar.index.stop_saver()
     return died
 
 

@@ -265,12 +265,16 @@ class IndexService(Closeable):
         self._saver = threading.Thread(target=run, name="tiered-index-progress", daemon=True)
         self._saver.start()
 
-    def close(self) -> None:
-        """Checkpoint and close every local file (after the dispatcher stopped)."""
+    def stop_saver(self) -> None:
+        """Stop the thread writing the fast progress copy (what a crash does to it)."""
         self._saver_stop.set()
         if self._saver is not None:
             self._saver.join(5)
             self._saver = None
+
+    def close(self) -> None:
+        """Checkpoint and close every local file (after the dispatcher stopped)."""
+        self.stop_saver()
         with self._lock:
             if self._open and not self.readonly:
                 self.checkpoint()
