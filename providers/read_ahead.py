@@ -405,12 +405,16 @@ class ReadAhead:
                 if enough():
                     return
 
-    @staticmethod
-    def _finished(stream: _Stream) -> bool:
-        """Whether the stream's reader has read all its full-size windows hold: a catch-up that
-        went on to the next queue. (A small window -- a consumequeue chunk -- is often read
-        whole by one read that asks for more, then read again piece by piece: not done.)"""
-        return all(w.pooled and w.end <= stream.last_end for w in stream.windows)
+    def _finished(self, stream: _Stream) -> bool:
+        """Whether the stream's reader has read all its large windows hold: a catch-up that
+        went on to the next queue. Large: a full-size window, or one cut where its object ends
+        that is at least a large read (a 32 MiB object read whole by a catch-up is done with as
+        surely as a 64 MiB window). A small window -- a consumequeue chunk -- is often read whole
+        by one read that asks for more, then read again piece by piece: not done."""
+        return all(
+            (w.pooled or w.end - w.start >= self.large_read) and w.end <= stream.last_end
+            for w in stream.windows
+        )
 
     def _drop(self, stream: _Stream, count: int) -> None:
         for window in stream.windows[:count]:

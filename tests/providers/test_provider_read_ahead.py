@@ -122,6 +122,33 @@ def test_memory_goes_to_a_new_reader_from_an_idle_one_only() -> None:
     assert ahead.held_bytes == 0
 
 
+def test_a_catch_up_of_queue_after_queue_reads_each_small_object_in_one_window() -> None:
+    """Objects smaller than a window (a queue's 32 MiB segment, 64 MiB windows) read whole one
+    after the other, quicker than ``IDLE_S``: a key read to its end gives its window up to the
+    next key. (Their windows were not full-size, so they were kept as "not done" until idle,
+    and from the 8th queue of a 16-queue catch-up on the windows shrank: 145 GETs per GiB.)"""
+    size, window = 400, 1024
+    fetches: list[tuple[str, int, int]] = []
+
+    def bounds(key: str, start: int, n: int) -> Extent:
+        end = min(start + n, size)
+        return Extent(end, end < size) if start < size else Extent(start, False)
+
+    def fetch(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        fetches.append((key, start, end))
+        yield from receive(into, start, end)
+
+    budget = 3 * (window + window // SLIVER_FRACTION)
+    ahead = ReadAhead(bounds, fetch, window, budget, clock=lambda: 0.0)
+    keys = [f"q{i}" for i in range(20)]
+    for key in keys:
+        for at in range(0, size, 100):
+            assert ahead.read(key, at, 100) == DATA[at : at + 100], (key, at)
+        assert ahead.held_bytes <= budget
+    assert fetches == [(key, 0, size) for key in keys]
+    ahead.close()
+
+
 def test_a_failed_fetch_leaves_the_read_to_the_caller() -> None:
     backend = Backend(fail_at=10)
     ahead = ReadAhead(backend.bounds, backend.fetch, 1024, 1 << 20)
