@@ -73,6 +73,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ---------------------------------------------------------------------------------------------------
 ``remoting_requests_total``                           counter  requests  code, result
 ``remoting_pull_latency``                             hist.    ms
+``remoting_prepared_pulls_total``                     counter  pulls     result
 ``remoting_connections``                              gauge    conns
 ``remoting_messages_served_total``                    counter  messages  tier
 ``remoting_rejected_total``                           counter            reason
@@ -94,7 +95,8 @@ is ``ok`` or ``failed``. ``route`` is the path template
 (``/v1/topics/{topic}/queues/{queueId}/messages``), ``other`` for paths no route matches, so the
 label stays bounded. ``code`` is the request code's upstream name (``PULL_MESSAGE``, ``OTHER``
 for codes the endpoint does not know), ``result`` the response code's (``SUCCESS``,
-``PULL_NOT_FOUND``, ...; ``ONEWAY`` when no response is sent). ``tier`` is ``tiered`` or ``local``.
+``PULL_NOT_FOUND``, ...; ``ONEWAY`` when no response is sent); of ``remoting_prepared_pulls_total``
+it is ``used`` or ``unused`` (:mod:`tiered.remoting.prepared`). ``tier`` is ``tiered`` or ``local``.
 A ``topic`` a request names (``api_latency``, ``messages_out_total``,
 ``get_message_fallback_total``) is itself only when the tier or the broker's store holds it,
 :data:`OTHER_LABEL` (``_other``) otherwise (:mod:`tiered.labels`).
@@ -164,6 +166,7 @@ __all__ = [
     "REGISTRY",
     "REMOTING_CONNECTIONS",
     "REMOTING_MESSAGES_SERVED",
+    "REMOTING_PREPARED_PULLS",
     "REMOTING_PULL_LATENCY",
     "REMOTING_REJECTED",
     "REMOTING_REQUESTS",
@@ -650,6 +653,13 @@ REMOTING_PULL_LATENCY = _histogram(
     "rocketmq_tiered_store_remoting_pull_latency",
     "Time to read the messages of one pull (not the long-polling hold), milliseconds",
     buckets=READ_LATENCY_BUCKETS_MS,
+)
+REMOTING_PREPARED_PULLS = _counter(
+    "rocketmq_tiered_store_remoting_prepared_pulls",
+    "Pulls read ahead of their request while the consumer worked on the previous answer, by "
+    "whether the request that came matched them (used) or not (unused: read again)",
+    ["result"],
+    series=[("used",), ("unused",)],
 )
 REMOTING_CONNECTIONS = _gauge(
     "rocketmq_tiered_store_remoting_connections",

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tiered import metrics
 from tiered.access.security import Security
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
@@ -161,6 +162,62 @@ def test_pull_and_lite_pull_return_stored_messages_with_offsets(
         assert bodies(across)[0].queue_offset == local_min - 10
         big = pull(c, 0, max_nums=1024)
         assert len(bodies(big)) == min(1024, len(want))
+
+
+def _prepared(result: str) -> float:
+    value = metrics.REGISTRY.get_sample_value(
+        "rocketmq_tiered_store_remoting_prepared_pulls_total", {"result": result}
+    )
+    return value or 0.0
+
+
+def test_a_catch_up_is_answered_from_pulls_prepared_while_the_consumer_works(
+    history: SampleTier, endpoint: EndpointFactory
+) -> None:
+    """After each pull that found messages the connection reads the pull that continues it;
+    the consumer's next pull takes it -- the same messages and offsets as a pull read then --
+    and a pull that differs in anything is read afresh."""
+    ep = endpoint(history)
+    want = queue_messages(history)
+    used, unused = _prepared("used"), _prepared("unused")
+    got: list[msgcodec.Message] = []
+    found = 0
+    with ep.client() as c:
+        offset = 0
+        while True:
+            r = pull(c, offset)
+            if r.code != Res.SUCCESS:
+                assert r.code == Res.PULL_NOT_FOUND
+                break
+            found += 1
+            got += bodies(r)
+            assert int(r.ext_fields["maxOffset"]) == max(want) + 1
+            offset = int(r.ext_fields["nextBeginOffset"])
+        assert [m.queue_offset for m in got] == sorted(want)  # tier then broker, none twice
+        assert all(m.body == want[m.queue_offset].body for m in got)
+        assert _prepared("used") - used == found - 1  # every pull but the first
+        # what the last FOUND pull prepared (the queue's end) found nothing: nothing was kept
+        assert _prepared("unused") == unused
+
+        first = pull(c, 0)  # prepares 32..63 for 32 messages
+        assert _prepared("used") - used == found - 1
+        fewer = pull(c, 32, max_nums=8)  # another batch size: read afresh
+        assert [m.queue_offset for m in bodies(fewer)] == list(range(32, 40))
+        assert _prepared("unused") - unused == 1
+        tag = want[40].properties["TAGS"]
+        filtered = pull(c, 40, max_nums=8, sys_flag=FLAG_SUBSCRIPTION, subscription=tag)
+        assert [m.queue_offset for m in bodies(filtered)] == sorted(
+            o for o, m in want.items() if o >= 40 and m.properties.get("TAGS") == tag
+        )[:8]
+        assert _prepared("unused") - unused == 2  # 40..47 with every tag was prepared
+        other = pull(c, 0, queue_id=Q + 1)  # another queue: the first one's stays prepared
+        assert other.code == Res.SUCCESS
+        assert [m.queue_offset for m in bodies(first)] == list(range(32))
+    deadline = time.monotonic() + 10  # the connection's thread sees the close, then drops them
+    while _prepared("unused") - unused < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _prepared("unused") - unused == 4  # the connection closed with both queues' next
+    assert ep.server.prepared_budget.held == 0
 
 
 def test_pull_statuses_map_to_the_brokers_response_codes(

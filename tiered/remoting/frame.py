@@ -18,6 +18,7 @@ import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
+from typing import TYPE_CHECKING
 from typing import Any
 
 import orjson
@@ -26,6 +27,9 @@ from tiered.errors import ProtocolError
 
 from .codes import ONEWAY_FLAG
 from .codes import RESPONSE_FLAG
+
+if TYPE_CHECKING:
+    from .prepared import PreparedPulls
 
 __all__ = ["JSON", "ROCKETMQ", "Command", "FrameReader", "decode", "encode"]
 
@@ -59,6 +63,8 @@ class Command:
     version: int = 0
     serialize_type: int = JSON
     peer: str = ""  # the sender's ip:port (set by the server; never encoded)
+    prepared: PreparedPulls | None = field(default=None, compare=False, repr=False)
+    """the connection's prepared pulls (set by the server; never encoded)"""
 
     @property
     def is_response(self) -> bool:

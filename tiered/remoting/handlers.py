@@ -387,13 +387,24 @@ class Replay:
             tags = _parse_tags(expression)
         except InvalidRequestError as e:
             return request.response(ResponseCode.SUBSCRIPTION_PARSE_FAILED, str(e))
-        max_bytes = min(int_field(ext, "maxMsgBytes", MAX_PULL_BYTES), MAX_PULL_BYTES)
+        max_bytes = max(min(int_field(ext, "maxMsgBytes", MAX_PULL_BYTES), MAX_PULL_BYTES), 1)
         started = time.perf_counter()
-        result = self.store.get_message(
-            topic, queue_id, offset, max_count, tags, max_bytes=max(max_bytes, 1)
-        )
+        prepared, queue = request.prepared, (topic, queue_id)
+        result = None
+        if prepared is not None:  # read while the consumer worked on the previous answer?
+            result = prepared.take(queue, (request.code, offset, max_count, expression, max_bytes))
+        if result is None:
+            result = self.store.get_message(
+                topic, queue_id, offset, max_count, tags, max_bytes=max_bytes
+            )
         metrics.REMOTING_PULL_LATENCY.observe((time.perf_counter() - started) * 1000)
         status = result.status
+        if status is GetStatus.FOUND and prepared is not None:  # the next pull, read ahead
+            nxt = result.next_begin_offset
+            read = functools.partial(
+                self.store.get_message, topic, queue_id, nxt, max_count, tags, max_bytes=max_bytes
+            )
+            prepared.expect(queue, (request.code, nxt, max_count, expression, max_bytes), read)
         header = {
             "suggestWhichBrokerId": "0",
             "nextBeginOffset": str(result.next_begin_offset),

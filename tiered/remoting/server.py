@@ -68,6 +68,8 @@ from .frame import encode_parts
 from .handlers import Replay
 from .handlers import Response
 from .handlers import Suspend
+from .prepared import PreparedBudget
+from .prepared import PreparedPulls
 
 log = logging.getLogger(__name__)
 
@@ -116,6 +118,7 @@ class _Connection:
         self.peer_address = _address(peer)
         self.peer_host = str(peer[0]) if isinstance(peer, tuple) else str(peer)
         self.write_lock = threading.Lock()
+        self.prepared = PreparedPulls(server.prepared_budget)
         self.tls: TlsStream | None = None
         self.closed = False
         self.thread = threading.Thread(target=self.run, name=f"tiered-remoting {peer}", daemon=True)
@@ -227,7 +230,10 @@ class _Connection:
                         request = decode(frame)
                         if not request.is_response:  # nothing is ever asked of a client
                             request.peer = self.peer_address
+                            request.prepared = self.prepared
                             server.serve(self, request)
+                    if self.prepared.pending and not frames.pending:
+                        self.prepared.prepare()  # every request answered: the next pulls
                 except ProtocolError as e:
                     metrics.REMOTING_REJECTED.labels(e.reason).inc()
                     log.warning("replay connection from %s closed: %s", self.peer, e)
@@ -237,6 +243,7 @@ class _Connection:
             return
         finally:
             server.forget(self)
+            self.prepared.clear()
             with contextlib.suppress(OSError):
                 self.sock.close()
 
@@ -272,6 +279,8 @@ class RemotingServer:
         self.frame_stall_s = frame_stall_s
         self.poll_interval_s = poll_interval_s
         self.flush = flush
+        self.prepared_budget = PreparedBudget()
+        """What every connection's prepared pulls hold (:mod:`.prepared`)."""
         self._sock: socket.socket | None = None
         self._stop = threading.Event()
         self._lock = threading.Lock()

@@ -1,0 +1,168 @@
+"""The next pull of each queue a connection pulls, read while its consumer works on this one.
+
+A consumer catching up sends a queue's next pull as soon as it has the answer to the previous one,
+from that answer's ``nextBeginOffset``, with the same batch size, subscription and byte limit: a
+push consumer does (``executePullRequestImmediately``), and so do pull consumers looping over
+``nextBeginOffset``. Meanwhile the connection's thread would wait in ``recv``. So when a pull finds
+messages, the pull it predicts is remembered (:meth:`PreparedPulls.expect`), and once the
+connection's thread has answered every request it holds, it reads that pull's messages
+(:meth:`PreparedPulls.prepare`) before it waits for the next request. The pull that arrives then
+and matches it exactly -- request code, topic, queue, offset, batch size, subscription expression,
+byte limit -- takes the prepared result (:meth:`PreparedPulls.take`) instead of reading; any
+other request reads as before and drops the queue's prepared result. A 32-message catch-up's
+round trip loses the read (the consumer's CPU and the sidecar's overlap on two cores), and the
+sidecar reads no more than it did: one read per pull, done earlier.
+
+Bounds:
+
+* a prepared result is used within :data:`PREPARED_TTL_S` of its read, or read again -- a
+  consumer that paused gets what the queue holds when it comes back (the offsets in the answer,
+  a segment expired meanwhile);
+* at most :data:`PREPARED_QUEUES` queues per connection (a consumer of more queues has the most
+  recently answered ones prepared);
+* every connection's prepared results together hold at most :data:`PREPARED_MAX_BYTES` of
+  message bytes (:class:`PreparedBudget`, one per server): past it nothing more is prepared;
+* nothing is prepared for a pull that found no message (long polling is unchanged), and a
+  preparation that fails is dropped (the pull itself reads, and reports what it meets).
+
+The results are views of what the read path read (its read-ahead cache windows), not copies.
+``rocketmq_tiered_store_remoting_prepared_pulls_total{result}`` counts them used or unused.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+from tiered import metrics
+from tiered.core.fetcher import GetResult
+from tiered.core.fetcher import GetStatus
+
+log = logging.getLogger(__name__)
+
+PREPARED_TTL_S = 1.0
+"""A prepared result older than this is read again."""
+PREPARED_QUEUES = 64
+"""Queues of one connection whose next pull is prepared at most."""
+PREPARED_MAX_BYTES = 64 << 20
+"""Message bytes all prepared results of a server hold at most."""
+
+Queue = tuple[str, int]
+Read = Callable[[], GetResult]
+
+
+class PreparedBudget:
+    """The message bytes every connection's prepared results hold (thread-safe)."""
+
+    def __init__(self, max_bytes: int = PREPARED_MAX_BYTES) -> None:
+        self.max_bytes = max_bytes
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, nbytes: int) -> bool:
+        """Count ``nbytes`` as held; False (nothing counted) when they do not fit."""
+        with self._lock:
+            if self.held + nbytes > self.max_bytes:
+                return False
+            self.held += nbytes
+            return True
+
+    def give(self, nbytes: int) -> None:
+        with self._lock:
+            self.held -= nbytes
+
+
+@dataclass(slots=True)
+class _Ready:
+    key: Hashable
+    result: GetResult
+    read_at: float
+    nbytes: int
+
+
+def _nbytes(result: GetResult) -> int:
+    runs = result.runs
+    return runs[0].nbytes if len(runs) == 1 else sum(r.nbytes for r in runs)
+
+
+class PreparedPulls:
+    """One connection's expected and prepared pulls, by queue (thread-safe: a held pull is
+    answered from another thread)."""
+
+    def __init__(self, budget: PreparedBudget, clock: Callable[[], float] = time.monotonic):
+        self.budget = budget
+        self._clock = clock
+        self._expected: OrderedDict[Queue, tuple[Hashable, Read]] = OrderedDict()
+        self._ready: dict[Queue, _Ready] = {}
+        self._lock = threading.Lock()
+
+    def take(self, queue: Queue, key: Hashable) -> GetResult | None:
+        """The prepared result of ``queue``'s pull when it is the one ``key`` names and fresh;
+        None otherwise. Either way the queue's prepared result is gone."""
+        with self._lock:
+            ready = self._ready.pop(queue, None)
+            self._expected.pop(queue, None)
+        if ready is None:
+            return None
+        self.budget.give(ready.nbytes)
+        used = ready.key == key and self._clock() - ready.read_at <= PREPARED_TTL_S
+        metrics.child(metrics.REMOTING_PREPARED_PULLS, "used" if used else "unused").inc()
+        return ready.result if used else None
+
+    def expect(self, queue: Queue, key: Hashable, read: Read) -> None:
+        """``queue``'s next pull is likely the one ``key`` names; ``read`` reads it."""
+        with self._lock:
+            self._expected[queue] = (key, read)
+            self._expected.move_to_end(queue)
+            while len(self._expected) > PREPARED_QUEUES:
+                self._expected.popitem(last=False)
+
+    @property
+    def pending(self) -> bool:
+        """Whether a pull is expected and not prepared yet."""
+        return bool(self._expected)
+
+    def prepare(self) -> None:
+        """Read every expected pull (the connection is about to wait for its next request)."""
+        while True:
+            with self._lock:
+                if not self._expected:
+                    return
+                queue, (key, read) = self._expected.popitem(last=False)
+            try:
+                result = read()
+            except Exception as e:  # the pull itself reads again, and reports what it meets
+                log.debug("preparing the next pull of %s/%d failed: %s", *queue, e)
+                continue
+            if result.status is not GetStatus.FOUND:
+                continue
+            nbytes = _nbytes(result)
+            if not self.budget.take(nbytes):
+                continue
+            ready = _Ready(key, result, self._clock(), nbytes)
+            with self._lock:
+                dropped = self._ready.pop(queue, None)
+                self._ready[queue] = ready
+                while len(self._ready) > PREPARED_QUEUES:
+                    oldest = next(iter(self._ready))
+                    extra = self._ready.pop(oldest)
+                    self.budget.give(extra.nbytes)
+                    metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
+            if dropped is not None:
+                self.budget.give(dropped.nbytes)
+                metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
+
+    def clear(self) -> None:
+        """Drop everything (the connection closed)."""
+        with self._lock:
+            ready = list(self._ready.values())
+            self._ready.clear()
+            self._expected.clear()
+        for r in ready:
+            self.budget.give(r.nbytes)
+            metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
