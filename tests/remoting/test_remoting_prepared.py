@@ -99,3 +99,24 @@ def test_a_connection_keeps_the_most_recent_queues_and_gives_all_back_when_it_cl
     p.prepare()  # only the last 3 expected are read
     assert budget.held == 30
     p.clear()
+
+
+def test_a_full_budget_drops_what_idle_connections_can_no_longer_use() -> None:
+    """A consumer that stopped pulling but keeps its connection holds its last prepared result;
+    once it is too old to be taken, a connection that needs the room gets it."""
+    now = [0.0]
+    budget = PreparedBudget(150)
+    idle = PreparedPulls(budget, clock=lambda: now[0])
+    idle.expect(Q, "k", lambda: found(100))
+    idle.prepare()
+    busy = PreparedPulls(budget, clock=lambda: now[0])
+    busy.expect(Q, "k", lambda: found(100))
+    busy.prepare()  # the idle one's is fresh: no room
+    assert busy.take(Q, "k") is None and budget.held == 100
+    now[0] += prepared_mod.PREPARED_TTL_S + 0.01
+    busy.expect(Q, "k", lambda: found(100))
+    busy.prepare()  # the idle one's is stale now: dropped for it
+    assert budget.held == 100
+    assert idle.take(Q, "k") is None
+    assert busy.take(Q, "k") is not None
+    assert budget.held == 0

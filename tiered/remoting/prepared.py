@@ -21,7 +21,8 @@ Bounds:
 * at most :data:`PREPARED_QUEUES` queues per connection (a consumer of more queues has the most
   recently answered ones prepared);
 * every connection's prepared results together hold at most :data:`PREPARED_MAX_BYTES` of
-  message bytes (:class:`PreparedBudget`, one per server): past it nothing more is prepared;
+  message bytes (:class:`PreparedBudget`, one per server): past it the results too old to be
+  taken are dropped (of every connection), and if that is not enough nothing more is prepared;
 * nothing is prepared for a pull that found no message (long polling is unchanged), and a
   preparation that fails is dropped (the pull itself reads, and reports what it meets).
 
@@ -34,6 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from collections.abc import Hashable
@@ -57,20 +59,31 @@ Read = Callable[[], GetResult]
 
 
 class PreparedBudget:
-    """The message bytes every connection's prepared results hold (thread-safe)."""
+    """The message bytes every connection's prepared results hold (thread-safe). When a result
+    does not fit, the results no pull can take any more (older than :data:`PREPARED_TTL_S`: a
+    consumer that stopped pulling a queue but keeps its connection) are dropped first."""
 
     def __init__(self, max_bytes: int = PREPARED_MAX_BYTES) -> None:
         self.max_bytes = max_bytes
         self.held = 0
         self._lock = threading.Lock()
+        self._holders: weakref.WeakSet[PreparedPulls] = weakref.WeakSet()
+
+    def register(self, holder: PreparedPulls) -> None:
+        with self._lock:
+            self._holders.add(holder)
 
     def take(self, nbytes: int) -> bool:
         """Count ``nbytes`` as held; False (nothing counted) when they do not fit."""
-        with self._lock:
-            if self.held + nbytes > self.max_bytes:
-                return False
-            self.held += nbytes
-            return True
+        for attempt in range(2):
+            with self._lock:
+                if self.held + nbytes <= self.max_bytes:
+                    self.held += nbytes
+                    return True
+                holders = list(self._holders) if attempt == 0 else []
+            for holder in holders:  # (outside the lock: dropping gives bytes back)
+                holder.drop_stale()
+        return False
 
     def give(self, nbytes: int) -> None:
         with self._lock:
@@ -100,6 +113,7 @@ class PreparedPulls:
         self._expected: OrderedDict[Queue, tuple[Hashable, Read]] = OrderedDict()
         self._ready: dict[Queue, _Ready] = {}
         self._lock = threading.Lock()
+        budget.register(self)
 
     def take(self, queue: Queue, key: Hashable) -> GetResult | None:
         """The prepared result of ``queue``'s pull when it is the one ``key`` names and fresh;
@@ -156,6 +170,16 @@ class PreparedPulls:
             if dropped is not None:
                 self.budget.give(dropped.nbytes)
                 metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
+
+    def drop_stale(self) -> None:
+        """Drop the results no pull can take any more (older than :data:`PREPARED_TTL_S`)."""
+        oldest = self._clock() - PREPARED_TTL_S
+        with self._lock:
+            stale = [q for q, r in self._ready.items() if r.read_at < oldest]
+            dropped = [self._ready.pop(q) for q in stale]
+        for r in dropped:
+            self.budget.give(r.nbytes)
+            metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
 
     def clear(self) -> None:
         """Drop everything (the connection closed)."""
