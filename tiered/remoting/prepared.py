@@ -68,6 +68,9 @@ class PreparedBudget:
         self.held = 0
         self._lock = threading.Lock()
         self._holders: weakref.WeakSet[PreparedPulls] = weakref.WeakSet()
+        # the counters' two series, resolved once with the server (not at a first use)
+        self.used = metrics.child(metrics.REMOTING_PREPARED_PULLS, "used")
+        self.unused = metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused")
 
     def register(self, holder: PreparedPulls) -> None:
         with self._lock:
@@ -125,7 +128,7 @@ class PreparedPulls:
             return None
         self.budget.give(ready.nbytes)
         used = ready.key == key and self._clock() - ready.read_at <= PREPARED_TTL_S
-        metrics.child(metrics.REMOTING_PREPARED_PULLS, "used" if used else "unused").inc()
+        (self.budget.used if used else self.budget.unused).inc()
         return ready.result if used else None
 
     def expect(self, queue: Queue, key: Hashable, read: Read) -> None:
@@ -166,10 +169,10 @@ class PreparedPulls:
                     oldest = next(iter(self._ready))
                     extra = self._ready.pop(oldest)
                     self.budget.give(extra.nbytes)
-                    metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
+                    self.budget.unused.inc()
             if dropped is not None:
                 self.budget.give(dropped.nbytes)
-                metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
+                self.budget.unused.inc()
 
     def drop_stale(self) -> None:
         """Drop the results no pull can take any more (older than :data:`PREPARED_TTL_S`)."""
@@ -179,7 +182,7 @@ class PreparedPulls:
             dropped = [self._ready.pop(q) for q in stale]
         for r in dropped:
             self.budget.give(r.nbytes)
-            metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
+            self.budget.unused.inc()
 
     def clear(self) -> None:
         """Drop everything (the connection closed)."""
@@ -189,4 +192,4 @@ class PreparedPulls:
             self._expected.clear()
         for r in ready:
             self.budget.give(r.nbytes)
-            metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused").inc()
+            self.budget.unused.inc()
