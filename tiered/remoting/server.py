@@ -4,8 +4,8 @@ A connection's requests are decoded (:class:`~.frame.FrameReader`) and answered 
 own thread -- no hand-off between threads on the hot path: a pull costs one ``recv``, the store
 read and one ``sendall``. Once a connection has answered every request it holds, it reads the pull
 each answered queue most likely sends next before it waits (:mod:`.prepared`): the consumer works
-on its answer meanwhile, and the matching pull takes what was read. A pull that finds nothing new and carries the suspend flag is handed to
-the holder thread instead (long polling): while pulls are held it checks each held queue's max
+on its answer meanwhile, and the matching pull takes what was read. A pull that finds nothing
+new and carries the suspend flag is handed to the holder thread instead (long polling): while pulls are held it checks each held queue's max
 offset every :data:`POLL_INTERVAL_S` (the broker's files move without telling us) and re-runs the
 pull (in a small pool) as soon as it moved, or answers PULL_NOT_FOUND at the pull's
 ``suspendTimeoutMillis`` (it wakes at the earliest deadline, not on the next tick) -- an idle
