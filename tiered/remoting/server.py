@@ -1,17 +1,17 @@
 """The endpoint's TCP server: a thread per connection that reads, answers and writes in place.
 
-A connection's requests are decoded (:class:`~.frame.FrameReader`) and answered in order by its
-own thread -- no hand-off between threads on the hot path: a pull costs one ``recv``, the store
-read and one ``sendall``. Once a connection has answered every request it holds, it reads the pull
-each answered queue most likely sends next before it waits (:mod:`.prepared`): the consumer works
-on its answer meanwhile, and the matching pull takes what was read. A pull that finds nothing
-new and carries the suspend flag is handed to the holder thread instead (long polling): while pulls are held it checks each held queue's max
-offset every :data:`POLL_INTERVAL_S` (the broker's files move without telling us) and re-runs the
-pull (in a small pool) as soon as it moved, or answers PULL_NOT_FOUND at the pull's
-``suspendTimeoutMillis`` (it wakes at the earliest deadline, not on the next tick) -- an idle
-consumer costs one request per suspend timeout, not a spin, and holds no thread. Responses to one
-connection are written under its lock, matched by ``opaque`` (held pulls may be answered after
-later requests).
+A connection's requests are decoded (:class:`~.frame.FrameReader`) and answered in order by its own
+thread -- no hand-off between threads on the hot path: a pull costs one ``recv``, the store read
+and one ``sendall``. Once a connection has answered every request it holds, it reads the pull each
+answered queue most likely sends next before it waits (:mod:`.prepared`): the consumer works on its
+answer meanwhile, and the matching pull takes what was read. A pull that finds nothing new and
+carries the suspend flag is handed to the holder thread instead (long polling): while pulls are
+held it checks each held queue's max offset every :data:`POLL_INTERVAL_S` (the broker's files move
+without telling us) and re-runs the pull (in a small pool) as soon as it moved, or answers
+PULL_NOT_FOUND at the pull's ``suspendTimeoutMillis`` (it wakes at the earliest deadline, not on
+the next tick) -- an idle consumer costs one request per suspend timeout, not a spin, and holds no
+thread. Responses to one connection are written under its lock, matched by ``opaque`` (held pulls
+may be answered after later requests).
 
 The holder sleeps while nothing is held and no request was answered since it last wrote the
 replay offsets: a pull being held, or the first request after a write, wakes it (an event, set
