@@ -105,14 +105,28 @@ def test_a_full_budget_drops_what_idle_connections_can_no_longer_use() -> None:
     """A consumer that stopped pulling but keeps its connection holds its last prepared result;
     once it is too old to be taken, a connection that needs the room gets it."""
     now = [0.0]
-    budget = PreparedBudget(150)
+    budget = PreparedBudget(150, clock=lambda: now[0])
     idle = PreparedPulls(budget, clock=lambda: now[0])
     idle.expect(Q, "k", lambda: found(100))
     idle.prepare()
+    sweeps: list[float] = []
+    sweep = idle.drop_stale
+
+    def counted() -> None:
+        sweeps.append(now[0])
+        sweep()
+
+    idle.drop_stale = counted  # type: ignore[method-assign]
     busy = PreparedPulls(budget, clock=lambda: now[0])
     busy.expect(Q, "k", lambda: found(100))
     busy.prepare()  # the idle one's is fresh: no room
     assert busy.take(Q, "k") is None and budget.held == 100
+    assert sweeps == [0.0]
+    now[0] += prepared_mod.SWEEP_INTERVAL_S / 2
+    busy.expect(Q, "k", lambda: found(100))
+    busy.prepare()  # swept a moment ago: refused without walking the connections again
+    assert budget.held == 100 and busy.take(Q, "k") is None
+    assert sweeps == [0.0]
     now[0] += prepared_mod.PREPARED_TTL_S + 0.01
     busy.expect(Q, "k", lambda: found(100))
     busy.prepare()  # the idle one's is stale now: dropped for it

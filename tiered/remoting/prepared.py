@@ -53,6 +53,8 @@ PREPARED_QUEUES = 64
 """Queues of one connection whose next pull is prepared at most."""
 PREPARED_MAX_BYTES = 64 << 20
 """Message bytes all prepared results of a server hold at most."""
+SWEEP_INTERVAL_S = 0.1
+"""A full budget looks for stale results to drop at most this often."""
 
 Queue = tuple[str, int]
 Read = Callable[[], GetResult]
@@ -63,11 +65,15 @@ class PreparedBudget:
     does not fit, the results no pull can take any more (older than :data:`PREPARED_TTL_S`: a
     consumer that stopped pulling a queue but keeps its connection) are dropped first."""
 
-    def __init__(self, max_bytes: int = PREPARED_MAX_BYTES) -> None:
+    def __init__(
+        self, max_bytes: int = PREPARED_MAX_BYTES, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self.max_bytes = max_bytes
+        self._clock = clock
         self.held = 0
         self._lock = threading.Lock()
         self._holders: weakref.WeakSet[PreparedPulls] = weakref.WeakSet()
+        self._swept = -SWEEP_INTERVAL_S
         # the counters' two series, resolved once with the server (not at a first use)
         self.used = metrics.child(metrics.REMOTING_PREPARED_PULLS, "used")
         self.unused = metrics.child(metrics.REMOTING_PREPARED_PULLS, "unused")
@@ -77,13 +83,20 @@ class PreparedBudget:
             self._holders.add(holder)
 
     def take(self, nbytes: int) -> bool:
-        """Count ``nbytes`` as held; False (nothing counted) when they do not fit."""
+        """Count ``nbytes`` as held; False (nothing counted) when they do not fit. A full budget
+        sweeps every connection for stale results at most every :data:`SWEEP_INTERVAL_S` (not
+        on every refused result: with many connections that would be a walk of all of them per
+        pull)."""
         for attempt in range(2):
             with self._lock:
                 if self.held + nbytes <= self.max_bytes:
                     self.held += nbytes
                     return True
-                holders = list(self._holders) if attempt == 0 else []
+                now = self._clock()
+                if attempt or now - self._swept < SWEEP_INTERVAL_S:
+                    return False
+                self._swept = now
+                holders = list(self._holders)
             for holder in holders:  # (outside the lock: dropping gives bytes back)
                 holder.drop_stale()
         return False
