@@ -178,6 +178,22 @@ def test_bad_requests_are_400_naming_the_parameter(
     assert parameter in r.json()["error"]
 
 
+@pytest.mark.parametrize(
+    ("path", "parameter"),
+    [
+        ("/v1/topics/GenTopic0/queues/0/offsets?timestamp=1&timestamp=2", "timestamp"),
+        ("/v1/topics/GenTopic0/queues/0/messages?offset=0&maxCount=2&offset=5", "offset"),
+        ("/v1/topics/GenTopic0/queues/0/messages?offset=0&tags=A&tags=B", "tags"),
+        ("/v1/topics/T/keys/k1?x=1&x=1", "x"),  # extra routers too, and equal values too
+    ],
+)
+def test_a_parameter_given_twice_is_a_400_naming_it(api: Api, path: str, parameter: str) -> None:
+    r = get(api.url, path)
+    assert r.status == 400, r.body
+    assert r.json()["parameter"] == parameter
+    assert f"{parameter}: given more than once" in r.json()["error"]
+
+
 def test_unknown_queues_and_offsets_are_statuses_not_errors(api: Api) -> None:
     doc = get(api.url, "/v1/topics/NoSuchTopic/queues/0/messages", offset=0).json()
     assert doc["status"] == "NO_MATCHED_LOGIC_QUEUE" and doc["messages"] == []

@@ -23,6 +23,7 @@ from typing import Any
 from typing import Literal
 
 from fastapi import APIRouter
+from fastapi import Depends
 from fastapi import FastAPI
 from fastapi import Path
 from fastapi import Query
@@ -114,6 +115,22 @@ _ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 
 
+def single_query_values(request: Request) -> None:
+    """Refuse a query that names a parameter twice (``?timestamp=1&timestamp=2``): every
+    parameter of the API takes one value, and silently taking one of the two would answer a
+    question the client did not ask. A 400 naming the parameter."""
+    seen: set[str] = set()
+    for name, _ in request.query_params.multi_items():
+        if name in seen:
+            error = InvalidRequestError(
+                f"{name}: given more than once; every query parameter takes a single value, "
+                "send it once"
+            )
+            error.parameter = name  # type: ignore[attr-defined]
+            raise error
+        seen.add(name)
+
+
 def create_app(
     store: TieredMessageStore,
     *,
@@ -133,6 +150,7 @@ def create_app(
         version="0.1.0",
         description="Cold reads of RocketMQ messages offloaded to tiered storage.",
         responses=_ERROR_RESPONSES,
+        dependencies=[Depends(single_query_values)],  # every route, extra_routers' too
     )
     if security is not None:  # inside the accounting: refusals are counted as requests too
         app.add_middleware(Authentication, security=security)
