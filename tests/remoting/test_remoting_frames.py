@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import socket
 import struct
+import threading
 import time
 
 import pytest
@@ -192,3 +193,41 @@ def test_a_client_whose_server_never_answers_times_out() -> None:
             with pytest.raises(TimeoutError, match=r"no progress on the connection for 0\.3 s"):
                 client.call(RequestCode.GET_MAX_OFFSET, topic=TOPIC, queueId=0)
             assert 0.25 < time.monotonic() - started < 5
+
+
+def test_the_client_receives_frames_of_any_size_into_one_kept_buffer() -> None:
+    """Responses large and small, one after the other on one connection, come back whole and
+    each its own (the receive buffer is reused: a body is never a view of it); a length word
+    that cannot be a frame is a ProtocolError, and a server that hangs up mid-frame a
+    ConnectionError."""
+    bodies = [bytes([i]) * n for i, n in enumerate([5 << 20, 7, 3 << 20, 0, 1 << 20])]
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        port = server.getsockname()[1]
+
+        def answer() -> None:
+            conn, _ = server.accept()
+            with conn:
+                for opaque, body in enumerate(bodies, start=1):
+                    conn.recv(65536)  # the request
+                    conn.sendall(encode(Command(code=0, opaque=opaque, flag=1, body=body)))
+                conn.recv(65536)
+                conn.sendall(struct.pack(">i", 3))  # shorter than a header-length word
+            conn2, _ = server.accept()
+            with conn2:
+                conn2.recv(65536)
+                conn2.sendall(struct.pack(">i", 100) + b"\0\0\0\x10")  # then hangs up
+
+        thread = threading.Thread(target=answer, daemon=True)
+        thread.start()
+        with RemotingClient("127.0.0.1", port, timeout_s=10) as client:
+            got = [client.call(RequestCode.GET_MAX_OFFSET, topic=TOPIC).body for _ in bodies]
+            assert got == bodies
+            assert all(type(b) is bytes for b in got)
+            with pytest.raises(ProtocolError, match="a frame length of 3 bytes"):
+                client.call(RequestCode.GET_MAX_OFFSET, topic=TOPIC)
+        with (
+            RemotingClient("127.0.0.1", port, timeout_s=10) as client,
+            pytest.raises(ConnectionError, match="closed the connection"),
+        ):
+            client.call(RequestCode.GET_MAX_OFFSET, topic=TOPIC)
+        thread.join(10)

@@ -18,15 +18,20 @@ from tiered.access.accounts import SIGNATURE
 from tiered.access.accounts import request_content
 from tiered.access.accounts import sign
 from tiered.closeable import Closeable
+from tiered.errors import ProtocolError
 from tiered.listen import kernel_timeouts
 
 from .codes import ONEWAY_FLAG
 from .frame import JSON
+from .frame import MIN_FRAME
 from .frame import Command
 from .frame import decode
 from .frame import encode
 
 _LEN = struct.Struct(">i")
+KEEP_BUFFER_BYTES = 32 << 20
+"""A receive buffer up to this size is kept for the next frame (a catch-up's responses are
+received into the same memory: no fresh pages faulted in for each one)."""
 
 
 class RemotingClient(Closeable):
@@ -58,6 +63,8 @@ class RemotingClient(Closeable):
         self.serialize_type = serialize_type
         self.credentials = credentials
         self._opaque = itertools.count(1)
+        self._length = bytearray(4)
+        self._buffer = bytearray()
 
     def close(self) -> None:
         self.sock.close()
@@ -65,23 +72,29 @@ class RemotingClient(Closeable):
     def _timed_out(self, e: BlockingIOError) -> TimeoutError:
         return TimeoutError(f"no progress on the connection for {self.timeout_s} s ({e})")
 
-    def _recv_exact(self, n: int) -> bytes:
-        chunks, left = [], n
-        while left:
+    def _recv_into(self, view: memoryview) -> None:
+        while len(view):
             try:
-                chunk = self.sock.recv(min(left, 1 << 20))
+                n = self.sock.recv_into(view)
             except BlockingIOError as e:  # SO_RCVTIMEO ran out
                 raise self._timed_out(e) from e
-            if not chunk:
+            if not n:
                 raise ConnectionError("the server closed the connection")
-            chunks.append(chunk)
-            left -= len(chunk)
-        return b"".join(chunks)
+            view = view[n:]
 
     def receive(self) -> Command:
-        """The next frame the server sends."""
-        (length,) = _LEN.unpack(self._recv_exact(4))
-        return decode(self._recv_exact(length))
+        """The next frame the server sends (received into one buffer, kept for the next frame;
+        the body is copied out of it once)."""
+        self._recv_into(memoryview(self._length))
+        (length,) = _LEN.unpack(self._length)
+        if length < MIN_FRAME:
+            raise ProtocolError(f"a frame length of {length} bytes from the server", "bad_length")
+        buffer = self._buffer if len(self._buffer) >= length else bytearray(length)
+        if length <= KEEP_BUFFER_BYTES:
+            self._buffer = buffer
+        frame = memoryview(buffer)[:length]
+        self._recv_into(frame)
+        return decode(frame)
 
     def send(self, command: Command) -> None:
         """Sign (when credentials are set) and send ``command``."""

@@ -203,7 +203,7 @@ def decode(frame: bytes | memoryview) -> Command:
         ProtocolError: the header length does not fit, the serialize type is unknown, or the
             header does not decode.
     """
-    frame = bytes(frame)
+    frame = memoryview(frame)  # the body is copied out once; the header is small
     if len(frame) < MIN_FRAME:
         raise ProtocolError(f"a frame of {len(frame)} bytes has no header length", "bad_length")
     (word,) = _I32.unpack_from(frame)
@@ -213,7 +213,7 @@ def decode(frame: bytes | memoryview) -> Command:
             f"header length {header_len} does not fit the frame's {len(frame) - MIN_FRAME} bytes",
             "bad_length",
         )
-    raw = frame[MIN_FRAME : MIN_FRAME + header_len]
+    raw = bytes(frame[MIN_FRAME : MIN_FRAME + header_len])
     if kind == JSON:
         command = _decode_json(raw)
     elif kind == ROCKETMQ:
@@ -222,7 +222,7 @@ def decode(frame: bytes | memoryview) -> Command:
         raise ProtocolError(
             f"serialize type {kind} is neither JSON (0) nor ROCKETMQ (1)", "serialize_type"
         )
-    command.body = frame[MIN_FRAME + header_len :]
+    command.body = bytes(frame[MIN_FRAME + header_len :])
     return command
 
 
