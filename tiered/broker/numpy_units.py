@@ -73,21 +73,31 @@ def reference_check_units(
 
 
 def reference_crc_mismatches(data: bytes | bytearray | memoryview, starts: Int64s) -> list[int]:
-    """Indexes of units whose body does not match BODYCRC (hosts located from each sysflag)."""
+    """Indexes of units whose body does not match BODYCRC (hosts located from each sysflag); a
+    unit whose body is not inside ``data`` (its length field outside it, a negative length, or
+    a body past its end: a damaged sysflag or length) does not match, as in the kernel."""
     if not len(starts):
         return []
     buf = as_uint8(data)
-    flags = gather_be(buf, starts + msgcodec.SYSFLAG_POSITION, 4)
+    size = len(buf)
+    inside = (starts >= 0) & (starts <= size - msgcodec.SYSFLAG_POSITION - 4)  # no overflow
+    if not inside.any():
+        return list(range(len(starts)))
+    at = np.where(inside, starts, 0)  # gathers stay inside the buffer; outside units fail below
+    flags = gather_be(buf, at + msgcodec.SYSFLAG_POSITION, 4)
     extra = np.where(flags & msgcodec.BORNHOST_V6_FLAG, 12, 0)
     extra += np.where(flags & msgcodec.STOREHOST_V6_FLAG, 12, 0)
-    len_at = starts + _BODY_LEN_V4 + extra
-    body_lens = gather_be(buf, len_at, 4)
-    stored = gather_be(buf, starts + 8, 4)
+    len_at = at + _BODY_LEN_V4 + extra
+    inside &= len_at + 4 <= size
+    len_at = np.where(inside, len_at, 0)
+    body_lens = gather_be(buf, len_at, 4)  # signed
+    stored = gather_be(buf, at + 8, 4)
     view = memoryview(data)
     bad = []
-    for i, (a, n, crc) in enumerate(
-        zip((len_at + 4).tolist(), body_lens.tolist(), stored.tolist(), strict=True)
-    ):
-        if zlib.crc32(view[a : a + n]) & 0x7FFFFFFF != crc:
+    fields = zip(
+        inside.tolist(), (len_at + 4).tolist(), body_lens.tolist(), stored.tolist(), strict=True
+    )
+    for i, (ok, a, n, crc) in enumerate(fields):
+        if not ok or n < 0 or a + n > size or zlib.crc32(view[a : a + n]) & 0x7FFFFFFF != crc:
             bad.append(i)
     return bad
