@@ -198,8 +198,8 @@ def test_a_client_whose_server_never_answers_times_out() -> None:
 def test_the_client_receives_frames_of_any_size_into_one_kept_buffer() -> None:
     """Responses large and small, one after the other on one connection, come back whole and
     each its own (the receive buffer is reused: a body is never a view of it); a length word
-    that cannot be a frame is a ProtocolError, and a server that hangs up mid-frame a
-    ConnectionError."""
+    that cannot be a frame (too short, or over MAX_FRAME_BYTES: no buffer is made for it) is a
+    ProtocolError, and a server that hangs up mid-frame a ConnectionError."""
     bodies = [bytes([i]) * n for i, n in enumerate([5 << 20, 7, 3 << 20, 0, 1 << 20])]
     with socket.create_server(("127.0.0.1", 0)) as server:
         port = server.getsockname()[1]
@@ -212,6 +212,10 @@ def test_the_client_receives_frames_of_any_size_into_one_kept_buffer() -> None:
                     conn.sendall(encode(Command(code=0, opaque=opaque, flag=1, body=body)))
                 conn.recv(65536)
                 conn.sendall(struct.pack(">i", 3))  # shorter than a header-length word
+            conn1, _ = server.accept()
+            with conn1:
+                conn1.recv(65536)
+                conn1.sendall(struct.pack(">i", 2**31 - 1))  # a corrupt stream: no 2 GiB buffer
             conn2, _ = server.accept()
             with conn2:
                 conn2.recv(65536)
@@ -225,6 +229,11 @@ def test_the_client_receives_frames_of_any_size_into_one_kept_buffer() -> None:
             assert all(type(b) is bytes for b in got)
             with pytest.raises(ProtocolError, match="a frame length of 3 bytes"):
                 client.call(RequestCode.GET_MAX_OFFSET, topic=TOPIC)
+        with (
+            RemotingClient("127.0.0.1", port, timeout_s=10) as client,
+            pytest.raises(ProtocolError, match="2147483647 bytes from the server is over"),
+        ):
+            client.call(RequestCode.GET_MAX_OFFSET, topic=TOPIC)
         with (
             RemotingClient("127.0.0.1", port, timeout_s=10) as client,
             pytest.raises(ConnectionError, match="closed the connection"),

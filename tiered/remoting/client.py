@@ -29,6 +29,9 @@ from .frame import decode
 from .frame import encode
 
 _LEN = struct.Struct(">i")
+MAX_FRAME_BYTES = 256 << 20
+"""The largest frame a client accepts (a corrupt or hostile length word is an error, not an
+allocation of up to 2 GiB)."""
 KEEP_BUFFER_BYTES = 32 << 20
 """A receive buffer up to this size is kept for the next frame (a catch-up's responses are
 received into the same memory: no fresh pages faulted in for each one)."""
@@ -89,6 +92,11 @@ class RemotingClient(Closeable):
         (length,) = _LEN.unpack(self._length)
         if length < MIN_FRAME:
             raise ProtocolError(f"a frame length of {length} bytes from the server", "bad_length")
+        if length > MAX_FRAME_BYTES:
+            raise ProtocolError(
+                f"a frame length of {length} bytes from the server is over {MAX_FRAME_BYTES}",
+                "too_large",
+            )
         buffer = self._buffer if len(self._buffer) >= length else bytearray(length)
         if length <= KEEP_BUFFER_BYTES:
             self._buffer = buffer
