@@ -36,6 +36,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import random
+import shutil
 import statistics
 import subprocess
 import sys
@@ -92,8 +93,11 @@ def servers() -> Iterator[list[S3Endpoint]]:
     with running_moto() as moto:
         ceph_dir = Path(tempfile.mkdtemp(prefix="bench-rgw-"))
         ceph, env = start_ceph(CEPH_RGW, ceph_dir)
-        yield [moto, ceph]
-    stop_ceph(CEPH_RGW, ceph_dir, env)
+        try:
+            yield [moto, ceph]
+        finally:
+            stop_ceph(CEPH_RGW, ceph_dir, env)
+            shutil.rmtree(ceph_dir, ignore_errors=True)  # ~1.4 GB of RADOS data per run
 
 
 def settings(store: Path, work: Path, endpoint: S3Endpoint | None, **keys: str) -> TieredConfig:
