@@ -220,6 +220,33 @@ def test_a_catch_up_is_answered_from_pulls_prepared_while_the_consumer_works(
     assert ep.server.prepared_budget.held == 0
 
 
+def test_a_pull_read_ahead_counts_its_messages_out_only_when_a_client_gets_them(
+    history: SampleTier, endpoint: EndpointFactory
+) -> None:
+    """``messages_out_total`` counts messages returned from the tier: a prepared pull that no
+    request takes (the consumer changed its batch size) is not counted, one that is taken is."""
+    ep = endpoint(history, "FORCE")
+
+    def out() -> float:
+        value = metrics.REGISTRY.get_sample_value(
+            "rocketmq_tiered_store_messages_out_total", {"topic": TOPIC}
+        )
+        return value or 0.0
+
+    before, used, unused = out(), _prepared("used"), _prepared("unused")
+    with ep.client() as c:
+        assert len(bodies(pull(c, 0))) == 32  # prepares 32..63
+        assert len(bodies(pull(c, 32))) == 32  # takes it; prepares 64..95
+        assert len(bodies(pull(c, 64, max_nums=8))) == 8  # another batch size: read afresh
+        assert (_prepared("used") - used, _prepared("unused") - unused) == (1, 1)
+    # 72..79, prepared, is dropped when the connection's thread sees the close
+    deadline = time.monotonic() + 10
+    while _prepared("unused") - unused < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert _prepared("unused") - unused == 2
+    assert out() - before == 32 + 32 + 8  # three prepared reads of 32, 32 and 8: not counted
+
+
 def test_pull_statuses_map_to_the_brokers_response_codes(
     history: SampleTier, endpoint: EndpointFactory
 ) -> None:

@@ -100,6 +100,7 @@ class _Read:
     max_count: int
     filt: TagFilter
     max_bytes: int
+    ahead: bool = False
 
 
 class TieredMessageStore(Closeable):
@@ -213,9 +214,14 @@ class TieredMessageStore(Closeable):
         tags: str | TagFilter | None = None,
         *,
         max_bytes: int = DEFAULT_MAX_TRANSFER_BYTES,
+        ahead: bool = False,
     ) -> GetResult:
         """Up to ``max_count`` messages matching ``tags`` from ``offset`` and about ``max_bytes``
         (at least one), from whichever tier the route picks; statuses of spec §9.2.
+
+        ``ahead``: a read ahead of its request (a replay connection's prepared pull), which may
+        never be handed to a client: its messages are counted out (``messages_out_total``) by
+        :meth:`count_out` when they are, not here.
 
         ``min_offset`` of the result is the lower of the local and the tiered min; ``max_offset``
         that of the tier that answered.
@@ -230,7 +236,7 @@ class TieredMessageStore(Closeable):
         started = time.perf_counter()  # a try block, not _timed: a pull's overhead counts
         try:
             decision = self.route(topic, queue_id, offset, max_count)
-            read = _Read(topic, queue_id, offset, max_count, filt, max_bytes)
+            read = _Read(topic, queue_id, offset, max_count, filt, max_bytes, ahead)
             if decision.tier == "local":
                 result = self._local_get(read)
             else:
@@ -243,6 +249,12 @@ class TieredMessageStore(Closeable):
                 local_min if result.min_offset < 0 else min(local_min, result.min_offset)
             )
         return result
+
+    def count_out(self, topic: str, result: GetResult) -> None:
+        """Count the messages of ``result`` as returned from the tier (``messages_out_total``)
+        when the tier found them."""
+        if result.status is GetStatus.FOUND and result.tier == "tiered":
+            metrics.child(metrics.MESSAGES_OUT, self.topics.label(topic)).inc(result.count)
 
     def _tiered_get(self, decision: Route, read: _Read) -> GetResult:
         topic, queue_id, offset = read.topic, read.queue_id, read.offset
@@ -291,8 +303,8 @@ class TieredMessageStore(Closeable):
             if result.status not in _FALLBACK_STATUSES or not self.local.in_store(
                 topic, queue_id, offset
             ):
-                if result.status is GetStatus.FOUND:
-                    metrics.child(metrics.MESSAGES_OUT, self.topics.label(topic)).inc(result.count)
+                if not read.ahead:
+                    self.count_out(topic, result)
                 return result
         label = self.topics.label(topic)
         metrics.child(metrics.GET_MESSAGE_FALLBACK, "get_message", label).inc()

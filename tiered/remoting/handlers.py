@@ -393,6 +393,8 @@ class Replay:
         result = None
         if prepared is not None:  # read while the consumer worked on the previous answer?
             result = prepared.take(queue, (request.code, offset, max_count, expression, max_bytes))
+            if result is not None:  # read ahead: counted out now that a client gets it
+                self.store.count_out(topic, result)
         if result is None:
             result = self.store.get_message(
                 topic, queue_id, offset, max_count, tags, max_bytes=max_bytes
@@ -402,7 +404,14 @@ class Replay:
         if status is GetStatus.FOUND and prepared is not None:  # the next pull, read ahead
             nxt = result.next_begin_offset
             read = functools.partial(
-                self.store.get_message, topic, queue_id, nxt, max_count, tags, max_bytes=max_bytes
+                self.store.get_message,
+                topic,
+                queue_id,
+                nxt,
+                max_count,
+                tags,
+                max_bytes=max_bytes,
+                ahead=True,
             )
             prepared.expect(queue, (request.code, nxt, max_count, expression, max_bytes), read)
         header = {
