@@ -11,13 +11,14 @@ With default settings (only the endpoint keys set):
 * the same backlog with 64 MiB flat commitlog segments, so every queue seals segments: the seal's
   share (a default 1 GiB segment seals once per GiB of a queue);
 * **catch-up**: every queue read whole from offset 0 over the HTTP API (``format=raw``,
-  ``tieredStorageLevel=FORCE``, 1024 messages / 16 MiB per call) and over the replay port
-  (``PULL_MESSAGE`` through ``tiered.remoting.client.RemotingClient``, 1024 per pull,
+  ``tieredStorageLevel=FORCE``, ``maxCount=65536``: what the sidecar has read ahead, up to 16 MiB,
+  per call; and again at 1024 messages per call, the most a JSON answer carries) and over the
+  replay port (``PULL_MESSAGE`` through ``tiered.remoting.client.RemotingClient``, 1024 per pull,
   ``nextBeginOffset`` after ``nextBeginOffset``), each by a consumer process and a freshly opened
   sidecar (nothing remembered, empty caches), and through the store API in the sidecar's process
   (``get_message``, no hop: what the read path itself costs), against plain boto3 ranged GETs of
   16 MiB over the same objects: requests per GiB, MB/s, the ratio to boto3 and the sidecar's
-  CPU-seconds per GiB. ``RMQ_BENCH_S3_REPEAT`` rounds (default 3) of the four, one after the
+  CPU-seconds per GiB. ``RMQ_BENCH_S3_REPEAT`` rounds (default 3) of the five, one after the
   other, give medians and each round's ratios (the machine is shared and noisy: a ratio is only
   worth quoting between runs of the same round);
 * **one queue**: a queue of ``RMQ_BENCH_S3_QUEUE_MIB`` (default 300) MiB alone, offloaded and read
@@ -65,6 +66,7 @@ from tiered.core.local_source import LocalSource
 from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
+from tiered.http.app import MAX_RAW_COUNT_LIMIT
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
 from tiered.remoting.groups import ReplayOffsets
@@ -218,7 +220,8 @@ def tail(root: Path, endpoint: S3Endpoint, mb_s: int) -> str:
 
 CLIENT = """
 import http.client, sys, time
-port, queues, ends = int(sys.argv[1]), int(sys.argv[2]), [int(e) for e in sys.argv[3:]]
+port, count, queues = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+ends = [int(e) for e in sys.argv[4:]]
 conn = http.client.HTTPConnection("127.0.0.1", port, timeout=300)
 buffer = bytearray()  # each body received into the same memory, as the replay reader does
 nbytes, started = 0, time.perf_counter()
@@ -226,7 +229,7 @@ for qid in range(queues):
     offset = 0
     while offset < ends[qid]:
         path = f"/v1/topics/GenTopic0/queues/{qid}/messages?offset={offset}"
-        conn.request("GET", f"{path}&maxCount=READ_BATCH&format=raw")
+        conn.request("GET", f"{path}&maxCount={count}&format=raw")
         response = conn.getresponse()
         assert response.status == 200, response.read()[:200]
         size = int(response.getheader("Content-Length"))
@@ -242,14 +245,20 @@ for qid in range(queues):
         assert nxt > offset
         nbytes, offset = nbytes + size, nxt
 print(nbytes, time.perf_counter() - started)
-""".replace("READ_BATCH", str(READ_BATCH))
+"""
 
 
 def _consume(
-    sidecar: Sidecar, requests: Counter[str], client: str, port: int, stop: Callable[[], None]
+    sidecar: Sidecar,
+    requests: Counter[str],
+    client: str,
+    port: int,
+    stop: Callable[[], None],
+    args: tuple[str, ...] = (),
 ) -> tuple[int, float, float]:
-    """Run ``client`` (a consumer process reading every queue whole from ``port``) against a
-    started server, then ``stop`` it; bytes, seconds, this process's CPU-seconds."""
+    """Run ``client`` (a consumer process reading every queue whole from ``port``; ``args``
+    after the port) against a started server, then ``stop`` it; bytes, seconds, this process's
+    CPU-seconds."""
     queues = len(sidecar.flat_store.metadata.queues("GenTopic0"))
     ends = []
     for qid in range(queues):
@@ -260,7 +269,7 @@ def _consume(
     cpu = _cpu()
     try:
         out = subprocess.run(
-            [sys.executable, "-c", client, str(port), str(queues), *ends],
+            [sys.executable, "-c", client, str(port), *args, str(queues), *ends],
             capture_output=True,
             text=True,
             check=True,
@@ -271,15 +280,17 @@ def _consume(
 
 
 def catch_up(
-    sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]
+    sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str], count: int = MAX_RAW_COUNT_LIMIT
 ) -> tuple[int, float, float]:
-    """Every queue read whole over HTTP raw by a consumer process (as a real one is), from a
-    fresh store (empty caches); bytes, seconds, the sidecar's CPU-seconds."""
+    """Every queue read whole over HTTP raw, ``maxCount=count`` a request (by default the most a
+    raw answer carries: a catch-up takes what the sidecar has read ahead, up to 16 MiB), by a
+    consumer process (as a real one is), from a fresh store (empty caches); bytes, seconds, the
+    sidecar's CPU-seconds."""
     store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
     app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=READ_BYTES)
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
-    return _consume(sidecar, requests, CLIENT, server.port, server.stop)
+    return _consume(sidecar, requests, CLIENT, server.port, server.stop, (str(count),))
 
 
 REPLAY_CLIENT = """
@@ -458,7 +469,19 @@ def in_process(sidecar: Sidecar, cfg: TieredConfig, _: Counter[str]) -> tuple[in
     return catch_up_in_process(sidecar, cfg)
 
 
-DOORS = {"HTTP raw": catch_up, "replay": catch_up_replay, "store API": in_process}
+def catch_up_1024(
+    sidecar: Sidecar, cfg: TieredConfig, requests: Counter[str]
+) -> tuple[int, float, float]:
+    """:func:`catch_up` at 1024 messages a request (the most a JSON answer carries)."""
+    return catch_up(sidecar, cfg, requests, 1024)
+
+
+DOORS = {
+    "HTTP raw": catch_up,
+    "HTTP 1024": catch_up_1024,
+    "replay": catch_up_replay,
+    "store API": in_process,
+}
 
 
 def catch_up_rounds(cfg: TieredConfig) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import base64
+from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
@@ -20,6 +21,9 @@ from tiered.http.app import raw_units
 from tiered.http.server import HttpServer
 from tiered.testing.http import get
 from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sample_tier import rolling_spec
+
+TierFactory = Callable[..., SampleTier]
 
 
 @dataclass
@@ -97,6 +101,43 @@ def test_raw_from_the_tier_is_the_units_back_to_back_in_bulk(api: Api) -> None:
     assert big.headers["x-next-begin-offset"] == str(len(sizes))
     over = get(api.url, path, offset=10**9, format="raw")
     assert over.headers["x-status"] == "OFFSET_OVERFLOW_BADLY" and over.body == b""
+
+
+def test_a_raw_catch_up_takes_a_whole_window_per_request(make_tier: TierFactory) -> None:
+    """Raw answers carry up to 65536 messages (a catch-up asks for a read-ahead window at a
+    time, not 1024); JSON ones stay at 1024, and asking JSON for more is a 400 naming maxCount
+    that points at format=raw."""
+    spec = rolling_spec(seed=5, topics=1, queues=1, messages=6000, max_body=64)
+    tier = make_tier("posix", spec=spec, deleted_files=0, tieredStorageLevel="FORCE")
+    store = tier.store()
+    app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=16 << 20)
+    server = HttpServer(app, "127.0.0.1", 0)
+    server.start()
+    try:
+        path = "/v1/topics/GenTopic0/queues/0/messages"
+        r = get(server.url, path, offset=0, maxCount=5000, format="raw")
+        assert r.status == 200 and r.headers["x-tier"] == "tiered", r.body[:200]
+        units = raw_units(r.body)
+        assert 1024 < len(units) <= 5000  # a read-ahead window or more in one request
+        broker = [tier.expected[("GenTopic0", 0, q)] for q in range(len(units) + 1)]
+        # the broker's units with the physical offset (bytes 28..35) rewritten to the flat one
+        assert [u[:28] + u[36:] for u in units] == [u[:28] + u[36:] for u in broker[:-1]]
+        assert r.headers["x-next-begin-offset"] == str(len(units))
+        rest = get(server.url, path, offset=len(units), maxCount=65536, format="raw")
+        assert raw_units(rest.body)[0][36:] == broker[-1][36:]
+        for params, status in (
+            ({"maxCount": 65537, "format": "raw"}, 400),
+            ({"maxCount": 1025}, 400),
+            ({"maxCount": 1024}, 200),
+        ):
+            answer = get(server.url, path, offset=0, **params)
+            assert answer.status == status, (params, answer.body[:200])
+            if status == 400:
+                assert answer.json()["parameter"] == "maxCount"
+        json_error = get(server.url, path, offset=0, maxCount=1025).json()["error"]
+        assert "format=raw" in json_error and "1024" in json_error
+    finally:
+        server.stop()
 
 
 def test_tags_and_the_response_cap(api: Api) -> None:

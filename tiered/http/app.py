@@ -59,6 +59,11 @@ from .auth import Authentication
 log = logging.getLogger(__name__)
 
 MAX_COUNT_LIMIT = 1024
+"""The most messages one JSON answer (and a key query) carries: each is decoded into an object."""
+MAX_RAW_COUNT_LIMIT = 65536
+"""The most messages one ``format=raw`` answer carries: the stored units are sent as they were
+read, so a catch-up may ask for a whole read-ahead window (and ``tieredHttpMaxResponseBytes``)
+per request instead of paying a request's fixed cost every 1024 messages."""
 RETRY_AFTER_S = 1
 """``Retry-After`` of a 503 for an object that vanished under a read."""
 Checks = Callable[[], dict[str, str]]
@@ -231,10 +236,27 @@ def create_app(
         topic: Topic,
         queue_id: QueueId,
         offset: Annotated[int, Query(ge=0, le=2**62, description="First queue offset.")],
-        max_count: Annotated[int, Query(alias="maxCount", ge=1, le=MAX_COUNT_LIMIT)] = 32,
+        max_count: Annotated[
+            int,
+            Query(
+                alias="maxCount",
+                ge=1,
+                le=MAX_RAW_COUNT_LIMIT,
+                description=f"At most {MAX_COUNT_LIMIT} with format=json, "
+                f"{MAX_RAW_COUNT_LIMIT} with format=raw.",
+            ),
+        ] = 32,
         tags: Annotated[str | None, Query(max_length=1024, description="'*' or 'A || B'.")] = None,
         fmt: Annotated[Literal["json", "raw"], Query(alias="format")] = "json",
     ) -> Response:
+        if fmt == "json" and max_count > MAX_COUNT_LIMIT:
+            return _error(
+                400,
+                f"maxCount: {max_count} is more than the {MAX_COUNT_LIMIT} messages a JSON answer "
+                f"carries; ask for at most {MAX_COUNT_LIMIT}, or for up to "
+                f"{MAX_RAW_COUNT_LIMIT} with format=raw",
+                "maxCount",
+            )
         try:
             subscription = TagFilter.parse(tags)
         except InvalidRequestError as e:
