@@ -50,6 +50,7 @@ made to drop each other's windows.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import threading
@@ -91,6 +92,20 @@ _MAPPED = 1 << 20
 """Buffers from this size on are anonymous mappings (see :meth:`ReadAhead._buffer`)."""
 _STREAMS = 4096
 """How many keys without windows are remembered (where their last read ended)."""
+
+
+def _mapped(size: int) -> mmap.mmap:
+    """A large window's buffer: a private anonymous mapping in transparent huge pages where the
+    kernel has them. Its pages are zeroed by the kernel as the window is received into them,
+    not all at once by a bytearray's memset first; private, since a shared anonymous mapping is
+    shmem, whose every 4 KiB page faults through the shmem page cache: measured here, 0.98
+    CPU-s per GiB of windows received shared, 0.64 private, 0.09 private in huge pages (a
+    catch-up receives every byte it reads into a window)."""
+    buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE"):
+        with contextlib.suppress(OSError):  # a kernel without transparent huge pages
+            buf.madvise(mmap.MADV_HUGEPAGE)
+    return buf
 
 
 def large_read_bytes(window_bytes: int) -> int:
@@ -387,9 +402,7 @@ class ReadAhead:
         if self._held + need > self.max_bytes:
             return None
         self._held += need
-        # a large buffer is an anonymous mapping: its pages are zeroed by the kernel as the
-        # window is received into them, not all at once by a bytearray's memset first
-        return mmap.mmap(-1, need) if need >= _MAPPED else bytearray(need)
+        return _mapped(need) if need >= _MAPPED else bytearray(need)
 
     def _give_up(self, key: str, enough: Callable[[], bool]) -> None:
         """Drop the windows of keys (not ``key``) whose reader is done with them

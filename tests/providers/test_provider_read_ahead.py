@@ -3,11 +3,13 @@ provider over moto: one GET per window, cut at chunk objects, none for random re
 
 from __future__ import annotations
 
+import ctypes
 import itertools
 import random
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from tiered.providers import S3Provider
@@ -320,6 +322,43 @@ def test_a_catch_up_writes_into_the_same_buffers_again() -> None:
     assert read_all(ahead, [600] * 20)[0]
     assert len(backend.fetches) >= 15
     assert len(buffers) <= 1 + DEPTH + FREE_BUFFERS
+    ahead.close()
+
+
+def _mapping_flags(address: int) -> str:
+    """The permission flags (``rw-p``: private, ``rw-s``: shared) of this process's mapping
+    that holds ``address``."""
+    with open("/proc/self/maps", encoding="ascii") as maps:
+        for line in maps:
+            span, flags = line.split()[:2]
+            lo, hi = (int(x, 16) for x in span.split("-"))
+            if lo <= address < hi:
+                return flags
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not Path("/proc/self/maps").exists(), reason="needs Linux's /proc")
+def test_a_large_window_is_received_into_private_memory() -> None:
+    """A window of a megabyte or more is an anonymous mapping, and a private one: a shared
+    anonymous mapping is shmem, whose pages fault through the shmem page cache (0.98 against
+    0.09 CPU-s per GiB received, measured here with huge pages)."""
+    size = 4 << 20
+    data = random.Random(9).randbytes(size)
+    flags: list[str] = []
+
+    def fetch(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        address = ctypes.addressof(ctypes.c_char.from_buffer(into))
+        flags.append(_mapping_flags(address))
+        into[: end - start] = data[start:end]
+        yield end - start
+
+    ahead = ReadAhead(
+        lambda k, s, n: Extent(min(s + n, size), s + n < size), fetch, 2 << 20, 8 << 20
+    )
+    got = [ahead.read("k", 0, 1 << 20)]
+    got += [ahead.read("k", at, 1 << 20) for at in range(1 << 20, size, 1 << 20)]
+    assert b"".join(g or b"" for g in got) == data
+    assert flags and all(f.endswith("p") for f in flags), flags
     ahead.close()
 
 
