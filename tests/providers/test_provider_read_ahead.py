@@ -362,6 +362,40 @@ def test_a_large_window_is_received_into_private_memory() -> None:
     ahead.close()
 
 
+def test_windows_cut_at_chunk_ends_are_received_into_kept_buffers_too() -> None:
+    """A catch-up over chunk objects shorter than a window (every window cut at a chunk's end)
+    writes into the same few buffers again, not into fresh memory the kernel must zero for each
+    window: a window takes a kept buffer of its size class (the next power of two)."""
+    mib = 1 << 20
+    chunk, chunks = 3 * mib + 12_345, 12
+    total = chunk * chunks
+    payload = random.Random(3).randbytes(total)
+    seen: list[object] = []  # every buffer received into, kept alive: no id is reused
+
+    def bounds(key: str, start: int, size: int) -> Extent:
+        end = min(start + size, (start // chunk + 1) * chunk)
+        return Extent(end, end < total)
+
+    def fetch(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        seen.append(into.obj)
+        into[: end - start] = payload[start:end]
+        yield end - start
+
+    ahead = ReadAhead(bounds, fetch, 8 * mib, 64 * mib)
+    position, out = 0, []
+    while position < total:
+        got = ahead.read("k", position, min(mib, total - position))
+        assert got is not None
+        out.append(got)
+        position += len(got)
+    assert b"".join(out) == payload
+    assert len(seen) == chunks  # one fetch per chunk: each window cut at its chunk's end
+    assert len({id(b) for b in seen}) <= 1 + DEPTH + FREE_BUFFERS, "a fresh buffer per window"
+    assert {len(b) for b in seen} == {4 * mib}  # type: ignore[arg-type]
+    ahead.close()
+    assert ahead.held_bytes == 0
+
+
 def test_a_window_of_an_unknown_object_is_settled_by_its_fetch() -> None:
     """``bounds`` does not know the object: the first window is a guess of the full size, its
     fetch learns the size, and only then are the windows after it requested."""
