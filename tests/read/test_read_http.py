@@ -15,6 +15,7 @@ from fastapi import APIRouter
 from tiered.broker import message as msgcodec
 from tiered.core.message_store import TieredMessageStore
 from tiered.core.status_report import collect_status
+from tiered.core.tag_filter import TagFilter
 from tiered.http.app import create_app
 from tiered.http.app import message_json
 from tiered.http.app import raw_units
@@ -86,6 +87,12 @@ def test_messages_raw_and_local(api: Api) -> None:
     assert r.headers["x-tier"] == "local"
     units = raw_units(r.body)
     assert units == [api.tier.expected[("GenTopic1", 1, q)] for q in range(lmin, lmin + 20)]
+    path = "/v1/topics/GenTopic1/queues/1/messages"
+    most = get(api.url, path, offset=lmin, maxCount=65536, format="raw")  # the byte cap binds
+    assert most.headers["x-tier"] == "local"
+    many = raw_units(most.body)
+    assert len(many) > 20 and sum(map(len, many[:-1])) <= 64 << 10
+    assert many == [api.tier.expected[("GenTopic1", 1, q)] for q in range(lmin, lmin + len(many))]
 
 
 def test_raw_from_the_tier_is_the_units_back_to_back_in_bulk(api: Api) -> None:
@@ -125,6 +132,10 @@ def test_a_raw_catch_up_takes_a_whole_window_per_request(make_tier: TierFactory)
         assert r.headers["x-next-begin-offset"] == str(len(units))
         rest = get(server.url, path, offset=len(units), maxCount=65536, format="raw")
         assert raw_units(rest.body)[0][36:] == broker[-1][36:]
+        tagged = get(server.url, path, offset=0, maxCount=65536, format="raw", tags="TagA")
+        direct = store.get_message("GenTopic0", 0, 0, 65536, TagFilter.parse("TagA"))
+        assert raw_units(tagged.body) == [u.data for u in direct.units] != []
+        assert all(msgcodec.decode(u).tags == "TagA" for u in raw_units(tagged.body))
         too_many = get(server.url, path, offset=0, maxCount=65537, format="raw")
         assert too_many.status == 400 and too_many.json()["parameter"] == "maxCount"
         doc = get(server.url, path, offset=0, maxCount=5000).json()  # JSON: 1024 at most
