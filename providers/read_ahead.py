@@ -44,11 +44,12 @@ consumer that asks for more than it keeps, a retried pull) is still answered fro
 Memory: every buffer counts against ``objectStoreReadAheadMemory`` from the moment it is
 taken, kept buffers included; a key holds the windows its last read spans and the :data:`DEPTH`
 after them. A large window takes a kept buffer of its size (a window cut short counts as the
-power of two it takes), else the buffer of a key whose reader has read all its windows hold (a catch-up that went on to the next queue) or has not read for
-:data:`IDLE_S` (least recently read first), and only then new memory. A window that does not
-fit drops such keys' windows, then kept buffers; if it still does not fit, a smaller window is
-tried (down to a sixteenth), and then none is fetched: readers that share the memory are not
-made to drop each other's windows.
+power of two it takes), else the buffer of a key whose reader has read all its windows hold (a
+catch-up that went on to the next queue) or has not read for :data:`IDLE_S` (least recently
+read first), and only then new memory. A window that does not fit drops such keys' windows,
+then kept buffers; if it still does not fit, a smaller window is tried (down to a sixteenth),
+and then none is fetched: readers that share the memory are not made to drop each other's
+windows.
 """
 
 from __future__ import annotations
