@@ -601,6 +601,9 @@ class TieredConfig(BaseModel):
     tiered_http_max_response_bytes: Int = _key(
         "tieredHttpMaxResponseBytes", "message bytes per HTTP response at most", 16 << 20
     )
+    tiered_http_max_connections: Int = _key(
+        "tieredHttpMaxConnections", "HTTP connections served at once at most", 1024
+    )
     # replay endpoint (RocketMQ remoting protocol)
     tiered_remoting_enable: Bool = _key(
         "tieredRemotingEnable", "serve the RocketMQ remoting protocol in run", True

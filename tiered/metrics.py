@@ -69,6 +69,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ---------------------------------------------------------------------------------------------------
 ``http_requests_total``                               counter            method, route, status
 ``http_request_duration``                             hist.    ms        method, route
+``http_rejected_total`` (+)                           counter            reason
 *replay endpoint* (+) (:mod:`tiered.remoting`)
 ---------------------------------------------------------------------------------------------------
 ``remoting_requests_total``                           counter  requests  code, result
@@ -141,6 +142,7 @@ __all__ = [
     "EXPIRED_SEGMENTS",
     "EXPIRY_FAILURES",
     "GET_MESSAGE_FALLBACK",
+    "HTTP_REJECTED",
     "HTTP_REQUESTS",
     "HTTP_REQUEST_DURATION",
     "INDEX_COMPACTION_DURATION",
@@ -640,6 +642,11 @@ HTTP_REQUEST_DURATION = _histogram(
     "Time from request to the end of the response body, milliseconds",
     ["method", "route"],
     buckets=READ_LATENCY_BUCKETS_MS,
+)
+HTTP_REJECTED = _counter(
+    "rocketmq_tiered_store_http_rejected",
+    "HTTP connections closed at once, by reason",
+    ["reason"],
 )
 
 # --- replay endpoint (the sidecar's own; recorded by tiered.remoting) ---------------------------

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import base64
+import http.client
+import time
 from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -12,6 +14,7 @@ from typing import Any
 import pytest
 from fastapi import APIRouter
 
+from tiered import metrics
 from tiered.broker import message as msgcodec
 from tiered.core.message_store import TieredMessageStore
 from tiered.core.status_report import collect_status
@@ -140,6 +143,49 @@ def test_a_raw_catch_up_takes_a_whole_window_per_request(make_tier: TierFactory)
         assert too_many.status == 400 and too_many.json()["parameter"] == "maxCount"
         doc = get(server.url, path, offset=0, maxCount=5000).json()  # JSON: 1024 at most
         assert len(doc["messages"]) == 1024 and doc["nextBeginOffset"] == 1024
+    finally:
+        server.stop()
+
+
+def test_connections_past_the_limit_are_closed_and_the_open_ones_go_on(api: Api) -> None:
+    """``tieredHttpMaxConnections``: a connection past the limit is closed at once (and
+    counted); the connections being served keep being answered, and a new one is taken once one
+    has closed."""
+    app = create_app(api.store, status=dict, ready=dict, alive=dict)
+    server = HttpServer(app, "127.0.0.1", 0, max_connections=2)
+    server.start()
+    rejected = metrics.HTTP_REJECTED.labels("too_many_connections")
+    before = rejected._value.get()
+
+    def ask(conn: http.client.HTTPConnection) -> int:
+        conn.request("GET", "/healthz")
+        response = conn.getresponse()
+        response.read()
+        return response.status
+
+    try:
+        first, second, third = (
+            http.client.HTTPConnection("127.0.0.1", server.port, timeout=10) for _ in range(3)
+        )
+        assert ask(first) == 200 and ask(second) == 200  # both kept open (keep-alive)
+        with pytest.raises((http.client.RemoteDisconnected, ConnectionError)):
+            ask(third)
+        assert rejected._value.get() == before + 1
+        assert ask(first) == 200 and ask(second) == 200  # the open ones go on
+        first.close()
+        deadline = time.monotonic() + 5
+        while True:  # the server sees the close a moment later
+            fourth = http.client.HTTPConnection("127.0.0.1", server.port, timeout=10)
+            try:
+                assert ask(fourth) == 200
+                break
+            except (http.client.RemoteDisconnected, ConnectionError):
+                fourth.close()
+                assert time.monotonic() < deadline, "no connection taken after one closed"
+                time.sleep(0.05)
+        fourth.close()
+        second.close()
+        third.close()
     finally:
         server.stop()
 

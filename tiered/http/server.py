@@ -39,6 +39,7 @@ from fastapi import FastAPI
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 from uvicorn.server import ServerState
 
+from tiered import metrics
 from tiered.access.guard import TLS_REQUIRED
 from tiered.access.guard import Guard
 from tiered.access.tls import DISABLED
@@ -76,11 +77,13 @@ class Tls:
 
 class _State(ServerState):
     """uvicorn's state shared by a server's connections, whose default headers are renewed by
-    the request about to send them (once per second at most), not by a timer."""
+    the request about to send them (once per second at most), not by a timer; and the most
+    connections served at once (None: no limit)."""
 
-    def __init__(self) -> None:
+    def __init__(self, max_connections: int | None = None) -> None:
         super().__init__()
         self.second = -1
+        self.max_connections = max_connections
 
     def renew(self, config: uvicorn.Config) -> None:
         """The ``date`` header (when ``config.date_header``) of the current second."""
@@ -94,6 +97,21 @@ class _State(ServerState):
 class _Protocol(HttpToolsProtocol):
     """uvicorn's httptools protocol (the C parser: h11's pure-Python one cost ~1 CPU-s per GiB
     served), renewing the date header before a request or a ``400`` uses it."""
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        """Take the connection, or close it at once when ``tieredHttpMaxConnections`` are open
+        already (as the replay port does): the connections being served go on."""
+        super().connection_made(transport)
+        state = self.server_state
+        limit = state.max_connections if isinstance(state, _State) else None
+        if limit is not None and len(state.connections) > limit:
+            metrics.HTTP_REJECTED.labels("too_many_connections").inc()
+            log.warning(
+                "HTTP connection from %s refused: %d open (tieredHttpMaxConnections)",
+                self.client[0] if self.client else "?",
+                limit,
+            )
+            transport.close()
 
     def _renew(self) -> None:
         state = self.server_state
@@ -113,9 +131,9 @@ class _Server(uvicorn.Server):
     """uvicorn's server without its 0.1 s tick: :meth:`main_loop` returns when :meth:`exit` is
     called (from any thread)."""
 
-    def __init__(self, config: uvicorn.Config) -> None:
+    def __init__(self, config: uvicorn.Config, max_connections: int | None = None) -> None:
         super().__init__(config)
-        self.server_state = _State()
+        self.server_state = _State(max_connections)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._exit: asyncio.Event | None = None
 
@@ -139,8 +157,17 @@ class _Server(uvicorn.Server):
 class HttpServer:
     """Serve ``app`` on ``host:port`` from a daemon thread until :meth:`stop`."""
 
-    def __init__(self, app: FastAPI, host: str, port: int, tls: Tls | None = None) -> None:
+    def __init__(
+        self,
+        app: FastAPI,
+        host: str,
+        port: int,
+        tls: Tls | None = None,
+        max_connections: int | None = None,
+    ) -> None:
         self.app = app
+        self.max_connections = max_connections
+        """Connections served at once (``tieredHttpMaxConnections``); None: no limit."""
         self.tls = None if tls is None or tls.mode == DISABLED else tls
         self.host = host
         self.requested_port = port
@@ -172,7 +199,7 @@ class HttpServer:
             timeout_keep_alive=5,
             http=_Protocol,
         )
-        server = _Server(config)
+        server = _Server(config, self.max_connections)
         self._server = server
 
         def serve() -> None:

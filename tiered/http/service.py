@@ -88,4 +88,6 @@ def http_service(
     if security is not None and security.tls is not None:
         reloading = security.tls
         tls = Tls(security.http_tls_mode, lambda: reloading.value.context, security.guard)
-    return HttpServer(app, cfg.tiered_http_host, cfg.tiered_http_port, tls)
+    return HttpServer(
+        app, cfg.tiered_http_host, cfg.tiered_http_port, tls, cfg.tiered_http_max_connections
+    )
