@@ -150,6 +150,22 @@ class Provider(Closeable, abc.ABC):
                 ``size`` (or retry and read ``PositionMismatchError.expected``).
         """
 
+    def append_deferred(self, key: str, data: BytesLike, position: int) -> int:
+        """:meth:`append`, durable only once :meth:`sync` of the key has returned (a file
+        backend writes the bytes and leaves the ``fdatasync`` to ``sync``, so that the syncs of
+        many files are made side by side instead of one per append). The bytes are readable at
+        once. By default this is :meth:`append`, durable when it returns."""
+        return self.append(key, data, position)
+
+    def sync(self, key: str) -> None:
+        """Make the bytes of the key's earlier :meth:`append_deferred` calls durable (a no-op
+        where every append is durable when it returns).
+
+        Raises:
+            SegmentNotFoundError: the object does not exist.
+            ProviderError: the backend failed; the bytes are written but not known durable.
+        """
+
     @abc.abstractmethod
     def seal(self, key: str) -> None:
         """Declare that the object will not grow again; the provider may consolidate it.

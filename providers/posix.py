@@ -116,6 +116,25 @@ class PosixProvider(Provider):
             return b"".join(parts)
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
+        return self._append(key, data, position, durable=True)
+
+    def append_deferred(self, key: str, data: BytesLike, position: int) -> int:
+        return self._append(key, data, position, durable=False)
+
+    def sync(self, key: str) -> None:
+        path = self.path(key)
+        with translated(key, "file operation"):
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+            except FileNotFoundError as e:
+                raise SegmentNotFoundError(f"sync of absent object {key!r}", key=key) from e
+            try:
+                self._request("FSYNC")
+                os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    def _append(self, key: str, data: BytesLike, position: int, *, durable: bool) -> int:
         path = self.path(key)
         check_range(position, key=key)
         view = as_bytes_view(data)
@@ -123,12 +142,20 @@ class PosixProvider(Provider):
             fd, created = self._open_for_append(path, key, position)
         try:
             with translated(key, "file operation"):
-                return self._write_at(fd, key, view, position, path.parent if created else None)
+                new_in = path.parent if created else None
+                return self._write_at(fd, key, view, position, new_in, durable=durable)
         finally:
             os.close(fd)
 
     def _write_at(
-        self, fd: int, key: str, view: memoryview, position: int, new_in: Path | None
+        self,
+        fd: int,
+        key: str,
+        view: memoryview,
+        position: int,
+        new_in: Path | None,
+        *,
+        durable: bool = True,
     ) -> int:
         current = os.fstat(fd).st_size
         if position != current:
@@ -142,9 +169,10 @@ class PosixProvider(Provider):
         while written < len(view):
             self._request("WRITE")
             written += os.pwrite(fd, view[written:], position + written)
-        self._request("FSYNC")
-        os.fdatasync(fd)
-        if new_in is not None:
+        if durable:
+            self._request("FSYNC")
+            os.fdatasync(fd)
+        if new_in is not None:  # the new file's name is durable at once either way
             self._fsync_dir(new_in)
         return position + written
 

@@ -93,6 +93,16 @@ class WrappedProvider(Provider):
             "append", key, functools.partial(self.inner.append, key, data, position)
         )
 
+    def append_deferred(self, key: str, data: BytesLike, position: int) -> int:
+        if type(self).append is not WrappedProvider.append:
+            return self.append(key, data, position)  # a subclass watches appends: it sees this
+        return self._around(
+            "append", key, functools.partial(self.inner.append_deferred, key, data, position)
+        )
+
+    def sync(self, key: str) -> None:
+        self._around("sync", key, functools.partial(self.inner.sync, key))
+
     def seal(self, key: str) -> None:
         self._around("seal", key, functools.partial(self.inner.seal, key))
 
@@ -258,6 +268,13 @@ class MetricsProvider(WrappedProvider):
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         size = super().append(key, data, position)
+        self._uploaded(key, size - position)
+        return size
+
+    def append_deferred(self, key: str, data: BytesLike, position: int) -> int:
+        size = self._around(
+            "append", key, functools.partial(self.inner.append_deferred, key, data, position)
+        )
         self._uploaded(key, size - position)
         return size
 

@@ -128,6 +128,19 @@ class ProviderTests:
         assert provider.read(key, 0, 100) == b"hello world!!"
         assert oracle.content(key) == b"hello world!!"
 
+    def test_a_deferred_append_reads_back_at_once_and_syncs(
+        self, provider: Provider, oracle: Oracle
+    ) -> None:
+        key = seg(5)
+        assert provider.append_deferred(key, b"hello ", 0) == 6
+        assert provider.append_deferred(key, bytearray(b"world"), 6) == 11
+        assert provider.read(key, 0, 100) == b"hello world"  # readable before the sync
+        provider.sync(key)
+        assert provider.size(key) == 11
+        assert oracle.content(key) == b"hello world"
+        with pytest.raises(PositionMismatchError):
+            provider.append_deferred(key, b"x", 3)
+
     def test_reads_across_appends(self, provider: Provider, oracle: Oracle) -> None:
         key = seg(1)
         content = fill(provider, key, (1, 7, 100, 3000, 1, 513))

@@ -9,11 +9,14 @@ from pathlib import Path
 import pytest
 from tiered.providers import FileType
 from tiered.providers import PosixProvider
+from tiered.providers import RequestCounts
 from tiered.providers import segment_key
 from tiered.providers.testing import HOSTILE_KEYS
 from tiered.providers.testing import DirectoryOracle
 from tiered.providers.testing import Oracle
 from tiered.providers.testing import ProviderTests
+
+from tiered.errors import SegmentNotFoundError
 
 
 class TestPosixProvider(ProviderTests):
@@ -24,6 +27,25 @@ class TestPosixProvider(ProviderTests):
     @pytest.fixture
     def oracle(self, provider: PosixProvider) -> Oracle:
         return DirectoryOracle(provider.root)
+
+
+def test_a_deferred_append_leaves_its_fdatasync_to_sync(tmp_path: Path) -> None:
+    """``append_deferred`` writes without an ``fdatasync`` (a new file's directory is still
+    synced at once); ``sync`` makes one; an absent key cannot be synced."""
+    provider = PosixProvider(tmp_path)
+    key = segment_key("C", "broker-a", "T", 0, FileType.CONSUME_QUEUE, 0)
+    requests = RequestCounts()
+    provider.add_request_listener(requests)
+    provider.append(key, b"a" * 20, 0)
+    assert requests.counts["FSYNC"] >= 2  # the data and the new name
+    requests.counts.clear()
+    provider.append_deferred(key, b"b" * 40, 20)
+    assert requests.counts == {"WRITE": 1}
+    provider.sync(key)
+    assert requests.counts["FSYNC"] == 1
+    assert provider.read(key, 0, 100) == b"a" * 20 + b"b" * 40
+    with pytest.raises(SegmentNotFoundError):
+        provider.sync(segment_key("C", "broker-a", "T", 1, FileType.CONSUME_QUEUE, 0))
 
 
 def test_files_land_where_the_java_broker_looks(tmp_path: Path) -> None:

@@ -330,11 +330,24 @@ class Dispatcher(Closeable):
                 running += started
                 unfinished.update((f, n) for (_, f), (_, n) in zip(started, wave, strict=True))
             results += [(p.flat, f.result()) for p, f in running]
+            self._sync_consume_queues([flat for flat, _ in results])
         self.flat_store.flush_metadata()
         self.rounds += 1
         metrics.DISPATCH_ROUNDS.inc()
         self._release_cold(results, now)
         return results
+
+    def _sync_consume_queues(self, flats: list[FlatMessageFile]) -> None:
+        """Sync the consumequeues the round appended to, side by side on the workers (their
+        ``fdatasync`` calls share the disk's cache flushes, where one per batch waited for its
+        own), before the round records them; a failed sync leaves a queue's record at what is
+        durable, and the next round syncs again."""
+        waiting = [flat for flat in dict.fromkeys(flats) if flat.unsynced]
+        for flat, done in zip(waiting, [self._pool.submit(f.sync) for f in waiting], strict=True):
+            try:
+                done.result()
+            except (ProviderError, OSError) as e:
+                log.warning("%s: consumequeue sync failed (its record waits): %s", flat.path, e)
 
     def _start_wave(
         self,

@@ -140,6 +140,9 @@ class Segment:
     pending_size: int = 0
     pending_begin: int = LONG_MAX
     pending_end: int = LONG_MAX
+    unsynced: int = 0
+    """The last of ``size`` bytes, uploaded by ``append_deferred`` and not yet synced: the
+    segment's record says ``size - unsynced`` until :meth:`FlatAppendFile.sync` has run."""
 
     @property
     def commit_offset(self) -> int:
@@ -164,6 +167,9 @@ class FlatAppendFile:
     """The segments of one flat file of one queue; a subclass says which (``file_type``)."""
 
     file_type: ClassVar[FileType]
+    deferred_sync: ClassVar[bool] = False
+    """Upload with ``append_deferred`` and leave the sync to :meth:`sync` (the dispatcher syncs
+    a round's files side by side before it records them)."""
 
     def __init__(
         self,
@@ -276,7 +282,7 @@ class FlatAppendFile:
             type=self.segment_type,
             base_offset=seg.base,
             status=STATUS_SEALED if seg.sealed else STATUS_NEW,
-            size=seg.size,
+            size=seg.size - seg.unsynced,  # the metadata never says more than is durable
             create_timestamp=seg.create_timestamp,
             begin_timestamp=seg.begin_timestamp,
             end_timestamp=seg.end_timestamp,
@@ -363,6 +369,7 @@ class FlatAppendFile:
         last = self._segments[-1]
         if last.pending_size:
             raise IntegrityError(f"{self.path}: roll with {last.pending_size} bytes pending")
+        self.sync()  # the sealed segment's record holds all it has
         base = last.commit_offset if base is None else base
         if base < last.commit_offset:
             raise IntegrityError(f"{self.path}: roll to {base} below commit {last.commit_offset}")
@@ -400,6 +407,8 @@ class FlatAppendFile:
         if done is not seg:  # the segment turned out sealed: the bytes went to a new one
             seg = done
         seg.size += len(data)
+        if self.deferred_sync:
+            seg.unsynced += len(data)
         seg.begin_timestamp = _merge_min(seg.begin_timestamp, seg.pending_begin)
         seg.end_timestamp = _merge_max(seg.end_timestamp, seg.pending_end)
         seg.pending, seg.pending_size = [], 0
@@ -407,11 +416,33 @@ class FlatAppendFile:
         self._dirty.add(seg.base)
         return len(data)
 
+    @property
+    def unsynced(self) -> bool:
+        """Whether bytes uploaded by ``append_deferred`` wait for :meth:`sync`."""
+        return bool(self._segments) and self._segments[-1].unsynced > 0
+
+    def sync(self) -> bool:
+        """Make the last segment's deferred bytes durable, so that its record may say so (marked
+        for the next :meth:`flush_metadata`); False when none waited.
+
+        Raises:
+            ProviderError: the sync failed; the record keeps the durable size, retried later.
+        """
+        if not self.unsynced:
+            return False
+        seg = self._segments[-1]
+        key = self.key(seg.base)
+        retrying(lambda: self.provider.sync(key))
+        seg.unsynced = 0
+        self._dirty.add(seg.base)
+        return True
+
     def _upload(self, seg: Segment, data: bytes | bytearray | memoryview) -> Segment:
         key, position, sent = self.key(seg.base), seg.size, 0
+        append = self.provider.append_deferred if self.deferred_sync else self.provider.append
         for _ in range(4):
             try:
-                self.provider.append(key, memoryview(data)[sent:], position + sent)
+                append(key, memoryview(data)[sent:], position + sent)
                 return seg
             except PositionMismatchError as e:
                 landed = e.expected - position
@@ -490,6 +521,7 @@ class FlatAppendFile:
 
     def set_last_size(self, size: int) -> None:
         """Set the last segment's committed size (recovery), recorded at the next flush."""
+        self.sync()  # (recovery runs before any deferred upload: nothing waits here)
         seg = self._segments[-1]
         if seg.size != size:
             seg.size = size
@@ -506,7 +538,7 @@ class FlatAppendFile:
     def reset_last(self) -> None:
         """Empty the last segment: its bytes are all invalid (recovery). Deletes the object."""
         seg = self._segments[-1]
-        seg.size = 0
+        seg.size = seg.unsynced = 0
         seg.begin_timestamp = seg.end_timestamp = LONG_MAX
         with durable(self.metadata):
             self.metadata.update_segment(self._record(seg))

@@ -28,6 +28,12 @@ class FlatConsumeQueueFile(FlatAppendFile):
     """The flat consumequeue of one queue (segments of ``tieredStoreConsumeQueueMaxSize``)."""
 
     file_type = FileType.CONSUME_QUEUE
+    deferred_sync = True
+    """A batch's units are uploaded (after its commitlog bytes, which are durable) without an
+    ``fdatasync`` of their own: the dispatcher syncs every consumequeue a round appended to side
+    by side before it records them (their syncs share the disk's cache flushes), and a record
+    never says more than was synced. Units beyond a record point at durable commitlog bytes
+    either way, as restart reconciliation relies on."""
 
     @staticmethod
     def segment_size(max_size: int) -> int:
