@@ -88,6 +88,12 @@ class Provider(Closeable, abc.ABC):
         return cls()
 
     @property
+    def defers_sync(self) -> bool:
+        """Whether :meth:`append_deferred` leaves durability to :meth:`sync` (a file backend);
+        False where every append is durable when it returns."""
+        return False
+
+    @property
     def enforces_seal(self) -> bool:
         """Whether an append after ``seal`` (or to a ``put`` object) raises SegmentSealedError.
 

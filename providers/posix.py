@@ -71,6 +71,10 @@ class PosixProvider(Provider):
     def enforces_seal(self) -> bool:
         return False
 
+    @property
+    def defers_sync(self) -> bool:
+        return True
+
     def path(self, key: str) -> Path:
         """The file that holds ``key``."""
         return self.root / check_key(key)

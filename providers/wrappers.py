@@ -79,6 +79,14 @@ class WrappedProvider(Provider):
     def object_per_append(self) -> bool:
         return self.inner.object_per_append
 
+    @property
+    def defers_sync(self) -> bool:
+        # a subclass that watches appends (and not deferred ones) gets them as appends: durable
+        cls = type(self)
+        watched = cls.append is not WrappedProvider.append
+        own = cls.append_deferred is not WrappedProvider.append_deferred
+        return self.inner.defers_sync and (own or not watched)
+
     def _around(self, operation: str, key: str, call: Callable[[], T]) -> T:
         return call()
 

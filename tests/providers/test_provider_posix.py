@@ -7,9 +7,13 @@ import stat
 from pathlib import Path
 
 import pytest
+from tiered.providers import BytesLike
 from tiered.providers import FileType
+from tiered.providers import MemoryProvider
+from tiered.providers import MetricsProvider
 from tiered.providers import PosixProvider
 from tiered.providers import RequestCounts
+from tiered.providers import WrappedProvider
 from tiered.providers import segment_key
 from tiered.providers.testing import HOSTILE_KEYS
 from tiered.providers.testing import DirectoryOracle
@@ -46,6 +50,26 @@ def test_a_deferred_append_leaves_its_fdatasync_to_sync(tmp_path: Path) -> None:
     assert provider.read(key, 0, 100) == b"a" * 20 + b"b" * 40
     with pytest.raises(SegmentNotFoundError):
         provider.sync(segment_key("C", "broker-a", "T", 1, FileType.CONSUME_QUEUE, 0))
+
+
+def test_which_providers_defer_their_syncs(tmp_path: Path) -> None:
+    """Only a file backend defers; a wrapper defers as its inner provider does, unless it
+    watches appends and not deferred ones (it then gets every append, durable)."""
+
+    class Watching(WrappedProvider):
+        def append(self, key: str, data: BytesLike, position: int) -> int:
+            return self.inner.append(key, data, position)
+
+    posix = PosixProvider(tmp_path)
+    assert posix.defers_sync and MetricsProvider(posix).defers_sync
+    assert not MemoryProvider().defers_sync and not MetricsProvider(MemoryProvider()).defers_sync
+    watching = Watching(posix)
+    assert not watching.defers_sync
+    key = segment_key("C", "broker-a", "T", 0, FileType.CONSUME_QUEUE, 0)
+    requests = RequestCounts()
+    posix.add_request_listener(requests)
+    watching.append_deferred(key, b"x" * 20, 0)  # through its append: synced
+    assert requests.counts["FSYNC"] >= 1
 
 
 def test_files_land_where_the_java_broker_looks(tmp_path: Path) -> None:

@@ -407,7 +407,7 @@ class FlatAppendFile:
         if done is not seg:  # the segment turned out sealed: the bytes went to a new one
             seg = done
         seg.size += len(data)
-        if self.deferred_sync:
+        if self._defers:
             seg.unsynced += len(data)
         seg.begin_timestamp = _merge_min(seg.begin_timestamp, seg.pending_begin)
         seg.end_timestamp = _merge_max(seg.end_timestamp, seg.pending_end)
@@ -415,6 +415,12 @@ class FlatAppendFile:
         seg.pending_begin = seg.pending_end = LONG_MAX
         self._dirty.add(seg.base)
         return len(data)
+
+    @property
+    def _defers(self) -> bool:
+        """Whether this file's uploads leave their sync to :meth:`sync`: the file defers, and
+        so does its provider (elsewhere an append is durable when it returns)."""
+        return self.deferred_sync and self.provider.defers_sync
 
     @property
     def unsynced(self) -> bool:
@@ -439,7 +445,7 @@ class FlatAppendFile:
 
     def _upload(self, seg: Segment, data: bytes | bytearray | memoryview) -> Segment:
         key, position, sent = self.key(seg.base), seg.size, 0
-        append = self.provider.append_deferred if self.deferred_sync else self.provider.append
+        append = self.provider.append_deferred if self._defers else self.provider.append
         for _ in range(4):
             try:
                 append(key, memoryview(data)[sent:], position + sent)
@@ -466,6 +472,7 @@ class FlatAppendFile:
 
     def _reroll_pending(self, seg: Segment) -> Segment:
         """The last segment was sealed before a crash recorded it: move pending to a new one."""
+        self.sync()
         log.warning("%s is sealed in the backend; starting a new segment", self.key(seg.base))
         pending = (seg.pending, seg.pending_size, seg.pending_begin, seg.pending_end)
         seg.pending, seg.pending_size = [], 0
