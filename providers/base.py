@@ -19,6 +19,10 @@ stores merge their chunk objects) and, when ``enforces_seal`` is true, rejects l
 :class:`~tiered.errors.SegmentSealedError`. ``put`` writes a whole object at once (index files,
 the metadata mirror); a put object counts as sealed. An object of size 0 exists.
 
+Durability. An ``append`` is durable when it returns. ``append_deferred`` is the same append
+whose durability waits for ``sync(key)`` where the provider says ``defers_sync`` (posix: the
+``fdatasync`` of many files is then made side by side); elsewhere it is ``append``.
+
 Request accounting. Each backend request (an HTTP request, a system call group, a dict access) is
 reported to the listeners added with :meth:`Provider.add_request_listener` as an operation name
 (``GET``, ``PUT``, ``LIST``, ``DELETE``, ``COPY``, ``HEAD``, ``MPU_PART``, ...), *before* it is
