@@ -11,22 +11,14 @@ from typing import TypeVar
 from tiered.providers import BytesLike
 from tiered.providers import PosixProvider
 from tiered.providers import WrappedProvider
-from tiered.providers.layout import FileType
-from tiered.providers.layout import segment_key
 
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
-from tiered.metadata import FileSegmentType
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
-from tiered.testing.tier_check import read_document
+from tiered.testing.tier_check import persisted_records
 
 T = TypeVar("T")
-
-TYPES = {
-    FileSegmentType.COMMIT_LOG: FileType.COMMIT_LOG,
-    FileSegmentType.CONSUME_QUEUE: FileType.CONSUME_QUEUE,
-}
 
 
 class Durability(WrappedProvider):
@@ -65,14 +57,9 @@ class Durability(WrappedProvider):
         self.durable[key] = size
 
     def check(self) -> None:
-        doc = read_document(self.cfg)
-        for kind, file_type in TYPES.items():
-            for path, segments in doc.segment_table(kind).items():
-                broker, topic, qid = path.split("/")
-                for base, record in segments.items():
-                    key = segment_key("DefaultCluster", broker, topic, int(qid), file_type, base)
-                    durable = self.durable.get(key, 0)
-                    assert record.size <= durable, f"{key}: record {record.size} > {durable}"
+        for key, record in persisted_records(self.cfg):
+            durable = self.durable.get(key, 0)
+            assert record.size <= durable, f"{key}: record {record.size} > {durable}"
 
 
 def test_a_record_never_says_more_than_was_synced(offload_case: SidecarCase) -> None:

@@ -22,6 +22,7 @@ from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentType
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
+from tiered.testing.tier_check import persisted_records
 from tiered.testing.tier_check import read_document
 
 TYPES = {
@@ -49,14 +50,10 @@ class WriteOrder(WrappedProvider):
 
     def check(self) -> None:
         self.checks += 1
+        for key, record in persisted_records(self.cfg):
+            real = self.memory.size(key) if self.memory.exists(key) else 0
+            assert record.size <= real, f"{key}: record {record.size} > data {real}"
         doc = read_document(self.cfg)
-        for kind, file_type in TYPES.items():
-            for path, segments in doc.segment_table(kind).items():
-                broker, topic, qid = path.split("/")
-                for base, record in segments.items():
-                    key = segment_key("DefaultCluster", broker, topic, int(qid), file_type, base)
-                    real = self.memory.size(key) if self.memory.exists(key) else 0
-                    assert record.size <= real, f"{key}: record {record.size} > data {real}"
         cl_table = doc.segment_table(FileSegmentType.COMMIT_LOG)
         for path, segments in doc.segment_table(FileSegmentType.CONSUME_QUEUE).items():
             last = segments[max(segments)]

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -26,6 +27,7 @@ from tiered.broker.consumequeue import ConsumeQueue
 from tiered.broker.consumequeue import list_queues
 from tiered.config import TieredConfig
 from tiered.errors import CorruptStoreFileError
+from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import FileSegmentType
 from tiered.metadata import MetadataDocument
 from tiered.metadata import read_metadata
@@ -66,6 +68,24 @@ class TierCheck:
 def read_document(cfg: TieredConfig) -> MetadataDocument:
     """The metadata file as written (an empty document when there is none)."""
     return read_metadata(cfg.tiered_data_dir)[0]
+
+
+_SEGMENT_FILES = {
+    FileSegmentType.COMMIT_LOG: FileType.COMMIT_LOG,
+    FileSegmentType.CONSUME_QUEUE: FileType.CONSUME_QUEUE,
+}
+
+
+def persisted_records(cfg: TieredConfig) -> Iterator[tuple[str, FileSegmentMetadata]]:
+    """Every commitlog and consumequeue segment record of the metadata file as written, with the
+    key of its object (``DefaultCluster``'s layout, as the sample configurations use)."""
+    doc = read_document(cfg)
+    for kind, file_type in _SEGMENT_FILES.items():
+        for path, segments in doc.segment_table(kind).items():
+            broker, topic, qid = path.split("/")
+            for base, record in segments.items():
+                key = segment_key("DefaultCluster", broker, topic, int(qid), file_type, base)
+                yield key, record
 
 
 def _walk(key: str, data: bytes, base: int) -> list[str]:
