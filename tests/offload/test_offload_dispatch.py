@@ -520,7 +520,8 @@ def test_staged_listeners_prepare_in_the_workers_and_put_in_queue_order(
 ) -> None:
     cfg = offload_case.config(offload_case.store())
     inner = MemoryProvider()
-    # 15 % of uploads fail: a batch is prepared and put only once both of its uploads landed
+    # 15 % of uploads fail: a batch is prepared before its uploads (with its bytes, which are
+    # freed once written) and put only once both of its uploads landed, retries included
     faulty = FaultInjectingProvider(inner, FaultPlan(rate=0.15, operations={"append"}, seed=7))
     prepared_in: set[str] = set()
     put_in: set[str] = set()
@@ -528,11 +529,12 @@ def test_staged_listeners_prepare_in_the_workers_and_put_in_queue_order(
 
     def prepare(flat: Any, batch: Any, offsets: Any) -> Callable[[], None]:
         prepared_in.add(threading.current_thread().name.rsplit("_", 1)[0])
-        assert flat.commit_offset >= batch.queue_offset + len(batch)  # both files uploaded
+        assert len(batch.data) == batch.nbytes > 0  # its bytes, not yet freed
         key, first, count = (flat.topic, flat.queue_id), batch.queue_offset, len(batch)
 
         def put() -> None:
             put_in.add(threading.current_thread().name)
+            assert flat.commit_offset >= first + count  # both files uploaded
             heard.setdefault(key, []).extend(range(first, first + count))
 
         return put

@@ -32,10 +32,8 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
-from concurrent.futures import FIRST_COMPLETED
 from concurrent.futures import Future
 from concurrent.futures import ThreadPoolExecutor
-from concurrent.futures import wait
 from dataclasses import dataclass
 from dataclasses import field
 
@@ -93,8 +91,9 @@ workers a 1 KiB catch-up spent 40 % of its wall time there, with 8 it overlaps t
 work (6.6 -> 5.2 s for 1.12 GiB on a disk writing back at ~450 MB/s, CPU no higher)."""
 WAVE_BYTES = 64 << 20
 """Message bytes read at once (the batches of several queues; at least two batches); the next
-wave is read while the last eighth of this one uploads, so at most 1.125 times this is in
-memory."""
+wave is read once no more than an eighth of this one's bytes are held (:class:`_Held`: a batch's
+are freed when the flat commitlog holds them, before their sync), so at most 1.125 times this
+is in memory."""
 ROUND_BATCHES = 2
 """Batches a round may send per queue on a file backend (:attr:`~.offload_step.Plan.follow`; one
 on an object store, see ``Dispatcher.round_batches``): a queue's second
@@ -164,6 +163,7 @@ class Dispatcher(Closeable):
         uploads anyway, and whose consumequeue units for a second batch would double what a
         round holds (up to 10 MiB a queue)."""
         self.uploading = cfg.uploads if uploads is None else uploads
+        self._held = _Held()
         in_memory = cfg.tiered_backend_service_provider == "memory"
         cap = MEMORY_WORKERS if in_memory else MAX_WORKERS
         self.workers = workers or max(1, min(cfg.tiered_store_max_pending_limit // 4, cap))
@@ -197,11 +197,15 @@ class Dispatcher(Closeable):
         self.commit_listeners.append(listener)
 
     def add_staged_listener(self, listener: StagedListener) -> None:
-        """Call ``listener(flat, batch, flat_offsets)`` in the worker that uploaded each batch,
-        right after its uploads, and the step it returns (if not None) as a commit listener is
-        called: on one thread, a queue's batches in queue order, all before :meth:`run_pass`
-        returns. The step holds what the listener took from the batch (e.g. index items), not
-        the batch: its message bytes are freed as soon as the worker is done with them."""
+        """Call ``listener(flat, batch, flat_offsets)`` in the worker that uploads each batch,
+        before its uploads (the batch is appended: its flat offsets are known), and the step it
+        returns (if not None) once both uploads succeeded, as a commit listener is called: on
+        one thread, a queue's batches in queue order, all before :meth:`run_pass` returns. An
+        upload that fails keeps the step for the retry that completes the batch. The step
+        holds what the listener took from the batch (e.g. index items), not the batch: with
+        only staged listeners, the batch's message bytes are freed as soon as the flat
+        commitlog holds them, before its sync (a plain commit listener is handed the batch
+        after the uploads, bytes included)."""
         self.staged_listeners.append(listener)
 
     @property
@@ -319,16 +323,13 @@ class Dispatcher(Closeable):
                     results.append((flat, planned))
             for level in range(self.round_batches - 1):  # a level's batches lie side by side
                 follow += [p.follow[level] for p in plans if len(p.follow) > level]
-            # the next wave is read while the workers upload this one, once no more than a
-            # eighth of a wave's bytes are still being uploaded (memory: see WAVE_BYTES)
+            # the next wave is read while the workers upload this one, once no more than an
+            # eighth of a wave's bytes are still held (memory: see WAVE_BYTES)
             running: list[tuple[Plan, Future[StepResult]]] = []
-            unfinished: dict[Future[StepResult], int] = {}
             before: dict[tuple[str, int], tuple[Plan, Future[StepResult]]] = {}
             for wave in _waves(plans, self.wave_bytes) + _waves(follow, self.wave_bytes):
-                _wait_for_room(unfinished, self.wave_bytes // 8)
-                started = self._start_wave([p for p, _ in wave], now, before)
-                running += started
-                unfinished.update((f, n) for (_, f), (_, n) in zip(started, wave, strict=True))
+                self._held.wait_below(self.wave_bytes // 8)
+                running += self._start_wave(wave, now, before)
             results += [(p.flat, f.result()) for p, f in running]
             self._sync_consume_queues([flat for flat, _ in results])
         self.flat_store.flush_metadata()
@@ -351,7 +352,7 @@ class Dispatcher(Closeable):
 
     def _start_wave(
         self,
-        wave: list[Plan],
+        sized: list[tuple[Plan, int]],
         now: int,
         before: dict[tuple[str, int], tuple[Plan, Future[StepResult]]],
     ) -> list[tuple[Plan, Future[StepResult]]]:
@@ -359,6 +360,7 @@ class Dispatcher(Closeable):
         after each batch comes with them, for the dispatch latency) and hand them to workers; a
         follow-on batch goes after the step ``before`` it of its queue (each queue's last step
         started is recorded there)."""
+        wave = [p for p, _ in sized]
         sends = [i for i, p in enumerate(wave) if p.units is not None]
         requests = [
             BatchRequest(p.flat.topic, p.flat.queue_id, p.current, p.units, p.read_ahead)
@@ -372,16 +374,19 @@ class Dispatcher(Closeable):
         }
         listeners = (self._notifier,) if self.commit_listeners or self.staged_listeners else ()
         started = []
-        for i, p in enumerate(wave):
+        for i, (p, nbytes) in enumerate(sized):
             batch, next_time = batches.get(i, (None, None))
+            written = self._held.hold(nbytes)
             if p.queue in before:
                 prev, step = before[p.queue]
                 assert prev.units is not None
                 done = self._pool.submit(
-                    execute_after, step, len(prev.units), p, batch, next_time, now, listeners
-                )
+                    execute_after, step, len(prev.units), p, batch, next_time, now, listeners,
+                    written,
+                )  # fmt: skip
             else:
-                done = self._pool.submit(execute, p, batch, next_time, now, listeners)
+                done = self._pool.submit(execute, p, batch, next_time, now, listeners, written)
+            done.add_done_callback(_calling(written))  # however the step ended
             before[p.queue] = (p, done)  # a queue's next batch may be in the same wave
             started.append((p, done))
         return started
@@ -547,7 +552,24 @@ class _Notifier:
         self._untold = 0
         """Batches handed over and not yet told (queued or being told)."""
 
-    def __call__(self, flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s) -> None:
+    @property
+    def early(self) -> bool:
+        """Whether every listener is staged: then :meth:`prepare` may run before the upload
+        (a plain listener is handed the batch itself, its bytes included, after it)."""
+        return not self.listeners
+
+    def prepare(
+        self, flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s
+    ) -> Callable[[], None]:
+        """The staged listeners' share of the batch, done now (in the worker, before the
+        upload); returns what hands their steps to the commit thread once the batch is
+        committed."""
+        steps = self._prepare(flat, batch, offsets)
+        return functools.partial(self._hand_over, flat, None, steps)
+
+    def _prepare(
+        self, flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s
+    ) -> list[Callable[[], None]]:
         steps: list[Callable[[], None]] = []
         for prepare in tuple(self.staged):
             try:
@@ -557,10 +579,23 @@ class _Notifier:
                 continue
             if step is not None:
                 steps.append(step)
-        plain = tuple(self.listeners)
+        return steps
+
+    def __call__(self, flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s) -> None:
+        steps = self._prepare(flat, batch, offsets)
+        self._hand_over(flat, (batch, offsets), steps)
+
+    def _hand_over(
+        self,
+        flat: FlatMessageFile,
+        batch: tuple[MessageBatch, Int64s] | None,
+        steps: list[Callable[[], None]],
+    ) -> None:
+        """Queue the batch's steps and plain listeners on the commit thread (in commit order)."""
+        plain = tuple(self.listeners) if batch is not None else ()
         if not plain and not steps:
             return
-        size = batch.nbytes if plain else 0
+        size = batch[0].nbytes if plain and batch is not None else 0
         with self._room:
             while self._untold and (
                 self._pending + size > NOTIFY_PENDING_BYTES or self._untold >= NOTIFY_PENDING_STEPS
@@ -568,7 +603,7 @@ class _Notifier:
                 self._room.wait()
             self._pending += size
             self._untold += 1
-        told = (flat, batch, offsets) if plain else None
+        told = (flat, batch[0], batch[1]) if plain and batch is not None else None
         try:
             self._pool.submit(self._tell, flat.path, plain, told, steps, size)
         except RuntimeError:  # closed: a step still running at shutdown is told in its thread
@@ -631,15 +666,42 @@ def _limits(cfg: TieredConfig, *, objects: bool) -> Limits:
     )
 
 
-def _wait_for_room(unfinished: dict[Future[StepResult], int], room: int) -> None:
-    """Wait until the ``unfinished`` steps (their batches' message bytes) not yet done hold at
-    most ``room`` bytes; the done ones are dropped from it."""
-    while True:
-        for f in [f for f in unfinished if f.done()]:
-            del unfinished[f]
-        if sum(unfinished.values()) <= room:
-            return
-        wait(list(unfinished), return_when=FIRST_COMPLETED)
+def _calling(free: Callable[[], None]) -> Callable[[Future[StepResult]], None]:
+    def call(_: Future[StepResult]) -> None:
+        free()
+
+    return call
+
+
+class _Held:
+    """The message bytes of the batches handed to the workers and not yet freed: a batch's are
+    freed once the flat commitlog holds them (before their sync, see
+    :meth:`FlatMessageFile.commit`), or when its step ends."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self.bytes = 0
+
+    def hold(self, nbytes: int) -> Callable[[], None]:
+        """Count ``nbytes`` held; returns what frees them (once, however often it is called)."""
+        with self._cond:
+            self.bytes += nbytes
+        freed = False
+
+        def free() -> None:
+            nonlocal freed
+            with self._cond:
+                if not freed:
+                    freed = True
+                    self.bytes -= nbytes
+                    self._cond.notify_all()
+
+        return free
+
+    def wait_below(self, room: int) -> None:
+        """Wait until at most ``room`` bytes are held."""
+        with self._cond:
+            self._cond.wait_for(lambda: self.bytes <= room)
 
 
 def _waves(plans: list[Plan], wave_bytes: int) -> list[list[tuple[Plan, int]]]:

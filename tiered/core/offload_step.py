@@ -37,6 +37,8 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Concatenate
 from typing import ParamSpec
+from typing import Protocol
+from typing import runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -305,7 +307,51 @@ uploaded the batch; the step it returns is then run in commit order (see
 :meth:`~.dispatcher.Dispatcher.add_staged_listener`)."""
 
 
+@runtime_checkable
+class EarlyListener(Protocol):
+    """A commit listener that can do its work on a batch's bytes before the upload."""
+
+    @property
+    def early(self) -> bool:
+        """Whether :meth:`prepare` may be called instead of the listener itself."""
+        ...
+
+    def prepare(
+        self, flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s
+    ) -> Callable[[], None]:
+        """Do the work that needs the batch's bytes now; returns what to run once the batch is
+        committed (what calling the listener then would have done)."""
+        ...
+
+
+def _prepare_early(
+    flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s, listeners: Sequence[object]
+) -> bool:
+    """When every listener is an :class:`EarlyListener` that may be prepared early, prepare
+    them now and leave the rest to the commit that completes the batch
+    (:meth:`FlatMessageFile.after_commit`); whether so (then nothing needs the batch's bytes
+    once they are written)."""
+    if not all(isinstance(n, EarlyListener) and n.early for n in listeners):
+        return False
+    for listener in listeners:
+        assert isinstance(listener, EarlyListener)
+        try:
+            flat.after_commit(listener.prepare(flat, batch, offsets))
+        except Exception:  # a listener's bug must not fail the upload; logged in full
+            log.exception("%s: commit listener %r failed", flat.path, listener)
+    return True
+
+
 def _notify(flat: FlatMessageFile, done: CommitResult, listeners: Sequence[CommitListener]) -> None:
+    """Tell ``listeners`` of the batches ``done`` completed: run what their early preparation
+    left (:func:`_prepare_early`), or call them."""
+    for call in done.after:
+        try:
+            call()
+        except Exception:  # a listener's bug must not fail the upload; logged in full
+            log.exception("%s: commit listener %r failed", flat.path, call)
+    if done.after:
+        return
     for batch, offsets in done.batches:
         for listener in listeners:
             try:
@@ -320,12 +366,17 @@ def execute(
     next_store_time: int | None,
     now: int,
     listeners: Sequence[CommitListener] = (),
+    written: Callable[[], None] | None = None,
 ) -> StepResult:
     """Carry out a plan: check the batch read for it (``read``, see
     :meth:`~.local_source.UncheckedBatch.check`), append it and upload (commitlog, then
     consumequeue), then tell ``listeners``. ``next_store_time``: the store time of the first
     message after the batch, read with it (the dispatch latency). Runs in a worker thread while
-    the caller holds the queue's lock."""
+    the caller holds the queue's lock.
+
+    When the listeners can do their share before the upload (:class:`EarlyListener`), the
+    batch's bytes are freed as soon as the flat commitlog holds them, before its sync, and
+    ``written`` is called then (:meth:`FlatMessageFile.commit`)."""
     flat, state = p.flat, p.state
     try:
         if p.retry:  # a previous upload failed: finish it, from where it stopped
@@ -342,9 +393,10 @@ def execute(
         batch = read.check() if isinstance(read, UncheckedBatch) else read
         assert batch is not None and p.units is not None
         flat.roll_for_batch(p.roll_commitlog, p.roll_consume_queue)
-        flat.append_batch(batch)
+        offsets = flat.append_batch(batch)
+        early = _prepare_early(flat, batch, offsets, listeners)
         started = time.perf_counter()
-        done = flat.commit()
+        done = flat.commit(written=written if early else None)
     except (TieredStoreError, OSError) as e:
         return failed(flat, state, e)
     _log_batches(flat, done, started)
@@ -380,6 +432,7 @@ def execute_after(
     next_store_time: int | None,
     now: int,
     listeners: Sequence[CommitListener] = (),
+    written: Callable[[], None] | None = None,
 ) -> StepResult:
     """:func:`execute` a follow-on plan (:attr:`Plan.follow`) once the step ``before`` it has
     uploaded all of its ``expected`` messages; when that step failed or sent less, nothing is
@@ -390,7 +443,7 @@ def execute_after(
     done = before.result()
     if done.failed or done.messages != expected:
         return StepResult(more=True)
-    return execute(p, read, next_store_time, now, listeners)
+    return execute(p, read, next_store_time, now, listeners, written)
 
 
 def _waiting_ms(next_store_time: int | None, batch: MessageBatch, remaining: int, now: int) -> int:

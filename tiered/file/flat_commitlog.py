@@ -29,6 +29,10 @@ class FlatCommitLogFile(FlatAppendFile):
     """The flat commitlog of one queue (segments of ``tieredStoreCommitLogMaxSize``)."""
 
     file_type = FileType.COMMIT_LOG
+    deferred_sync = True
+    """A batch's bytes are written and then synced by :meth:`FlatMessageFile.commit` before its
+    units are uploaded (so the batch's memory can be freed in between); a record never says more
+    than was synced."""
     _first_queue_offset: int | None = None
 
     def append_units(

@@ -53,8 +53,27 @@ class MessageBatch:
 
     @property
     def nbytes(self) -> int:
-        """Message bytes in the batch."""
-        return len(self.data)
+        """Message bytes in the batch (also once :meth:`release` has freed them)."""
+        return int(self.sizes.sum())
+
+    def release(self) -> bool:
+        """Free the message bytes (``data`` becomes empty) once nothing needs them any more;
+        False when a view of them is still held, and they stay.
+
+        The storage is freed whole: a ``bytearray`` cleared in place is shrunk by ``realloc``,
+        which keeps a few bytes at the head of the old block and so leaves a hole of almost,
+        never quite, a batch's size, that the next batch cannot use (the heap grew by ~60 MiB
+        over a 1 KiB catch-up that way). Dropping the first byte first moves the array's start,
+        and a resize then copies what is left to a new block and frees the old one."""
+        data = self.data
+        if not isinstance(data, bytearray) or not data:
+            return True
+        try:
+            del data[:1]
+            data.clear()
+        except BufferError:
+            return False
+        return True
 
 
 @dataclass(frozen=True)
@@ -65,6 +84,9 @@ class CommitResult:
     consume_queue_bytes: int
     batches: tuple[tuple[MessageBatch, Int64s], ...] = ()
     """The batches (with their flat offsets) this commit completed: both files uploaded."""
+    after: tuple[Callable[[], None], ...] = ()
+    """What :meth:`FlatMessageFile.after_commit` asked to run once those batches are committed
+    (the caller runs it)."""
 
     @property
     def messages(self) -> int:
@@ -93,6 +115,7 @@ class FlatMessageFile:
             provider, metadata, address, consume_queue_max_size, clock
         )
         self._uncommitted: list[tuple[MessageBatch, Int64s]] = []
+        self._after: list[Callable[[], None]] = []
 
     def __repr__(self) -> str:
         return (
@@ -282,24 +305,46 @@ class FlatMessageFile:
         self._uncommitted.append((batch, offsets))
         return offsets
 
-    def commit(self) -> CommitResult:
-        """Upload the commitlog's pending bytes, then (only if that succeeded) the units'.
+    def after_commit(self, call: Callable[[], None]) -> None:
+        """Have the :class:`CommitResult` of the commit that completes the batches appended so
+        far carry ``call`` (forgotten with them by :meth:`drop_pending`)."""
+        self._after.append(call)
+
+    def commit(self, *, written: Callable[[], None] | None = None) -> CommitResult:
+        """Upload the commitlog's pending bytes and make them durable, then (only if that
+        succeeded) the units'.
+
+        The commitlog's bytes are written first and synced after (on a file backend; elsewhere
+        an append is durable when it returns); with ``written``, the batches' message bytes are
+        freed in between (:meth:`MessageBatch.release`: the flat commitlog holds them now) and
+        ``written`` is called, so a batch does not hold its memory while the disk syncs it --
+        most of a batch's time in a catch-up. Units are uploaded only after the sync, so units
+        beyond a record always point at durable commitlog bytes.
 
         Raises:
-            ProviderError: an upload failed; what is pending stays for the next call.
+            ProviderError: an upload or the sync failed; what is pending (or written and not
+                yet synced) stays for the next call.
         """
         cl = self.commitlog.commit()
+        if written is not None and not self.commitlog.pending_size:
+            for batch, _ in self._uncommitted:
+                batch.release()
+            written()
+        self.commitlog.sync()
         cq = self.consume_queue.commit()
         done: tuple[tuple[MessageBatch, Int64s], ...] = ()
+        after: tuple[Callable[[], None], ...] = ()
         if not self.has_pending:
             done, self._uncommitted = tuple(self._uncommitted), []
-        return CommitResult(cl, cq, done)
+            after, self._after = tuple(self._after), []
+        return CommitResult(cl, cq, done, after)
 
     def drop_pending(self) -> None:
         """Forget pending bytes of both files (they are re-read from the local store)."""
         self.commitlog.drop_pending()
         self.consume_queue.drop_pending()
         self._uncommitted = []
+        self._after = []
 
     def jump(self, queue_offset: int) -> int:
         """Continue the consumequeue at ``queue_offset`` (local messages before it are gone).
