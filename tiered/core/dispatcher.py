@@ -377,15 +377,19 @@ class Dispatcher(Closeable):
         for i, (p, nbytes) in enumerate(sized):
             batch, next_time = batches.get(i, (None, None))
             written = self._held.hold(nbytes)
-            if p.queue in before:
-                prev, step = before[p.queue]
-                assert prev.units is not None
-                done = self._pool.submit(
-                    execute_after, step, len(prev.units), p, batch, next_time, now, listeners,
-                    written,
-                )  # fmt: skip
-            else:
-                done = self._pool.submit(execute, p, batch, next_time, now, listeners, written)
+            try:
+                if p.queue in before:
+                    prev, step = before[p.queue]
+                    assert prev.units is not None
+                    done = self._pool.submit(
+                        execute_after, step, len(prev.units), p, batch, next_time, now,
+                        listeners, written,
+                    )  # fmt: skip
+                else:
+                    done = self._pool.submit(execute, p, batch, next_time, now, listeners, written)
+            except BaseException:  # not handed over (the pool shut down): nothing holds them
+                written()
+                raise
             done.add_done_callback(_calling(written))  # however the step ended
             before[p.queue] = (p, done)  # a queue's next batch may be in the same wave
             started.append((p, done))
