@@ -300,11 +300,12 @@ class IndexService(Closeable):
     def prepare_commit(
         self, flat: FlatMessageFile, batch: MessageBatch, flat_offsets: npt.NDArray[np.int64]
     ) -> Callable[[], None] | None:
-        """The dispatcher's staged commit listener: extract and hash the keys of an uploaded
-        batch (in the worker that uploaded it, beside the others: the kernel runs without the
-        interpreter lock) and return the put of its items into the index file, which the
-        dispatcher runs in commit order on its commit thread; None when there is nothing to put.
-        The put holds only the items, not the batch's message bytes."""
+        """The dispatcher's staged commit listener: extract and hash the keys of a batch about
+        to be uploaded (in the worker that uploads it, beside the others: the kernel runs
+        without the interpreter lock) and return the put of its items into the index file,
+        which the dispatcher runs once both uploads succeeded, in commit order on its commit
+        thread; None when there is nothing to put. The put holds only the items, not the
+        batch's message bytes (freed once the flat commitlog holds them)."""
         if not self._open or not len(batch):
             return None
         topic_id = self.topic_id(flat.topic)
