@@ -106,9 +106,6 @@ class _SyncWatch(WrappedProvider):
         self.batches: dict[str, list[MessageBatch]] = {}
         self.checked = 0
 
-    def append_deferred(self, key: str, data: BytesLike, position: int) -> int:
-        return self.inner.append_deferred(key, data, position)
-
     def sync(self, key: str) -> None:
         if "/COMMIT_LOG/" in key:
             queue = key.split("/COMMIT_LOG/", maxsplit=1)[0].split("/", 1)[1]  # broker/topic/queue

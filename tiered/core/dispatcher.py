@@ -390,7 +390,7 @@ class Dispatcher(Closeable):
             except BaseException:  # not handed over (the pool shut down): nothing holds them
                 written()
                 raise
-            done.add_done_callback(_calling(written))  # however the step ended
+            done.add_done_callback(written)  # however the step ended
             before[p.queue] = (p, done)  # a queue's next batch may be in the same wave
             started.append((p, done))
         return started
@@ -670,13 +670,6 @@ def _limits(cfg: TieredConfig, *, objects: bool) -> Limits:
     )
 
 
-def _calling(free: Callable[[], None]) -> Callable[[Future[StepResult]], None]:
-    def call(_: Future[StepResult]) -> None:
-        free()
-
-    return call
-
-
 class _Held:
     """The message bytes of the batches handed to the workers and not yet freed: a batch's are
     freed once the flat commitlog holds them (before their sync, see
@@ -686,13 +679,14 @@ class _Held:
         self._cond = threading.Condition()
         self.bytes = 0
 
-    def hold(self, nbytes: int) -> Callable[[], None]:
-        """Count ``nbytes`` held; returns what frees them (once, however often it is called)."""
+    def hold(self, nbytes: int) -> Callable[..., None]:
+        """Count ``nbytes`` held; returns what frees them (once, however often it is called;
+        any argument, such as the future of a done callback, is ignored)."""
         with self._cond:
             self.bytes += nbytes
         freed = False
 
-        def free() -> None:
+        def free(*_: object) -> None:
             nonlocal freed
             with self._cond:
                 if not freed:
