@@ -234,6 +234,26 @@ def test_quotes_backslashes_and_unicode_survive_the_layout_rewrite() -> None:
     assert parse_metadata(text, source="tricky") == doc
 
 
+def test_a_string_that_starts_with_a_colon_survives_the_layout_rewrite() -> None:
+    """A key, value or name that starts with ': ' (found by test_random_documents_round_trip: a
+    broker named ': ' lost its space) is written as is."""
+    doc = MetadataDocument(
+        topic_metadata_table={": t": TopicMetadata(topic_id=0, topic=": t", update_timestamp=1)},
+        queue_metadata_table={
+            ": t": {
+                0: QueueMetadata(
+                    queue=MessageQueue(broker_name=": ", queue_id=0, topic=": t"),
+                    update_timestamp=1,
+                )
+            }
+        },
+        topic_serial_number=0,
+    )
+    text = dump_metadata(doc)
+    assert text == _layout_oracle(doc)
+    assert parse_metadata(text, source="colons") == doc
+
+
 def test_empty_document() -> None:
     doc = MetadataDocument()
     assert doc.topic_serial_number == -1

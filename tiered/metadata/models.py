@@ -251,9 +251,12 @@ def _describe(error: ValidationError) -> str:
 
 # pydantic's Rust JSON writer emits one space of indentation per level and ': ' after keys. JSON
 # strings cannot hold a raw newline, so "\n" + spaces only ever starts a line and is indentation.
-# Inside a string a quote is escaped, so '": ' can only be a key separator unless the text holds
-# an escaped quote; only then does the slower line-by-line rewrite run.
+# Inside a string a quote is escaped, so '": ' is a key separator unless the text holds an escaped
+# quote or a string (key, value or list item) starts with ': ' (its opening quote then precedes
+# ': '); only then does the slower line-by-line rewrite run.
 _LINE_START: Final = re.compile(r'(?m)^( +)("(?:[^"\\\n]|\\.)*": )?')
+_COLON_FIRST: Final = re.compile(r'(?:": |\n +)": ')
+"""A string that starts with ': ', after its key or at the start of its line."""
 
 
 def _tabify(match: re.Match[str]) -> str:
@@ -262,7 +265,7 @@ def _tabify(match: re.Match[str]) -> str:
 
 
 def _fastjson_layout(raw: str) -> str:
-    if '\\"' in raw:
+    if '\\"' in raw or _COLON_FIRST.search(raw):
         return _LINE_START.sub(_tabify, raw)
     depth = 0
     while "\n" + " " * (depth + 1) in raw:
