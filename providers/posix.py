@@ -2,8 +2,12 @@
 ``PosixFileSegment`` lays them out, so a Java broker configured with the same path reads them.
 
 An append is one ``pwrite`` at the checked position followed by ``fdatasync``; creating a file
-also fsyncs the directories it created. ``put`` writes a hidden temporary file beside the target
-and links (no overwrite) or renames (overwrite) it into place, so a put object appears whole.
+also fsyncs the directories it created. The descriptor an append opened stays open for the key's
+next append and ``sync`` (at most :data:`OPEN_FILES`, the least recently used closed first; a seal,
+delete, put or ``close`` closes it): each ``open``/``close`` lets another thread take the
+interpreter lock, and on a catch-up those handovers cost more than the calls. ``put`` writes a
+hidden temporary file beside the target and links (no overwrite) or renames (overwrite) it into
+place, so a put object appears whole.
 Plain files carry no seal mark (the Java broker opens them read-write), so ``enforces_seal`` is
 false here. Request accounting counts system-call groups: ``STAT``, ``READ``, ``WRITE``,
 ``FSYNC``, ``RENAME``, ``DELETE``, ``LIST`` (one per directory scanned).
@@ -17,10 +21,13 @@ import logging
 import os
 import re
 import stat
+import threading
 import uuid
+from collections import OrderedDict
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
+from typing import Any
 
 from tiered.errors import PositionMismatchError
 from tiered.errors import ReadPastEndError
@@ -42,6 +49,11 @@ if TYPE_CHECKING:
     from tiered.config import TieredConfig
 
 _PIECE_BYTES = 8 << 20
+OPEN_FILES = 128
+"""Append descriptors a provider keeps open (two per queue being offloaded: its commitlog and
+consumequeue segments). Reusing one saves an ``open``, ``close`` and their handovers of the
+interpreter lock per append and per sync: 3 % of a 1 KiB catch-up's wall time (8 interleaved
+pairs), 19 k fewer system calls of which most were ``futex`` waits."""
 _NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 _TEMP_NAME = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
 """What :meth:`PosixProvider.put` writes before its rename: ``.{name}.{uuid4 hex}.tmp``."""
@@ -58,6 +70,9 @@ class PosixProvider(Provider):
         # upstream uses tieredStoreFilePath verbatim ("" = the working directory); it is made
         # absolute here so a pickled provider means the same directory on a Spark executor
         self.root = Path(os.path.abspath(os.fspath(root) or "."))
+        self._open: OrderedDict[str, int] = OrderedDict()
+        """Idle append descriptors by key (a writer takes its key's out while it uses it)."""
+        self._open_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, cfg: TieredConfig) -> PosixProvider:
@@ -126,6 +141,17 @@ class PosixProvider(Provider):
         return self._append(key, data, position, durable=False)
 
     def sync(self, key: str) -> None:
+        fd = self._take(key)
+        if fd is not None:  # the descriptor the appends wrote through
+            try:
+                with translated(key, "file operation"):
+                    self._request("FSYNC")
+                    os.fdatasync(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._keep(key, fd)
+            return
         path = self.path(key)
         with translated(key, "file operation"):
             try:
@@ -142,14 +168,68 @@ class PosixProvider(Provider):
         path = self.path(key)
         check_range(position, key=key)
         view = as_bytes_view(data)
-        with translated(key, "file operation"):
-            fd, created = self._open_for_append(path, key, position)
+        fd, st, new_in = self._take(key), None, None
+        if fd is not None:
+            try:
+                with translated(key, "file operation"):
+                    st = os.fstat(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            if st.st_nlink == 0:  # deleted or replaced behind this provider: open the path
+                os.close(fd)
+                fd = st = None
+        if fd is None:
+            with translated(key, "file operation"):
+                fd, created = self._open_for_append(path, key, position)
+            new_in = path.parent if created else None
         try:
             with translated(key, "file operation"):
-                new_in = path.parent if created else None
-                return self._write_at(fd, key, view, position, new_in, durable=durable)
-        finally:
+                end = self._write_at(fd, key, view, position, new_in, durable=durable, st=st)
+        except BaseException:
             os.close(fd)
+            raise
+        self._keep(key, fd)
+        return end
+
+    def _take(self, key: str) -> int | None:
+        """The key's idle append descriptor, taken out (the caller keeps or closes it)."""
+        with self._open_lock:
+            return self._open.pop(key, None)
+
+    def _keep(self, key: str, fd: int) -> None:
+        """Keep ``fd`` for the key's next append or sync; close the least recently used beyond
+        :data:`OPEN_FILES` (all idle: a descriptor in use is out of the table)."""
+        with self._open_lock:
+            stale = self._open.pop(key, None)
+            self._open[key] = fd
+            over = len(self._open) - OPEN_FILES
+            closing = [self._open.popitem(last=False)[1] for _ in range(over)]
+        for old in [*closing, *([stale] if stale is not None else [])]:
+            os.close(old)
+
+    def _drop(self, key: str) -> None:
+        """Close the key's kept descriptor, if any (it is sealed, deleted or replaced)."""
+        fd = self._take(key)
+        if fd is not None:
+            os.close(fd)
+
+    def close(self) -> None:
+        with self._open_lock:
+            kept, self._open = list(self._open.values()), OrderedDict()
+        for fd in kept:
+            os.close(fd)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = super().__getstate__()
+        state.pop("_open", None)  # descriptors mean nothing in another process
+        state.pop("_open_lock", None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        super().__setstate__(state)
+        self._open = OrderedDict()
+        self._open_lock = threading.Lock()
 
     def _write_at(
         self,
@@ -160,8 +240,9 @@ class PosixProvider(Provider):
         new_in: Path | None,
         *,
         durable: bool = True,
+        st: os.stat_result | None = None,
     ) -> int:
-        current = os.fstat(fd).st_size
+        current = (st or os.fstat(fd)).st_size
         if position != current:
             raise PositionMismatchError(
                 f"append to {key!r} at {position}, but the file holds {current} bytes",
@@ -219,10 +300,12 @@ class PosixProvider(Provider):
             os.close(fd)
 
     def seal(self, key: str) -> None:
+        self._drop(key)  # the file grows no more
         self.size(key)  # the data is already durable; a file has nothing to consolidate
 
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
         path = self.path(key)
+        self._drop(key)
         if not overwrite and path.exists():
             raise SegmentExistsError(
                 f"object {key!r} exists; pass overwrite=True to replace", key=key
@@ -275,6 +358,7 @@ class PosixProvider(Provider):
 
     def delete(self, key: str) -> None:
         path = self.path(key)
+        self._drop(key)
         self._request("DELETE")
         with (
             translated(key, "file operation"),

@@ -20,6 +20,7 @@ from tiered.providers.testing import DirectoryOracle
 from tiered.providers.testing import Oracle
 from tiered.providers.testing import ProviderTests
 
+from tiered.errors import PositionMismatchError
 from tiered.errors import SegmentNotFoundError
 
 
@@ -158,3 +159,97 @@ def test_listing_skips_foreign_names(tmp_path: Path) -> None:
     (tmp_path / "q" / ".hidden").write_bytes(b"")
     (tmp_path / "q" / "with~tilde").write_bytes(b"")
     assert list(provider.list()) == ["q/seg"]
+
+
+def _open_descriptors() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def test_appends_and_syncs_reuse_one_descriptor_per_key(tmp_path: Path) -> None:
+    """A key's appends and syncs go through the descriptor its first append opened: the number
+    of open files does not grow with the appends, and ``close`` releases it (the provider then
+    opens the file again on its next append)."""
+    provider = PosixProvider(tmp_path)
+    key = segment_key("C", "broker-a", "T", 0, FileType.COMMIT_LOG, 0)
+    before = _open_descriptors()
+    at = 0
+    for i in range(50):
+        at = provider.append_deferred(key, bytes([i]) * 100, at)
+        provider.sync(key)
+    assert _open_descriptors() == before + 1
+    provider.close()
+    assert _open_descriptors() == before
+    assert provider.append(key, b"z" * 10, at) == at + 10
+    assert (
+        provider.read(key, 0, at + 10) == b"".join(bytes([i]) * 100 for i in range(50)) + b"z" * 10
+    )
+    provider.seal(key)  # a sealed file grows no more: its descriptor is closed
+    assert _open_descriptors() == before
+
+
+def test_descriptors_kept_open_are_bounded(tmp_path: Path) -> None:
+    """At most OPEN_FILES descriptors stay open, the least recently used closed first; a key
+    whose descriptor was closed opens its file again."""
+    from tiered.providers import posix
+
+    provider = PosixProvider(tmp_path)
+    keys = [segment_key("C", "b", "T", q, FileType.CONSUME_QUEUE, 0) for q in range(40)]
+    before = _open_descriptors()
+    old = posix.OPEN_FILES
+    posix.OPEN_FILES = 16
+    try:
+        for k in keys:
+            provider.append(k, b"u" * 20, 0)
+        assert _open_descriptors() == before + 16
+        for k in keys:
+            provider.append_deferred(k, b"v" * 20, 20)
+            provider.sync(k)
+        assert _open_descriptors() == before + 16
+    finally:
+        posix.OPEN_FILES = old
+        provider.close()
+    assert all(provider.read(k, 0, 100) == b"u" * 20 + b"v" * 20 for k in keys)
+
+
+def test_a_kept_descriptor_never_writes_past_a_change_behind_the_provider(tmp_path: Path) -> None:
+    """The file behind a kept descriptor may change without this provider: another writer
+    appends (the next append at the old size is refused with the real size), the file is
+    deleted (an append into the deleted file would be lost: it fails as for a file never
+    opened, and an append at 0 creates a new one) or replaced by a put (the append checks the
+    new file)."""
+    provider = PosixProvider(tmp_path)
+    other = PosixProvider(tmp_path)
+    key = segment_key("C", "broker-a", "T", 0, FileType.COMMIT_LOG, 0)
+    provider.append(key, b"a" * 10, 0)
+    other.append(key, b"b" * 5, 10)
+    with pytest.raises(PositionMismatchError) as mismatch:
+        provider.append(key, b"c" * 5, 10)
+    assert mismatch.value.expected == 15
+    assert provider.append(key, b"c" * 5, 15) == 20
+
+    os.unlink(provider.path(key))
+    with pytest.raises(SegmentNotFoundError):
+        provider.append(key, b"d" * 5, 20)
+    assert provider.append(key, b"e" * 3, 0) == 3
+    assert provider.read(key, 0, 100) == b"eee"
+
+    other.put(key, b"f" * 7, overwrite=True)
+    with pytest.raises(PositionMismatchError):
+        provider.append(key, b"g", 3)
+    assert provider.append(key, b"g", 7) == 8
+    assert provider.read(key, 0, 100) == b"f" * 7 + b"g"
+
+
+def test_a_provider_with_open_descriptors_pickles(tmp_path: Path) -> None:
+    """A Spark executor gets the provider without its descriptors and opens its own."""
+    import pickle
+
+    provider = PosixProvider(tmp_path)
+    key = segment_key("C", "broker-a", "T", 0, FileType.COMMIT_LOG, 0)
+    provider.append(key, b"a" * 10, 0)
+    copy = pickle.loads(pickle.dumps(provider))
+    assert copy.append(key, b"b" * 10, 10) == 20
+    assert provider.append(key, b"c" * 10, 20) == 30
+    assert copy.read(key, 0, 30) == b"a" * 10 + b"b" * 10 + b"c" * 10
+    copy.close()
+    provider.close()
