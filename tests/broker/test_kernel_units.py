@@ -1,6 +1,6 @@
-"""The compiled kernel's unit walk (``check_units``, ``store_timestamps``,
-``rewrite_physical_offsets`` of :mod:`tiered.broker.unit_fields`, the body CRCs of the read
-path) against the numpy reference
+"""The compiled kernel's unit walk (``check_units``, ``store_timestamps``, ``check_batch``,
+``rewrite_physical_offsets``, ``encode_cq_units`` of :mod:`tiered.broker.unit_fields`, the body
+CRCs of the read path) against the numpy reference
 (:mod:`tiered.broker.numpy_units`): generated units of every host and magic shape, wrong
 sizes and offsets, torn buffers, empty batches."""
 
@@ -14,11 +14,14 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered.broker import message as msgcodec
+from tiered.broker.consumequeue import encode_units
 from tiered.broker.numpy_units import reference_check_units
 from tiered.broker.numpy_units import reference_crc_mismatches
 from tiered.broker.numpy_units import reference_rewrite_physical_offsets
 from tiered.broker.numpy_units import reference_store_timestamps
+from tiered.broker.unit_fields import check_batch
 from tiered.broker.unit_fields import check_units
+from tiered.broker.unit_fields import encode_cq_units
 from tiered.broker.unit_fields import rewrite_physical_offsets
 from tiered.broker.unit_fields import store_timestamps
 from tiered.core.fetcher import crc_mismatches
@@ -75,6 +78,74 @@ def test_check_units_equals_the_reference(
         for p in (physical, None):
             want = reference_check_units(d, starts, sizes, queue, p) if n else 0
             assert check_units(d, starts, sizes, queue, p) == want
+
+
+@given(
+    shapes=_SHAPES,
+    cut=st.integers(0, 5000),
+    wrong=st.integers(0, 12),
+    field=st.sampled_from(["size", "queue", "physical", "magic", "none"]),
+)
+@settings(max_examples=300, deadline=None)
+def test_a_batch_check_equals_the_reference_unit_check_and_timestamps(
+    shapes: list[tuple[bool, bool, bool, int]], cut: int, wrong: int, field: str
+) -> None:
+    """``check_batch`` (one pass: starts, check, store times and their range) agrees with the
+    numpy reference's check and timestamps of the units it passes, on the same damage."""
+    data, starts, sizes = _batch(shapes)
+    n = len(starts)
+    physical = 5000 + 300 * np.arange(n, dtype=np.int64)
+    first = 100
+    buf = bytearray(data)
+    if n and wrong < n:
+        if field == "size":
+            sizes = sizes.copy()
+            sizes[wrong] += 1
+        elif field == "queue":
+            first += 1
+        elif field == "physical":
+            physical[wrong] -= 1
+        elif field == "magic":
+            buf[int(starts[wrong]) + 7] ^= 0x10
+    torn = bytes(buf[: max(cut, len(buf) // 2)])
+    queue = first + np.arange(n, dtype=np.int64)
+    for d in (bytes(buf), torn):
+        for p in (physical, None):
+            checked = check_batch(d, sizes, first, p)
+            want = reference_check_units(d, starts, sizes, queue, p) if n else 0
+            assert checked.good == want
+            assert checked.starts.tolist() == (np.cumsum(sizes) - sizes).tolist()
+            times = reference_store_timestamps(d, starts[:want]) if want else np.zeros(0)
+            assert checked.timestamps.tolist() == times.tolist()
+            expect = (int(times.min()), int(times.max())) if want else None
+            assert checked.time_range == expect
+
+
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.integers(-(2**63), 2**63 - 1),
+            st.integers(-(2**31), 2**31 - 1),
+            st.integers(-(2**63), 2**63 - 1),
+        ),
+        max_size=20,
+    )
+)
+@settings(max_examples=200, deadline=None)
+def test_compiled_consumequeue_units_equal_the_reference_encoding(
+    rows: list[tuple[int, int, int]],
+) -> None:
+    cols = [np.array([r[i] for r in rows], dtype=np.int64) for i in range(3)]
+    assert encode_cq_units(*cols) == encode_units(*cols)
+
+
+def test_a_compiled_unit_encoding_refuses_what_the_reference_refuses() -> None:
+    with pytest.raises(ValueError, match="32-bit"):
+        encode_cq_units([1, 2], [3, 2**31], [4, 5])
+    with pytest.raises(ValueError, match="32-bit"):
+        encode_units([1, 2], [3, 2**31], [4, 5])
+    with pytest.raises(ValueError, match="one entry per unit"):
+        encode_cq_units([1, 2], [3], [4, 5])
 
 
 @given(shapes=_SHAPES)

@@ -15,6 +15,7 @@ large index is several times slower here.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Final
 
 import numpy as np
@@ -117,6 +118,49 @@ def rewrite_physical_offsets(data: bytearray, starts: Int64s, offsets: Int64s) -
     """Write ``offsets[i]`` big-endian into bytes 28..35 of the unit at ``starts[i]``, in place."""
     if len(starts):
         kernel().rewrite_physical_offsets(data, _i64(starts), _i64(offsets))
+
+
+@dataclass(frozen=True)
+class CheckedBatch:
+    """:func:`check_batch`'s answer: ``good`` units agree with their consumequeue units (all when
+    it is ``len(starts)``); ``starts`` of every unit, ``timestamps`` of the good ones and their
+    least and greatest (``time_range``; None when there are none)."""
+
+    good: int
+    starts: Int64s
+    timestamps: Int64s
+    time_range: tuple[int, int] | None
+
+
+def check_batch(
+    data: Buffer, sizes: Int64s, first_queue_offset: int, physical_offsets: Int64s | None = None
+) -> CheckedBatch:
+    """:func:`check_units` and :func:`store_timestamps` of units held back to back in ``data``,
+    the first at queue offset ``first_queue_offset``: one compiled pass without the interpreter
+    lock, in place of the arrays of starts and queue offsets, the two calls and the least and
+    greatest time that numpy built around them (each such call lets the lock go and waits to get
+    it back from the other workers: 8 of 10 interleaved 1 KiB offloads were faster without them,
+    median 1.65 against 1.77 s)."""
+    physical = None if physical_offsets is None else _i64(physical_offsets)
+    good, starts, times, first, last = kernel().check_batch(
+        data, _i64(sizes), first_queue_offset, physical
+    )
+    stamps = np.frombuffer(times, dtype=np.int64)
+    return CheckedBatch(
+        good, np.frombuffer(starts, dtype=np.int64), stamps, (first, last) if good else None
+    )
+
+
+def encode_cq_units(
+    offsets: npt.ArrayLike, sizes: npt.ArrayLike, tags_codes: npt.ArrayLike
+) -> bytes:
+    """:func:`~tiered.broker.consumequeue.encode_units` (which the tests hold it to) in one
+    compiled loop without the interpreter lock, for the dispatcher's batches.
+
+    Raises:
+        ValueError: the columns differ in length, or a size does not fit a 32-bit int."""
+    units: bytes = kernel().encode_units(_i64(offsets), _i64(sizes), _i64(tags_codes))
+    return units
 
 
 def check_units(

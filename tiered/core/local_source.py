@@ -2,10 +2,11 @@
 
 Everything goes through :mod:`tiered.broker` (files opened ``O_RDONLY``). A batch is read with
 one ``pread`` per contiguous commitlog run (:meth:`CommitLog.read_many`), its headers checked
-against the consumequeue units with numpy (:func:`~tiered.broker.unit_fields.check_units`), and
-its store times gathered the same way. The broker may delete files at any moment: that surfaces as
-:class:`~tiered.errors.OffsetNotInStoreError` / :class:`~tiered.errors.StoreFileNotFoundError`,
-which the dispatcher turns into "the local min offset moved".
+against the consumequeue units and its store times gathered in one compiled pass
+(:func:`~tiered.broker.unit_fields.check_batch`). The broker may delete files at any moment:
+that surfaces as :class:`~tiered.errors.OffsetNotInStoreError` /
+:class:`~tiered.errors.StoreFileNotFoundError`, which the dispatcher turns into "the local min
+offset moved".
 
 The read path (:class:`~tiered.core.message_store.TieredMessageStore`) asks the same view whether an
 offset is still on the broker's disk (:meth:`LocalSource.in_store`), whether its commitlog bytes
@@ -35,8 +36,7 @@ from tiered.broker.commitlog import CommitLog
 from tiered.broker.page_cache import Residency
 from tiered.broker.page_cache import residency
 from tiered.broker.store_layout import mapped_sizes
-from tiered.broker.unit_fields import check_units
-from tiered.broker.unit_fields import store_timestamps
+from tiered.broker.unit_fields import check_batch
 from tiered.config import TieredConfig
 from tiered.errors import BrokerStoreError
 from tiered.errors import CorruptStoreFileError
@@ -414,11 +414,8 @@ class LocalSource:
         return out, times
 
     def _batch(self, r: BatchRequest, data: bytearray, offs: Int64s, sizes: Int64s) -> MessageBatch:
-        starts = np.zeros(len(sizes), dtype=np.int64)
-        if len(sizes) > 1:
-            np.cumsum(sizes[:-1], out=starts[1:])
-        queue_offsets = r.queue_offset + np.arange(len(sizes), dtype=np.int64)
-        good = check_units(data, starts, sizes, queue_offsets, offs)
+        checked = check_batch(data, sizes, r.queue_offset, offs)
+        good = checked.good
         if good < len(sizes):
             raise CorruptStoreFileError(
                 f"{r.topic}/{r.queue_id} queue offset {r.queue_offset + good}: the message at "
@@ -427,17 +424,18 @@ class LocalSource:
                 offset=int(offs[good]),
             )
         tags = r.units["tags_code"].astype(np.int64)
-        ext = cqmod.is_ext_tags_code(tags)
-        if ext.any():
+        if len(tags) and tags.min() <= cqmod.EXT_MAX_ADDRESS:  # some are ext addresses
+            ext = cqmod.is_ext_tags_code(tags)
             ext_queue = cqmod.ConsumeQueueExt(self.ext_root / r.topic / str(r.queue_id))
             tags[ext], _ = ext_queue.lookup(tags[ext])
         return MessageBatch(
             queue_offset=r.queue_offset,
             data=data,
-            starts=starts,
+            starts=checked.starts,
             sizes=sizes,
             tags_codes=tags,
-            timestamps=store_timestamps(data, starts),
+            timestamps=checked.timestamps,
+            time_range=checked.time_range,
         )
 
     # --- the read path ----------------------------------------------------------------------------

@@ -36,21 +36,18 @@ class FlatCommitLogFile(FlatAppendFile):
     _first_queue_offset: int | None = None
 
     def append_units(
-        self,
-        data: bytearray,
-        starts: Int64s,
-        sizes: Int64s,
-        timestamps: Int64s,
+        self, data: bytearray, starts: Int64s, times: tuple[int, int] | None
     ) -> Int64s:
-        """Rewrite and append whole units (``data`` holds them back to back, in queue order).
+        """Rewrite and append whole units (``data`` holds them back to back, in queue order,
+        ``starts`` where each begins), stored between ``times`` (least, greatest; None when
+        there are none).
 
         Returns each unit's flat offset. ``data`` is modified in place and kept by reference.
         """
         base = self.append_offset
         offsets = base + starts
         rewrite_physical_offsets(data, starts, offsets)
-        begin = int(timestamps.min()) if len(timestamps) else LONG_MAX
-        end = int(timestamps.max()) if len(timestamps) else LONG_MAX
+        begin, end = times if times is not None else (LONG_MAX, LONG_MAX)
         self.append(data, begin, end)
         return offsets
 

@@ -15,7 +15,7 @@ import numpy.typing as npt
 from tiered.broker.consumequeue import CQ_UNIT_DTYPE
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.broker.consumequeue import decode_units
-from tiered.broker.consumequeue import encode_units
+from tiered.broker.unit_fields import encode_cq_units
 from tiered.metadata import LONG_MAX
 from tiered.providers.layout import FileType
 
@@ -71,12 +71,12 @@ class FlatConsumeQueueFile(FlatAppendFile):
         flat_offsets: npt.ArrayLike,
         sizes: npt.ArrayLike,
         tags_codes: npt.ArrayLike,
-        timestamps: npt.NDArray[np.int64],
+        times: tuple[int, int] | None,
     ) -> int:
-        """Append units; returns the queue offset of the first one."""
-        data = encode_units(flat_offsets, sizes, tags_codes)
-        begin = int(timestamps.min()) if len(timestamps) else LONG_MAX
-        end = int(timestamps.max()) if len(timestamps) else LONG_MAX
+        """Append units stored between ``times`` (least, greatest; None when there are none);
+        returns the queue offset of the first one."""
+        data = encode_cq_units(flat_offsets, sizes, tags_codes)
+        begin, end = times if times is not None else (LONG_MAX, LONG_MAX)
         return self.append(data, begin, end) // CQ_UNIT_SIZE
 
     def read_units(self, queue_offset: int, count: int) -> Units:

@@ -47,9 +47,17 @@ class MessageBatch:
     sizes: Int64s
     tags_codes: Int64s
     timestamps: Int64s
+    time_range: tuple[int, int] | None = None
+    """The least and greatest of ``timestamps`` when the reader found them (else computed)."""
 
     def __len__(self) -> int:
         return len(self.starts)
+
+    def times(self) -> tuple[int, int] | None:
+        """The least and greatest store time, None for an empty batch."""
+        if self.time_range is None and len(self.timestamps):
+            self.time_range = int(self.timestamps.min()), int(self.timestamps.max())
+        return self.time_range
 
     @property
     def nbytes(self) -> int:
@@ -298,10 +306,9 @@ class FlatMessageFile:
                 f"{self.path}: batch starts at queue offset {batch.queue_offset} but the flat "
                 f"consumequeue continues at {self.append_offset}"
             )
-        offsets = self.commitlog.append_units(
-            batch.data, batch.starts, batch.sizes, batch.timestamps
-        )
-        self.consume_queue.append_units(offsets, batch.sizes, batch.tags_codes, batch.timestamps)
+        times = batch.times()
+        offsets = self.commitlog.append_units(batch.data, batch.starts, times)
+        self.consume_queue.append_units(offsets, batch.sizes, batch.tags_codes, times)
         self._uncommitted.append((batch, offsets))
         return offsets
 

@@ -111,6 +111,59 @@ mod python {
         Ok(py.detach(|| crate::unit::check_units(d, s, z, q, p)))
     }
 
+    /// `check_batch(data, sizes, first_queue_offset, physical_offsets=None) -> (good, starts,
+    /// timestamps, first_time, last_time)`: `check_units` and `store_timestamps` of units held
+    /// back to back in `data` in one pass (see `unit::check_batch`); `starts` and `timestamps`
+    /// (of the `good` units) come back as int64 bytes in native order.
+    #[pyfunction]
+    #[pyo3(signature = (data, sizes, first_queue_offset, physical_offsets=None))]
+    #[allow(clippy::type_complexity)]
+    fn check_batch<'py>(
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        sizes: &Bound<'py, PyAny>,
+        first_queue_offset: i64,
+        physical_offsets: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(usize, Bound<'py, PyBytes>, Bound<'py, PyBytes>, i64, i64)> {
+        let (data, sizes) = (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(sizes)?);
+        let physical = physical_offsets.map(PyBuffer::<i64>::get).transpose()?;
+        let (d, z) = (items(&data, "data")?, items(&sizes, "sizes")?);
+        let p = physical.as_ref().map(|b| items(b, "physical_offsets")).transpose()?;
+        if let Some(p) = p {
+            same_length(&[("sizes", z.len()), ("physical_offsets", p.len())])?;
+        }
+        let out = py.detach(|| crate::unit::check_batch(d, z, first_queue_offset, p));
+        Ok((
+            out.good,
+            PyBytes::new(py, as_bytes(&out.starts)),
+            PyBytes::new(py, as_bytes(&out.timestamps)),
+            out.first_time,
+            out.last_time,
+        ))
+    }
+
+    /// `encode_units(offsets, sizes, tags_codes) -> bytes`: consumequeue units (20 bytes each,
+    /// big-endian) of three equally long int64 columns.
+    #[pyfunction]
+    fn encode_units<'py>(
+        py: Python<'py>,
+        offsets: &Bound<'py, PyAny>,
+        sizes: &Bound<'py, PyAny>,
+        tags_codes: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (o, z, t) =
+            (PyBuffer::<i64>::get(offsets)?, PyBuffer::<i64>::get(sizes)?, PyBuffer::<i64>::get(tags_codes)?);
+        let (o, z, t) = (items(&o, "offsets")?, items(&z, "sizes")?, items(&t, "tags_codes")?);
+        same_length(&[("offsets", o.len()), ("sizes", z.len()), ("tags_codes", t.len())])?;
+        match py.detach(|| crate::unit::encode_units(o, z, t)) {
+            Ok(units) => Ok(PyBytes::new(py, &units)),
+            Err(i) => Err(PyValueError::new_err(format!(
+                "sizes must fit in a signed 32-bit int: unit {i} has {}",
+                z[i]
+            ))),
+        }
+    }
+
     /// `store_timestamps(data, starts) -> bytes`: the store timestamp of each unit (int64).
     #[pyfunction]
     fn store_timestamps<'py>(
@@ -238,6 +291,8 @@ mod python {
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
         m.add_function(wrap_pyfunction!(check_units, m)?)?;
+        m.add_function(wrap_pyfunction!(check_batch, m)?)?;
+        m.add_function(wrap_pyfunction!(encode_units, m)?)?;
         m.add_function(wrap_pyfunction!(store_timestamps, m)?)?;
         m.add_function(wrap_pyfunction!(rewrite_physical_offsets, m)?)?;
         m.add_function(wrap_pyfunction!(link_items, m)?)?;

@@ -217,6 +217,62 @@ pub fn rewrite_physical_offsets(data: &mut [u8], starts: &[i64], offsets: &[i64]
     Ok(())
 }
 
+/// A batch of units read back to back, checked: `good` units agree with their consumequeue
+/// units (all of them when `good == starts.len()`), each one's start (the sizes' running sum)
+/// and, for the good ones, store timestamp with their least and greatest.
+#[derive(Debug, PartialEq)]
+pub struct CheckedBatch {
+    pub good: usize,
+    pub starts: Vec<i64>,
+    pub timestamps: Vec<i64>,
+    pub first_time: i64,
+    pub last_time: i64,
+}
+
+/// [`check_units`] and [`store_timestamps`] of units that lie back to back in `data`, the
+/// first at queue offset `first_queue_offset`: one pass, no arrays of starts or queue offsets
+/// built first. A unit whose store timestamp is not inside it fails the check.
+pub fn check_batch(
+    data: &[u8],
+    sizes: &[i64],
+    first_queue_offset: i64,
+    physical_offsets: Option<&[i64]>,
+) -> CheckedBatch {
+    let mut starts = Vec::with_capacity(sizes.len());
+    let mut at = 0i64;
+    for &size in sizes {
+        starts.push(at);
+        at = at.saturating_add(size);
+    }
+    let mut timestamps = Vec::with_capacity(sizes.len());
+    let (mut first_time, mut last_time) = (i64::MAX, i64::MIN);
+    for i in 0..sizes.len() {
+        let queue_offset = first_queue_offset.wrapping_add(i as i64);
+        let physical = physical_offsets.map(|p| &p[i..i + 1]);
+        if check_units(data, &starts[i..i + 1], &sizes[i..i + 1], &[queue_offset], physical) != 1 {
+            break;
+        }
+        let Some(time) = unit_slice(data, starts[i], sizes[i]).and_then(store_timestamp) else { break };
+        timestamps.push(time);
+        first_time = first_time.min(time);
+        last_time = last_time.max(time);
+    }
+    CheckedBatch { good: timestamps.len(), starts, timestamps, first_time, last_time }
+}
+
+/// Consumequeue units (20 bytes each, big-endian: offset, size, tags code) of three equally
+/// long columns, or the index of the first size that does not fit a 32-bit int.
+pub fn encode_units(offsets: &[i64], sizes: &[i64], tags_codes: &[i64]) -> Result<Vec<u8>, usize> {
+    let mut out = Vec::with_capacity(offsets.len() * 20);
+    for (i, ((&o, &z), &t)) in offsets.iter().zip(sizes).zip(tags_codes).enumerate() {
+        let z = i32::try_from(z).map_err(|_| i)?;
+        out.extend_from_slice(&o.to_be_bytes());
+        out.extend_from_slice(&z.to_be_bytes());
+        out.extend_from_slice(&t.to_be_bytes());
+    }
+    Ok(out)
+}
+
 #[cfg(test)]
 mod walk_tests {
     use super::testing::{encode, Unit};
@@ -231,6 +287,38 @@ mod walk_tests {
             vec![0, sizes[0]],
             sizes,
         )
+    }
+
+    #[test]
+    fn a_batch_check_is_the_unit_check_and_the_timestamps_in_one_pass() {
+        let (data, starts, sizes) = two_units();
+        let phys = [100, 100 + sizes[0]];
+        let times = store_timestamps(&data, &starts).unwrap();
+        let all = check_batch(&data, &sizes, 7, Some(&phys));
+        assert_eq!(all.good, 2);
+        assert_eq!(all.starts, starts);
+        assert_eq!(all.timestamps, times);
+        assert_eq!((all.first_time, all.last_time), (*times.iter().min().unwrap(), *times.iter().max().unwrap()));
+        // a wrong queue offset, physical offset or size stops it where check_units stops
+        assert_eq!(check_batch(&data, &sizes, 8, None).good, check_units(&data, &starts, &sizes, &[8, 9], None));
+        assert_eq!(check_batch(&data, &sizes, 7, Some(&[100, 1])).good, 1);
+        assert_eq!(check_batch(&data, &[sizes[0], sizes[1] + 1], 7, None).good, 1);
+        // a torn buffer: the second unit is cut short
+        assert_eq!(check_batch(&data[..data.len() - 1], &sizes, 7, None).good, 1);
+        let none = check_batch(&data, &[], 7, None);
+        assert_eq!((none.good, none.starts.len(), none.first_time, none.last_time), (0, 0, i64::MAX, i64::MIN));
+    }
+
+    #[test]
+    fn consumequeue_units_are_encoded_big_endian_and_sizes_must_fit_an_int() {
+        let out = encode_units(&[1, -2], &[20, 0x7fff_ffff], &[3, i64::MIN]).unwrap();
+        assert_eq!(out.len(), 40);
+        assert_eq!(&out[..20], &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, 3]);
+        assert_eq!(&out[20..28], &(-2i64).to_be_bytes());
+        assert_eq!(&out[28..32], &[0x7f, 0xff, 0xff, 0xff]);
+        assert_eq!(&out[32..], &i64::MIN.to_be_bytes());
+        assert_eq!(encode_units(&[0, 0], &[1, 1 << 31], &[0, 0]), Err(1));
+        assert_eq!(encode_units(&[], &[], &[]), Ok(vec![]));
     }
 
     #[test]
