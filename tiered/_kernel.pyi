@@ -6,6 +6,17 @@ __version__: str
 def index_items(
     data: Buffer, starts: Buffer, sizes: Buffer, prefix_hash: int, /
 ) -> tuple[bytes, bytes, bytes, int]: ...
+def index_columns(
+    data: Buffer,
+    starts: Buffer,
+    sizes: Buffer,
+    prefix_hash: int,
+    topic_id: int,
+    queue_id: int,
+    flat_offsets: Buffer,
+    timestamps: Buffer,
+    /,
+) -> tuple[list[bytes], int]: ...
 def check_units(
     data: Buffer,
     starts: Buffer,

@@ -5,9 +5,11 @@ the properties from the header fields, reads ``UNIQ_KEY`` and ``KEYS`` as
 ``string2messageProperties`` does, splits ``KEYS`` as ``String.split(" ")``, drops blank values
 (Java's ``Character.isWhitespace``) and duplicates, orders the keys as Java's ``HashSet``
 iterates them and hashes ``topic#key`` over UTF-16 code units (spec §2.1, §6.4, §6.8). It runs
-without the GIL and hands back the items as buffers; the columns of the batch are then a few
-numpy gathers. A unit whose key values are not valid UTF-8 (Java reads them with replacement
-characters) is indexed here through :mod:`.key_set`, the message-by-message reference.
+without the GIL and hands back the batch's columns as buffers (a message's flat offset, size
+and store time gathered per item in the same call: as numpy gathers they were eight more calls
+that each handed the GIL to another worker). A unit whose key values are not valid UTF-8 (Java
+reads them with replacement characters) is indexed here through :mod:`.key_set`, the
+message-by-message reference.
 
 :mod:`.numpy_keys` is the earlier implementation with numpy array passes; the tests hold the
 kernel to it. It is not a runtime fallback: a sidecar without its kernel would spend several
@@ -59,20 +61,33 @@ def index_batch_of_units(
         return IndexBatch.of_rows([], 0, 0, 0, 0, 0, np.zeros(n, np.int64))
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
-    raw_msg, raw_hash, raw_slow, inconsistent = kernel().index_items(
-        data, starts, sizes, java_string_hash(topic + "#") & _MASK32
-    )
-    msg = np.frombuffer(raw_msg, dtype=np.int64)
-    hashes = np.frombuffer(raw_hash, dtype=np.int32)
+    columns, inconsistent = kernel().index_columns(
+        data, starts, sizes, java_string_hash(topic + "#") & _MASK32, to_i32(topic_id),
+        queue_id, np.ascontiguousarray(flat_offsets, dtype=np.int64),
+        np.ascontiguousarray(timestamps, dtype=np.int64),
+    )  # fmt: skip
+    raw_hash, raw_topics, raw_queues, raw_offsets, raw_sizes, raw_times, raw_counts = columns[:7]
+    raw_msg, raw_slow = columns[7:]
     if inconsistent:
         log.warning("%d of %d units have inconsistent field lengths: not indexed", inconsistent, n)
-    if raw_slow:
-        which = np.frombuffer(raw_slow, dtype=np.int64)
-        flat, counts = message_key_sets(*key_properties(data, starts[which], sizes[which]))
-        msg = np.concatenate((msg, np.repeat(which, counts)))
-        hashes = np.concatenate((hashes, index_hashes(topic, flat)))
-        by_message = np.argsort(msg, kind="stable")
-        msg, hashes = msg[by_message], hashes[by_message]
+    hashes = np.frombuffer(raw_hash, dtype=np.int32)
+    if not raw_slow:  # the columns as the kernel gathered them
+        return IndexBatch(
+            hashes,
+            np.frombuffer(raw_topics, dtype=np.int32),
+            np.frombuffer(raw_queues, dtype=np.int32),
+            np.frombuffer(raw_offsets, dtype=np.int64),
+            np.frombuffer(raw_sizes, dtype=np.int32),
+            np.frombuffer(raw_times, dtype=np.int64),
+            np.frombuffer(raw_counts, dtype=np.int64),
+        )
+    msg = np.frombuffer(raw_msg, dtype=np.int64)
+    which = np.frombuffer(raw_slow, dtype=np.int64)
+    flat, counts = message_key_sets(*key_properties(data, starts[which], sizes[which]))
+    msg = np.concatenate((msg, np.repeat(which, counts)))
+    hashes = np.concatenate((hashes, index_hashes(topic, flat)))
+    by_message = np.argsort(msg, kind="stable")
+    msg, hashes = msg[by_message], hashes[by_message]
     return IndexBatch(
         hashes,
         np.full(msg.size, to_i32(topic_id), dtype=np.int32),

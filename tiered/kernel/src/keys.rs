@@ -159,9 +159,67 @@ pub fn index_items(data: &[u8], starts: &[i64], sizes: &[i64], prefix_hash: u32)
     out
 }
 
+/// [`index_items`] with the columns an index file takes beside the hashes: per item its
+/// message's flat offset, size (`i32`) and store time, and per message its number of keys;
+/// `flat_offsets` and `timestamps` hold one entry per unit.
+#[derive(Debug, Default)]
+pub struct Columns {
+    pub items: Items,
+    pub offsets: Vec<i64>,
+    pub sizes: Vec<i32>,
+    pub timestamps: Vec<i64>,
+    pub key_counts: Vec<i64>,
+}
+
+pub fn index_columns(
+    data: &[u8],
+    starts: &[i64],
+    sizes: &[i64],
+    prefix_hash: u32,
+    flat_offsets: &[i64],
+    timestamps: &[i64],
+) -> Columns {
+    let items = index_items(data, starts, sizes, prefix_hash);
+    let mut out = Columns {
+        offsets: Vec::with_capacity(items.msg.len()),
+        sizes: Vec::with_capacity(items.msg.len()),
+        timestamps: Vec::with_capacity(items.msg.len()),
+        key_counts: vec![0; starts.len()],
+        ..Columns::default()
+    };
+    for &m in &items.msg {
+        let m = m as usize;
+        out.offsets.push(flat_offsets[m]);
+        out.sizes.push(sizes[m] as i32);
+        out.timestamps.push(timestamps[m]);
+        out.key_counts[m] += 1;
+    }
+    out.items = items;
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_columns_gather_each_items_message_fields() {
+        use crate::unit::testing::{encode, Unit};
+        let a = encode(&Unit { properties: b"KEYS\x01x y\x02UNIQ_KEY\x01u\x02", ..Unit::default() });
+        let b = encode(&Unit { properties: b"TAGS\x01t\x02", ..Unit::default() });
+        let c = encode(&Unit { properties: b"KEYS\x01z\x02", ..Unit::default() });
+        let sizes = [a.len() as i64, b.len() as i64, c.len() as i64];
+        let starts = [0, sizes[0], sizes[0] + sizes[1]];
+        let data = [a, b, c].concat();
+        let cols = index_columns(&data, &starts, &sizes, 7, &[100, 200, 300], &[10, 20, 30]);
+        let items = index_items(&data, &starts, &sizes, 7);
+        assert_eq!(cols.items.hash, items.hash);
+        assert_eq!(cols.items.msg, vec![0, 0, 0, 2]);
+        assert_eq!(cols.offsets, vec![100, 100, 100, 300]);
+        assert_eq!(cols.sizes, vec![sizes[0] as i32; 3].into_iter().chain([sizes[2] as i32]).collect::<Vec<_>>());
+        assert_eq!(cols.timestamps, vec![10, 10, 10, 30]);
+        assert_eq!(cols.key_counts, vec![3, 0, 1]);
+    }
     use crate::java::hash_units;
     use crate::unit::testing::{encode, Unit};
 

@@ -64,6 +64,49 @@ mod python {
         ))
     }
 
+    /// `index_columns(data, starts, sizes, prefix_hash, topic_id, queue_id, flat_offsets,
+    /// timestamps) -> (hash, topic_ids, queue_ids, offsets, sizes, timestamps, key_counts, msg,
+    /// slow, inconsistent)`: `index_items` with the columns of an index batch (see
+    /// `keys::index_columns`; `flat_offsets` and `timestamps` per unit), all as bytes in native
+    /// order: int32 hash, topic_ids, queue_ids and sizes, int64 the rest.
+    #[pyfunction]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn index_columns<'py>(
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+        starts: &Bound<'py, PyAny>,
+        sizes: &Bound<'py, PyAny>,
+        prefix_hash: u32,
+        topic_id: i32,
+        queue_id: i32,
+        flat_offsets: &Bound<'py, PyAny>,
+        timestamps: &Bound<'py, PyAny>,
+    ) -> PyResult<(Vec<Bound<'py, PyBytes>>, usize)> {
+        let (data, starts, sizes) =
+            (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
+        let (offsets, times) = (PyBuffer::<i64>::get(flat_offsets)?, PyBuffer::<i64>::get(timestamps)?);
+        let (d, s, z) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?);
+        let (o, t) = (items(&offsets, "flat_offsets")?, items(&times, "timestamps")?);
+        same_length(&[("starts", s.len()), ("sizes", z.len()), ("flat_offsets", o.len()), ("timestamps", t.len())])?;
+        let cols = py.detach(|| crate::keys::index_columns(d, s, z, prefix_hash, o, t));
+        let n = cols.items.hash.len();
+        let bytes = |b: &[u8]| PyBytes::new(py, b);
+        Ok((
+            vec![
+                bytes(as_bytes(&cols.items.hash)),
+                bytes(as_bytes(&vec![topic_id; n])),
+                bytes(as_bytes(&vec![queue_id; n])),
+                bytes(as_bytes(&cols.offsets)),
+                bytes(as_bytes(&cols.sizes)),
+                bytes(as_bytes(&cols.timestamps)),
+                bytes(as_bytes(&cols.key_counts)),
+                bytes(as_bytes(&cols.items.msg)),
+                bytes(as_bytes(&cols.items.slow)),
+            ],
+            cols.items.inconsistent,
+        ))
+    }
+
     /// A writable C-contiguous buffer's bytes (a read-only one is refused).
     fn bytes_mut<'a>(buf: &'a PyBuffer<u8>, name: &str) -> PyResult<&'a mut [u8]> {
         if buf.readonly() || !buf.is_c_contiguous() {
@@ -290,6 +333,7 @@ mod python {
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
+        m.add_function(wrap_pyfunction!(index_columns, m)?)?;
         m.add_function(wrap_pyfunction!(check_units, m)?)?;
         m.add_function(wrap_pyfunction!(check_batch, m)?)?;
         m.add_function(wrap_pyfunction!(encode_units, m)?)?;
