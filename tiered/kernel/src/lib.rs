@@ -4,6 +4,7 @@
 //! The plain-Rust modules hold the logic and their own tests (`cargo test`); the `python`
 //! feature adds the PyO3 glue that setuptools-rust builds into the extension.
 
+pub mod gather;
 pub mod java;
 pub mod index_file;
 pub mod keys;
@@ -283,6 +284,71 @@ mod python {
         Ok((PyBytes::new(py, &linked.items), linked.new_slots, linked.end_timestamp))
     }
 
+    /// `gather_plan(offsets, sizes, bases, scratch, gap_bytes) -> (buffers, iov, ranges, owners,
+    /// owner_bounds)`: a new (unzeroed) bytearray per request, sized for its units, and the
+    /// scatter-read plan that fills them (`gather::plan`; `offsets[r]` and `sizes[r]` int64
+    /// buffers, `bases` the commitlog files' first offsets, `scratch` a writable buffer of at
+    /// least `gap_bytes`): `iov` as `struct iovec`s, `ranges` as five int64 per range, the
+    /// owners as int64, all bytes in native order.
+    #[pyfunction]
+    #[allow(clippy::type_complexity)]
+    fn gather_plan<'py>(
+        py: Python<'py>,
+        offsets: Vec<Bound<'py, PyAny>>,
+        sizes: Vec<Bound<'py, PyAny>>,
+        bases: &Bound<'py, PyAny>,
+        scratch: &Bound<'py, PyAny>,
+        gap_bytes: i64,
+    ) -> PyResult<(
+        Vec<Bound<'py, pyo3::types::PyByteArray>>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+    )> {
+        if offsets.len() != sizes.len() {
+            return Err(PyValueError::new_err("offsets and sizes must have one buffer per request"));
+        }
+        let offs = offsets.iter().map(PyBuffer::<i64>::get).collect::<PyResult<Vec<_>>>()?;
+        let lens = sizes.iter().map(PyBuffer::<i64>::get).collect::<PyResult<Vec<_>>>()?;
+        let o = offs.iter().map(|b| items(b, "offsets")).collect::<PyResult<Vec<_>>>()?;
+        let z = lens.iter().map(|b| items(b, "sizes")).collect::<PyResult<Vec<_>>>()?;
+        for (a, b) in o.iter().zip(&z) {
+            same_length(&[("offsets", a.len()), ("sizes", b.len())])?;
+        }
+        let bases = PyBuffer::<i64>::get(bases)?;
+        let scratch = PyBuffer::<u8>::get(scratch)?;
+        let scratch_bytes = bytes_mut(&scratch, "scratch")?;
+        if (scratch_bytes.len() as i64) < gap_bytes {
+            return Err(PyValueError::new_err("scratch must hold at least gap_bytes"));
+        }
+        let mut buffers = Vec::with_capacity(z.len());
+        let mut addrs = Vec::with_capacity(z.len());
+        for sz in &z {
+            let total: i64 = sz.iter().sum();
+            let len = pyo3::ffi::Py_ssize_t::try_from(total)
+                .map_err(|_| PyValueError::new_err(format!("{total} bytes is not a buffer size")))?;
+            // SAFETY: as in `uninitialized`: a new bytearray of `len` unzeroed bytes
+            let buffer: Bound<'py, pyo3::types::PyByteArray> = unsafe {
+                let ptr = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), len);
+                Bound::from_owned_ptr_or_err(py, ptr)?.cast_into_unchecked()
+            };
+            addrs.push(buffer.data() as u64);
+            buffers.push(buffer);
+        }
+        let (b, scratch_at) = (items(&bases, "bases")?, scratch_bytes.as_ptr() as u64);
+        let plan = py.detach(|| crate::gather::plan(&o, &z, &addrs, scratch_at, b, gap_bytes));
+        let flat_ranges: Vec<i64> = plan.ranges.iter().flatten().copied().collect();
+        let flat_iov: Vec<u64> = plan.iov.iter().flatten().copied().collect();
+        Ok((
+            buffers,
+            PyBytes::new(py, as_bytes(&flat_iov)),
+            PyBytes::new(py, as_bytes(&flat_ranges)),
+            PyBytes::new(py, as_bytes(&plan.owners)),
+            PyBytes::new(py, as_bytes(&plan.owner_bounds)),
+        ))
+    }
+
     /// `uninitialized(size) -> bytearray`: a bytearray whose bytes are not zeroed first, for a
     /// buffer that a read fills completely.
     #[pyfunction]
@@ -341,6 +407,7 @@ mod python {
         m.add_function(wrap_pyfunction!(rewrite_physical_offsets, m)?)?;
         m.add_function(wrap_pyfunction!(link_items, m)?)?;
         m.add_function(wrap_pyfunction!(uninitialized, m)?)?;
+        m.add_function(wrap_pyfunction!(gather_plan, m)?)?;
         m.add_function(wrap_pyfunction!(crc_mismatches, m)?)?;
         m.add_function(wrap_pyfunction!(tags_in, m)?)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
