@@ -3,8 +3,6 @@ reading each unit alone, whatever the gaps, file boundaries and piece counts of 
 
 from __future__ import annotations
 
-import threading
-import time
 from pathlib import Path
 
 import numpy as np
@@ -87,23 +85,18 @@ def test_units_in_any_order_and_more_pieces_than_iov_max(
 def test_a_large_range_read_in_two_halves_lands_every_byte(
     store: Path, monkeypatch: pytest.MonkeyPatch, iov_max: int
 ) -> None:
+    """Every range split (its second half read by a second thread), a preadv per 7 pieces or
+    per 1024: every unit lands at its place."""
     monkeypatch.setattr(coalesce, "IOV_MAX", iov_max)
-    monkeypatch.setattr(coalesce, "SPLIT_BYTES", 1)  # every range is split
-    threads: set[str] = set()
-    real = coalesce._preadv_all
-
-    def seen(*args: object) -> int:
-        threads.add(threading.current_thread().name)
-        return real(*args)  # type: ignore[arg-type]
-
-    monkeypatch.setattr(coalesce, "_preadv_all", seen)
+    monkeypatch.setattr(coalesce, "SPLIT_BYTES", 1)
     log = CommitLog(store / "commitlog", FILE_SIZE)
     queues = _queues(store)
     got = coalesce.gather(log, [o for o, _ in queues], [s for _, s in queues])
     assert got.errors == [None] * len(queues)
     for (offsets, sizes), data in zip(queues, got.data, strict=True):
         assert bytes(data) == _expected(log, offsets, sizes)
-    assert threads == {threading.current_thread().name, "tiered-read_0"}
+    pieces = sum(len(o) for o, _ in queues)
+    assert got.calls >= -(-pieces // iov_max)  # a preadv per iov_max pieces at least
 
 
 def test_a_short_split_read_is_an_error(
@@ -122,26 +115,22 @@ def test_a_short_split_read_is_an_error(
     assert "short read" in str(got.errors[0])
 
 
-def test_a_failed_split_half_waits_for_the_other_and_raises(
-    store: Path, monkeypatch: pytest.MonkeyPatch
+def test_a_failed_read_raises_naming_the_file(
+    store: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(coalesce, "SPLIT_BYTES", 1)
-    real = coalesce._preadv_all
-    finished: list[str] = []
-
-    def first_half_fails(fd: int, f: object, at: int, iov: object) -> int:
-        if threading.current_thread().name.startswith("tiered-read"):
-            time.sleep(0.05)
-            finished.append("second")
-            return real(fd, f, at, iov)  # type: ignore[arg-type]
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(coalesce, "_preadv_all", first_half_fails)
-    log = CommitLog(store / "commitlog", FILE_SIZE)
+    """A read the system refuses (here: the file became a directory, EISDIR) raises, split or
+    not, naming the commitlog file; both halves are read (and joined) before it closes."""
+    log = _copied_log(store, tmp_path)
     offsets, sizes = _queues(store)[0]
-    with pytest.raises(OSError, match="Input/output error"):
-        coalesce.gather(log, [offsets], [sizes])
-    assert finished  # the second half was waited for before the file was closed
+    first = log.files[0]
+    in_first = offsets < first.end
+    first.path.unlink()
+    first.path.mkdir()
+    for split in (1, 1 << 40):
+        monkeypatch.setattr(coalesce, "SPLIT_BYTES", split)
+        with pytest.raises(OSError, match="directory") as raised:
+            coalesce.gather(log, [offsets[in_first]], [sizes[in_first]])
+        assert raised.value.filename == str(first.path)
 
 
 def test_a_deleted_file_fails_only_the_batches_that_needed_it(store: Path, tmp_path: Path) -> None:

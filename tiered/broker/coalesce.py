@@ -14,10 +14,7 @@ broker deleted meanwhile fails only the batches with units in it.
 
 from __future__ import annotations
 
-import ctypes
 import os
-from concurrent.futures import Executor
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -37,15 +34,6 @@ SPLIT_BYTES = 8 << 20
 ~1.5-1.9 GB/s on one core, 2.6-2.7 on two, and a dispatch round's workers wait for its read
 (a 1 KiB catch-up's main thread spent ~0.8 of its 5 s there)."""
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
-IOVEC = np.dtype([("base", np.uintp), ("len", np.uintp)])
-"""``struct iovec``: a pointer and a size_t."""
-
-# preadv(2) itself, over an iovec array numpy builds: ``os.preadv`` wants one Python buffer object
-# per piece, which costs more than the rest of a dispatch round together (one per message).
-# ctypes releases the GIL for the call, as os.preadv does.
-_libc_preadv = ctypes.CDLL(None, use_errno=True).preadv
-_libc_preadv.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_int, ctypes.c_int64]
-_libc_preadv.restype = ctypes.c_ssize_t
 
 
 @dataclass(frozen=True)
@@ -64,12 +52,9 @@ def gather(
     sizes: list[Int64s],
     *,
     gap_bytes: int = DEFAULT_GAP_BYTES,
-    helper: Executor | None = None,
 ) -> Gathered:
     """Read request ``i``'s units ``(offsets[i][j], sizes[i][j])`` (in that order) into one new
-    buffer per request; see the module docstring. ``helper`` reads the second half of a large
-    range; by default :data:`READER`, at the priority of the thread that first used it (the
-    dispatcher brings its own: see :mod:`tiered.offload_priority`)."""
+    buffer per request; see the module docstring."""
     # the buffers (one per request, not zeroed: the reads fill them completely, a failed read
     # discards its buffer), sorting, merging into ranges and the iovecs, in one compiled call
     # without the GIL: as numpy passes it was some twenty calls a wave, each handing the GIL to
@@ -83,7 +68,7 @@ def gather(
         bases, scratch, gap_bytes,
     )  # fmt: skip
     errors: list[BrokerStoreError | None] = [None] * len(out)
-    iov = np.frombuffer(raw_iov, dtype=IOVEC)
+    iov = memoryview(raw_iov)
     ranges = np.frombuffer(raw_ranges, dtype=np.int64).reshape(-1, 5).tolist()
     owners = np.frombuffer(raw_owners, dtype=np.int64).tolist()
     bounds = np.frombuffer(raw_bounds, dtype=np.int64).tolist()
@@ -97,9 +82,8 @@ def gather(
                 f"{', '.join(map(str, log.dirs))}; the broker deleted it"
             )
         else:
-            part = iov[first:last]
-            error = _preadv(files[fi], begin, end - begin, part, helper or READER)
-            calls += -(-len(part) // IOV_MAX)
+            error = _preadv(files[fi], begin, end - begin, iov[first * 16 : last * 16])
+            calls += -(-(last - first) // IOV_MAX)
         if error is not None:
             for o in owners[bounds[r] : bounds[r + 1]]:
                 errors[o] = errors[o] or error
@@ -109,26 +93,23 @@ def gather(
 
 
 def _preadv(
-    f: CommitLogFile, position: int, length: int, iov: npt.NDArray[np.void], helper: Executor
+    f: CommitLogFile, position: int, length: int, iov: memoryview
 ) -> BrokerStoreError | None:
+    """Read ``length`` bytes from ``position`` into the pieces ``iov`` (``struct iovec`` bytes):
+    one compiled call without the GIL (``tiered._kernel.read_pieces``), ``IOV_MAX`` pieces a
+    ``preadv``, a range of :data:`SPLIT_BYTES` or more read in two halves at once, the second by
+    a thread of its own (at the priority of the thread that asked, as the first).
+
+    Raises:
+        OSError: a read failed (naming the file)."""
     try:
         fd = os.open(f.path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
         return OffsetNotInStoreError(f"commitlog file {f.path} disappeared (the broker deleted it)")
     try:
-        at = position - f.base
-        if length < SPLIT_BYTES:
-            done = _preadv_all(fd, f, at, iov)
-        else:  # the second half on the helper thread, the first here, both without the GIL
-            half = len(iov) // 2 // IOV_MAX * IOV_MAX or len(iov) // 2
-            second = helper.submit(
-                _preadv_all, fd, f, at + int(iov["len"][:half].sum()), iov[half:]
-            )
-            try:
-                done = _preadv_all(fd, f, at, iov[:half])
-            finally:
-                rest = second.result()  # before the fd closes, whatever the first half did
-            done += rest
+        done = kernel().read_pieces(fd, position - f.base, iov, IOV_MAX, length >= SPLIT_BYTES)
+    except OSError as e:
+        raise OSError(e.errno, os.strerror(e.errno) if e.errno else str(e), str(f.path)) from e
     finally:
         os.close(fd)
     if done != length:
@@ -138,26 +119,3 @@ def _preadv(
             offset=position,
         )
     return None
-
-
-def _preadv_all(fd: int, f: CommitLogFile, at: int, iov: npt.NDArray[np.void]) -> int:
-    """``preadv`` the pieces of ``iov`` from file position ``at``, ``IOV_MAX`` a call; the
-    bytes read (fewer than asked at the end of the file)."""
-    done = 0
-    for i in range(0, len(iov), IOV_MAX):
-        part = iov[i : i + IOV_MAX]
-        want = int(part["len"].sum())
-        got = _libc_preadv(fd, part.ctypes.data, len(part), at)
-        if got < 0:
-            err = ctypes.get_errno()
-            raise OSError(err, os.strerror(err), str(f.path))
-        done += got
-        if got != want:
-            break
-        at += got
-    return done
-
-
-READER = ThreadPoolExecutor(1, thread_name_prefix="tiered-read")
-"""The thread that reads the second half of a large range for reads that serve consumers
-(started at its first use)."""

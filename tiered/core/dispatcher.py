@@ -169,9 +169,6 @@ class Dispatcher(Closeable):
         self.workers = workers or max(1, min(cfg.tiered_store_max_pending_limit // 4, cap))
         nice = with_nice(cfg.tiered_offload_nice)
         self._pool = ThreadPoolExecutor(self.workers, "tiered-dispatch", initializer=nice)
-        self._reader = ThreadPoolExecutor(1, "tiered-read-offload", initializer=nice)
-        """The second reader of a large commitlog range (:mod:`tiered.broker.coalesce`): the
-        dispatcher's own, at the offload's priority; reads for consumers use another."""
         self._pass_lock = threading.Lock()
         snapshot = state_file.load() if state_file else StateSnapshot()
         self.states: dict[tuple[str, int], QueueState] = snapshot.queues
@@ -217,7 +214,6 @@ class Dispatcher(Closeable):
         """Wait for running steps and stop the worker threads (``cancel``: drop queued ones),
         then write the state file as it is."""
         self._pool.shutdown(wait=True, cancel_futures=cancel)
-        self._reader.shutdown(wait=True)
         self._notifier.close()
         if self._state_stale:
             self._save_state(sync=False, force=True)
@@ -367,7 +363,7 @@ class Dispatcher(Closeable):
             for p in (wave[i] for i in sends)
             if p.units is not None
         ]
-        read, next_times = self.local.read_unchecked(requests, helper=self._reader)
+        read, next_times = self.local.read_unchecked(requests)
         # by the plan's place in the wave: a wave may hold several batches of a queue
         batches: dict[int, tuple[UncheckedBatch | TieredStoreError, int | None]] = {
             i: (got, next_time) for i, got, next_time in zip(sends, read, next_times, strict=True)

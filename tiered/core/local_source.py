@@ -21,7 +21,6 @@ import struct
 import threading
 import time
 from collections.abc import Sequence
-from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -355,13 +354,13 @@ class LocalSource:
         return lo
 
     def read_batches(
-        self, requests: list[BatchRequest], *, helper: Executor | None = None
+        self, requests: list[BatchRequest]
     ) -> tuple[list[MessageBatch | BrokerStoreError], list[int | None]]:
         """The batches of many queues at once, and the store time of each request's first
         ``after`` unit: :meth:`read_unchecked`, each batch checked here. A batch whose bytes
         could not be read (the broker deleted the file) or do not match its units is an error in
         its place."""
-        read, times = self.read_unchecked(requests, helper=helper)
+        read, times = self.read_unchecked(requests)
         out: list[MessageBatch | BrokerStoreError] = []
         for got in read:
             try:
@@ -371,7 +370,7 @@ class LocalSource:
         return out, times
 
     def read_unchecked(
-        self, requests: list[BatchRequest], *, helper: Executor | None = None
+        self, requests: list[BatchRequest]
     ) -> tuple[list[UncheckedBatch | BrokerStoreError], list[int | None]]:
         """The bytes of many queues' batches at once, each to be checked by
         :meth:`UncheckedBatch.check` in whichever thread uploads it, and the store time of each
@@ -382,8 +381,7 @@ class LocalSource:
         file) is an error in its place. The store time after a batch is ``None`` without an
         ``after`` unit, or when its header could not be read or does not match it; the headers
         are gathered in the same preads (the message after a batch usually lies inside a range
-        read anyway). ``helper`` reads the second half of a large range (default: the one that
-        serves reads, :func:`tiered.broker.coalesce.gather`)."""
+        read anyway)."""
         if not requests:
             return [], []
         offs = [r.units["offset"].astype(np.int64) for r in requests]
@@ -393,7 +391,6 @@ class LocalSource:
             self.commitlog,
             offs + [o for o, _ in nexts],
             sizes + [z for _, z in nexts],
-            helper=helper,
         )
         self.preads += got.calls
         n = len(requests)

@@ -102,3 +102,108 @@ mod tests {
         assert_eq!(plan(&[], &[], &[], 7, &[0], 8), Plan { owner_bounds: vec![0], ..Plan::default() });
     }
 }
+
+/// `struct iovec` of Linux (x86_64, aarch64): a pointer and a `size_t`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct IoVec {
+    base: *mut u8,
+    len: usize,
+}
+
+extern "C" {
+    fn preadv(fd: i32, iov: *const IoVec, iovcnt: i32, offset: i64) -> isize;
+}
+
+/// `preadv` the pieces `iov` (as `[base, len]` pairs) from file position `at`, `iov_max` a
+/// call, until one reads short; the bytes read.
+///
+/// # Safety
+/// Every `[base, len]` must be writable memory of `len` bytes that nothing else touches during
+/// the call.
+pub unsafe fn preadv_all(fd: i32, mut at: i64, iov: &[[u64; 2]], iov_max: usize) -> std::io::Result<u64> {
+    let vecs: Vec<IoVec> = iov.iter().map(|e| IoVec { base: e[0] as usize as *mut u8, len: e[1] as usize }).collect();
+    let mut done = 0u64;
+    for part in vecs.chunks(iov_max.max(1)) {
+        let want: u64 = part.iter().map(|v| v.len as u64).sum();
+        let got = loop {
+            // SAFETY: the caller vouches for the pieces; `part` outlives the call
+            let r = unsafe { preadv(fd, part.as_ptr(), part.len() as i32, at) };
+            if r >= 0 {
+                break r as u64;
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        };
+        done += got;
+        if got != want {
+            break;
+        }
+        at += got as i64;
+    }
+    Ok(done)
+}
+
+/// [`preadv_all`], the second half of the pieces (from an `iov_max` boundary) read by a second
+/// thread at the same time when `split`; the bytes read by both.
+///
+/// # Safety
+/// As [`preadv_all`].
+pub unsafe fn read_pieces(fd: i32, at: i64, iov: &[[u64; 2]], iov_max: usize, split: bool) -> std::io::Result<u64> {
+    if !split || iov.len() < 2 {
+        // SAFETY: passed on from the caller
+        return unsafe { preadv_all(fd, at, iov, iov_max) };
+    }
+    let half = match iov.len() / 2 / iov_max.max(1) * iov_max.max(1) {
+        0 => iov.len() / 2,
+        h => h,
+    };
+    let (first, second) = iov.split_at(half);
+    let second_at = at + first.iter().map(|e| e[1] as i64).sum::<i64>();
+    std::thread::scope(|s| {
+        // SAFETY: passed on from the caller; the halves are disjoint pieces
+        let other = s.spawn(move || unsafe { preadv_all(fd, second_at, second, iov_max) });
+        let mine = unsafe { preadv_all(fd, at, first, iov_max) };
+        let theirs = other.join().unwrap_or_else(|_| Err(std::io::Error::other("read thread panicked")));
+        Ok(mine? + theirs?)
+    })
+}
+
+#[cfg(test)]
+mod read_tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn pieces_land_in_their_buffers_split_or_not_and_a_short_read_stops() {
+        let mut f = tempfile_in_tmp();
+        let content: Vec<u8> = (0..10_000u32).map(|i| (i % 251) as u8).collect();
+        f.write_all(&content).unwrap();
+        for split in [false, true] {
+            let mut a = vec![0u8; 3000];
+            let mut b = vec![0u8; 4000];
+            let iov = vec![[a.as_mut_ptr() as u64, 3000], [b.as_mut_ptr() as u64, 4000]];
+            // SAFETY: a and b are live, writable and untouched during the call
+            let done = unsafe { read_pieces(f.as_raw_fd(), 100, &iov, 1, split) }.unwrap();
+            assert_eq!(done, 7000);
+            assert_eq!(&a[..], &content[100..3100]);
+            assert_eq!(&b[..], &content[3100..7100]);
+        }
+        let mut c = vec![0u8; 50];
+        let iov = vec![[c.as_mut_ptr() as u64, 50]];
+        // SAFETY: as above
+        assert_eq!(unsafe { read_pieces(f.as_raw_fd(), 9_980, &iov, 1024, false) }.unwrap(), 20);
+        assert!(unsafe { read_pieces(-1, 0, &iov, 1024, true) }.is_err());
+        drop(c);
+    }
+
+    fn tempfile_in_tmp() -> std::fs::File {
+        let path = std::env::temp_dir().join(format!("tiered-kernel-read-{}", std::process::id()));
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        f
+    }
+}

@@ -349,6 +349,41 @@ mod python {
         ))
     }
 
+    /// `read_pieces(fd, position, iov, iov_max, split) -> int`: `preadv` from `position` into
+    /// the pieces of `iov` (`struct iovec`s as bytes, from `gather_plan`), `iov_max` a call,
+    /// the second half by a second thread when `split`, all without the GIL; the bytes read
+    /// (fewer than asked at the end of the file). The caller keeps every piece's buffer alive
+    /// and unresized until it returns.
+    #[pyfunction]
+    fn read_pieces(
+        py: Python<'_>,
+        fd: i32,
+        position: i64,
+        iov: &Bound<'_, PyAny>,
+        iov_max: usize,
+        split: bool,
+    ) -> PyResult<u64> {
+        let raw = PyBuffer::<u8>::get(iov)?;
+        let bytes = items(&raw, "iov")?;
+        if bytes.len() % 16 != 0 {
+            return Err(PyValueError::new_err("iov must hold whole 16-byte iovecs"));
+        }
+        let pieces: Vec<[u64; 2]> = bytes
+            .chunks_exact(16)
+            .map(|c| {
+                let (b, l) = c.split_at(8);
+                [u64::from_ne_bytes(b.try_into().unwrap()), u64::from_ne_bytes(l.try_into().unwrap())]
+            })
+            .collect();
+        // SAFETY: the pieces are the buffers gather_plan made for the caller, which keeps them
+        // pinned (exported) while this runs
+        py.detach(|| unsafe { crate::gather::read_pieces(fd, position, &pieces, iov_max, split) })
+            .map_err(|e| match e.raw_os_error() {
+                Some(code) => pyo3::exceptions::PyOSError::new_err((code, e.to_string())),
+                None => pyo3::exceptions::PyOSError::new_err(e.to_string()),
+            })
+    }
+
     /// `uninitialized(size) -> bytearray`: a bytearray whose bytes are not zeroed first, for a
     /// buffer that a read fills completely.
     #[pyfunction]
@@ -408,6 +443,7 @@ mod python {
         m.add_function(wrap_pyfunction!(link_items, m)?)?;
         m.add_function(wrap_pyfunction!(uninitialized, m)?)?;
         m.add_function(wrap_pyfunction!(gather_plan, m)?)?;
+        m.add_function(wrap_pyfunction!(read_pieces, m)?)?;
         m.add_function(wrap_pyfunction!(crc_mismatches, m)?)?;
         m.add_function(wrap_pyfunction!(tags_in, m)?)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
