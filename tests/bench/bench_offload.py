@@ -8,9 +8,9 @@ concurrent producers leave them, ``UNIQ_KEY`` plus ``KEYS`` in the realistic key
 in CJK, Cyrillic and outside the BMP; 1 GiB commitlog files) and offloaded with the default
 configuration by a ``rmq-tiered dispatch`` process (process start included, bytecode compiled
 as pip installs it), index on and index off, alternating with the copy, :data:`REPEAT` times,
-the page cache warmed before each run. Printed per size: medians of wall time and their ratio to
-the copy, CPU-seconds (user + system, from the process's own rusage; the copy's beside it) per
-GiB of message bytes, peak RSS (polled
+the previous run's deletions synced and the page cache warmed before each run (:func:`_warm`).
+Printed per size: medians of wall time and their ratio to the copy, CPU-seconds (user + system,
+from the process's own rusage; the copy's beside it) per GiB of message bytes, peak RSS (polled
 ``VmHWM``), and the CPU the whole machine spent per GiB until a ``sync`` after the run (the copy's
 writeback is done by ``sync`` and the kernel's flusher threads, the sidecar's by its own
 ``fdatasync``: only this figure compares them).
@@ -74,6 +74,12 @@ def _spec(nbytes: int, body: int = 1024) -> GenSpec:
 
 
 def _warm(directory: Path) -> None:
+    """Before each measured run: ``sync``, so the run does not pay for the previous one's
+    deleted files (on ext4 mounted with ``discard``, the first ``fdatasync`` after the removal of
+    a 1.2 GB copy waited for that journal commit and its TRIMs: +0.37 s for the sidecar, whose
+    first syncs come early, +0.07 s for the copy, which syncs once at its end), then read the
+    commitlog into the page cache."""
+    subprocess.run(["sync"], check=True)
     for f in sorted(directory.iterdir()):
         with f.open("rb") as fh:
             while fh.read(64 << 20):
