@@ -220,6 +220,11 @@ class PosixProvider(Provider):
         for fd in kept:
             os.close(fd)
 
+    def __del__(self) -> None:
+        # a provider dropped without close(), as file objects do: its descriptors go with it
+        with contextlib.suppress(Exception):
+            self.close()
+
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state.pop("_open", None)  # descriptors mean nothing in another process

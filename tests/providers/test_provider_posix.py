@@ -253,3 +253,15 @@ def test_a_provider_with_open_descriptors_pickles(tmp_path: Path) -> None:
     assert copy.read(key, 0, 30) == b"a" * 10 + b"b" * 10 + b"c" * 10
     copy.close()
     provider.close()
+
+
+def test_a_provider_dropped_without_close_closes_its_descriptors(tmp_path: Path) -> None:
+    import gc
+
+    before = _open_descriptors()
+    provider = PosixProvider(tmp_path)
+    provider.append(segment_key("C", "b", "T", 0, FileType.COMMIT_LOG, 0), b"x", 0)
+    assert _open_descriptors() == before + 1
+    del provider
+    gc.collect()
+    assert _open_descriptors() == before
