@@ -74,21 +74,23 @@ def gather(
     bounds = np.frombuffer(raw_bounds, dtype=np.int64).tolist()
     views = [memoryview(buf) for buf in out]  # pinned: nothing resizes them under the reads
     calls = 0
-    for r, (fi, begin, end, first, last) in enumerate(ranges):
-        error: BrokerStoreError | None = None
-        if fi < 0 or end > files[fi].end:
-            error = OffsetNotInStoreError(
-                f"commitlog range [{begin}, {end}) is not in the files under "
-                f"{', '.join(map(str, log.dirs))}; the broker deleted it"
-            )
-        else:
-            error = _preadv(files[fi], begin, end - begin, iov[first * 16 : last * 16])
-            calls += -(-(last - first) // IOV_MAX)
-        if error is not None:
-            for o in owners[bounds[r] : bounds[r + 1]]:
-                errors[o] = errors[o] or error
-    for view in views:
-        view.release()
+    try:
+        for r, (fi, begin, end, first, last) in enumerate(ranges):
+            error: BrokerStoreError | None = None
+            if fi < 0 or end > files[fi].end:
+                error = OffsetNotInStoreError(
+                    f"commitlog range [{begin}, {end}) is not in the files under "
+                    f"{', '.join(map(str, log.dirs))}; the broker deleted it"
+                )
+            else:
+                error = _preadv(files[fi], begin, end - begin, iov[first * 16 : last * 16])
+                calls += -(-(last - first) // IOV_MAX)
+            if error is not None:
+                for o in owners[bounds[r] : bounds[r + 1]]:
+                    errors[o] = errors[o] or error
+    finally:
+        for view in views:
+            view.release()
     return Gathered(out, errors, calls)
 
 
