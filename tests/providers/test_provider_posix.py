@@ -161,8 +161,17 @@ def test_listing_skips_foreign_names(tmp_path: Path) -> None:
     assert list(provider.list()) == ["q/seg"]
 
 
-def _open_descriptors() -> int:
-    return len(os.listdir("/proc/self/fd"))
+def _open_descriptors(root: Path) -> int:
+    """This process's descriptors open on files below ``root`` (other tests' threads and the
+    collector open and close others meanwhile)."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        count += target.startswith(str(root) + os.sep)
+    return count
 
 
 def test_appends_and_syncs_reuse_one_descriptor_per_key(tmp_path: Path) -> None:
@@ -171,20 +180,20 @@ def test_appends_and_syncs_reuse_one_descriptor_per_key(tmp_path: Path) -> None:
     opens the file again on its next append)."""
     provider = PosixProvider(tmp_path)
     key = segment_key("C", "broker-a", "T", 0, FileType.COMMIT_LOG, 0)
-    before = _open_descriptors()
+    before = _open_descriptors(tmp_path)
     at = 0
     for i in range(50):
         at = provider.append_deferred(key, bytes([i]) * 100, at)
         provider.sync(key)
-    assert _open_descriptors() == before + 1
+    assert _open_descriptors(tmp_path) == before + 1
     provider.close()
-    assert _open_descriptors() == before
+    assert _open_descriptors(tmp_path) == before
     assert provider.append(key, b"z" * 10, at) == at + 10
     assert (
         provider.read(key, 0, at + 10) == b"".join(bytes([i]) * 100 for i in range(50)) + b"z" * 10
     )
     provider.seal(key)  # a sealed file grows no more: its descriptor is closed
-    assert _open_descriptors() == before
+    assert _open_descriptors(tmp_path) == before
 
 
 def test_descriptors_kept_open_are_bounded(tmp_path: Path) -> None:
@@ -194,17 +203,17 @@ def test_descriptors_kept_open_are_bounded(tmp_path: Path) -> None:
 
     provider = PosixProvider(tmp_path)
     keys = [segment_key("C", "b", "T", q, FileType.CONSUME_QUEUE, 0) for q in range(40)]
-    before = _open_descriptors()
+    before = _open_descriptors(tmp_path)
     old = posix.OPEN_FILES
     posix.OPEN_FILES = 16
     try:
         for k in keys:
             provider.append(k, b"u" * 20, 0)
-        assert _open_descriptors() == before + 16
+        assert _open_descriptors(tmp_path) == before + 16
         for k in keys:
             provider.append_deferred(k, b"v" * 20, 20)
             provider.sync(k)
-        assert _open_descriptors() == before + 16
+        assert _open_descriptors(tmp_path) == before + 16
     finally:
         posix.OPEN_FILES = old
         provider.close()
@@ -258,10 +267,10 @@ def test_a_provider_with_open_descriptors_pickles(tmp_path: Path) -> None:
 def test_a_provider_dropped_without_close_closes_its_descriptors(tmp_path: Path) -> None:
     import gc
 
-    before = _open_descriptors()
+    before = _open_descriptors(tmp_path)
     provider = PosixProvider(tmp_path)
     provider.append(segment_key("C", "b", "T", 0, FileType.COMMIT_LOG, 0), b"x", 0)
-    assert _open_descriptors() == before + 1
+    assert _open_descriptors(tmp_path) == before + 1
     del provider
     gc.collect()
-    assert _open_descriptors() == before
+    assert _open_descriptors(tmp_path) == before
