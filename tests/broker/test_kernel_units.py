@@ -48,6 +48,30 @@ _SHAPES = st.lists(
 )
 
 
+def _damaged(
+    shapes: list[tuple[bool, bool, bool, int]], cut: int, wrong: int, field: str
+) -> tuple[list[bytes], np.ndarray, np.ndarray, np.ndarray]:
+    """A batch with unit ``wrong`` damaged in ``field`` (its size as the consumequeue says it,
+    its stored queue offset, its expected physical offset or its magic), whole and torn at
+    ``cut``: (the two buffers, starts, sizes, physical offsets); the queue offsets start at 100."""
+    data, starts, sizes = _batch(shapes)
+    n = len(starts)
+    physical = 5000 + 300 * np.arange(n, dtype=np.int64)
+    buf = bytearray(data)
+    if n and wrong < n:
+        at = int(starts[wrong])
+        if field == "size":
+            sizes = sizes.copy()
+            sizes[wrong] += 1
+        elif field == "queue":
+            buf[at + msgcodec.QUEUE_OFFSET_POSITION + 7] ^= 0x01
+        elif field == "physical":
+            physical[wrong] -= 1
+        elif field == "magic":
+            buf[at + 7] ^= 0x10
+    return [bytes(buf), bytes(buf[: max(cut, len(buf) // 2)])], starts, sizes, physical
+
+
 @given(
     shapes=_SHAPES,
     cut=st.integers(0, 5000),
@@ -55,64 +79,19 @@ _SHAPES = st.lists(
     field=st.sampled_from(["size", "queue", "physical", "magic", "none"]),
 )
 @settings(max_examples=300, deadline=None)
-def test_check_units_equals_the_reference(
+def test_unit_checks_equal_the_reference(
     shapes: list[tuple[bool, bool, bool, int]], cut: int, wrong: int, field: str
 ) -> None:
-    data, starts, sizes = _batch(shapes)
+    """``check_units`` and ``check_batch`` (one pass: starts, check, store times and their
+    range) agree with the numpy reference's check and timestamps, on the same damage."""
+    buffers, starts, sizes, physical = _damaged(shapes, cut, wrong, field)
     n = len(starts)
     queue = 100 + np.arange(n, dtype=np.int64)
-    physical = 5000 + 300 * np.arange(n, dtype=np.int64)
-    buf = bytearray(data)
-    if n and wrong < n:
-        if field == "size":
-            sizes = sizes.copy()
-            sizes[wrong] += 1
-        elif field == "queue":
-            queue[wrong] += 1
-        elif field == "physical":
-            physical[wrong] -= 1
-        elif field == "magic":
-            buf[int(starts[wrong]) + 7] ^= 0x10
-    torn = bytes(buf[: max(cut, len(buf) // 2)])
-    for d in (bytes(buf), torn):
+    for d in buffers:
         for p in (physical, None):
             want = reference_check_units(d, starts, sizes, queue, p) if n else 0
             assert check_units(d, starts, sizes, queue, p) == want
-
-
-@given(
-    shapes=_SHAPES,
-    cut=st.integers(0, 5000),
-    wrong=st.integers(0, 12),
-    field=st.sampled_from(["size", "queue", "physical", "magic", "none"]),
-)
-@settings(max_examples=300, deadline=None)
-def test_a_batch_check_equals_the_reference_unit_check_and_timestamps(
-    shapes: list[tuple[bool, bool, bool, int]], cut: int, wrong: int, field: str
-) -> None:
-    """``check_batch`` (one pass: starts, check, store times and their range) agrees with the
-    numpy reference's check and timestamps of the units it passes, on the same damage."""
-    data, starts, sizes = _batch(shapes)
-    n = len(starts)
-    physical = 5000 + 300 * np.arange(n, dtype=np.int64)
-    first = 100
-    buf = bytearray(data)
-    if n and wrong < n:
-        if field == "size":
-            sizes = sizes.copy()
-            sizes[wrong] += 1
-        elif field == "queue":
-            first += 1
-        elif field == "physical":
-            physical[wrong] -= 1
-        elif field == "magic":
-            buf[int(starts[wrong]) + 7] ^= 0x10
-    torn = bytes(buf[: max(cut, len(buf) // 2)])
-    queue = first + np.arange(n, dtype=np.int64)
-    for d in (bytes(buf), torn):
-        for p in (physical, None):
-            checked = check_batch(d, sizes, first, p)
-            want = reference_check_units(d, starts, sizes, queue, p) if n else 0
+            checked = check_batch(d, sizes, 100, p)
             assert checked.good == want
             assert checked.starts.tolist() == (np.cumsum(sizes) - sizes).tolist()
             times = reference_store_timestamps(d, starts[:want]) if want else np.zeros(0)
