@@ -658,9 +658,16 @@ class TieredConfig(BaseModel):
     )
     tiered_acl_max_failures_per_minute: Int = _key(
         "tieredAclMaxFailuresPerMinute",
-        "failed authentications a source address may make per minute before it is refused "
-        "(HTTP 429, replay NO_PERMISSION) for the rest of the minute",
+        "failed authentications of one access key from one source address per minute before "
+        "its further failures are answered one per 60 s / this (throttled); correct "
+        "credentials are always answered at once",
         10,
+    )
+    tiered_acl_failed_auth_delay_ms: IntOrZero = _key(
+        "tieredAclFailedAuthDelayMs",
+        "a failed authentication is answered after this, ms (Kafka's "
+        "connection.failed.authentication.delay.ms); 0 = at once",
+        500,
     )
     tiered_http_metrics_auth: Bool = _key(
         "tieredHttpMetricsAuth", "with tieredAclEnable, /metrics needs an account too", False

@@ -3,11 +3,15 @@ permissive and enforcing modes, mutual TLS, the failure limit, the audit, and TL
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import logging
 import os
 import socket
 import ssl
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,7 +24,9 @@ from hypothesis import strategies as st
 from tiered import metrics
 from tiered.access.accounts import Acl
 from tiered.access.guard import Guard
+from tiered.access.guard import Penalty
 from tiered.access.security import Security
+from tiered.broker.generator import GenSpec
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import FLAG_SUSPEND
 from tiered.remoting.codes import RequestCode as Req
@@ -28,11 +34,14 @@ from tiered.remoting.codes import ResponseCode as Res
 from tiered.remoting.frame import Command
 from tiered.testing.certs import Pki
 from tiered.testing.certs import make_pki
+from tiered.testing.http import get
 from tiered.testing.sample_tier import SampleTier
+from tiered.testing.sidecar_process import Sidecar
 
 from .conftest import TOPIC
 from .conftest import Endpoint
 from .conftest import EndpointFactory
+from .conftest import build_history
 
 ACCOUNTS = f"""
 accounts:
@@ -47,6 +56,7 @@ accounts:
     defaultTopicPerm: DENY
 """
 SECRETS = ("reader-secret", "other-secret")
+SidecarFactory = Callable[..., Sidecar]
 READER = ("reader", "reader-secret")
 
 
@@ -82,6 +92,7 @@ def _secured(
         client_ca_file=pki.ca if mutual else None,
         remoting_tls_mode=mode,
         max_failures_per_minute=3,
+        failed_auth_delay_s=0.0,
     )
     return Secured(endpoint(history, security=security), pki, security)
 
@@ -152,19 +163,22 @@ def test_mutual_tls_refuses_a_client_without_a_trusted_certificate(
         time.sleep(0.02)
 
 
-def test_the_failure_limit_refuses_a_guessing_address_and_recovers(
+def test_past_the_failure_limit_failures_are_throttled_and_the_right_secret_still_works(
     permissive: Secured,
 ) -> None:
     clock = [1000.0]
-    permissive.security.guard = Guard(3, clock=lambda: clock[0])
+    permissive.security.guard = Guard(3, failure_delay_s=0.0, clock=lambda: clock[0])
+    before = denied("throttled")
     with permissive.client(credentials=("reader", "guess")) as c:
         for _ in range(3):
             assert "does not match" in (pull(c).remark or "")
-    with permissive.client(credentials=READER) as c:
         limited = pull(c)
-        assert limited.code == Res.NO_PERMISSION and "too many failed" in (limited.remark or "")
-        clock[0] += 61
-        assert pull(c).code == Res.SUCCESS
+        assert limited.code == Res.NO_PERMISSION
+        assert "does not match" in (limited.remark or "")
+        assert "answered one per 20 s" in (limited.remark or "")
+    assert denied("throttled") == before + 1
+    with permissive.client(credentials=READER) as c:
+        assert pull(c).code == Res.SUCCESS  # the same account, right secret: at once
 
 
 def test_a_changed_accounts_file_is_used_without_restart(permissive: Secured) -> None:
@@ -259,3 +273,83 @@ def test_held_pulls_answered_from_other_threads_while_the_reader_waits_over_tls(
     for a in answers:
         want = Res.PULL_NOT_FOUND if sent[a.opaque] == Req.PULL_MESSAGE else Res.SUCCESS
         assert a.code == want, (a.opaque, a.code, a.remark)
+
+
+def test_the_guard_slows_one_account_at_one_address_and_nobody_else() -> None:
+    clock = [0.0]
+    guard = Guard(3, failure_delay_s=0.5, clock=lambda: clock[0])
+    assert [guard.failed("remoting", "10.0.0.1", "A") for _ in range(3)] == [
+        Penalty(0.5, False)
+    ] * 3
+    past = [guard.failed("http", "10.0.0.1", "A") for _ in range(4)]
+    assert [p.throttled for p in past] == [True] * 4
+    assert [p.wait_s for p in past] == [0.5, 20.5, 40.5, 60.0]  # one per 20 s, a minute at most
+    assert guard.failed("remoting", "10.0.0.1", "B") == Penalty(0.5, False)  # another account
+    assert guard.failed("remoting", "10.0.0.2", "A") == Penalty(0.5, False)  # another address
+    clock[0] += 61
+    assert guard.failed("remoting", "10.0.0.1", "A") == Penalty(0.5, False)  # a new minute
+
+
+TWO_ACCOUNTS = """
+accounts:
+  - accessKey: alice
+    secretKey: alice-secret
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
+  - accessKey: bob
+    secretKey: bob-secret
+    defaultTopicPerm: SUB
+    defaultGroupPerm: SUB
+"""
+
+
+def test_forty_wrong_secrets_for_one_account_lock_nobody_out_of_either_port(
+    tmp_path: Path, replay_spec: GenSpec, sidecar: SidecarFactory
+) -> None:
+    """``rmq-tiered run`` with its defaults (10 failures a minute, answers after 500 ms): 40 wrong
+    secrets for alice from 127.0.0.1, half on each port, each on its own connection; meanwhile
+    bob's and alice's correct requests on both ports are answered at once, and the guesses are
+    answered slowly (it refused every account at the address for the rest of the minute)."""
+    tier = build_history(tmp_path / "h", dataclasses.replace(replay_spec, messages=400), 0)
+    accounts = tmp_path / "plain_acl.yml"
+    accounts.write_text(TWO_ACCOUNTS)
+    car = sidecar(tier, tieredAclEnable="true", tieredAclFile=accounts)
+    answered: list[tuple[str, float]] = []
+    started = time.monotonic()
+
+    def guess_remoting() -> None:
+        with contextlib.suppress(OSError), RemotingClient(
+            "127.0.0.1", car.port, credentials=("alice", "wrong"), timeout_s=120
+        ) as c:  # fmt: skip
+            reply = pull(c)
+            assert reply.code == Res.NO_PERMISSION
+            answered.append(("remoting", time.monotonic() - started))
+
+    def guess_http() -> None:
+        with contextlib.suppress(OSError):
+            reply = get(car.http, f"/v1/topics/{TOPIC}/queues/1/messages", offset=0,
+                        auth=("alice", "wrong"), timeout=120)  # fmt: skip
+            assert reply.status in (401, 429)
+            answered.append(("http", time.monotonic() - started))
+
+    threads = [threading.Thread(target=guess_remoting if i % 2 else guess_http, daemon=True)
+               for i in range(40)]  # fmt: skip
+    for t in threads:
+        t.start()
+    time.sleep(2.0)  # the first ten were answered after their 500 ms; the rest wait their turn
+    for who in ("bob", "alice"):
+        secret = f"{who}-secret"
+        t0 = time.monotonic()
+        with RemotingClient("127.0.0.1", car.port, credentials=(who, secret)) as c:
+            assert pull(c).code == Res.SUCCESS, who
+        reply = get(car.http, f"/v1/topics/{TOPIC}/queues/1/messages", offset=0,
+                    auth=(who, secret))  # fmt: skip
+        assert reply.status == 200, (who, reply.status, reply.body[:200])
+        assert time.monotonic() - t0 < 1.0, f"{who}'s correct requests waited"
+    slow = len(answered)
+    assert 10 <= slow < 40, answered  # slowed, not refused at once
+    assert car.metric("rocketmq_tiered_store_access_denied_total", reason="throttled") >= 1
+    car.stop()  # the guesses still waiting are answered as the ports stop
+    for t in threads:
+        t.join(30)
+    print(f"{slow} of 40 wrong guesses answered within 2 s; bob and alice served at once")

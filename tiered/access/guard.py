@@ -1,4 +1,5 @@
-"""Refusals of both ports: the audit line, the counter and the limit on failed authentications.
+"""Refusals of both ports: the audit line, the counter and the slowed answers to failed
+authentications.
 
 Every refused request is counted (``access_denied_total{port,reason}``) and logged as one
 structured line (``event=access_denied``, ``port``, ``reason``, ``peer``, ``accessKey``,
@@ -6,19 +7,29 @@ structured line (``event=access_denied``, ``port``, ``reason``, ``peer``, ``acce
 reason (the last one says so; the rest are only counted), so a flood cannot fill the disk. The line
 names the account, never its secret or a signature.
 
-A source address whose credentials fail ``tieredAclMaxFailuresPerMinute`` times within a minute
-is refused without looking at its credentials (HTTP 429, replay NO_PERMISSION) until that minute
-is over: the ports cannot be used to guess secrets. One line when an address starts being
-refused. The memory this takes is bounded (:data:`MAX_ADDRESSES` addresses; past it the oldest
-are forgotten).
+A failed authentication is answered slowly, never with a lockout (Kafka's
+``connection.failed.authentication.delay.ms`` is the model): every failure waits
+``tieredAclFailedAuthDelayMs`` before its answer, and once one access key has failed
+``tieredAclMaxFailuresPerMinute`` times within a minute from one source address, that pair's
+further failures are answered one per ``60 s / limit`` (each waits its turn, at most a minute),
+counted as ``throttled``. Both ports answer a connection's requests one after the other, so a
+guesser tests about the limit of secrets a minute per account, or one a minute per connection
+it holds open if that is more (connections are bounded by ``tieredRemotingMaxConnections``).
+Credentials are always looked at, so a
+correct signature is answered at once whatever others at the same address (a NAT, a proxy, a
+mesh) got wrong -- for another account or for the same one. One line when a pair starts being
+slowed. The memory this takes is bounded (:data:`MAX_ADDRESSES` pairs; past it the oldest are
+forgotten).
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from cachetools import TTLCache
 
@@ -29,59 +40,106 @@ log = logging.getLogger("tiered.access")
 WINDOW_S = 60.0
 LINES_PER_MINUTE = 10
 MAX_ADDRESSES = 65536
+MAX_KEY_CHARS = 128  # of an access key, as a key of the failure table (the client chooses it)
+FAILURE_DELAY_S = 0.5  # tieredAclFailedAuthDelayMs' default
 THROTTLED, TLS_REQUIRED = "throttled", "tls_required"
 
 
 class _Window:
-    """Failures (or log lines) of one address within one :data:`WINDOW_S`."""
+    """Failures (or log lines) of one key within one :data:`WINDOW_S`."""
 
-    __slots__ = ("count", "opened")
+    __slots__ = ("count", "next_answer", "opened")
 
     def __init__(self, opened: float) -> None:
         self.opened = opened
         self.count = 0
+        self.next_answer = opened  # past the limit: when the next failure may be answered
+
+
+@dataclass(frozen=True, slots=True)
+class Penalty:
+    """How a failed authentication is answered: after ``wait_s``; ``throttled`` once its
+    (address, access key) went past the limit."""
+
+    wait_s: float
+    throttled: bool
 
 
 class Guard:
-    """The failure limit and the audit of refusals, shared by both ports."""
+    """The slowed answers to failed authentications and the audit of refusals, shared by both
+    ports."""
 
     def __init__(
-        self, max_failures_per_minute: int, clock: Callable[[], float] = time.monotonic
+        self,
+        max_failures_per_minute: int,
+        failure_delay_s: float = FAILURE_DELAY_S,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.max_failures = max_failures_per_minute
+        self.failure_delay_s = failure_delay_s
         self.clock = clock
         self._lock = threading.Lock()
-        self._failures: TTLCache[str, _Window] = TTLCache(MAX_ADDRESSES, WINDOW_S, timer=clock)
+        self._released = threading.Event()
+        self._failures: TTLCache[tuple[str, str], _Window] = TTLCache(
+            MAX_ADDRESSES, WINDOW_S, timer=clock
+        )
         self._lines: TTLCache[tuple[str, str, str], _Window] = TTLCache(
             MAX_ADDRESSES, WINDOW_S, timer=clock
         )
 
-    def retry_after(self, address: str) -> float:
-        """Seconds ``address`` is still refused for (0: it is not)."""
-        with self._lock:
-            window = self._failures.get(address)
-            if window is None or window.count < self.max_failures:
-                return 0.0
-            return max(window.opened + WINDOW_S - self.clock(), 0.0)
+    def pause(self, seconds: float) -> None:
+        """Wait ``seconds`` before a failure's answer (cut short by :meth:`release`)."""
+        self._released.wait(seconds)
 
-    def failed(self, port: str, address: str) -> None:
-        """Credentials from ``address`` did not match: one more toward the limit."""
+    async def pause_async(self, seconds: float) -> None:
+        """:meth:`pause` for the event loop (looks at :meth:`release` every half second)."""
+        deadline = self.clock() + seconds
+        while not self._released.is_set() and (left := deadline - self.clock()) > 0:
+            await asyncio.sleep(min(left, 0.5))
+
+    def release(self) -> None:
+        """Answer every waiting failure now (the ports are stopping)."""
+        self._released.set()
+
+    @property
+    def spacing_s(self) -> float:
+        """Past the limit, one failure of a pair is answered per this many seconds."""
+        return WINDOW_S / max(self.max_failures, 1)
+
+    def failed(self, port: str, address: str, access_key: str | None) -> Penalty:
+        """Credentials for ``access_key`` from ``address`` did not match: how long to wait before
+        answering, and whether the pair is past the limit."""
+        key = (address, (access_key or "")[:MAX_KEY_CHARS])
         with self._lock:
-            window = self._failures.get(address)
+            now = self.clock()
+            window = self._failures.get(key)
             if window is None:
-                window = self._failures[address] = _Window(self.clock())
+                window = self._failures[key] = _Window(now)
             window.count += 1
-            starts = window.count == self.max_failures
+            if window.count <= self.max_failures:
+                return Penalty(self.failure_delay_s, False)
+            answer = max(now + self.failure_delay_s, window.next_answer)
+            window.next_answer = answer + self.spacing_s
+            starts = window.count == self.max_failures + 1
         if starts:
             log.warning(
-                "access: %s failed to authenticate %d times within a minute on the %s port: "
-                "refused (without looking at its credentials) for the rest of the minute "
-                "(tieredAclMaxFailuresPerMinute)",
-                address,
+                "access: accessKey %r failed to authenticate %d times within a minute from %s on "
+                "the %s port: its further failures from there are answered one per %.0f s "
+                "(tieredAclMaxFailuresPerMinute); its correct requests, and other accounts', are "
+                "answered as usual",
+                key[1],
                 self.max_failures,
+                address,
                 port,
-                extra={"event": "access_throttled", "port": port, "peer": address},
+                self.spacing_s,
+                extra={
+                    "event": "access_throttled",
+                    "port": port,
+                    "peer": address,
+                    "accessKey": key[1],
+                },
             )
+        return Penalty(min(answer - now, WINDOW_S), True)
 
     def denied(
         self,

@@ -24,6 +24,7 @@ from tiered.config import TieredConfig
 from tiered.errors import ConfigError
 
 from .accounts import Acl
+from .guard import FAILURE_DELAY_S
 from .guard import Guard
 from .tls import DISABLED
 from .tls import ServerTls
@@ -100,6 +101,7 @@ class Security:
         remoting_tls_mode: str = DISABLED,
         metrics_auth: bool = False,
         max_failures_per_minute: int = 10,
+        failed_auth_delay_s: float = FAILURE_DELAY_S,
         reload_interval_s: float = 10.0,
     ) -> None:
         """Load the files (``accounts_file`` None: no access control; the certificate is loaded
@@ -112,7 +114,7 @@ class Security:
         self.remoting_tls_mode = remoting_tls_mode
         self.metrics_auth = metrics_auth
         self.interval_s = reload_interval_s
-        self.guard = Guard(max_failures_per_minute)
+        self.guard = Guard(max_failures_per_minute, failed_auth_delay_s)
         self.accounts: Reloading[Acl] | None = None
         self.tls: Reloading[ServerTls] | None = None
         if accounts_file is not None:
@@ -148,6 +150,7 @@ class Security:
             remoting_tls_mode=cfg.tiered_remoting_tls_mode,
             metrics_auth=cfg.tiered_http_metrics_auth,
             max_failures_per_minute=cfg.tiered_acl_max_failures_per_minute,
+            failed_auth_delay_s=cfg.tiered_acl_failed_auth_delay_ms / 1000,
             reload_interval_s=cfg.tiered_security_reload_interval_ms / 1000,
         )
 
@@ -188,6 +191,7 @@ class Security:
 
     def stop(self) -> None:
         self._stop.set()
+        self.guard.release()
         if self._thread is not None:
             self._thread.join(5)
             self._thread = None

@@ -4,9 +4,11 @@ An ASGI middleware in front of every route. With access control on, each request
 ``/healthz``, ``/readyz``, the API description (``/docs``, ``/redoc``, ``/openapi.json``: no data)
 and -- unless ``tieredHttpMetricsAuth`` -- ``/metrics`` needs the credentials of an account:
 
-- none: 401 with ``WWW-Authenticate: Basic``; wrong (unknown key or secret): 401 too, and one more
-  failure toward the source address's limit; past it, 429 with ``Retry-After`` without looking at
-  the credentials;
+- none: 401 with ``WWW-Authenticate: Basic``; wrong (unknown key or secret): 401 too, answered
+  after ``tieredAclFailedAuthDelayMs``; once that access key failed
+  ``tieredAclMaxFailuresPerMinute`` times in a minute from that address, 429 with ``Retry-After``,
+  each answered in its turn (:mod:`tiered.access.guard`); correct credentials are always looked
+  at and answered at once;
 - a route under ``/v1/topics/{topic}/`` needs SUB on the topic, else 403 -- decided before the
   route runs, from the account alone, so a 403 does not tell whether the topic exists;
 - ``/v1/status`` answers with the queues and topics the account may read.
@@ -86,16 +88,6 @@ class Authentication:
             await self.app(scope, receive, send)
             return
         guard, peer = self.security.guard, _peer(scope)
-        wait = guard.retry_after(peer)
-        if wait > 0:
-            guard.denied(PORT, THROTTLED, peer, "too many failed authentications")
-            await _refuse(
-                send,
-                429,
-                f"too many failed authentications from {peer}: retry in {math.ceil(wait)} s",
-                {"retry-after": str(math.ceil(wait))},
-            )
-            return
         headers = dict(scope.get("headers") or ())
         given = credentials(headers.get(b"authorization"))
         match = _TOPIC_PATH.match(path)
@@ -113,8 +105,21 @@ class Authentication:
         try:
             account = acl.authenticate(*given)
         except AclError as e:
-            guard.failed(PORT, peer)
-            guard.denied(PORT, BAD_CREDENTIALS, peer, str(e), access_key=e.access_key, topic=topic)
+            penalty = guard.failed(PORT, peer, e.access_key)
+            await guard.pause_async(penalty.wait_s)
+            reason = THROTTLED if penalty.throttled else BAD_CREDENTIALS
+            guard.denied(PORT, reason, peer, str(e), access_key=e.access_key, topic=topic)
+            if penalty.throttled:
+                retry = math.ceil(guard.spacing_s)
+                await _refuse(
+                    send,
+                    429,
+                    f"the accessKey is not an account, or the secretKey does not match; too many "
+                    f"failed authentications of this accessKey from {peer}: its failures are "
+                    f"answered one per {retry} s (correct credentials at once)",
+                    {"retry-after": str(retry), "www-authenticate": REALM},
+                )
+                return
             await _refuse(
                 send,
                 401,

@@ -142,9 +142,9 @@ class RemotingClient(Closeable):
         """:meth:`call` as a client of ``version`` (a name server reads a registration's body by
         the client's version)."""
         command = self._request(code, body, 0, fields, version)
-        while True:
+        while True:  # a request of the server's own (a one-way notice) is not the answer
             response = self.receive()
-            if response.opaque == command.opaque:
+            if response.is_response and response.opaque == command.opaque:
                 return response
 
 

@@ -32,6 +32,7 @@ class RequestCode(enum.IntEnum):
     CONSUMER_SEND_MSG_BACK = 36
     END_TRANSACTION = 37
     GET_CONSUMER_LIST_BY_GROUP = 38
+    NOTIFY_CONSUMER_IDS_CHANGED = 40
     LOCK_BATCH_MQ = 41
     UNLOCK_BATCH_MQ = 42
     CHECK_CLIENT_CONFIG = 46
@@ -93,8 +94,9 @@ CLIENT_CALLBACKS = frozenset(
         RequestCode.CONSUME_MESSAGE_DIRECTLY,
     }
 )
-"""Requests a broker answers by asking a consumer over its connection (mqadmin consumerStatus,
-consumerProgress -s, queryMsgById -g -d): refused, the endpoint never calls into its clients."""
+"""Requests a broker answers by asking a consumer over its connection and waiting for its answer
+(mqadmin consumerStatus, consumerProgress -s, queryMsgById -g -d): refused, the endpoint never
+waits on its clients (it only tells them, one way, to rebalance: NOTIFY_CONSUMER_IDS_CHANGED)."""
 
 
 class ResponseCode(enum.IntEnum):

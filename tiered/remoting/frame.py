@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import Protocol
+from typing import runtime_checkable
 
 import orjson
 
@@ -31,7 +33,7 @@ from .codes import RESPONSE_FLAG
 if TYPE_CHECKING:
     from .prepared import PreparedPulls
 
-__all__ = ["JSON", "ROCKETMQ", "Command", "FrameReader", "decode", "encode"]
+__all__ = ["JSON", "ROCKETMQ", "Channel", "Command", "FrameReader", "decode", "encode"]
 
 JSON, ROCKETMQ = 0, 1
 LANGUAGES = dict(enumerate(("JAVA", "CPP", "DOTNET", "PYTHON", "DELPHI", "ERLANG", "RUBY",
@@ -44,6 +46,20 @@ MIN_FRAME = 4  # the header-length word
 # third of what the endpoint's own Python spends on a 32-message pull)
 _JSON_OUT = orjson.dumps
 _JSON_IN = orjson.loads
+
+
+@runtime_checkable
+class Channel(Protocol):
+    """A client connection as the handlers see it: the key of the clients that sent their
+    heartbeats on it, and a way to tell the client something."""
+
+    closed: bool
+
+    def __hash__(self) -> int: ...
+
+    def push(self, command: Command) -> None:
+        """Send ``command``, a one-way request of the endpoint's own, to the client soon (never
+        waits for the client; a connection that closed meanwhile drops it)."""
 
 
 @dataclass(slots=True)
@@ -65,6 +81,8 @@ class Command:
     peer: str = ""  # the sender's ip:port (set by the server; never encoded)
     prepared: PreparedPulls | None = field(default=None, compare=False, repr=False)
     """the connection's prepared pulls (set by the server; never encoded)"""
+    channel: Channel | None = field(default=None, compare=False, repr=False)
+    """the connection the request came on (set by the server; never encoded)"""
 
     @property
     def is_response(self) -> bool:

@@ -2,8 +2,10 @@
 
 :class:`Clients` records each group's client ids from ``HEART_BEAT`` (a rebalancing client takes
 no queue unless ``GET_CONSUMER_LIST_BY_GROUP`` lists it) and the subscription each group sent
-(a Java push consumer pulls without one and the broker uses the heartbeat's); a client that has
-not sent a heartbeat for :data:`CLIENT_EXPIRY_S` is dropped, as the broker does, and a group
+(a Java push consumer pulls without one and the broker uses the heartbeat's); as the broker
+does, a client is dropped the moment the connection of its heartbeats closes (a crashed consumer's
+queues go to the others at their next rebalance, which the endpoint asks for at once) and when it
+has not sent a heartbeat for :data:`CLIENT_EXPIRY_S` (a connection left open), and a group
 left with no live client is forgotten (swept at most once per expiry period, so heartbeats naming
 ever new groups hold memory for one period, not for ever). For
 ``GET_CONSUMER_CONNECTION_LIST`` it also keeps what the broker's ``ConsumerGroupInfo`` keeps: each
@@ -13,7 +15,10 @@ client sent it.
 
 :class:`ReplayOffsets` keeps the replay groups' committed offsets in
 ``{tieredDataDir}/config/replayConsumerOffset.json`` -- never in the broker's store, whose groups
-are the broker's business. The file has the broker's ``consumerOffset.json`` shape
+are the broker's business. A pull's ``commitOffset`` moves a group's offset forward only, and
+only when the pull is first handled (a held pull's re-run commits nothing, as the broker's); only
+``UPDATE_CONSUMER_OFFSET`` sets it to any value. The file has the broker's
+``consumerOffset.json`` shape
 (``{"offsetTable": {"topic@group": {"queueId": offset}}}``) plus a ``version``; it is written
 atomically (temp, fsync, rename, ``.bak`` kept) by :meth:`ReplayOffsets.flush`, which ``run``
 calls every second and at shutdown, so a ``kill -9`` loses at most the last second of commits
@@ -27,6 +32,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Hashable
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -73,6 +79,7 @@ class GroupInfo:
 @dataclass(slots=True)
 class _Group:
     clients: dict[str, float] = field(default_factory=dict)  # client id -> last heartbeat
+    channels: dict[str, Hashable] = field(default_factory=dict)  # client id -> its connection
     info: dict[str, ClientInfo] = field(default_factory=dict)
     subscriptions: dict[str, Subscription] = field(default_factory=dict)
     raw: dict[str, dict[str, Any]] = field(default_factory=dict)  # topic -> SubscriptionData
@@ -80,9 +87,20 @@ class _Group:
     message_model: str = "CLUSTERING"
     consume_from_where: str = "CONSUME_FROM_LAST_OFFSET"
 
+    def drop(self, client: str) -> None:
+        self.clients.pop(client, None)
+        self.channels.pop(client, None)
+        self.info.pop(client, None)
+
 
 class Clients:
-    """Live consumer clients per group (thread-safe)."""
+    """Live consumer clients per group (thread-safe).
+
+    As the broker's ``ConsumerManager``: a client belongs to the connection its last heartbeat
+    came on (``channel``, any hashable; None when the caller has none), and leaves every group
+    the moment that connection closes (:meth:`drop_channel`) or it unregisters; the calls that
+    change a group's membership or subscriptions return the groups whose other clients should
+    rebalance now (``NOTIFY_CONSUMER_IDS_CHANGED``, sent to :meth:`channels`)."""
 
     def __init__(self, expiry_s: float = CLIENT_EXPIRY_S) -> None:
         self.expiry_s = expiry_s
@@ -104,9 +122,12 @@ class Clients:
         address: str = "",
         language: str = "JAVA",
         version: int = 0,
+        channel: Hashable | None = None,
     ) -> list[str]:
-        """Record a ``HeartbeatData`` body sent from ``address`` by a client of ``language`` and
-        ``version`` (the request header's); returns the consumer groups it named.
+        """Record a ``HeartbeatData`` body sent on ``channel`` from ``address`` by a client of
+        ``language`` and ``version`` (the request header's); returns the consumer groups it
+        changed (a client new to the group or on a new connection, or a subscription new or
+        different: the broker's ``CHANGE``).
 
         Raises:
             ValueError: the body is not a heartbeat (no ``clientID``).
@@ -116,14 +137,16 @@ class Clients:
             raise ValueError("the heartbeat has no clientID")
         stamp = time.monotonic() if now is None else now
         info = ClientInfo(client, address, language, version)
-        groups: list[str] = []
+        changed: list[str] = []
         with self._lock:
             for consumer in data.get("consumerDataSet") or []:
                 name = consumer.get("groupName") if isinstance(consumer, dict) else None
                 if not isinstance(name, str) or not name:
                     continue
-                group = self._groups.setdefault(name, _Group())
+                group = self._live(name, stamp) or self._groups.setdefault(name, _Group())
+                change = client not in group.clients or group.channels.get(client) != channel
                 group.clients[client] = stamp
+                group.channels[client] = channel
                 group.info[client] = info
                 for key in ("consumeType", "messageModel", "consumeFromWhere"):
                     value = consumer.get(key)
@@ -131,15 +154,18 @@ class Clients:
                         setattr(group, _ATTRS[key], value)
                 for sub in consumer.get("subscriptionDataSet") or []:
                     if isinstance(sub, dict) and isinstance(sub.get("topic"), str):
-                        group.subscriptions[sub["topic"]] = Subscription(
+                        subscription = Subscription(
                             str(sub.get("subString") or "*"),
                             str(sub.get("expressionType") or "TAG"),
                         )
+                        change |= group.subscriptions.get(sub["topic"]) != subscription
+                        group.subscriptions[sub["topic"]] = subscription
                         group.raw[sub["topic"]] = sub
-                groups.append(name)
+                if change:
+                    changed.append(name)
             if stamp - self._swept >= self.expiry_s:
                 self._sweep(stamp)
-        return groups
+        return changed
 
     def _sweep(self, now: float) -> None:
         """Forget the groups with no live client (call under the lock)."""
@@ -149,13 +175,39 @@ class Clients:
             if g is not None and not g.clients:
                 del self._groups[name]
 
-    def unregister(self, client: str, group: str | None) -> None:
-        """Forget ``client`` in ``group`` (in every group when ``group`` is empty)."""
+    def unregister(self, client: str, group: str | None) -> list[str]:
+        """Forget ``client`` in ``group`` (in every group when ``group`` is empty); the groups
+        it left."""
+        left = []
         with self._lock:
             for name, g in self._groups.items():
-                if not group or name == group:
-                    g.clients.pop(client, None)
-                    g.info.pop(client, None)
+                if (not group or name == group) and client in g.clients:
+                    g.drop(client)
+                    left.append(name)
+        return left
+
+    def drop_channel(self, channel: Hashable) -> dict[str, list[str]]:
+        """Forget every client whose heartbeats came on ``channel`` (it closed), in every group;
+        ``group -> the clients it lost``."""
+        lost: dict[str, list[str]] = {}
+        with self._lock:
+            for name, g in self._groups.items():
+                gone = [c for c, ch in g.channels.items() if ch is not None and ch == channel]
+                for client in gone:
+                    g.drop(client)
+                if gone:
+                    lost[name] = gone
+        return lost
+
+    def channels(self, group: str, now: float | None = None) -> list[Hashable]:
+        """The connections of ``group``'s live clients to tell that it changed (none for a
+        broadcasting group: its clients each read every queue)."""
+        with self._lock:
+            g = self._live(group, now)
+            if g is None or g.message_model == "BROADCASTING":
+                return []
+            seen = {id(ch): ch for ch in g.channels.values() if ch is not None}
+            return list(seen.values())
 
     def _live(self, group: str, now: float | None) -> _Group | None:
         """The group with its expired clients dropped (call under the lock)."""
@@ -164,8 +216,7 @@ class Clients:
         if g is not None:
             for client, seen in list(g.clients.items()):
                 if stamp - seen > self.expiry_s:
-                    del g.clients[client]
-                    g.info.pop(client, None)
+                    g.drop(client)
         return g
 
     def clients(self, group: str, now: float | None = None) -> list[str]:
@@ -264,11 +315,17 @@ class ReplayOffsets:
                 found.add(group)
         return sorted(found)
 
-    def commit(self, group: str, topic: str, queue_id: int, offset: int) -> None:
-        """Remember ``offset`` (written by the next :meth:`flush`)."""
+    def commit(
+        self, group: str, topic: str, queue_id: int, offset: int, *, forward_only: bool = False
+    ) -> None:
+        """Remember ``offset`` (written by the next :meth:`flush`); with ``forward_only`` (a
+        pull's ``commitOffset``) only when it is past the committed one: a group's offset
+        moves back only when a client says so (``UPDATE_CONSUMER_OFFSET``)."""
         with self._lock:
             queues = self._table.setdefault(f"{topic}@{group}", {})
-            if queues.get(queue_id) != offset:
+            current = queues.get(queue_id)
+            back = forward_only and current is not None and offset < current
+            if current != offset and not back:
                 queues[queue_id] = offset
                 self._dirty = True
 

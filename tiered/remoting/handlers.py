@@ -20,6 +20,7 @@ at offset 0, PULL_OFFSET_MOVED elsewhere.
 from __future__ import annotations
 
 import functools
+import itertools
 import json
 import logging
 import math
@@ -57,6 +58,7 @@ from .codes import CONFIG_WRITES
 from .codes import FLAG_COMMIT_OFFSET
 from .codes import FLAG_SUBSCRIPTION
 from .codes import FLAG_SUSPEND
+from .codes import ONEWAY_FLAG
 from .codes import UNIQUE_KEY_QUERY
 from .codes import WRITES
 from .codes import RequestCode
@@ -65,6 +67,7 @@ from .codes import code_name
 from .fields import field
 from .fields import int_field
 from .frame import LANGUAGES
+from .frame import Channel
 from .frame import Command
 from .groups import Clients
 from .groups import ReplayOffsets
@@ -156,7 +159,8 @@ class Replay:
     def handle(self, request: Command, *, may_suspend: bool = True) -> Response:
         """The response to ``request`` (or, with ``may_suspend``, a :class:`Suspend` for a pull
         that found nothing new); never raises for bad input: the response code and remark say
-        what is wrong."""
+        what is wrong. ``may_suspend`` is False only for the re-run of a held pull (which then
+        commits no offset, as the broker's ``brokerAllowSuspend``)."""
         code = request.code
         if code in WRITES:
             return request.response(
@@ -175,8 +179,8 @@ class Replay:
             return request.response(
                 ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
                 f"{RequestCode(code).name} is not served by the rocketmq-tiered replay endpoint: "
-                "answering it means asking the consumer over its connection, and the endpoint "
-                "never calls into its clients",
+                "answering it means asking the consumer over its connection and waiting for "
+                "its answer, which the endpoint never does",
             )
         handler = self._handlers.get(code)
         if handler is None:
@@ -212,7 +216,8 @@ class Replay:
 
     def _authorize(self, request: Command) -> None:
         """Raises AclError unless the request is signed by an account that may read what it
-        names; every refusal counted and audited, failed signatures limited per address."""
+        names; every refusal counted and audited, a failed signature answered after the guard's
+        wait (this connection's next request waits with it)."""
         security = self.security
         acl = None if security is None else security.acl
         if security is None or acl is None:
@@ -224,28 +229,32 @@ class Replay:
         group = ext.get("consumerGroup")
         guard, peer = security.guard, request.peer
         address = peer.rpartition(":")[0].strip("[]") or peer
-        wait = guard.retry_after(address)
-        if wait > 0:
-            guard.denied("remoting", THROTTLED, address, "too many failed authentications")
-            raise AclError(
-                f"too many failed authentications from {address}: retry in {math.ceil(wait)} s",
-                reason=THROTTLED,
-            )
         try:
             acl.check(ext, request.body, topic, group)
         except AclError as e:
-            if e.reason == BAD_CREDENTIALS:
-                guard.failed("remoting", address)
+            reason = e.reason
+            if reason == BAD_CREDENTIALS:
+                penalty = guard.failed("remoting", address, e.access_key)
+                guard.pause(penalty.wait_s)
+                if penalty.throttled:
+                    reason = THROTTLED
+                    e = AclError(
+                        f"{e}; too many failed authentications of this AccessKey from {address}: "
+                        f"its failures are answered one per {math.ceil(guard.spacing_s)} s "
+                        "(correct signatures at once)",
+                        reason=THROTTLED,
+                        access_key=e.access_key,
+                    )
             guard.denied(
                 "remoting",
-                e.reason,
+                reason,
                 address,
                 f"{code_name(request.code)}: {e}",
                 access_key=e.access_key,
                 topic=topic,
                 group=group,
             )
-            raise
+            raise e from None
 
     # --- name server ------------------------------------------------------------------------------
 
@@ -272,17 +281,46 @@ class Replay:
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
             language = request.language if request.language in _LANGUAGE_NAMES else "OTHER"
-            self.clients.heartbeat(
-                data, address=request.peer, language=language, version=request.version
+            changed = self.clients.heartbeat(
+                data,
+                address=request.peer,
+                language=language,
+                version=request.version,
+                channel=request.channel,
             )
         except (UnicodeDecodeError, ValueError) as e:
             raise InvalidRequestError(f"the heartbeat body is not HeartbeatData JSON: {e}") from e
+        self.notify_changed(changed)
         return request.response(ResponseCode.SUCCESS)
 
     def unregister(self, request: Command) -> Response:
         ext = request.ext_fields
-        self.clients.unregister(field(ext, "clientID"), ext.get("consumerGroup"))
+        left = self.clients.unregister(field(ext, "clientID"), ext.get("consumerGroup"))
+        self.notify_changed(left)
         return request.response(ResponseCode.SUCCESS)
+
+    def channel_closed(self, channel: Channel, peer: str) -> None:
+        """A client connection closed: its clients leave every group at once (the broker's
+        channel-close event) and the groups' other clients are told to rebalance."""
+        lost = self.clients.drop_channel(channel)
+        for group, gone in sorted(lost.items()):
+            log.info(
+                "replay connection from %s closed: consumer %s left group %s (its queues go to "
+                "the group's other consumers, told to rebalance now)",
+                peer,
+                ", ".join(gone),
+                group,
+            )
+        self.notify_changed(sorted(lost))
+
+    def notify_changed(self, groups: list[str]) -> None:
+        """``NOTIFY_CONSUMER_IDS_CHANGED`` (one way) to every live client of each group, as a
+        broker does when a group's members or subscriptions change: they rebalance now, not at
+        their next 20 s tick."""
+        for group in groups:
+            for channel in self.clients.channels(group):
+                if isinstance(channel, Channel) and not channel.closed:
+                    channel.push(notify_ids_changed(group))
 
     def consumer_list(self, request: Command) -> Response:
         group = field(request.ext_fields, "consumerGroup")
@@ -371,10 +409,12 @@ class Replay:
         offset, sys_flag = int_field(ext, "queueOffset"), int_field(ext, "sysFlag", 0)
         group = ext.get("consumerGroup") or ""
         max_count = min(max(int_field(ext, "maxMsgNums", 32), 1), MAX_PULL_COUNT)
-        if sys_flag & FLAG_COMMIT_OFFSET and group:
+        if may_suspend and sys_flag & FLAG_COMMIT_OFFSET and group:
+            # first handling only (a held pull's re-run carries a commitOffset from before the
+            # batch the consumer read since), and forward only: see ReplayOffsets
             committed = int_field(ext, "commitOffset", -1)
             if committed >= 0 and self._unknown_queue(request, topic, queue_id) is None:
-                self.offsets.commit(group, topic, queue_id, committed)
+                self.offsets.commit(group, topic, queue_id, committed, forward_only=True)
         if sys_flag & FLAG_SUBSCRIPTION:
             expression = ext.get("subscription") or "*"
             kind = ext.get("expressionType") or "TAG"
@@ -554,6 +594,17 @@ class Replay:
 
 
 _LANGUAGE_NAMES = frozenset(LANGUAGES.values())
+_OPAQUES = itertools.count(1)
+
+
+def notify_ids_changed(group: str) -> Command:
+    """The one-way ``NOTIFY_CONSUMER_IDS_CHANGED`` a broker sends a group's clients."""
+    return Command(
+        RequestCode.NOTIFY_CONSUMER_IDS_CHANGED,
+        opaque=next(_OPAQUES),
+        flag=ONEWAY_FLAG,
+        ext_fields={"consumerGroup": group},
+    )
 
 
 def _lock_body(body: bytes, broker_name: str) -> tuple[str, str, dict[tuple[str, int], str]]:

@@ -11,7 +11,10 @@ without telling us) and re-runs the pull (in a small pool) as soon as it moved, 
 PULL_NOT_FOUND at the pull's ``suspendTimeoutMillis`` (it wakes at the earliest deadline, not on
 the next tick) -- an idle consumer costs one request per suspend timeout, not a spin, and holds no
 thread. Responses to one connection are written under its lock, matched by ``opaque`` (held pulls
-may be answered after later requests).
+may be answered after later requests). A held pull is re-run without committing its
+``commitOffset`` again (the broker's rule); a connection that closes drops its held pulls and its
+clients at once, and the endpoint tells the clients left in those groups to rebalance
+(``NOTIFY_CONSUMER_IDS_CHANGED``, one way, from the pool: nobody waits on a slow client's socket).
 
 The holder sleeps while nothing is held and no request was answered since it last wrote the
 replay offsets: a pull being held, or the first request after a write, wakes it (an event, set
@@ -141,6 +144,16 @@ class _Connection:
         if not request.is_oneway:
             self.send(response)
 
+    def push(self, command: Command) -> None:
+        """Send a one-way request of the endpoint's own (on the held-pull pool: the caller never
+        waits on this client's socket)."""
+        if not self.closed:
+            self.server.submit(self._push, command)
+
+    def _push(self, command: Command) -> None:
+        if not self.closed:
+            self.send(command)
+
     def close(self) -> None:
         self.closed = True
         with contextlib.suppress(OSError):
@@ -230,9 +243,10 @@ class _Connection:
                 try:
                     for frame in frames.feed(data):
                         request = decode(frame)
-                        if not request.is_response:  # nothing is ever asked of a client
+                        if not request.is_response:  # a client's answer to a push: dropped
                             request.peer = self.peer_address
                             request.prepared = self.prepared
+                            request.channel = self
                             server.serve(self, request)
                     if self.prepared.pending and not frames.pending:
                         self.prepared.prepare()  # every request answered: the next pulls
@@ -244,6 +258,7 @@ class _Connection:
         except OSError:
             return
         finally:
+            self.closed = True  # its held pulls are dropped, never re-run
             server.forget(self)
             self.prepared.clear()
             with contextlib.suppress(OSError):
@@ -344,6 +359,8 @@ class RemotingServer:
             return
         self._stop.set()
         self._wake.set()
+        if self.security is not None:
+            self.security.guard.release()  # failed authentications waiting: answered now
         with contextlib.suppress(OSError):
             self._sock.shutdown(socket.SHUT_RDWR)
         self._sock.close()
@@ -396,11 +413,22 @@ class RemotingServer:
             conn.thread.start()
 
     def forget(self, conn: _Connection) -> None:
-        """A connection ended."""
+        """A connection ended: its clients leave their groups (the others are told)."""
         with self._lock:
             if conn in self._open:
                 self._open.discard(conn)
                 metrics.REMOTING_CONNECTIONS.dec()
+        try:
+            self.replay.channel_closed(conn, conn.peer_address)
+        except Exception:  # a bug: logged, the server goes on
+            log.exception("dropping the clients of connection %s failed", conn.peer_address)
+
+    def submit(self, fn: Callable[[Command], None], command: Command) -> None:
+        """Run ``fn(command)`` on the held-pull pool (dropped once the server stops)."""
+        pool = self._pool
+        if pool is not None and not self._stop.is_set():
+            with contextlib.suppress(RuntimeError):  # the pool shut down meanwhile
+                pool.submit(fn, command)
 
     # --- requests ---------------------------------------------------------------------------------
 
@@ -430,6 +458,8 @@ class RemotingServer:
                 self._wake.set()
 
     def _resume(self, held: Suspend, conn: _Connection) -> None:
+        if conn.closed:  # the client left while the pull was held: nothing to answer or run
+            return
         response = self._handle(held.request, may_suspend=False)
         assert isinstance(response, Command)
         if not conn.closed:
