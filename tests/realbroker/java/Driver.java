@@ -538,7 +538,10 @@ public class Driver {
         }
     }
 
-    /** A push consumer from the first offset, stopped after `stopAfter` (or `expect`) messages. */
+    /** A push consumer from the first offset, stopped after `stopAfter` messages (or `idleMs`
+     *  without one); `delayMs` per message consumed; with `watchAssignment`, one
+     *  {"assigned": n, "ms": since start} line each time the number of queues rebalancing gave
+     *  it (retry topics left out) changes. */
     static void push(JSONObject a, boolean orderly) throws Exception {
         DefaultMQPushConsumer c = new DefaultMQPushConsumer(a.getString("group"));
         c.setNamesrvAddr(a.getString("namesrv"));
@@ -554,6 +557,7 @@ public class Driver {
             c.subscribe((String) t, a.getString("expression") == null ? "*" : a.getString("expression"));
         }
         int stopAfter = a.getIntValue("stopAfter");
+        long delay = a.getLongValue("delayMs");
         AtomicInteger count = new AtomicInteger();
         AtomicLong last = new AtomicLong(System.currentTimeMillis());
         String via = orderly ? "orderly" : "push";
@@ -573,12 +577,19 @@ public class Driver {
                     if (count.get() >= stopAfter) {
                         return ConsumeConcurrentlyStatus.RECONSUME_LATER;
                     }
+                    if (delay > 0) {
+                        LockSupport.parkNanos(delay * 1_000_000L);
+                    }
                     record(m, via, count, last);
                 }
                 return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
             });
         }
+        long started = System.currentTimeMillis();
         c.start();
+        if (a.getBooleanValue("watchAssignment")) {
+            watchAssignment(c, started);
+        }
         long deadline = System.currentTimeMillis() + a.getLongValue("maxMs");
         long idle = a.getLongValue("idleMs");
         while (System.currentTimeMillis() < deadline && count.get() < stopAfter
@@ -588,6 +599,24 @@ public class Driver {
         Thread.sleep(500);
         c.shutdown(); // persists the consumed offsets to the broker the route names
         emit(Map.of("consumed", count.get()));
+    }
+
+    /** Emit the number of (non-retry) queues `c` holds whenever it changes. */
+    static void watchAssignment(DefaultMQPushConsumer c, long started) {
+        Thread t = new Thread(() -> {
+            long held = -1;
+            while (true) {
+                long n = c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable()
+                    .keySet().stream().filter(q -> !q.getTopic().startsWith("%RETRY%")).count();
+                if (n != held) {
+                    held = n;
+                    emit(Map.of("assigned", n, "ms", System.currentTimeMillis() - started));
+                }
+                LockSupport.parkNanos(50_000_000L);
+            }
+        }, "driver-assignment");
+        t.setDaemon(true);
+        t.start();
     }
 
     static void record(MessageExt m, String via, AtomicInteger count, AtomicLong last) {
