@@ -1,4 +1,6 @@
 # Type stub of the compiled kernel (tiered/kernel/src/lib.rs, PyO3).
+from typing import Literal
+
 from typing_extensions import Buffer
 
 __version__: str
@@ -61,3 +63,7 @@ def gather_plan(
 def read_pieces(fd: int, position: int, iov: Buffer, iov_max: int, split: bool, /) -> int: ...
 def crc_mismatches(data: Buffer, starts: Buffer, /) -> bytes: ...
 def tags_in(data: Buffer, starts: Buffer, sizes: Buffer, wanted: list[bytes], /) -> bytes: ...
+
+WalkStop = Literal["more", "unwritten", "blank", "torn"]
+
+def walk_commitlog(data: Buffer, /) -> tuple[int, int, WalkStop, list[tuple[bytes, int, int]]]: ...

@@ -514,6 +514,13 @@ class TieredConfig(BaseModel):
     tiered_store_dispatch_interval_ms: Int = _key(
         "tieredStoreDispatchIntervalMs", "dispatcher wake-up period, ms", 1000
     )
+    tiered_store_queue_scan_interval_ms: IntOrZero = _key(
+        "tieredStoreQueueScanIntervalMs",
+        "run's passes look at the queues the commitlog shows moving and at those with work "
+        "left; every other local queue's consumequeue is looked at once per this interval, in "
+        "slices (the safety net), ms; 0 = every queue at every pass",
+        300_000,
+    )
     tiered_store_dispatch_start_policy: StartPolicy = _key(
         "tieredStoreDispatchStartPolicy",
         "first offset of a new queue: EARLIEST (local min) or RECENT",

@@ -465,10 +465,10 @@ def test_the_state_file_is_written_when_status_would_show_a_change(
         assert d.run_pass(flush=True).messages == 50  # an upload: written
         assert _state_stamp(cfg) != written
         written = _state_stamp(cfg)
-        monkeypatch.setattr(dispatcher_mod, "STATE_REFRESH_S", 0.0)  # now old enough
+        monkeypatch.setattr(dispatcher_mod, "STATE_IDLE_REFRESH_S", 0.0)  # now old enough
         d.run_pass()
         assert _state_stamp(cfg) != written
-        monkeypatch.setattr(dispatcher_mod, "STATE_REFRESH_S", 3600.0)
+        monkeypatch.setattr(dispatcher_mod, "STATE_IDLE_REFRESH_S", 3600.0)
         written = _state_stamp(cfg)
         d.run_pass()
         rounds = d.rounds

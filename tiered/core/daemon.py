@@ -126,7 +126,7 @@ class Daemon:
         if self.stop.is_set():
             return
         try:
-            report = self.sidecar.dispatcher.run_pass(stop=self.stop)
+            report = self.sidecar.dispatcher.run_pass(stop=self.stop, follow=True)
         except (TieredStoreError, OSError) as e:  # one line; the next pass retries
             _failed("dispatch pass", e)
             return

@@ -69,6 +69,8 @@ from .offload_step import StepResult
 from .offload_step import execute
 from .offload_step import execute_after
 from .offload_step import plan
+from .pass_queues import PassQueues
+from .pass_queues import QueueProgress
 from .topic_filter import TopicFilter
 
 log = logging.getLogger(__name__)
@@ -111,8 +113,10 @@ round. A catch-up's rounds come every few hundred milliseconds, a live tail's pa
 second: a mirror put each was 5 % of a catch-up's wall time on posix, a PUT each on S3."""
 STATE_REFRESH_S = 10.0
 """The state file is written after a round that changed what ``status`` shows of a queue (its
-last upload, error or gaps) or the role, else at most this often (its local offsets, round count
-and time): a write per idle pass showed in profiles."""
+last upload, error or gaps) or the role, else at most this often while local offsets move (its
+local offsets, round count and time): a write per idle pass showed in profiles."""
+STATE_IDLE_REFRESH_S = 60.0
+"""... and at most this often when nothing moved (the round count and the time)."""
 MAX_FAILURES = 10
 """Consecutive failures of one queue within a pass before the pass stops retrying it."""
 _BACKOFF_S = 0.05
@@ -131,6 +135,8 @@ class PassReport:
     errors: dict[str, str] = field(default_factory=dict)
     seconds: float = 0.0
     role: str = "master"
+    looked_at: int = 0
+    """Queues the pass planned (``follow``: the ones that moved, had work left or were due)."""
 
 
 class Dispatcher(Closeable):
@@ -179,10 +185,25 @@ class Dispatcher(Closeable):
         self.staged_listeners: list[StagedListener] = []
         self._notifier = _Notifier(self.commit_listeners, self.staged_listeners, nice)
         self._state_saved = -STATE_REFRESH_S
-        self._state_shown: object = None
+        self._state_shown: dict[tuple[str, int], tuple[int, str, int]] = {}
+        self._state_offsets: dict[tuple[str, int], tuple[int, int]] = {}
+        self._state_role = ""
+        self._state_moved = False
         self._state_stale = False
         self.unreadable: dict[str, str] = {}
         """Queues skipped because their local files cannot be read: queue path -> why."""
+        scan_ms = cfg.tiered_store_queue_scan_interval_ms
+        self.pass_queues = (
+            PassQueues(
+                local,
+                self.filter,
+                scan_interval_ms=scan_ms,
+                pass_interval_ms=cfg.tiered_store_dispatch_interval_ms,
+            )
+            if scan_ms > 0
+            else None
+        )
+        """Which queues a following pass looks at (None: every queue, every pass)."""
         metrics.DISPATCH_STANDBY.set(0 if self.uploading else 1)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
@@ -228,12 +249,20 @@ class Dispatcher(Closeable):
 
     # --- targets --------------------------------------------------------------------------------
 
-    def targets(self) -> list[FlatMessageFile]:
-        """The flat files of every local queue to offload, initialised on first sight."""
+    def targets(self, only: list[tuple[str, int]] | None = None) -> list[FlatMessageFile]:
+        """The flat files of every local queue to offload (of the queues ``only`` names, those
+        the broker has), initialised on first sight."""
         self.local.refresh()
         found: list[FlatMessageFile] = []
         fresh: list[tuple[FlatMessageFile, int]] = []
-        wanted = [k for k in self.local.queues() if self.filter.allows(k[0])]
+        if only is None:
+            wanted = [k for k in self.local.queues() if self.filter.allows(k[0])]
+        else:
+            wanted = [
+                k
+                for k in dict.fromkeys(only)
+                if self.filter.allows(k[0]) and self.local.has_queue(*k)
+            ]
         with durable(
             self.flat_store.metadata
         ):  # topic and queue records of new queues: one persist
@@ -291,16 +320,20 @@ class Dispatcher(Closeable):
     # --- rounds and passes ----------------------------------------------------------------------
 
     def run_round(
-        self, *, flush: bool = False, skip: set[tuple[str, int]] | None = None
+        self,
+        *,
+        flush: bool = False,
+        skip: set[tuple[str, int]] | None = None,
+        only: list[tuple[str, int]] | None = None,
     ) -> list[tuple[FlatMessageFile, StepResult]]:
-        """One step for every target queue, then one metadata persist.
+        """One step for every target queue (of ``only``, when given), then one metadata persist.
 
         Steps are planned queue by queue, their batches read together (one pread per commitlog
         range, in waves of at most :data:`WAVE_BYTES`) and carried out concurrently. The round
         holds every target queue's lock (expiry waits for it).
         """
         now = self.clock()
-        flats = [f for f in self.targets() if (f.topic, f.queue_id) not in (skip or set())]
+        flats = [f for f in self.targets(only) if (f.topic, f.queue_id) not in (skip or set())]
         results: list[tuple[FlatMessageFile, StepResult]] = []
         with contextlib.ExitStack() as held:
             for flat in flats:
@@ -328,7 +361,7 @@ class Dispatcher(Closeable):
                 running += self._start_wave(wave, now, before)
             results += [(p.flat, f.result()) for p, f in running]
             self._sync_consume_queues([flat for flat, _ in results])
-        self.flat_store.flush_metadata()
+        self.flat_store.flush_metadata([flat for flat, _ in results])
         self.rounds += 1
         metrics.DISPATCH_ROUNDS.inc()
         self._release_cold(results, now)
@@ -397,8 +430,12 @@ class Dispatcher(Closeable):
         flush: bool = False,
         stop: threading.Event | None = None,
         on_progress: Callable[[int], None] | None = None,
+        follow: bool = False,
     ) -> PassReport:
-        """Rounds until no queue has ready work (or ``stop`` is set); see the module docstring."""
+        """Rounds until no queue has ready work (or ``stop`` is set); see the module docstring.
+        The first round looks at every local queue, or with ``follow`` (``run``'s passes) only
+        at those :class:`~.pass_queues.PassQueues` chooses; each further round at the queues
+        the round before sent from or must retry."""
         report = PassReport(role=self.role)
         if not self.uploading:
             self._save_state(sync=False)
@@ -406,12 +443,21 @@ class Dispatcher(Closeable):
         started = time.perf_counter()
         with self._pass_lock, self._mirror_spaced():
             gave_up: set[tuple[str, int]] = set()
+            chosen = self.pass_queues.choose() if follow and self.pass_queues else None
+            only = chosen
+            progress: dict[tuple[str, int], QueueProgress] = {}
             while not (stop and stop.is_set()):
-                results = self.run_round(flush=flush, skip=gave_up)
+                results = self.run_round(flush=flush, skip=gave_up, only=only)
                 report.rounds += 1
                 progressed = retry = False
+                again: list[tuple[str, int]] = []
                 for flat, r in results:
                     key = (flat.topic, flat.queue_id)
+                    st = self.state(*key)
+                    busy = flat.has_pending or st.held is not None or bool(st.error)
+                    progress[key] = QueueProgress(flat.commit_offset, st.local_max, busy)
+                    if r.more or r.messages or (r.failed and st.failures < MAX_FAILURES):
+                        again.append(key)
                     if r.messages:
                         report.queues.add(key)
                         report.messages += r.messages
@@ -429,12 +475,17 @@ class Dispatcher(Closeable):
                     progressed = progressed or r.more or bool(r.messages)
                 if on_progress is not None:
                     on_progress(sum(r.messages for _, r in results))
-                self._save_state(sync=any(r.gap is not None for _, r in results))
+                gap = any(r.gap is not None for _, r in results)
+                self._save_state(sync=gap, touched=results)
                 if not progressed and not retry:
                     break
                 if retry and not progressed:
                     time.sleep(_BACKOFF_S * min(report.rounds, 20))
+                only = list(dict.fromkeys(again))  # a queue's follow-on batches: once
             self._notifier.drain()
+            if follow and self.pass_queues is not None and not (stop and stop.is_set()):
+                self.pass_queues.settle(progress, chosen)
+                report.looked_at = len(progress)
         for path, why in self.unreadable.items():  # skipped, not offloaded: the caller must know
             report.errors.setdefault(path, why)
         report.seconds = time.perf_counter() - started
@@ -475,10 +526,10 @@ class Dispatcher(Closeable):
     # --- page cache and state -------------------------------------------------------------------
 
     def _release_cold(self, results: list[tuple[FlatMessageFile, StepResult]], now: int) -> None:
-        pending = [st.next_physical for st in self.states.values() if st.next_physical is not None]
         uploaded = [(r.physical, r.timestamps) for _, r in results if r.physical is not None]
         if not uploaded:
             return
+        pending = [st.next_physical for st in self.states.values() if st.next_physical is not None]
         ends = [int(p.max()) for p, _ in uploaded if p is not None and len(p)]
         frontier = min(pending) if pending else (max(ends) + 1 if ends else 0)
         if frontier <= self.released_upto:
@@ -494,19 +545,43 @@ class Dispatcher(Closeable):
             self.released_bytes += self.local.release(self.released_upto, frontier)
             self.released_upto = frontier
 
-    def _save_state(self, *, sync: bool, force: bool = False) -> None:
+    def _save_state(
+        self,
+        *,
+        sync: bool,
+        force: bool = False,
+        touched: list[tuple[FlatMessageFile, StepResult]] | None = None,
+    ) -> None:
+        """Write the state file when what ``status`` shows of a queue changed (its last upload,
+        error or gaps; only the queues ``touched`` can have: the round's), or the role, else at
+        most every :data:`STATE_REFRESH_S` while some queue's local offsets moved and every
+        :data:`STATE_IDLE_REFRESH_S` when none did (a write of every queue's state per pass
+        cost an idle sidecar of 16,000 queues more than all else)."""
         if self.state_file is None:
             return
-        shown = (
-            self.role,
-            [(k, st.last_upload_ms, st.error, len(st.gaps)) for k, st in self.states.items()],
-        )
+        changed = self.role != self._state_role
+        for flat, _ in touched or ():
+            key = (flat.topic, flat.queue_id)
+            st = self.states.get(key)
+            if st is None:
+                continue
+            shown = (st.last_upload_ms, st.error, len(st.gaps))
+            offsets = (st.local_min, st.local_max)
+            if self._state_shown.get(key) != shown:
+                self._state_shown[key] = shown
+                changed = True
+            if self._state_offsets.get(key) != offsets:
+                self._state_offsets[key] = offsets
+                self._state_moved = True
         now = time.monotonic()
-        recent = now - self._state_saved < STATE_REFRESH_S
-        if not (sync or force) and shown == self._state_shown and recent:
+        due = now - self._state_saved >= (
+            STATE_REFRESH_S if self._state_moved else STATE_IDLE_REFRESH_S
+        )
+        if not (sync or force or changed or due):
             self._state_stale = True
             return
-        self._state_shown, self._state_saved, self._state_stale = shown, now, False
+        self._state_role, self._state_saved = self.role, now
+        self._state_stale = self._state_moved = False
         snapshot = StateSnapshot(
             role=self.role,
             pid=os.getpid(),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -136,12 +137,14 @@ class FlatFileStore(BrokerTier):
         with self._lock:
             return [self._files[k] for k in sorted(self._files)]
 
-    def flush_metadata(self) -> int:
-        """Record every queue's committed state, persisting once; returns queues recorded."""
+    def flush_metadata(self, flats: Iterable[FlatMessageFile] | None = None) -> int:
+        """Record every queue's committed state (of ``flats``: the ones a dispatch round
+        touched, the only ones it can have changed), persisting once; returns queues
+        recorded."""
         changed = 0
         try:
             with self.metadata.batch():
-                for flat in self.files():
+                for flat in self.files() if flats is None else dict.fromkeys(flats):
                     with flat.lock:
                         changed += flat.flush_metadata()
         except ProviderError as e:  # only the mirror put can fail this way; the file was written

@@ -10,6 +10,7 @@ pub mod index_file;
 pub mod keys;
 pub mod tags;
 pub mod unit;
+pub mod walk;
 
 #[cfg(feature = "python")]
 mod python {
@@ -431,6 +432,33 @@ mod python {
         Ok(PyBytes::new(py, &verdicts))
     }
 
+    /// `walk_commitlog(data) -> (consumed, messages, stop, queues)`: the whole messages at the
+    /// start of `data` (see `walk::walk`): bytes and messages walked, why it stopped (`more`,
+    /// `unwritten`, `blank`, `torn`) and `[(topic, queue id, max queue offset + 1)]`, sorted.
+    #[pyfunction]
+    #[allow(clippy::type_complexity)]
+    fn walk_commitlog<'py>(
+        py: Python<'py>,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<(usize, usize, &'static str, Vec<(Bound<'py, PyBytes>, i32, i64)>)> {
+        let data = PyBuffer::<u8>::get(data)?;
+        let d = items(&data, "data")?;
+        let (consumed, messages, stop, mut found) = py.detach(|| {
+            let w = crate::walk::walk(d);
+            let found: Vec<(&[u8], i32, i64)> = w.queues.into_iter().map(|((t, q), o)| (t, q, o)).collect();
+            (w.consumed, w.messages, w.stop, found)
+        });
+        found.sort_unstable();
+        let stop = match stop {
+            crate::walk::Stop::More => "more",
+            crate::walk::Stop::Unwritten => "unwritten",
+            crate::walk::Stop::Blank => "blank",
+            crate::walk::Stop::Torn => "torn",
+        };
+        let queues = found.into_iter().map(|(t, q, o)| (PyBytes::new(py, t), q, o)).collect();
+        Ok((consumed, messages, stop, queues))
+    }
+
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
@@ -446,6 +474,7 @@ mod python {
         m.add_function(wrap_pyfunction!(read_pieces, m)?)?;
         m.add_function(wrap_pyfunction!(crc_mismatches, m)?)?;
         m.add_function(wrap_pyfunction!(tags_in, m)?)?;
+        m.add_function(wrap_pyfunction!(walk_commitlog, m)?)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }

@@ -1,0 +1,231 @@
+"""Benchmark: what the sidecar costs beside a broker of many queues (``make bench``).
+
+Per size (:data:`SIZES`, ``RMQ_BENCH_MQ_QUEUES=1000,16000``): a generated store of N/8 topics x
+8 queues, ~25 messages of 100-400 B per queue, 64 MiB commitlog files, 1,000-unit consumequeue
+files (a broker of many small topics), offloaded to a posix tier by two sidecars side by side,
+each with its own data dir and tier:
+
+* **follow**: defaults (``run`` learns which queues moved from the commitlog);
+* **every**: ``tieredStoreQueueScanIntervalMs=0`` (every queue's consumequeue at every pass: what
+  ``run`` did before).
+
+Measured, one row per mode:
+
+* **first offload**: ``rmq-tiered dispatch --once --flush`` of the backlog: wall, CPU-s (rusage)
+  per GiB of commitlog and per message, peak RSS;
+* **idle**: both ``run`` processes started on the offloaded tiers, :data:`SETTLE_S` s to settle,
+  then :data:`IDLE_S` s with nothing new: CPU-milliseconds per second, RSS;
+* **spread tail**: N more messages appended (``gen-store --append``, about one per queue, over
+  ~60 % of the queues); the seconds until each sidecar's log shows them all offloaded (the sum of
+  its passes' own times) and its CPU-seconds meanwhile; peak RSS after;
+* **status**: wall of ``rmq-tiered status --json``.
+
+Printed per size: both rows and each figure's ratio every/follow.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+
+RMQ = str(Path(sys.executable).parent / "rmq-tiered")
+SIZES = [int(n) for n in os.environ.get("RMQ_BENCH_MQ_QUEUES", "1000,16000").split(",")]
+SETTLE_S = 15.0
+IDLE_S = 20.0
+TAIL_TIMEOUT_S = 300.0
+PER_QUEUE = 25
+MODES = {"follow": {}, "every": {"tieredStoreQueueScanIntervalMs": "0"}}
+
+
+@dataclass
+class Row:
+    mode: str
+    first_wall: float = 0.0
+    first_cpu: float = 0.0
+    first_rss_mib: float = 0.0
+    idle_cpu_ms: float = 0.0
+    idle_rss_mib: float = 0.0
+    tail_pass_s: float = 0.0
+    tail_cpu: float = 0.0
+    tail_rss_mib: float = 0.0
+    status_s: float = 0.0
+    extra: dict[str, float] = field(default_factory=dict)
+
+
+def _gen(store: Path, queues: int, messages: int, seed: int, append: bool = False) -> None:
+    args = [RMQ, "gen-store", str(store), "--seed", str(seed), "--topics", str(queues // 8),
+            "--queues", "8", "--messages", str(messages), "--min-body", "100", "--max-body",
+            "400", "--commitlog-file-size", str(64 << 20), "--cq-file-entries", "1000",
+            "--quiet"]  # fmt: skip
+    subprocess.run([*args, "--append"] if append else args, check=True)
+
+
+def _conf(path: Path, store: Path, work: Path, keys: dict[str, str]) -> Path:
+    lines = {
+        "storePathRootDir": str(store),
+        "mappedFileSizeCommitLog": str(64 << 20),
+        "mappedFileSizeConsumeQueue": str(1000 * 20),
+        "tieredDataDir": str(work / "data"),
+        "tieredBackendServiceProvider": "posix",
+        "tieredStoreFilePath": str(work / "tier"),
+        "tieredHttpHost": "127.0.0.1",
+        "tieredHttpPort": "0",
+        "tieredRemotingHost": "127.0.0.1",
+        "tieredRemotingPort": "0",
+        **keys,
+    }
+    path.write_text("".join(f"{k}={v}\n" for k, v in lines.items()))
+    return path
+
+
+def _timed(args: list[str], out: Path) -> tuple[float, float, float]:
+    """Run ``args`` (stdout to ``out``): wall seconds, CPU seconds, peak RSS MiB (its own
+    rusage)."""
+    started = time.perf_counter()
+    with out.open("wb") as f:
+        proc = subprocess.Popen(args, stdout=f, stderr=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    assert proc.returncode == 0, args
+    return time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
+
+
+def _cpu(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_mib(pid: int, key: str = "VmRSS") -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(key + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _offloaded(log: Path) -> tuple[int, float]:
+    """Messages the log says were offloaded, and the seconds of those passes."""
+    messages, seconds = 0, 0.0
+    pattern = r"offloaded (\d+) messages .* in \d+ rounds, ([\d.]+) s"
+    for m in re.finditer(pattern, log.read_text(errors="replace")):
+        messages += int(m.group(1))
+        seconds += float(m.group(2))
+    return messages, seconds
+
+
+def _size(queues: int, root: Path) -> list[Row]:
+    store = root / "store"
+    _gen(store, queues, PER_QUEUE * queues, seed=1)
+    rows, confs = [], {}
+    for mode, keys in MODES.items():
+        work = root / mode
+        work.mkdir()
+        confs[mode] = _conf(work / "tiered.conf", store, work, keys)
+        row = Row(mode)
+        summary = work / "dispatch.json"
+        row.first_wall, row.first_cpu, row.first_rss_mib = _timed(
+            [RMQ, "dispatch", "-c", str(confs[mode]), "--once", "--flush", "--quiet", "--json"],
+            summary,
+        )
+        row.extra["commitlog_gib"] = json.loads(summary.read_text())["bytes"] / (1 << 30)
+        rows.append(row)
+    logs = {mode: root / f"{mode}.log" for mode in MODES}
+    procs = {}
+    for mode in MODES:
+        with logs[mode].open("wb") as out:
+            procs[mode] = subprocess.Popen(
+                [RMQ, "run", "-c", str(confs[mode])], stdout=out, stderr=subprocess.STDOUT
+            )
+    try:
+        deadline = time.monotonic() + 300
+        while not all("HTTP API listening" in logs[m].read_text(errors="replace") for m in MODES):
+            assert time.monotonic() < deadline and all(p.poll() is None for p in procs.values())
+            time.sleep(0.5)
+        time.sleep(SETTLE_S)
+        before = {m: _cpu(p.pid) for m, p in procs.items()}
+        time.sleep(IDLE_S)
+        for row in rows:
+            pid = procs[row.mode].pid
+            row.idle_cpu_ms = (_cpu(pid) - before[row.mode]) * 1000 / IDLE_S
+            row.idle_rss_mib = _rss_mib(pid)
+        done_before = {m: _offloaded(logs[m])[0] for m in MODES}
+        cpu_before = {m: _cpu(p.pid) for m, p in procs.items()}
+        _gen(store, queues, queues, seed=2, append=True)
+        deadline = time.monotonic() + TAIL_TIMEOUT_S
+        pending = set(MODES)
+        while pending and time.monotonic() < deadline:
+            assert all(p.poll() is None for p in procs.values()), "a sidecar exited"
+            for row in rows:
+                if row.mode not in pending:
+                    continue
+                messages, seconds = _offloaded(logs[row.mode])
+                if messages - done_before[row.mode] >= queues:
+                    pid = procs[row.mode].pid
+                    row.tail_cpu = _cpu(pid) - cpu_before[row.mode]
+                    earlier = _passes_before(logs[row.mode], done_before[row.mode])
+                    row.tail_pass_s = seconds - earlier
+                    row.tail_rss_mib = _rss_mib(pid, "VmHWM")
+                    pending.discard(row.mode)
+            time.sleep(0.2)
+        assert not pending, "not all offloaded: " + "\n".join(
+            f"{m}: {_offloaded(logs[m])} of {done_before[m]} + {queues}\n"
+            + logs[m].read_text(errors="replace")[-3000:]
+            for m in pending
+        )
+    finally:
+        for p in procs.values():
+            p.terminate()
+        for p in procs.values():
+            p.wait(60)
+    for row in rows:
+        started = time.perf_counter()
+        subprocess.run([RMQ, "status", "-c", str(confs[row.mode]), "--json"],
+                       check=True, capture_output=True)  # fmt: skip
+        row.status_s = time.perf_counter() - started
+    return rows
+
+
+def _passes_before(log: Path, messages: int) -> float:
+    """Seconds of the passes that offloaded the first ``messages`` messages of the log."""
+    done, seconds = 0, 0.0
+    pattern = r"offloaded (\d+) messages .* in \d+ rounds, ([\d.]+) s"
+    for m in re.finditer(pattern, log.read_text(errors="replace")):
+        if done >= messages:
+            break
+        done += int(m.group(1))
+        seconds += float(m.group(2))
+    return seconds
+
+
+def _print(queues: int, rows: list[Row]) -> None:
+    gib = rows[0].extra["commitlog_gib"]
+    messages = PER_QUEUE * queues
+    print(f"\n{queues} queues, {messages} messages, {gib * 1024:.0f} MiB of commitlog")
+    head = ("mode", "first wall s", "first CPU-s/GiB", "first CPU-us/msg", "first RSS MiB",
+            "idle CPU-ms/s", "idle RSS MiB", "tail pass s", "tail CPU-s", "tail RSS MiB",
+            "status s")  # fmt: skip
+    print(" | ".join(head))
+    for r in rows:
+        print(" | ".join([
+            r.mode, f"{r.first_wall:.1f}", f"{r.first_cpu / gib:.1f}",
+            f"{r.first_cpu * 1e6 / messages:.0f}", f"{r.first_rss_mib:.0f}",
+            f"{r.idle_cpu_ms:.1f}", f"{r.idle_rss_mib:.0f}", f"{r.tail_pass_s:.2f}",
+            f"{r.tail_cpu:.2f}", f"{r.tail_rss_mib:.0f}", f"{r.status_s:.2f}",
+        ]))  # fmt: skip
+    follow, every = rows
+    print(f"every / follow: idle CPU {every.idle_cpu_ms / max(follow.idle_cpu_ms, 0.1):.1f}x, "
+          f"tail pass {every.tail_pass_s / max(follow.tail_pass_s, 0.01):.2f}x, "
+          f"tail CPU {every.tail_cpu / max(follow.tail_cpu, 0.01):.2f}x")  # fmt: skip
+
+
+def test_many_queues() -> None:
+    for queues in SIZES:
+        with tempfile.TemporaryDirectory(prefix=f"bench-mq-{queues}-") as tmp:
+            _print(queues, _size(queues, Path(tmp)))

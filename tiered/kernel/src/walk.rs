@@ -1,0 +1,177 @@
+//! Following the commitlog as the broker's reput service does: which queues the messages of a
+//! stretch of commitlog bytes went to, so a dispatch pass looks only at the queues that moved.
+//!
+//! The bytes are read while the broker writes them: a message may be torn (its TOTALSIZE
+//! written, the rest not yet), so a message is only taken when its magic is a message magic and
+//! its field lengths add up to its TOTALSIZE; the walk stops there and the caller reads again
+//! from that message later.
+
+use std::collections::HashMap;
+
+use crate::unit::{be_i32, be_i64, BORNHOST_V6_FLAG, MAGIC_V1, MAGIC_V2, MIN_UNIT_SIZE, STOREHOST_V6_FLAG, SYSFLAG_POSITION};
+
+/// The magic of the filler after a commitlog file's last message (spec §2.1).
+pub const BLANK_MAGIC: i32 = -875_286_124;
+const QUEUE_ID_POSITION: usize = 12;
+const BODY_LENGTH_V4: usize = 84;
+const V6_EXTRA: usize = 12;
+
+/// Why a walk stopped where it did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stop {
+    /// The bytes ran out inside or before a message header: read on from `consumed`.
+    More,
+    /// Zeros where the next message would start: nothing written there yet.
+    Unwritten,
+    /// The file's filler (BLANK magic): the next message is at the next file's start.
+    Blank,
+    /// A message header that does not add up (written right now, or damaged).
+    Torn,
+}
+
+/// What [`walk`] found.
+#[derive(Debug)]
+pub struct Walk<'a> {
+    /// Bytes of whole messages from the start of the data (where the next walk starts).
+    pub consumed: usize,
+    /// Messages walked.
+    pub messages: usize,
+    pub stop: Stop,
+    /// `(topic, queue id) -> max queue offset + 1` of the messages walked.
+    pub queues: HashMap<(&'a [u8], i32), i64>,
+}
+
+/// The topic of a whole message (its field lengths add up to its size), or None.
+fn topic(unit: &[u8]) -> Option<&[u8]> {
+    let end = unit.len();
+    let sys_flag = be_i32(unit, SYSFLAG_POSITION)?;
+    let v2 = be_i32(unit, 4)? == MAGIC_V2;
+    let mut body_at = BODY_LENGTH_V4;
+    if sys_flag & BORNHOST_V6_FLAG != 0 {
+        body_at += V6_EXTRA;
+    }
+    if sys_flag & STOREHOST_V6_FLAG != 0 {
+        body_at += V6_EXTRA;
+    }
+    let body_len = usize::try_from(be_i32(unit, body_at)?).ok()?;
+    let topic_at = body_at.checked_add(4)?.checked_add(body_len)?;
+    let (topic_len, width) = if v2 {
+        let raw = unit.get(topic_at..topic_at.checked_add(2)?)?;
+        (usize::try_from(i16::from_be_bytes([raw[0], raw[1]])).ok()?, 2)
+    } else {
+        (usize::from(*unit.get(topic_at)?), 1)
+    };
+    let props_at = topic_at + width + topic_len;
+    let raw = unit.get(props_at..props_at.checked_add(2)?)?;
+    let props_len = usize::try_from(i16::from_be_bytes([raw[0], raw[1]])).ok()?;
+    if props_at + 2 + props_len != end || topic_len == 0 {
+        return None;
+    }
+    Some(&unit[topic_at + width..props_at])
+}
+
+/// Walk the messages of `data` (which starts at a message boundary) until the bytes run out or
+/// something other than a whole message starts.
+pub fn walk(data: &[u8]) -> Walk<'_> {
+    let mut queues: HashMap<(&[u8], i32), i64> = HashMap::new();
+    let (mut pos, mut messages) = (0usize, 0usize);
+    let stop = loop {
+        let (Some(size), Some(magic)) = (be_i32(data, pos), be_i32(data, pos + 4)) else {
+            break Stop::More;
+        };
+        if magic == BLANK_MAGIC {
+            break Stop::Blank;
+        }
+        if size == 0 && magic == 0 {
+            break Stop::Unwritten;
+        }
+        if (magic != MAGIC_V1 && magic != MAGIC_V2) || i64::from(size) < MIN_UNIT_SIZE {
+            break Stop::Torn;
+        }
+        let Some(unit) = data.get(pos..pos + size as usize) else {
+            break Stop::More;
+        };
+        let (Some(name), Some(queue_id), Some(offset)) =
+            (topic(unit), be_i32(unit, QUEUE_ID_POSITION), be_i64(unit, 20))
+        else {
+            break Stop::Torn;
+        };
+        let next = queues.entry((name, queue_id)).or_insert(0);
+        *next = (*next).max(offset.saturating_add(1));
+        pos += size as usize;
+        messages += 1;
+    };
+    Walk { consumed: pos, messages, stop, queues }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::unit::testing::{encode, Unit};
+
+    fn message(topic: &[u8], queue_id: i32, queue_offset: i64, sys_flag: i32, v2: bool) -> Vec<u8> {
+        let mut m = encode(&Unit { topic, queue_offset, sys_flag, v2, properties: b"a\x01b\x02", ..Unit::default() });
+        m[QUEUE_ID_POSITION..QUEUE_ID_POSITION + 4].copy_from_slice(&queue_id.to_be_bytes());
+        m
+    }
+
+    #[test]
+    fn the_queues_of_every_message_shape_with_their_max_offsets() {
+        let mut data = Vec::new();
+        let mut n = 0;
+        for sys_flag in [0, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, BORNHOST_V6_FLAG | STOREHOST_V6_FLAG] {
+            for v2 in [false, true] {
+                for (q, o) in [(0, 5), (1, 9), (0, 7), (0, 6)] {
+                    data.extend(message(b"T", q, o, sys_flag, v2));
+                    n += 1;
+                }
+            }
+        }
+        data.extend(message(b"Other", 3, 0, 0, false));
+        let end = data.len();
+        data.extend([0u8; 64]);
+        let w = walk(&data);
+        assert_eq!((w.consumed, w.messages, w.stop), (end, n + 1, Stop::Unwritten));
+        let mut got: Vec<_> = w.queues.into_iter().collect();
+        got.sort();
+        assert_eq!(got, vec![((&b"Other"[..], 3), 1), ((&b"T"[..], 0), 8), ((&b"T"[..], 1), 10)]);
+    }
+
+    #[test]
+    fn a_torn_message_stops_the_walk_before_it_and_a_cut_asks_for_more() {
+        let first = message(b"T", 0, 0, 0, false);
+        let second = message(b"T", 1, 0, 0, false);
+        let whole = [first.clone(), second.clone()].concat();
+        for cut in 0..whole.len() {
+            let w = walk(&whole[..cut]);
+            let want = if cut < first.len() { 0 } else { first.len() };
+            assert_eq!(w.consumed, want, "cut at {cut}");
+            assert_eq!(w.stop, if cut == first.len() { Stop::More } else { w.stop });
+        }
+        // the size written, the rest still zeros: a header that does not add up
+        let mut torn = first.clone();
+        torn.extend((second.len() as i32).to_be_bytes());
+        torn.extend(vec![0u8; second.len() - 4]);
+        let w = walk(&torn);
+        assert_eq!((w.consumed, w.stop), (first.len(), Stop::Torn));
+        // any byte of the second message damaged: no panic, and the walk ends on a boundary
+        for at in 0..second.len() {
+            let mut bad = whole.clone();
+            bad[first.len() + at] ^= 0xff;
+            let w = walk(&bad);
+            assert!([first.len(), whole.len()].contains(&w.consumed), "{at}: {}", w.consumed);
+        }
+    }
+
+    #[test]
+    fn the_blank_filler_ends_the_file() {
+        let mut data = message(b"T", 0, 0, 0, false);
+        let end = data.len();
+        data.extend(64i32.to_be_bytes());
+        data.extend(BLANK_MAGIC.to_be_bytes());
+        data.extend([0u8; 56]);
+        let w = walk(&data);
+        assert_eq!((w.consumed, w.messages, w.stop), (end, 1, Stop::Blank));
+        assert_eq!(walk(&[]).stop, Stop::More);
+    }
+}
