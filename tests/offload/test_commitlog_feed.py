@@ -6,6 +6,7 @@ stores, across file boundaries, torn and deleted files; nothing missed, nothing 
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -16,6 +17,7 @@ from tiered.broker import consumequeue as cqmod
 from tiered.broker.commitlog import CommitLog
 from tiered.broker.commitlog import scan_file
 from tiered.broker.generator import GenSpec
+from tiered.config import load_config
 from tiered.core.commitlog_feed import STUCK_S
 from tiered.core.commitlog_feed import CommitlogFeed
 from tiered.core.sidecar import Sidecar
@@ -144,3 +146,38 @@ def test_a_full_scan_and_a_following_pass_offload_the_same(
             t for t, _ in set(queue_ends(store)) if t in {q for q, _ in report.queues}
         )
     check_tier(cfg, car.provider).assert_ok(small_spec.messages + 700)
+
+
+def test_a_sidecar_started_beside_an_empty_store_takes_the_sizes_from_the_first_files(
+    offload_case: SidecarCase, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No broker.conf and no mappedFileSize* keys: the sizes assumed at start (the defaults)
+    give way to the files' once a new broker writes them (it reported "not the configured
+    size" for ever)."""
+    monkeypatch.setattr("tiered.core.local_source.RESIZE_S", 0.0)
+    store = tmp_path / "new-broker"
+    (store / "commitlog").mkdir(parents=True)
+    (store / "consumequeue").mkdir()
+    cfg = load_config([write_keys(tmp_path / "tiered.conf", store, tmp_path)])
+    assert "mapped_file_size_consume_queue_bytes" not in cfg.model_fields_set
+    with Sidecar(cfg) as car:
+        empty = car.dispatcher.run_pass(flush=True, follow=True)
+        assert empty.messages == 0 and not empty.errors
+        written = offload_case.store(name="written")  # 400-unit consumequeue files, 256 KiB logs
+        shutil.copytree(written, store, dirs_exist_ok=True)
+        report = car.dispatcher.run_pass(flush=True, follow=True)
+        assert not report.errors and report.messages == offload_case.spec.messages
+        assert car.dispatcher.pass_queues is not None
+        assert car.dispatcher.pass_queues.feed.position is not None
+    sized = write_keys(tmp_path / "sized.conf", store, tmp_path)  # the checker reads by size
+    sized.write_text(sized.read_text() + f"mappedFileSizeConsumeQueue={400 * 20}\n"
+                     f"mappedFileSizeCommitLog={FILE}\n")  # fmt: skip
+    check_tier(load_config([sized]), car.provider).assert_ok(offload_case.spec.messages)
+
+
+def write_keys(path: Path, store: Path, work: Path) -> Path:
+    path.write_text(
+        f"storePathRootDir={store}\ntieredDataDir={work / 'data'}\n"
+        f"tieredBackendServiceProvider=posix\ntieredStoreFilePath={work / 'tier'}\n"
+    )
+    return path

@@ -128,6 +128,15 @@ def _resolve(key: str, configured: int, explicit: bool, found: int | None) -> in
     return found
 
 
+def sizes_found(commitlog_dirs: Sequence[Path], consume_queue_dir: Path) -> tuple[bool, bool]:
+    """Whether the commitlog's and the consumequeues' file sizes can be read off their files
+    yet (a new broker has written none)."""
+    return (
+        _commitlog_size(commitlog_dirs) is not None,
+        _consume_queue_size(consume_queue_dir) is not None,
+    )
+
+
 def mapped_sizes(
     commitlog_dirs: Sequence[Path],
     consume_queue_dir: Path,

@@ -35,6 +35,7 @@ from tiered.broker.commitlog import CommitLog
 from tiered.broker.page_cache import Residency
 from tiered.broker.page_cache import residency
 from tiered.broker.store_layout import mapped_sizes
+from tiered.broker.store_layout import sizes_found
 from tiered.broker.unit_fields import check_batch
 from tiered.config import TieredConfig
 from tiered.errors import BrokerStoreError
@@ -51,6 +52,8 @@ MIN_OFFSET_TTL_S = 1.0
 """How long the read path reuses a queue's local min offset (it scans the first CQ file)."""
 REFRESH_S = 1.0
 """The read path re-lists the commitlog files when the listing is older than this."""
+RESIZE_S = 1.0
+"""While a new broker has written no file to tell the mapped file sizes, look this often."""
 HAS_QUEUE_TTL_S = 1.0
 """How long a queue directory once seen is taken to exist (the broker removes a topic rarely)."""
 SETTLED_NS = 2_000_000_000
@@ -101,18 +104,22 @@ class LocalSource:
     def __init__(self, cfg: TieredConfig) -> None:
         self.root = cfg.store_path_root_dir
         explicit = cfg.model_fields_set
-        cl_size, cq_size = mapped_sizes(
-            cfg.commitlog_dirs,
-            cfg.consume_queue_dir,
-            commitlog=(
+        self._configured_sizes = {
+            "commitlog": (
                 cfg.mapped_file_size_commit_log_bytes,
                 "mapped_file_size_commit_log_bytes" in explicit,
             ),
-            consume_queue=(
+            "consume_queue": (
                 cfg.effective_cq_file_size_bytes,
                 "mapped_file_size_consume_queue_bytes" in explicit,
             ),
+        }
+        cl_size, cq_size = mapped_sizes(
+            cfg.commitlog_dirs, cfg.consume_queue_dir, **self._configured_sizes
         )
+        self._unsized = not all(sizes_found(cfg.commitlog_dirs, cfg.consume_queue_dir))
+        """No file told a size yet (a new broker): looked at again by :meth:`refresh`."""
+        self._sized_at = time.monotonic()
         self.commitlog = CommitLog(cfg.commitlog_dirs, cl_size)
         self.cq_root = cfg.consume_queue_dir
         self.ext_root = self.root / "consumequeue_ext"
@@ -135,14 +142,38 @@ class LocalSource:
 
     def refresh(self) -> None:
         """Re-list the commitlog files (the broker creates and deletes them) -- unless their
-        directories' mtimes say nothing was created or deleted since the last listing."""
+        directories' mtimes say nothing was created or deleted since the last listing. While no
+        file has told the mapped file sizes (a new, empty broker store), look for them (at most
+        every :data:`RESIZE_S`)."""
         self._listed = time.monotonic()
+        if self._unsized and self._listed - self._sized_at >= RESIZE_S:
+            self._learn_sizes()
         if self._commitlog_dirs.holds():
             return
         self.commitlog.refresh()
         files = self.commitlog.files
         last = [str(files[-1].path)] if files else []  # a file the broker still extends
         self._commitlog_dirs.listed([str(d) for d in self.commitlog.dirs], last)
+
+    def _learn_sizes(self) -> None:
+        """Take the mapped file sizes from the files the broker has written since the start
+        (the configured or default sizes were assumed until then)."""
+        self._sized_at = time.monotonic()
+        dirs, cq_dir = self.commitlog.dirs, self.cq_root
+        found = sizes_found(dirs, cq_dir)
+        if not any(found):
+            return
+        cl_size, cq_size = mapped_sizes(dirs, cq_dir, **self._configured_sizes)
+        self._unsized = not all(found)
+        with self._lock:
+            self.commitlog.file_size = cl_size
+            if cq_size != self.cq_file_size:
+                self.cq_file_size = cq_size
+                self._queues.clear()  # built with the size assumed before
+                self._max_hint.clear()
+                self._tail.clear()
+                self._live.clear()
+        self._commitlog_dirs = _Listing()  # list again
 
     def _fresh(self) -> None:
         """Re-list the commitlog files if the listing is older than :data:`REFRESH_S`."""
