@@ -93,8 +93,8 @@ class Guard:
 
     async def pause_async(self, seconds: float) -> None:
         """:meth:`pause` for the event loop (looks at :meth:`release` every half second)."""
-        deadline = self.clock() + seconds
-        while not self._released.is_set() and (left := deadline - self.clock()) > 0:
+        deadline = time.monotonic() + seconds  # real time, whatever clock counts failures
+        while not self._released.is_set() and (left := deadline - time.monotonic()) > 0:
             await asyncio.sleep(min(left, 0.5))
 
     def release(self) -> None:
