@@ -257,8 +257,8 @@ def committed_offsets(live: History, group: str) -> dict[tuple[str, int], int]:
 
 def test_a_stopped_push_consumer_s_offsets_stay_where_it_left_them(live: History) -> None:
     """A push consumer reads everything and exits; 30 s later (past its held pulls' 15 s
-    timeout) its committed offsets are still the queues' ends. The held pulls' re-runs put
-    the offsets of before their last batch back (989 -> 960 in a third-party client's run)."""
+    timeout) its committed offsets are still the queues' ends: a held pull's re-run commits
+    nothing, and a closed connection's held pulls are dropped."""
     live.rocketmq.driver(
         "consume", mode="push", group="it-silence", topics=list(TOPICS), maxMs=180_000,
         stopAfter=len(live.reference), namesrv=live.sidecar.name_server,
@@ -287,9 +287,8 @@ def driver_lines(text: str) -> list[dict[str, Any]]:
 def test_a_killed_push_consumer_s_queues_go_to_the_next_one_at_once(live: History) -> None:
     """A push consumer is killed (SIGKILL: no unregister, no last offsets) half way; a second
     one of the group started at once holds every queue after its first rebalance (the sidecar
-    dropped the first when its connection closed, as a broker does; it used to keep it for
-    120 s, and the second got half the queues), nothing is skipped, and at most a pull batch
-    (32) per queue is read again."""
+    drops a client the moment its connection closes, as a broker does), nothing is skipped, and
+    at most a pull batch (32) per queue is read again."""
     common: dict[str, Any] = {
         "mode": "push", "group": "it-killed", "topics": list(TOPICS), "maxMs": 180_000,
         "namesrv": live.sidecar.name_server, "watchAssignment": True,

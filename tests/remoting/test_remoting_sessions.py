@@ -86,8 +86,7 @@ def test_a_held_pull_rerun_at_its_timeout_commits_nothing(
     history: SampleTier, endpoint: EndpointFactory
 ) -> None:
     """The pull commits 5 when first handled; the consumer then commits the end; the re-run at
-    the hold timeout must not put 5 back (it did: offsets went backwards ~20 s after a
-    consumer stopped)."""
+    the hold timeout must not put 5 back."""
     ep = endpoint(history)
     end = max(queue_messages(history)) + 1
     thread = held_pull(ep, end, commit=5, hold_ms=700)

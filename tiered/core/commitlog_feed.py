@@ -2,11 +2,11 @@
 
 The broker appends every message to the commitlog and then dispatches it to its queue's
 consumequeue. Looking at every queue's consumequeue on every dispatch pass costs a read per
-queue per pass whether anything moved or not: at 16,000 queues half a core of a sidecar that had
-nothing to do. :class:`CommitlogFeed` instead follows the commitlog from a position (a message
-boundary): each :meth:`~CommitlogFeed.poll` reads the bytes written since, in chunks, and the
-compiled kernel walks their message headers (``walk_commitlog``) and names the queues they went
-to with the highest queue offset seen. A poll with nothing new costs one small read.
+queue per pass whether anything moved or not. :class:`CommitlogFeed` instead follows the
+commitlog from a position (a message boundary): each :meth:`~CommitlogFeed.poll` reads the bytes
+written since, in chunks, and the compiled kernel walks their message headers
+(``walk_commitlog``) and names the queues they went to with the highest queue offset seen. A
+poll with nothing new costs one small read.
 
 The walk stops before a message that does not add up (the broker is writing it, or it is
 damaged) and starts there at the next poll; at a file's filler it goes on at the next file.
@@ -27,7 +27,7 @@ from dataclasses import field
 
 from tiered import _kernel
 from tiered.broker.commitlog import CommitLog
-from tiered.broker.read_only import pread_file
+from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
 
@@ -108,11 +108,11 @@ class CommitlogFeed:
         chunk = min(CHUNK_BYTES, f.end - position)
         while True:
             try:
-                data = pread_file(f.path, chunk, position - f.base, _gone(f.path))
-            except StoreFileNotFoundError:
-                return None
+                data = self.commitlog.read(position, chunk)
+            except (StoreFileNotFoundError, OffsetNotInStoreError, CorruptStoreFileError):
+                return None  # deleted or truncated under us
             consumed, messages, stop, queues = _kernel.walk_commitlog(data)
-            if consumed or stop != "more" or len(data) < chunk or chunk == f.end - position:
+            if consumed or stop != "more" or chunk == f.end - position:
                 break
             chunk = min(chunk * 4, f.end - position)  # a message longer than the chunk
         for topic, queue_id, end in queues:
@@ -155,7 +155,3 @@ class CommitlogFeed:
             now - self._torn[1],
         )
         return None
-
-
-def _gone(path: object) -> Callable[[], Exception]:
-    return lambda: StoreFileNotFoundError(f"commitlog file {path} disappeared")

@@ -20,7 +20,6 @@ import logging
 import math
 import time
 from collections.abc import Callable
-from collections.abc import Iterable
 from dataclasses import dataclass
 
 from tiered.errors import TieredStoreError
@@ -75,19 +74,14 @@ class PassQueues:
         self.work: dict[Key, _Work] = {}
         self._scan: list[Key] = []
         self._cursor = 0
-        self.full_passes = 0
-        self.last_moved = 0
-        """Queues the feed named at the last pass (for the pass's log line and tests)."""
 
     def choose(self) -> list[Key] | None:
         """The queues this pass looks at, sorted; None: every queue (the feed is not
         following)."""
         moved = self.feed.poll()
         if moved is None:
-            self.full_passes += 1
             return None
         now = self.clock()
-        self.last_moved = len(moved.queues)
         for key, want in moved.queues.items():
             if not self.filter.allows(key[0]):
                 continue
@@ -109,9 +103,9 @@ class PassQueues:
         self._cursor += size
         return part
 
-    def settle(self, progress: dict[Key, QueueProgress], chosen: Iterable[Key] | None) -> None:
+    def settle(self, progress: dict[Key, QueueProgress], *, full: bool) -> None:
         """After a pass: forget the queues it finished, keep those with work left, and after a
-        pass over every queue start the feed at the newest message they hold."""
+        pass over every queue (``full``) start the feed at the newest message they hold."""
         now = self.clock()
         for key, p in progress.items():
             work = self.work.get(key)
@@ -128,7 +122,7 @@ class PassQueues:
                 log.debug("%s/%d: the commitlog showed queue offset %d, the consumequeue does "
                           "not: left to the scan", key[0], key[1], self.work[key].want)  # fmt: skip
                 del self.work[key]
-        if chosen is None:
+        if full:
             self._start_feed(progress)
 
     def _start_feed(self, progress: dict[Key, QueueProgress]) -> None:

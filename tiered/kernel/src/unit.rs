@@ -41,9 +41,9 @@ pub fn unit_slice(data: &[u8], start: i64, size: i64) -> Option<&[u8]> {
     data.get(start..start.checked_add(size)?)
 }
 
-/// The properties of one unit (its last PROPLEN bytes, after the two-byte length), or None when
-/// its field lengths do not add up to its size (it is not indexed).
-pub fn properties(unit: &[u8]) -> Option<&[u8]> {
+/// The topic and the properties of one unit (the properties are its last PROPLEN bytes, after
+/// the two-byte length), or None when its field lengths do not add up to its size.
+pub fn topic_and_properties(unit: &[u8]) -> Option<(&[u8], &[u8])> {
     let end = unit.len();
     let sys_flag = be_i32(unit, SYSFLAG_POSITION)?;
     let v2 = be_i32(unit, 4)? == MAGIC_V2;
@@ -55,8 +55,8 @@ pub fn properties(unit: &[u8]) -> Option<&[u8]> {
         body_at += V6_EXTRA;
     }
     let body_len = usize::try_from(be_i32(unit, body_at)?).ok()?;
-    let topic_at = body_at + 4 + body_len;
-    if topic_at + 2 > end {
+    let topic_at = body_at.checked_add(4)?.checked_add(body_len)?;
+    if topic_at.checked_add(2)? > end {
         return None;
     }
     let (topic_len, width) = if v2 {
@@ -69,7 +69,13 @@ pub fn properties(unit: &[u8]) -> Option<&[u8]> {
     if props_at + 2 + props_len != end {
         return None;
     }
-    Some(&unit[props_at + 2..])
+    Some((&unit[topic_at + width..props_at], &unit[props_at + 2..]))
+}
+
+/// The properties of one unit, or None when its field lengths do not add up to its size (it is
+/// not indexed).
+pub fn properties(unit: &[u8]) -> Option<&[u8]> {
+    topic_and_properties(unit).map(|(_, props)| props)
 }
 
 #[cfg(test)]

@@ -8,13 +8,11 @@
 
 use std::collections::HashMap;
 
-use crate::unit::{be_i32, be_i64, BORNHOST_V6_FLAG, MAGIC_V1, MAGIC_V2, MIN_UNIT_SIZE, STOREHOST_V6_FLAG, SYSFLAG_POSITION};
+use crate::unit::{be_i32, be_i64, topic_and_properties, MAGIC_V1, MAGIC_V2, MIN_UNIT_SIZE, QUEUE_OFFSET_POSITION};
 
 /// The magic of the filler after a commitlog file's last message (spec §2.1).
 pub const BLANK_MAGIC: i32 = -875_286_124;
 const QUEUE_ID_POSITION: usize = 12;
-const BODY_LENGTH_V4: usize = 84;
-const V6_EXTRA: usize = 12;
 
 /// Why a walk stopped where it did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -41,33 +39,9 @@ pub struct Walk<'a> {
     pub queues: HashMap<(&'a [u8], i32), i64>,
 }
 
-/// The topic of a whole message (its field lengths add up to its size), or None.
+/// The topic of a whole message (its field lengths add up to its size, the topic not empty).
 fn topic(unit: &[u8]) -> Option<&[u8]> {
-    let end = unit.len();
-    let sys_flag = be_i32(unit, SYSFLAG_POSITION)?;
-    let v2 = be_i32(unit, 4)? == MAGIC_V2;
-    let mut body_at = BODY_LENGTH_V4;
-    if sys_flag & BORNHOST_V6_FLAG != 0 {
-        body_at += V6_EXTRA;
-    }
-    if sys_flag & STOREHOST_V6_FLAG != 0 {
-        body_at += V6_EXTRA;
-    }
-    let body_len = usize::try_from(be_i32(unit, body_at)?).ok()?;
-    let topic_at = body_at.checked_add(4)?.checked_add(body_len)?;
-    let (topic_len, width) = if v2 {
-        let raw = unit.get(topic_at..topic_at.checked_add(2)?)?;
-        (usize::try_from(i16::from_be_bytes([raw[0], raw[1]])).ok()?, 2)
-    } else {
-        (usize::from(*unit.get(topic_at)?), 1)
-    };
-    let props_at = topic_at + width + topic_len;
-    let raw = unit.get(props_at..props_at.checked_add(2)?)?;
-    let props_len = usize::try_from(i16::from_be_bytes([raw[0], raw[1]])).ok()?;
-    if props_at + 2 + props_len != end || topic_len == 0 {
-        return None;
-    }
-    Some(&unit[topic_at + width..props_at])
+    topic_and_properties(unit).map(|(topic, _)| topic).filter(|t| !t.is_empty())
 }
 
 /// Walk the messages of `data` (which starts at a message boundary) until the bytes run out or
@@ -92,7 +66,7 @@ pub fn walk(data: &[u8]) -> Walk<'_> {
             break Stop::More;
         };
         let (Some(name), Some(queue_id), Some(offset)) =
-            (topic(unit), be_i32(unit, QUEUE_ID_POSITION), be_i64(unit, 20))
+            (topic(unit), be_i32(unit, QUEUE_ID_POSITION), be_i64(unit, QUEUE_OFFSET_POSITION))
         else {
             break Stop::Torn;
         };
@@ -108,6 +82,7 @@ pub fn walk(data: &[u8]) -> Walk<'_> {
 mod tests {
     use super::*;
     use crate::unit::testing::{encode, Unit};
+    use crate::unit::{BORNHOST_V6_FLAG, STOREHOST_V6_FLAG};
 
     fn message(topic: &[u8], queue_id: i32, queue_offset: i64, sys_flag: i32, v2: bool) -> Vec<u8> {
         let mut m = encode(&Unit { topic, queue_offset, sys_flag, v2, properties: b"a\x01b\x02", ..Unit::default() });
