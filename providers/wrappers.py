@@ -14,9 +14,11 @@
   Latency is in milliseconds with upstream's buckets; ``operation`` of the first three is ``read``,
   ``write`` (append and put), ``seal``, ``size``, ``delete`` or ``list``; ``path`` is the queue's
   logical path (``broker-a/TopicTest/3``) and ``file_type`` ``commit_log``, ``consume_queue`` or
-  ``index`` (``""``/``other`` for keys outside the segment layout). ``requests_total`` counts
-  backend requests (``GET``, ``PUT``, ``LIST``, ``DELETE``, ``COPY``, ``MPU_PART``, ...) so that
-  requests per GiB can be read off a run (divide by the upload/download ``_sum``).
+  ``index`` (``""``/``other`` for keys outside the segment layout); the sidecar labels ``path`` at
+  the detail of ``tieredMetricsDetail`` (:func:`set_path_label`: per queue, per topic, or
+  empty). ``requests_total`` counts backend requests (``GET``, ``PUT``, ``LIST``, ``DELETE``,
+  ``COPY``, ``MPU_PART``, ...) so that requests per GiB can be read off a run (divide by the
+  upload/download ``_sum``).
 - :class:`FaultInjectingProvider` fails or delays a chosen fraction of calls, or the Nth calls,
   with a chosen error, before or after the real call.
 - :class:`LatencyProvider` adds a fixed latency (plus jitter) to every call.
@@ -206,8 +208,29 @@ class ProviderMetrics:
         return ProviderMetrics()
 
 
-@functools.lru_cache(maxsize=4096)
+def _same(path: str) -> str:
+    return path
+
+
+_path_label: list[Callable[[str], str]] = [_same]
+
+
+def set_path_label(label: Callable[[str], str]) -> None:
+    """Label the ``path`` of the provider families with ``label(logical path)`` (the
+    sidecar's ``tieredMetricsDetail``: one series per queue, per topic or for the broker); the
+    logical path itself until set."""
+    _path_label[0] = label
+    _address.cache_clear()
+
+
 def _labels(key: str) -> tuple[str, str]:
+    """``(path label, file type label)`` of a segment key."""
+    path, file_type = _address(key)
+    return _path_label[0](path), file_type
+
+
+@functools.lru_cache(maxsize=4096)
+def _address(key: str) -> tuple[str, str]:
     """``(logical path, file type label)`` of a segment key (a handful of keys repeat: cached)."""
     address = SegmentAddress.parse(key)
     if address is None:

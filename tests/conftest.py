@@ -12,6 +12,7 @@ from tiered.providers.testing.servers import HttpFaults
 from tiered.providers.testing.servers import S3Endpoint
 from tiered.providers.testing.servers import running_moto
 
+from tiered import metrics
 from tiered.testing.spark_cluster import running_spark_cluster
 
 if TYPE_CHECKING:
@@ -19,6 +20,13 @@ if TYPE_CHECKING:
 
 SHARED = Path(__file__).resolve().parents[1].parent / "shared"
 REAL_DATA = SHARED / "testdata" / "real"
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _queue_metrics() -> None:
+    """In-process tests read the per-queue metric families one series per queue (upstream's
+    labels, ``tieredMetricsDetail=queue``); ``run`` sets its process's level from its config."""
+    metrics.set_detail("queue")
 
 
 @pytest.fixture(scope="session")

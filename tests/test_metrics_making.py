@@ -153,12 +153,98 @@ def test_hooks_run_before_every_collection_and_go_with_their_object() -> None:
         "    def __init__(self): self.n = self.seen = 0\n"
         "    def sync(self):\n"
         "        metrics.READ_AHEAD_CACHE_ACCESS.inc(self.n - self.seen); self.seen = self.n\n"
+        "hooks = len(metrics._BEFORE.hooks)\n"
         "reads = Reads(); metrics.before_collect(reads.sync)\n"
         "name = 'rocketmq_tiered_store_read_ahead_cache_access_total'\n"
         "before = metrics.REGISTRY.get_sample_value(name)\n"
         "reads.n += 3\n"
         "after = metrics.REGISTRY.get_sample_value(name)\n"
         "del reads; gc.collect(); metrics.REGISTRY.get_sample_value(name)\n"
-        "print(json.dumps([before, after, len(metrics._BEFORE.hooks)]))"
+        "print(json.dumps([before, after, len(metrics._BEFORE.hooks) - hooks]))"
     )
     assert out == [0.0, 3.0, 0]
+
+
+_DETAIL = """
+from tiered import metrics
+from tiered.providers.memory import MemoryProvider
+from tiered.providers.wrappers import MetricsProvider
+from tiered.providers.layout import FileType, segment_key
+metrics.set_detail({level!r})
+for topic, qid, behind, age in [("A", 0, 5, 100), ("A", 1, 7, 300), ("B", 0, 1, 200)]:
+    metrics.QUEUE_BEHIND.set(topic, qid, behind, "consume_queue")
+    metrics.QUEUE_LATENCY.set(topic, qid, age, "consume_queue")
+    labels = metrics.queue_labels(topic, qid)
+    metrics.child(metrics.MESSAGES_DISPATCH, *labels, "commit_log").inc(behind)
+    metrics.QUEUE_STORAGE_SIZE.set_path(f"broker-a/{{topic}}/{{qid}}", 10 * behind, "commit_log")
+metrics.QUEUE_BEHIND.set("B", 0, 0, "consume_queue")  # caught up
+p = MetricsProvider(MemoryProvider())
+p.append(segment_key("c", "broker-a", "A", 0, FileType.COMMIT_LOG, 0), b"x", 0)
+def samples(name):
+    found = [
+        [dict(s.labels), s.value]
+        for f in metrics.REGISTRY.collect() for s in f.samples if s.name == name
+    ]
+    return sorted(found, key=json.dumps)
+got = {{n: samples(n) for n in (
+    "rocketmq_tiered_store_dispatch_behind", "rocketmq_tiered_store_dispatch_latency",
+    "rocketmq_tiered_store_messages_dispatch_total", "rocketmq_storage_size",
+    "rocketmq_tiered_store_provider_upload_bytes_count")}}
+metrics.QUEUE_BEHIND.forget("A", 1, "broker-a/A/1")
+got["after_forget"] = samples("rocketmq_tiered_store_dispatch_behind")
+print(json.dumps(got))
+"""
+
+
+def _cq(topic: str, queue_id: str) -> dict[str, str]:
+    return {"topic": topic, "queue_id": queue_id, "file_type": "consume_queue"}
+
+
+def test_broker_detail_sums_counts_and_sizes_and_takes_the_oldest_age() -> None:
+    got = _run(_DETAIL.format(level="broker"))
+    assert got["rocketmq_tiered_store_dispatch_behind"] == [[_cq("", ""), 12.0]]
+    assert got["rocketmq_tiered_store_dispatch_latency"] == [[_cq("", ""), 300.0]]
+    assert got["rocketmq_tiered_store_messages_dispatch_total"] == [
+        [{"topic": "", "queue_id": "", "file_type": "commit_log"}, 13.0]
+    ]
+    assert got["rocketmq_storage_size"] == [[{"topic": "", "file_type": "commit_log"}, 130.0]]
+    (upload,) = got["rocketmq_tiered_store_provider_upload_bytes_count"]
+    assert upload[0]["path"] == "" and upload[1] == 1.0
+    assert got["after_forget"] == [[_cq("", ""), 5.0]]
+
+
+def test_topic_detail_has_a_series_per_topic_that_goes_with_its_last_queue() -> None:
+    got = _run(_DETAIL.format(level="topic"))
+    assert got["rocketmq_tiered_store_dispatch_behind"] == [[_cq("A", ""), 12.0], [_cq("B", ""), 0]]
+    assert got["rocketmq_tiered_store_dispatch_latency"] == [
+        [_cq("A", ""), 300.0],
+        [_cq("B", ""), 200.0],
+    ]
+    sizes = got["rocketmq_storage_size"]
+    assert sizes == [
+        [{"topic": "broker-a/A", "file_type": "commit_log"}, 120.0],
+        [{"topic": "broker-a/B", "file_type": "commit_log"}, 10.0],
+    ]
+    (upload,) = got["rocketmq_tiered_store_provider_upload_bytes_count"]
+    assert upload[0]["path"] == "broker-a/A"
+    assert got["after_forget"] == [[_cq("A", ""), 5.0], [_cq("B", ""), 0]]
+
+
+def test_queue_detail_keeps_upstreams_labels_and_forgets_a_queue_whole() -> None:
+    got = _run(_DETAIL.format(level="queue"))
+    assert got["rocketmq_tiered_store_dispatch_behind"] == [
+        [_cq("A", "0"), 5.0],
+        [_cq("A", "1"), 7.0],
+        [_cq("B", "0"), 0.0],
+    ]
+    assert [s[0]["topic"] for s in got["rocketmq_storage_size"]] == [
+        "broker-a/A/0",
+        "broker-a/A/1",
+        "broker-a/B/0",
+    ]
+    assert got["after_forget"] == [[_cq("A", "0"), 5.0], [_cq("B", "0"), 0.0]]
+
+
+def test_an_unknown_detail_is_refused_naming_the_levels() -> None:
+    with pytest.raises(ValueError, match="broker, topic, queue"):
+        metrics.set_detail("partition")

@@ -52,6 +52,7 @@ __all__ = [
     "PROVIDER_NAMES",
     "BrokerRole",
     "DispatchStartPolicy",
+    "MetricsDetail",
     "StorageLevel",
     "TieredConfig",
     "load_config",
@@ -108,6 +109,14 @@ class BrokerRole(enum.StrEnum):
     ASYNC_MASTER = "ASYNC_MASTER"
     SYNC_MASTER = "SYNC_MASTER"
     SLAVE = "SLAVE"
+
+
+class MetricsDetail(enum.StrEnum):
+    """How many series the per-queue metric families export (``tieredMetricsDetail``)."""
+
+    BROKER = "broker"
+    TOPIC = "topic"
+    QUEUE = "queue"
 
 
 class DispatchStartPolicy(enum.StrEnum):
@@ -388,6 +397,7 @@ DirPath = Annotated[Path, _Before(_path)]
 DirList = Annotated[tuple[Path, ...], _Before(_paths)]
 BrokerId = Annotated[int, _Before(_int(0, LONG_MAX))]
 Role = Annotated[BrokerRole, _Before(_choice(list(BrokerRole)))]
+MetricsLevel = Annotated[MetricsDetail, _Before(_choice(list(MetricsDetail)))]
 StartPolicy = Annotated[DispatchStartPolicy, _Before(_choice(list(DispatchStartPolicy)))]
 Globs = Annotated[tuple[str, ...], _Before(_globs)]
 ReserveOverrides = Annotated[tuple[str, ...], _Before(_reserve_overrides)]
@@ -676,6 +686,12 @@ class TieredConfig(BaseModel):
         "connection.failed.authentication.delay.ms); 0 = at once",
         500,
     )
+    tiered_metrics_detail: MetricsLevel = _key(
+        "tieredMetricsDetail",
+        "the per-queue metric families as one series for the broker (broker), one per topic "
+        "(topic) or one per queue (queue, upstream's labels)",
+        MetricsDetail.BROKER,
+    )
     tiered_http_metrics_auth: Bool = _key(
         "tieredHttpMetricsAuth", "with tieredAclEnable, /metrics needs an account too", False
     )
@@ -811,6 +827,8 @@ class TieredConfig(BaseModel):
                 text = str(value) if value.get_secret_value() else ""
             elif isinstance(value, bool):
                 text = str(value).lower()
+            elif isinstance(value, enum.StrEnum):
+                text = value.value
             elif isinstance(value, enum.Enum):
                 text = value.name
             elif isinstance(value, tuple):

@@ -29,6 +29,7 @@ from typing import Final
 from cachetools import TTLCache
 
 from tiered.metrics import OTHER_LABEL
+from tiered.metrics import topic_label
 
 __all__ = [
     "KNOWN_TOPICS_TTL_S",
@@ -171,6 +172,6 @@ class KnownTopics:
         """``topic`` as a metric label value: itself when known, else :data:`OTHER_LABEL` (and
         the name logged, rate-limited)."""
         if self.known(topic):
-            return topic
+            return topic_label(topic)
         self.unknown.note(topic)
         return OTHER_LABEL

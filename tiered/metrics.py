@@ -108,11 +108,14 @@ A ``topic`` a request names (``api_latency``, ``messages_out_total``,
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import sys
 import threading
 import weakref
 from collections.abc import Callable
+from collections.abc import Hashable
+from collections.abc import Iterable
 from collections.abc import Sequence
 from types import ModuleType
 from typing import TYPE_CHECKING
@@ -131,6 +134,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "API_LATENCY",
+    "DETAILS",
     "DISPATCH_BEHIND",
     "DISPATCH_BEHIND_BYTES",
     "DISPATCH_BYTES",
@@ -160,6 +164,11 @@ __all__ = [
     "METADATA_MIRROR",
     "METADATA_PERSIST",
     "OTHER_LABEL",
+    "QUEUE_BEHIND",
+    "QUEUE_BEHIND_BYTES",
+    "QUEUE_LATENCY",
+    "QUEUE_RESERVE_TIME",
+    "QUEUE_STORAGE_SIZE",
     "READ_AHEAD_CACHE_ACCESS",
     "READ_AHEAD_CACHE_BYTES",
     "READ_AHEAD_CACHE_COUNT",
@@ -174,13 +183,19 @@ __all__ = [
     "REMOTING_REQUESTS",
     "STORAGE_MESSAGE_RESERVE_TIME",
     "STORAGE_SIZE",
+    "QueueGauge",
     "before_collect",
     "child",
     "counts_index_failures",
+    "detail",
     "discard",
     "discarded",
     "families",
+    "path_label",
+    "queue_labels",
     "register",
+    "set_detail",
+    "topic_label",
 ]
 
 P = ParamSpec("P")
@@ -205,6 +220,64 @@ def child(metric: M, *values: str) -> M:
     if found is None:
         found = _children[key] = metric.labels(*values)
     return found  # type: ignore[return-value]
+
+
+# --- how much detail the per-queue families carry (``tieredMetricsDetail``) -----------------------
+
+DETAILS: Final = ("broker", "topic", "queue")
+"""``tieredMetricsDetail``: the per-queue families (``topic``/``queue_id`` or ``path`` labels) as
+one series for the broker (``broker``: both labels empty), one per topic (``topic``: ``queue_id``
+empty, ``path`` the topic's ``broker/topic``) or one per queue as upstream (``queue``). Prometheus
+reads an empty label as no label, so ``max by (topic, queue_id)`` works at every level."""
+
+
+class _Detail:
+    level = "broker"
+
+
+_detail = _Detail()
+
+
+def set_detail(level: str) -> None:
+    """Export the per-queue families at ``level`` (one of :data:`DETAILS`); call before the
+    first series is made (``run`` does, from ``tieredMetricsDetail``).
+
+    Raises:
+        ValueError: ``level`` is not one of :data:`DETAILS`.
+    """
+    if level not in DETAILS:
+        raise ValueError(f"metrics detail {level!r} is not one of {', '.join(DETAILS)}")
+    _detail.level = level
+    from tiered.providers.wrappers import set_path_label
+
+    set_path_label(path_label)
+
+
+def detail() -> str:
+    """The level of :func:`set_detail` (``broker`` until set)."""
+    return _detail.level
+
+
+def queue_labels(topic: str, queue_id: int) -> tuple[str, str]:
+    """The ``(topic, queue_id)`` label values of a queue's series at the configured detail."""
+    level = _detail.level
+    if level == "queue":
+        return topic, str(queue_id)
+    return (topic, "") if level == "topic" else ("", "")
+
+
+def topic_label(topic: str) -> str:
+    """The ``topic`` label value of a topic's series (empty at ``broker`` detail)."""
+    return "" if _detail.level == "broker" else topic
+
+
+def path_label(path: str) -> str:
+    """The ``path`` label value of a queue's logical path ``broker/topic/queue``: itself at
+    ``queue`` detail, ``broker/topic`` at ``topic``, empty at ``broker``."""
+    level = _detail.level
+    if level == "queue" or not path:
+        return path
+    return path.rpartition("/")[0] if level == "topic" else ""
 
 
 # --- making the families --------------------------------------------------------------------------
@@ -495,6 +568,111 @@ STORAGE_MESSAGE_RESERVE_TIME = _gauge(
     "Age of the oldest message kept in the tier, milliseconds",
     _QUEUE,
 )
+
+
+class QueueGauge:
+    """A gauge each queue sets for itself, exported at the configured detail
+    (:func:`set_detail`): at ``queue`` detail each queue's value is its own series, as upstream;
+    at ``topic`` and ``broker`` detail a series holds ``how`` (``sum`` or ``max``) of the values of
+    its queues, worked out when the registry is collected (a scrape), only for the series a queue
+    changed since. A queue's value is kept only while it is not 0 (a queue at rest costs nothing
+    for ``dispatch_behind`` and ``dispatch_latency``)."""
+
+    def __init__(
+        self,
+        family: Gauge,
+        how: Callable[[Iterable[float]], float],
+        *,
+        rests: Sequence[tuple[str, ...]] = ((),),
+        by_path: bool = False,
+    ) -> None:
+        self.family = family
+        self.how = how
+        self.rests = rests
+        """The values of the family's labels after the queue's (``file_type``) it is set with."""
+        self.by_path = by_path
+        """Whether the first label is the queue's logical path (set with :meth:`set_path`)."""
+        self._lock = threading.Lock()
+        self._values: dict[tuple[str, ...], dict[Hashable, float]] = {}
+        """Series (its label values) -> the values of its queues."""
+        self._dirty: set[tuple[str, ...]] = set()
+        before_collect(self._publish)
+
+    def set(self, topic: str, queue_id: int, value: float, *rest: str) -> None:
+        """The queue's value (``rest``: the family's labels after ``topic, queue_id``)."""
+        if _detail.level == "queue":
+            child(self.family, topic, str(queue_id), *rest).set(value)
+            return
+        self._set((topic, queue_id), (*queue_labels(topic, queue_id), *rest), value)
+
+    def set_path(self, path: str, value: float, *rest: str) -> None:
+        """The value of the queue (or index) at logical ``path``, for a family whose first label
+        is the path (``rocketmq_storage_size``)."""
+        if _detail.level == "queue":
+            child(self.family, path, *rest).set(value)
+            return
+        self._set((path, *rest), (path_label(path), *rest), value)
+
+    def _set(self, key: Hashable, series: tuple[str, ...], value: float) -> None:
+        if _making.discard:
+            return
+        with self._lock:
+            values = self._values.get(series)
+            if values is None:
+                values = self._values[series] = {}
+            if value:
+                values[key] = value
+            elif values.pop(key, None) is None:
+                return  # 0 and was 0: nothing changed
+            self._dirty.add(series)
+
+    def forget(self, topic: str, queue_id: int, path: str) -> None:
+        """Drop a queue's values (its topic was deleted): its own series at ``queue`` detail, its
+        share of the others (a topic's series goes when its last queue does)."""
+        if _making.discard:
+            return
+        if _detail.level == "queue":
+            for rest in self.rests:
+                labels = (path, *rest) if self.by_path else (topic, str(queue_id), *rest)
+                _children.pop((id(self.family), labels), None)
+                with contextlib.suppress(KeyError):
+                    self.family.remove(*labels)
+            return
+        with self._lock:
+            keys = {(topic, queue_id), *((path, *rest) for rest in self.rests)}
+            for series, values in list(self._values.items()):
+                if not keys.intersection(values):
+                    continue
+                for key in keys:
+                    values.pop(key, None)
+                self._dirty.add(series)
+                if not values and any(series[:2]):  # a topic's series, not the broker's
+                    del self._values[series]
+                    self._dirty.discard(series)
+                    _children.pop((id(self.family), series), None)
+                    with contextlib.suppress(KeyError):
+                        self.family.remove(*series)
+
+    def _publish(self) -> None:
+        with self._lock:
+            dirty, self._dirty = self._dirty, set()
+            out = [(s, self.how(self._values[s].values()) if self._values[s] else 0) for s in dirty]
+        for series, value in out:
+            child(self.family, *series).set(value)
+
+
+def _max(values: Iterable[float]) -> float:
+    return max(values, default=0)
+
+
+_CQ = (("consume_queue",),)
+QUEUE_BEHIND = QueueGauge(DISPATCH_BEHIND, sum, rests=_CQ)
+QUEUE_BEHIND_BYTES = QueueGauge(DISPATCH_BEHIND_BYTES, sum)
+QUEUE_LATENCY = QueueGauge(DISPATCH_LATENCY, _max, rests=_CQ)
+QUEUE_STORAGE_SIZE = QueueGauge(
+    STORAGE_SIZE, sum, rests=(("commit_log",), ("consume_queue",), ("index",)), by_path=True
+)
+QUEUE_RESERVE_TIME = QueueGauge(STORAGE_MESSAGE_RESERVE_TIME, _max)
 
 # --- the read path (spec §13; the upstream quirks fixed: the cache count is entries, the cache
 # bytes are bytes, access and hit are counted). ``group`` is not a label: the sidecar serves

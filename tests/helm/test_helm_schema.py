@@ -104,6 +104,7 @@ def test_schema_choices_are_accepted_by_the_model(chart: helm.Chart) -> None:
         "tieredBackendServiceProvider",
         "tieredMetadataServiceProvider",
         "tieredStoreDispatchStartPolicy",
+        "tieredMetricsDetail",
     ):
         for choice in props[key]["enum"]:
             extra = {"tieredStoreFsspecUrl": "memory://x", "objectStoreBucket": "b"}

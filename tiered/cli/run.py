@@ -34,6 +34,7 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     """
     cfg = load(configs)
     setup_logging(cfg, verbose_level=logging.DEBUG if verbose else None)
+    metrics.set_detail(cfg.tiered_metrics_detail.value)  # before any queue's series
     metrics.register()  # every family on /metrics from the first scrape
     daemon = Daemon(cfg)
     security = Security.from_config(

@@ -128,15 +128,12 @@ def expire(cfg: TieredConfig, store: FlatFileStore, now: int) -> ExpiryReport:
                     exc_info=traceback_if_debug(log, e),
                 )
                 continue
-            metrics.STORAGE_SIZE.labels(flat.path, "commit_log").set(flat.commitlog.committed_bytes)
-            metrics.STORAGE_SIZE.labels(flat.path, "consume_queue").set(
-                flat.consume_queue.committed_bytes
-            )
+            size = metrics.QUEUE_STORAGE_SIZE
+            size.set_path(flat.path, flat.commitlog.committed_bytes, "commit_log")
+            size.set_path(flat.path, flat.consume_queue.committed_bytes, "consume_queue")
             oldest = flat.min_timestamp()
             if oldest > 0:
-                metrics.STORAGE_MESSAGE_RESERVE_TIME.labels(flat.topic, str(flat.queue_id)).set(
-                    max(now - oldest, 0)
-                )
+                metrics.QUEUE_RESERVE_TIME.set(flat.topic, flat.queue_id, max(now - oldest, 0))
     if report.segments:
         log.info("expiry deleted %d segments (%d bytes)", report.segments, report.bytes)
     return report

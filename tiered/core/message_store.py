@@ -483,7 +483,7 @@ class TieredMessageStore(Closeable):
 
 def _damaged(flat: FlatMessageFile, error: IntegrityError) -> None:
     """Count and log a message that failed its checks (a function: no reference to the store)."""
-    metrics.READ_CRC_FAILURES.labels(flat.topic, str(flat.queue_id)).inc()
+    metrics.child(metrics.READ_CRC_FAILURES, *metrics.queue_labels(flat.topic, flat.queue_id)).inc()
     log.error(
         "tier integrity check failed on object %s: %s",
         error.key,

@@ -462,7 +462,7 @@ def failed(flat: FlatMessageFile, state: QueueState, error: BaseException) -> St
     traceback only at DEBUG)."""
     state.failures += 1
     state.error = str(error)
-    metrics.DISPATCH_ERRORS.labels(flat.topic, str(flat.queue_id)).inc()
+    metrics.child(metrics.DISPATCH_ERRORS, *metrics.queue_labels(flat.topic, flat.queue_id)).inc()
     fields = error_fields(error, topic=flat.topic, queue_id=flat.queue_id)
     log.warning(
         "%s: dispatch failed (attempt %d, object %s): %s",
@@ -526,7 +526,8 @@ def _skip_deleted(
     skipped = flat.jump(lmin)
     gap = Gap(current, lmin, now)
     state.gaps.append(gap)
-    metrics.DISPATCH_GAP_MESSAGES.labels(flat.topic, str(flat.queue_id)).inc(skipped)
+    labels = metrics.queue_labels(flat.topic, flat.queue_id)
+    metrics.child(metrics.DISPATCH_GAP_MESSAGES, *labels).inc(skipped)
     log.warning(
         "%s: the broker deleted queue offsets [%d, %d) (%d messages) before they were "
         "offloaded; they are not in the tier (a gap), offloading continues at %d",
@@ -542,12 +543,13 @@ def _skip_deleted(
 def _count(flat: FlatMessageFile, state: QueueState, messages: int, nbytes: int, now: int) -> None:
     if not messages and not nbytes:
         return
-    labels = (flat.topic, str(flat.queue_id))
+    labels = metrics.queue_labels(flat.topic, flat.queue_id)
     if messages:
-        metrics.MESSAGES_DISPATCH.labels(*labels, "commit_log").inc(messages)
-    metrics.DISPATCH_BYTES.labels(*labels).inc(nbytes)
-    metrics.STORAGE_SIZE.labels(flat.path, "commit_log").set(flat.commitlog.committed_bytes)
-    metrics.STORAGE_SIZE.labels(flat.path, "consume_queue").set(flat.consume_queue.committed_bytes)
+        metrics.child(metrics.MESSAGES_DISPATCH, *labels, "commit_log").inc(messages)
+    metrics.child(metrics.DISPATCH_BYTES, *labels).inc(nbytes)
+    size = metrics.QUEUE_STORAGE_SIZE
+    size.set_path(flat.path, flat.commitlog.committed_bytes, "commit_log")
+    size.set_path(flat.path, flat.consume_queue.committed_bytes, "consume_queue")
     state.last_upload_ms = now
 
 
@@ -564,10 +566,10 @@ def _behind(
     if shown == state.published:  # an idle queue: the gauges hold these already
         return
     state.published = shown
-    labels = (flat.topic, str(flat.queue_id))
-    metrics.child(metrics.DISPATCH_BEHIND, *labels, "consume_queue").set(shown[0])
-    metrics.child(metrics.DISPATCH_BEHIND_BYTES, *labels).set(shown[1])
-    metrics.child(metrics.DISPATCH_LATENCY, *labels, "consume_queue").set(shown[2])
+    topic, qid = flat.topic, flat.queue_id
+    metrics.QUEUE_BEHIND.set(topic, qid, shown[0], "consume_queue")
+    metrics.QUEUE_BEHIND_BYTES.set(topic, qid, shown[1])
+    metrics.QUEUE_LATENCY.set(topic, qid, shown[2], "consume_queue")
 
 
 def _caught_up(flat: FlatMessageFile, state: QueueState) -> None:

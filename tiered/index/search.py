@@ -128,7 +128,8 @@ class Collector:
         ):
             return None  # a hash collision, or an item of data the tier no longer holds
         if not m.crc_ok:
-            metrics.READ_CRC_FAILURES.labels(self.topic, str(item.queue_id)).inc()
+            labels = metrics.queue_labels(self.topic, item.queue_id)
+            metrics.child(metrics.READ_CRC_FAILURES, *labels).inc()
             raise IntegrityError(
                 f"{self.topic}/{item.queue_id}: the message at flat commitlog offset "
                 f"{item.offset} fails its body CRC; the tier holds damaged data",

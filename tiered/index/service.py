@@ -570,7 +570,7 @@ class IndexService(Closeable):
 
     def _update_size(self) -> None:
         size = sum(r.size for r in self.uploaded.records())
-        metrics.STORAGE_SIZE.labels(self.uploaded.path, "index").set(size)
+        metrics.QUEUE_STORAGE_SIZE.set_path(self.uploaded.path, size, "index")
 
     # --- scheduling -----------------------------------------------------------------------------
 
