@@ -38,6 +38,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import BinaryIO
@@ -175,6 +176,18 @@ class Provider(Closeable, abc.ABC):
             SegmentNotFoundError: the object does not exist.
             ProviderError: the backend failed; the bytes are written but not known durable.
         """
+
+    def sync_many(self, keys: Sequence[str]) -> None:
+        """:meth:`sync` every key, at once where the backend can (posix: one ``syncfs`` of the
+        tier's file system for many keys); by default one key after the other.
+
+        Raises:
+            SegmentNotFoundError: an object does not exist.
+            ProviderError: the backend failed for some key (which is not said: sync them one by
+                one to learn it); none is known durable.
+        """
+        for key in keys:
+            self.sync(key)
 
     @abc.abstractmethod
     def seal(self, key: str) -> None:

@@ -16,6 +16,7 @@ false here. Request accounting counts system-call groups: ``STAT``, ``READ``, ``
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import errno
 import logging
 import os
@@ -24,10 +25,13 @@ import stat
 import threading
 import uuid
 from collections import OrderedDict
+from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import cast
 
 from tiered.errors import PositionMismatchError
 from tiered.errors import ReadPastEndError
@@ -54,6 +58,18 @@ OPEN_FILES = 128
 consumequeue segments). Reusing one saves an ``open``, ``close`` and their handovers of the
 interpreter lock per append and per sync: 3 % of a 1 KiB catch-up's wall time (8 interleaved
 pairs), 19 k fewer system calls of which most were ``futex`` waits."""
+SYNCFS_MIN_KEYS = 64
+"""From this many keys :meth:`PosixProvider.sync_many` syncs the whole file system at once."""
+
+
+def _find_syncfs() -> Callable[[int], int] | None:
+    try:
+        return cast("Callable[[int], int]", ctypes.CDLL(None, use_errno=True).syncfs)
+    except (OSError, AttributeError):  # not Linux / glibc: one key after the other
+        return None
+
+
+_syncfs = _find_syncfs()
 _NO_LINK = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EXDEV, errno.EMLINK}
 _TEMP_NAME = re.compile(r"\.(.+)\.[0-9a-f]{32}\.tmp")
 """What :meth:`PosixProvider.put` writes before its rename: ``.{name}.{uuid4 hex}.tmp``."""
@@ -161,6 +177,28 @@ class PosixProvider(Provider):
             try:
                 self._request("FSYNC")
                 os.fdatasync(fd)
+            finally:
+                os.close(fd)
+
+    def sync_many(self, keys: Sequence[str]) -> None:
+        """One ``syncfs`` of the tier's file system for :data:`SYNCFS_MIN_KEYS` keys or more
+        (writing back every dirty page of that file system, then one journal commit: 10,000
+        files' appends took 0.07 s here, against 0.65 s and 3.5 CPU-s for their ``fdatasync``
+        calls on 8 threads); fewer are synced one by one. An I/O error of any file of that file
+        system since the tier's directory was opened fails it (Linux >= 5.8 reports them): the
+        caller then syncs key by key, and learns which."""
+        if len(keys) < SYNCFS_MIN_KEYS or _syncfs is None:
+            super().sync_many(keys)
+            return
+        for key in keys:
+            self.path(key)  # checked as every call checks its key
+        with translated(str(self.root), "file operation"):
+            fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                self._request("FSYNC")
+                if _syncfs(fd) != 0:
+                    err = ctypes.get_errno()
+                    raise OSError(err, f"syncfs of {self.root}: {os.strerror(err)}")
             finally:
                 os.close(fd)
 

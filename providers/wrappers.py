@@ -33,6 +33,7 @@ import time
 from collections.abc import Callable
 from collections.abc import Collection
 from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
@@ -112,6 +113,9 @@ class WrappedProvider(Provider):
 
     def sync(self, key: str) -> None:
         self._around("sync", key, functools.partial(self.inner.sync, key))
+
+    def sync_many(self, keys: Sequence[str]) -> None:
+        self._around("sync", "", functools.partial(self.inner.sync_many, keys))
 
     def seal(self, key: str) -> None:
         self._around("seal", key, functools.partial(self.inner.seal, key))

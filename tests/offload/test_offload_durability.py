@@ -7,13 +7,17 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from collections.abc import Sequence
+from pathlib import Path
 from typing import TypeVar
 
+import pytest
 from tiered.providers import BytesLike
 from tiered.providers import PosixProvider
 from tiered.providers import WrappedProvider
 
 from tiered.config import TieredConfig
+from tiered.core import dispatcher as dispatcher_mod
 from tiered.core.sidecar import Sidecar
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
@@ -71,6 +75,15 @@ class Durability(WrappedProvider):
         self._around("sync", key, lambda: self.inner.sync(key))
         self.durable[key] = size
         self.waiting.discard(key)
+
+    def sync_many(self, keys: Sequence[str]) -> None:
+        kinds = {_kind(key) for key in keys}
+        for kind in kinds:
+            self.calls[f"sync_many {kind}"] += 1
+        sizes = {key: self.inner.size(key) for key in keys}
+        self._around("sync", "", lambda: self.inner.sync_many(keys))
+        self.durable.update(sizes)
+        self.waiting.difference_update(keys)
 
     def check(self) -> None:
         for key, record in persisted_records(self.cfg):
@@ -131,4 +144,64 @@ def test_a_batch_frees_its_bytes_before_its_commitlog_sync(offload_case: Sidecar
         assert not report.errors and report.messages > 0
     assert provider.checked >= len(sizes) > 0
     assert sum(sizes) == report.bytes  # nbytes still counts a freed batch
+    assert check_tier(cfg, provider).problems == []
+
+
+def _tier_files(root: str) -> dict[str, bytes]:
+    """The tier's segment files (the metadata mirror, which holds times, left out)."""
+    top = Path(root)
+    return {
+        str(p.relative_to(top)): p.read_bytes()
+        for p in sorted(top.rglob("*"))
+        if p.is_file() and ("/COMMIT_LOG/" in str(p) or "/CONSUME_QUEUE/" in str(p))
+    }
+
+
+def test_a_wide_round_syncs_every_commitlog_at_once_before_any_units(
+    offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A round of many queues (40 topics x 8) writes every queue's commitlog, syncs them with one
+    ``sync_many`` (posix: syncfs), then writes the units and syncs those at once: the records
+    never say more than is durable, no units precede their commitlog's sync, and the tier is
+    byte for byte what the round of one queue at a time writes."""
+    store = offload_case.store(topics=40, queues=8, messages=1600)
+    cfg = offload_case.config(store, "posix")
+    provider = Durability(PosixProvider(cfg.tiered_store_file_path), cfg)
+    with Sidecar(cfg, provider) as sidecar:
+        report = sidecar.dispatcher.run_pass(flush=True)
+        assert not report.errors and report.messages == 1600
+    assert check_tier(cfg, provider).problems == []
+    calls = provider.calls
+    assert calls["sync_many cl"] >= 1 and calls["sync_many cq"] >= 1
+    assert calls["sync cl"] == 0 and calls["sync cq"] == 0  # none one by one
+    assert not provider.waiting
+
+    monkeypatch.setattr(dispatcher_mod, "WIDE_ROUND_QUEUES", 1 << 30)
+    narrow = offload_case.config(store, "posix", work=offload_case.work / "narrow")
+    with Sidecar(narrow) as sidecar:
+        assert sidecar.dispatcher.run_pass(flush=True).messages == 1600
+    wide_files = _tier_files(cfg.tiered_store_file_path)
+    assert wide_files and wide_files == _tier_files(narrow.tiered_store_file_path)
+
+
+class _FailingSyncfs(WrappedProvider):
+    """Fails every ``sync_many``, as ``syncfs`` does after an I/O error on the file system."""
+
+    def __init__(self, inner: PosixProvider) -> None:
+        super().__init__(inner)
+        self.failed = 0
+
+    def sync_many(self, keys: Sequence[str]) -> None:
+        self.failed += 1
+        raise OSError(5, "Input/output error")
+
+
+def test_a_failed_sync_of_many_falls_back_to_one_by_one(offload_case: SidecarCase) -> None:
+    store = offload_case.store(topics=40, queues=8, messages=800)
+    cfg = offload_case.config(store, "posix")
+    provider = _FailingSyncfs(PosixProvider(cfg.tiered_store_file_path))
+    with Sidecar(cfg, provider) as sidecar:
+        report = sidecar.dispatcher.run_pass(flush=True)
+        assert not report.errors and report.messages == 800
+    assert provider.failed >= 2  # the commitlogs' and the units'
     assert check_tier(cfg, provider).problems == []

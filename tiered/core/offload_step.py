@@ -377,6 +377,34 @@ def execute(
     When the listeners can do their share before the upload (:class:`EarlyListener`), the
     batch's bytes are freed as soon as the flat commitlog holds them, before its sync, and
     ``written`` is called then (:meth:`FlatMessageFile.commit`)."""
+    sent = send(p, read, next_store_time, now, listeners, written)
+    return sent if isinstance(sent, StepResult) else finish(sent, now, listeners)
+
+
+@dataclass
+class Sent:
+    """A batch whose bytes :func:`send` wrote to the flat commitlog, not yet known durable:
+    :func:`finish` completes it (commitlog sync, consumequeue units, bookkeeping)."""
+
+    plan: Plan
+    batch: MessageBatch
+    next_store_time: int | None
+    commitlog_bytes: int
+    started: float
+
+
+def send(
+    p: Plan,
+    read: UncheckedBatch | MessageBatch | TieredStoreError | None,
+    next_store_time: int | None,
+    now: int,
+    listeners: Sequence[CommitListener] = (),
+    written: Callable[[], None] | None = None,
+) -> StepResult | Sent:
+    """The first half of :func:`execute`: check and append the batch, write its commitlog bytes
+    (``written`` as there); a retry of a failed upload is carried out whole. A round of many
+    queues sends every queue's batch, makes their commitlogs durable at once, then
+    finishes each (:func:`finish`)."""
     flat, state = p.flat, p.state
     try:
         if p.retry:  # a previous upload failed: finish it, from where it stopped
@@ -396,15 +424,28 @@ def execute(
         offsets = flat.append_batch(batch)
         early = _prepare_early(flat, batch, offsets, listeners)
         started = time.perf_counter()
-        done = flat.commit(written=written if early else None)
+        cl = flat.write_commitlog(written=written if early else None)
     except (TieredStoreError, OSError) as e:
         return failed(flat, state, e)
-    _log_batches(flat, done, started)
+    return Sent(p, batch, next_store_time, cl, started)
+
+
+def finish(sent: Sent, now: int, listeners: Sequence[CommitListener] = ()) -> StepResult:
+    """The second half of :func:`execute`: sync the commitlog (nothing to do when the round
+    synced it), upload the units, tell ``listeners``, record what the queue has left."""
+    p, batch = sent.plan, sent.batch
+    flat, state = p.flat, p.state
+    try:
+        done = flat.commit()
+    except (TieredStoreError, OSError) as e:
+        return failed(flat, state, e)
+    _log_batches(flat, done, sent.started)
     state.failures = 0
-    _count(flat, state, done.messages, done.commitlog_bytes, now)
+    _count(flat, state, done.messages, sent.commitlog_bytes + done.commitlog_bytes, now)
     _notify(flat, done, listeners)
     n = len(batch)
     units = p.units
+    assert units is not None
     remaining = p.lmax - p.current - n
     after = p.read_ahead
     if after is not None and len(after):
@@ -414,7 +455,8 @@ def execute(
     else:
         state.next_physical = None
     ahead = after["size"].astype(np.int64) if after is not None else np.zeros(0, np.int64)
-    _behind(flat, state, remaining, ahead, _waiting_ms(next_store_time, batch, remaining, now))
+    waiting = _waiting_ms(sent.next_store_time, batch, remaining, now)
+    _behind(flat, state, remaining, ahead, waiting)
     return StepResult(
         messages=n,
         bytes=batch.nbytes,

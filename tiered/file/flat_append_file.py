@@ -443,6 +443,18 @@ class FlatAppendFile:
         self._dirty.add(seg.base)
         return True
 
+    @property
+    def unsynced_key(self) -> str | None:
+        """The key whose deferred bytes wait for a sync (the last segment's), or None."""
+        return self.key(self._segments[-1].base) if self.unsynced else None
+
+    def synced(self) -> None:
+        """The provider made the last segment's deferred bytes durable (with other keys', by
+        :meth:`~tiered.providers.base.Provider.sync_many`): mark them as :meth:`sync` does."""
+        if self.unsynced:
+            self._segments[-1].unsynced = 0
+            self._dirty.add(self._segments[-1].base)
+
     def _upload(self, seg: Segment, data: bytes | bytearray | memoryview) -> Segment:
         key, position, sent = self.key(seg.base), seg.size, 0
         append = self.provider.append_deferred if self._defers else self.provider.append

@@ -332,11 +332,7 @@ class FlatMessageFile:
             ProviderError: an upload or the sync failed; what is pending (or written and not
                 yet synced) stays for the next call.
         """
-        cl = self.commitlog.commit()
-        if written is not None and not self.commitlog.pending_size:
-            for batch, _ in self._uncommitted:
-                batch.release()
-            written()
+        cl = self.write_commitlog(written=written)
         self.commitlog.sync()
         cq = self.consume_queue.commit()
         done: tuple[tuple[MessageBatch, Int64s], ...] = ()
@@ -345,6 +341,23 @@ class FlatMessageFile:
             done, self._uncommitted = tuple(self._uncommitted), []
             after, self._after = tuple(self._after), []
         return CommitResult(cl, cq, done, after)
+
+    def write_commitlog(self, *, written: Callable[[], None] | None = None) -> int:
+        """Upload the commitlog's pending bytes without the sync (the first half of
+        :meth:`commit`; ``written`` as there); returns how many were uploaded. A round of many
+        queues writes every queue's commitlog so, makes them durable at once
+        (:meth:`~tiered.providers.base.Provider.sync_many`, then ``commitlog.synced()``), and
+        only then commits each (whose commitlog sync then has nothing to do).
+
+        Raises:
+            ProviderError: the upload failed; the pending bytes stay for the next call.
+        """
+        cl = self.commitlog.commit()
+        if written is not None and not self.commitlog.pending_size:
+            for batch, _ in self._uncommitted:
+                batch.release()
+            written()
+        return cl
 
     def drop_pending(self) -> None:
         """Forget pending bytes of both files (they are re-read from the local store)."""
