@@ -86,6 +86,7 @@ class PosixProvider(Provider):
         # upstream uses tieredStoreFilePath verbatim ("" = the working directory); it is made
         # absolute here so a pickled provider means the same directory on a Spark executor
         self.root = Path(os.path.abspath(os.fspath(root) or "."))
+        self._root = str(self.root)
         self._open: OrderedDict[str, int] = OrderedDict()
         """Idle append descriptors by key (a writer takes its key's out while it uses it)."""
         self._open_lock = threading.Lock()
@@ -109,6 +110,10 @@ class PosixProvider(Provider):
     def path(self, key: str) -> Path:
         """The file that holds ``key``."""
         return self.root / check_key(key)
+
+    def _file(self, key: str) -> str:
+        """:meth:`path` as a string (a ``Path`` join showed in profiles of many small appends)."""
+        return os.path.join(self._root, check_key(key))
 
     def size(self, key: str) -> int:
         path = self.path(key)
@@ -191,7 +196,7 @@ class PosixProvider(Provider):
             super().sync_many(keys)
             return
         for key in keys:
-            self.path(key)  # checked as every call checks its key
+            self._file(key)  # checked as every call checks its key
         with translated(str(self.root), "file operation"):
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
@@ -203,7 +208,6 @@ class PosixProvider(Provider):
                 os.close(fd)
 
     def _append(self, key: str, data: BytesLike, position: int, *, durable: bool) -> int:
-        path = self.path(key)
         check_range(position, key=key)
         view = as_bytes_view(data)
         fd, st, new_in = self._take(key), None, None
@@ -217,10 +221,14 @@ class PosixProvider(Provider):
             if st.st_nlink == 0:  # deleted or replaced behind this provider: open the path
                 os.close(fd)
                 fd = st = None
-        if fd is None:
+        if fd is None:  # (a kept descriptor's key was checked when it was opened)
             with translated(key, "file operation"):
-                fd, created = self._open_for_append(path, key, position)
-            new_in = path.parent if created else None
+                if position:
+                    fd = self._open_existing(self._file(key), key, position)
+                else:
+                    path = self.path(key)
+                    fd, created = self._open_for_append(path, key, position)
+                    new_in = path.parent if created else None
         try:
             with translated(key, "file operation"):
                 end = self._write_at(fd, key, view, position, new_in, durable=durable, st=st)
@@ -304,16 +312,19 @@ class PosixProvider(Provider):
             self._fsync_dir(new_in)
         return position + written
 
+    def _open_existing(self, path: str, key: str, position: int) -> int:
+        try:
+            return os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+        except FileNotFoundError as e:
+            raise SegmentNotFoundError(
+                f"append to absent object {key!r} at {position}; create it at position 0",
+                key=key,
+            ) from e
+
     def _open_for_append(self, path: Path, key: str, position: int) -> tuple[int, bool]:
         flags = os.O_WRONLY | os.O_CLOEXEC
         if position != 0:
-            try:
-                return os.open(path, flags), False
-            except FileNotFoundError as e:
-                raise SegmentNotFoundError(
-                    f"append to absent object {key!r} at {position}; create it at position 0",
-                    key=key,
-                ) from e
+            return self._open_existing(str(path), key, position), False
         self._makedirs(path.parent)
         try:
             return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666), True

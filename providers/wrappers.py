@@ -53,6 +53,7 @@ from .layout import SegmentAddress
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+    from prometheus_client import Histogram
 
 T = TypeVar("T")
 
@@ -264,6 +265,7 @@ class MetricsProvider(WrappedProvider):
     def __init__(self, inner: Provider, metrics: ProviderMetrics | None = None) -> None:
         super().__init__(inner)
         self.metrics = metrics or ProviderMetrics.default()
+        self._children: dict[tuple[int, tuple[str, ...]], Histogram] = {}
         self._attach()
 
     def _attach(self) -> None:
@@ -291,14 +293,13 @@ class MetricsProvider(WrappedProvider):
             return result
         finally:
             elapsed_ms = (time.perf_counter() - start) * 1000.0
-            self.metrics.rpc_latency.labels(
-                path=path, file_type=file_type, operation=kind, success=str(ok).lower()
-            ).observe(elapsed_ms)
+            values = (path, file_type, kind, "true" if ok else "false")
+            self._child(self.metrics.rpc_latency, values).observe(elapsed_ms)
 
     def read(self, key: str, position: int, length: int) -> bytes:
         data = super().read(key, position, length)
         path, file_type = _labels(key)
-        self.metrics.download_bytes.labels(path, file_type, "read").observe(len(data))
+        self._child(self.metrics.download_bytes, (path, file_type, "read")).observe(len(data))
         return data
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
@@ -324,17 +325,28 @@ class MetricsProvider(WrappedProvider):
 
     def _uploaded(self, key: str, count: int) -> None:
         path, file_type = _labels(key)
-        self.metrics.upload_bytes.labels(path, file_type, "write").observe(count)
+        self._child(self.metrics.upload_bytes, (path, file_type, "write")).observe(count)
+
+    def _child(self, family: Histogram, values: tuple[str, ...]) -> Histogram:
+        """``family.labels(*values)``, remembered (``labels`` checks its arguments and takes a
+        lock on every call: a cost paid per backend call)."""
+        key = (id(family), values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = family.labels(*values)
+        return found
 
     def __getstate__(self) -> dict[str, Any]:
         state = super().__getstate__()
         state.pop("metrics", None)
         state.pop("_count", None)
+        state.pop("_children", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self.metrics = ProviderMetrics.default()
+        self._children = {}
         self._attach()
 
 

@@ -50,6 +50,8 @@ def test_dispatch_once_then_status(offload_case: SidecarCase) -> None:
     status = cli_json("status", "--config", conf, "--json")
     assert status["totals"] == {
         "queues": 6,
+        "laggingQueues": 0,
+        "listed": 6,
         "lagMessages": 0,
         "lagBytes": 0,
         "tieredBytes": status["totals"]["tieredBytes"],
@@ -64,6 +66,32 @@ def test_dispatch_once_then_status(offload_case: SidecarCase) -> None:
     again = cli_json("dispatch", "--config", conf, "--once", "--json")
     assert again["messages"] == 0
     assert check_tier(cfg, build_provider(cfg)).problems == []
+
+
+def test_status_picks_topics_lagging_queues_and_a_page(offload_case: SidecarCase) -> None:
+    """``--topic`` (a glob), ``--lagging`` (most behind first) and ``--limit``: the summary line
+    and the totals always count every queue matched; what is listed is chosen among them."""
+    store = offload_case.store()  # 2 topics x 3 queues, 3000 messages
+    conf = offload_case.conf_file(offload_case.config(store, "posix"))
+    cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
+    offload_case.append(store, seed=9, messages=90)
+    every = cli_json("status", "--config", conf, "--json")
+    behind = {(q["topic"], q["queueId"]): q["lagMessages"] for q in every["queues"]}
+    assert sum(behind.values()) == 90 and every["totals"]["laggingQueues"] >= 2
+    lagging = cli_json("status", "--config", conf, "--json", "--lagging", "--limit", "2")
+    rows = [q["lagMessages"] for q in lagging["queues"]]
+    assert rows == sorted((v for v in behind.values() if v), reverse=True)[:2]
+    assert lagging["totals"]["queues"] == 6 and lagging["totals"]["listed"] == 2
+    assert lagging["totals"]["lagMessages"] == 90
+    left = lagging["totals"]["laggingQueues"] - 2
+    assert lagging["page"] == {"offset": 0, "next": 2 if left > 0 else None}
+    one = cli_json("status", "--config", conf, "--json", "--topic", "GenTopic1")
+    assert {q["topic"] for q in one["queues"]} == {"GenTopic1"} and one["totals"]["queues"] == 3
+    assert cli_json("status", "--config", conf, "--json", "--topic", "Nope*")["queues"] == []
+    table = cli("status", "--config", conf, "--lagging", "--limit", "1")
+    first = table.splitlines()[2]
+    assert first.startswith("6 queues, ") and "behind; lag 90 messages" in first
+    assert "listed 1 of" in table
 
 
 def test_dispatch_needs_once(offload_case: SidecarCase) -> None:

@@ -63,7 +63,7 @@ class Site:
 def _serve(tier: SampleTier, security: Security, mode: str) -> HttpServer:
     app = create_app(
         tier.store(),
-        status=lambda: collect_status(tier.cfg).to_json(),
+        status=lambda query: collect_status(tier.cfg, query).to_json(),
         ready=lambda: {"metadata": "ok"},
         alive=lambda: {"process": "ok"},
         security=security,

@@ -28,7 +28,7 @@ from tiered.testing.sample_tier import SampleTier
 def fuzz_schema(module_tier: SampleTier) -> Iterator[Any]:
     app = create_app(
         module_tier.store("NOT_IN_DISK"),
-        status=lambda: collect_status(module_tier.cfg).to_json(),
+        status=lambda query: collect_status(module_tier.cfg, query).to_json(),
         ready=lambda: {"metadata": "ok"},
         alive=lambda: {"process": "ok"},
     )

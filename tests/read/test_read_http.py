@@ -50,7 +50,7 @@ def api(module_tier: SampleTier) -> Iterator[Api]:
 
     app = create_app(
         store,
-        status=lambda: collect_status(module_tier.cfg).to_json(),
+        status=lambda query: collect_status(module_tier.cfg, query).to_json(),
         ready=lambda: dict(checks["ready"]),
         alive=lambda: dict(checks["alive"]),
         max_response_bytes=64 << 10,
@@ -217,6 +217,14 @@ def test_offsets_time_and_explain(api: Api) -> None:
 def test_status_metrics_health_and_extra_routes(api: Api) -> None:
     status = get(api.url, "/v1/status").json()
     assert status["totals"]["queues"] == 4 and status["totals"]["lagMessages"] == 0
+    assert status["page"] == {"offset": 0, "next": None}
+    page = get(api.url, "/v1/status", limit=3).json()
+    assert len(page["queues"]) == 3 and page["page"] == {"offset": 0, "next": 3}
+    rest = get(api.url, "/v1/status", limit=3, offset=3).json()
+    assert [q["queueId"] for q in rest["queues"]] == [status["queues"][3]["queueId"]]
+    assert rest["page"]["next"] is None and rest["totals"]["listed"] == 1
+    assert rest["totals"]["queues"] == page["totals"]["queues"] == 4
+    assert get(api.url, "/v1/status", limit=0).status == 400
     get(api.url, "/v1/topics/GenTopic0/queues/0/messages", offset=0, maxCount=2)
     text = get(api.url, "/metrics").body.decode()
     for name in (

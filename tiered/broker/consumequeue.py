@@ -219,13 +219,14 @@ class ConsumeQueue:
         """The queue's files, sorted by start offset (see :func:`list_offset_files`)."""
         return list_offset_files(self.directory, self.file_size, unit=CQ_UNIT_SIZE)
 
-    def max_offset(self, *, hint: int | None = None) -> int:
+    def max_offset(self, *, hint: int | None = None, files: list[StoreFile] | None = None) -> int:
         """Next queue offset to be written: the first invalid unit of the last file (spec §3.4).
 
         ``hint``, a queue offset known to be at or below the max (e.g. the previous answer), lets
         the scan start there; chunks grow 4x from 4096 units, so a live queue costs one small read.
+        ``files``: a listing just made (:meth:`files`), not made again.
         """
-        files = self.files()
+        files = self.files() if files is None else files
         if not files:
             return 0
         last = files[-1]
@@ -242,15 +243,18 @@ class ConsumeQueue:
             chunk *= 4
         return base + self.units_per_file
 
-    def min_offset(self, commitlog_min_offset: int | None = None) -> int:
+    def min_offset(
+        self, commitlog_min_offset: int | None = None, *, files: list[StoreFile] | None = None
+    ) -> int:
         """First readable queue offset (spec §3.4).
 
         Pre-blank fill units are skipped; with ``commitlog_min_offset`` the answer is the first
         unit whose commitlog offset is at or above it. Files are searched in order (one read each),
         so a first file the broker has not yet deleted does not hide later data. If no unit
         qualifies the queue has nothing readable and the answer is :meth:`max_offset`.
+        ``files``: a listing just made (:meth:`files`), not made again.
         """
-        files = self.files()
+        files = self.files() if files is None else files
         if not files:
             return 0
         for f in files:
@@ -269,7 +273,7 @@ class ConsumeQueue:
                 return f.start // CQ_UNIT_SIZE + int(hit[0])
             if end < len(units):
                 break
-        return self.max_offset()
+        return self.max_offset(files=files)
 
     def read_units(self, start: int, count: int) -> Units:
         """Up to ``count`` units from queue offset ``start``, one read per file touched.

@@ -16,6 +16,7 @@ from tiered.cli.common import emit_json
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.core.status_report import IndexStatusReport
+from tiered.core.status_report import StatusQuery
 from tiered.core.status_report import StatusReport
 from tiered.core.status_report import collect_status
 
@@ -23,18 +24,35 @@ from tiered.core.status_report import collect_status
 @click.command("status")
 @config_option
 @click.option("--json", "as_json", is_flag=True, help="One JSON object instead of a table.")
-def status(configs: tuple[Path, ...], as_json: bool) -> None:
+@click.option(
+    "--topic", "topic", metavar="PATTERN", help="Only queues of topics matching this glob."
+)
+@click.option("--lagging", is_flag=True, help="Only queues behind (or failing), most behind first.")
+@click.option(
+    "--limit",
+    type=click.IntRange(min=0),
+    default=None,
+    help="List at most this many queues (the summary still counts all of them).",
+)
+def status(
+    configs: tuple[Path, ...], as_json: bool, topic: str | None, lagging: bool, limit: int | None
+) -> None:
     """Show how far the tier is behind the broker's store, per queue.
 
+    A summary line first (queues, how many are behind, the lag), then one row per queue.
     Read-only and lock-free: safe while `rmq-tiered run` is running.
     """
     cfg = load(configs)
     check_store(cfg.store_path_root_dir, cfg.commitlog_dirs, cfg.consume_queue_dir)
-    report = collect_status(cfg)
+    report = collect_status(cfg, StatusQuery(topic=topic, lagging=lagging, limit=limit))
     if as_json:
         emit_json(report.to_json())
         return
     _print(report)
+
+
+TOPICS_SHOWN = 50
+"""Topics the broker-topics line names (the rest are counted)."""
 
 
 def _when(ms: int) -> str:
@@ -65,6 +83,7 @@ def _print(report: StatusReport) -> None:
         f"cluster {report.cluster}  broker {report.broker}  role {report.role}  daemon {daemon}"
     )
     out.print(f"metadata {report.metadata}")
+    out.print(_summary(report))
     if report.role == "standby":
         out.print("this sidecar stands by: its broker is not the master (brokerRole/brokerId)")
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
@@ -96,14 +115,20 @@ def _print(report: StatusReport) -> None:
             note,
         )
     out.print(table)
-    t = report.totals()
-    out.print(
-        f"{t['queues']} queues; lag {t['lagMessages']} messages ({_size(t['lagBytes'])}); "
-        f"{_size(t['tieredBytes'])} in the tier; {t['gapMessages']} messages in gaps"
-    )
+    if report.next_offset is not None:
+        out.print(f"listed {len(report.queues)} of {report.rows} queues (--limit)")
     if indexed:
         out.print(_index_line(report.index))
     out.print(_topics_line(report))
+
+
+def _summary(report: StatusReport) -> str:
+    t = report.totals()
+    return (
+        f"{t['queues']} queues, {t['laggingQueues']} behind; lag {t['lagMessages']} messages "
+        f"({_size(t['lagBytes'])}); {_size(t['tieredBytes'])} in the tier; "
+        f"{t['gapMessages']} messages in gaps"
+    )
 
 
 def _topics_line(report: StatusReport) -> str:
@@ -111,8 +136,10 @@ def _topics_line(report: StatusReport) -> str:
         return f"broker topics: none ({report.topics_source or 'topics.json is empty'})"
     shown = [
         f"{t.topic}({t.read_queue_nums}{'' if t.offloaded else ', not offloaded'})"
-        for t in report.topics
+        for t in report.topics[:TOPICS_SHOWN]
     ]
+    if len(report.topics) > TOPICS_SHOWN:
+        shown.append(f"... and {len(report.topics) - TOPICS_SHOWN} more (--json lists them)")
     offloaded = sum(t.offloaded for t in report.topics)
     return (
         f"broker topics ({report.topics_source}): {len(report.topics)}, {offloaded} offloaded: "

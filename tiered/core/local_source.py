@@ -316,6 +316,18 @@ class LocalSource:
         self._min_memo[key] = (now + MIN_OFFSET_TTL_S, clmin, value)
         return value
 
+    def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+        """``(min_offset, max_offset)`` from one listing of the queue's directory, as a reader
+        that looks at each queue once wants them (``status``); ``(-1, -1)`` for an unknown
+        queue. Nothing is remembered."""
+        if not self.has_queue(topic, queue_id):
+            return -1, -1
+        self._fresh()
+        clmin = self.commitlog.min_offset
+        cq = self.consume_queue(topic, queue_id)
+        files = cq.files()
+        return cq.min_offset(clmin if clmin >= 0 else None, files=files), cq.max_offset(files=files)
+
     def read_units(self, topic: str, queue_id: int, start: int, count: int) -> Units:
         """Up to ``count`` consumequeue units from ``start`` (see ``ConsumeQueue.read_units``).
 

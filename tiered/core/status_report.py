@@ -12,10 +12,13 @@ segments, the first *readable* offset can be higher).
 from __future__ import annotations
 
 import contextlib
+import fnmatch
 import os
+from collections.abc import Callable
 from dataclasses import asdict
 from dataclasses import dataclass
 from dataclasses import field
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -105,6 +108,20 @@ class BrokerTopic:
     """Queues of the topic with a consumequeue in the store or a flat file in the tier."""
 
 
+@dataclass(frozen=True)
+class StatusQuery:
+    """Which queues ``status`` lists: those of topics matching ``topic`` (a glob; None: all)
+    that ``readable`` allows (an account's topics), only those behind with ``lagging`` (most
+    behind first), the ``limit`` rows from ``offset`` on (a page). The totals count every
+    queue that matched, listed or not."""
+
+    topic: str | None = None
+    lagging: bool = False
+    limit: int | None = None
+    offset: int = 0
+    readable: Callable[[str], bool] | None = None
+
+
 @dataclass
 class StatusReport:
     """The whole answer of ``status``."""
@@ -121,17 +138,23 @@ class StatusReport:
     topics: list[BrokerTopic] = field(default_factory=list)
     topics_source: str = ""
     """Where :attr:`topics` came from (``topics.json``, its ``.bak``), or why they are missing."""
+    summary: dict[str, int] = field(default_factory=dict)
+    """:meth:`totals` of every queue the query matched (set by :func:`collect_status`)."""
+    offset: int = 0
+    """The first matched row :attr:`queues` lists (a page's start)."""
+    rows: int = -1
+    """Rows the query selected before paging (-1: :attr:`queues` is all of them)."""
 
     def totals(self) -> dict[str, int]:
-        """Sums over all queues."""
-        return {
-            "queues": len(self.queues),
-            "lagMessages": sum(q.lag_messages for q in self.queues),
-            "lagBytes": sum(q.lag_bytes for q in self.queues),
-            "tieredBytes": sum(q.tiered_bytes for q in self.queues),
-            "gapMessages": sum(q.gap_messages for q in self.queues),
-            "indexLagMessages": sum(q.index_lag for q in self.queues),
-        }
+        """Sums over every queue the query matched (over :attr:`queues` when not collected by
+        :func:`collect_status`): ``queues`` matched, ``laggingQueues`` behind, ``listed``."""
+        return self.summary or {**_sums(self.queues), "listed": len(self.queues)}
+
+    @property
+    def next_offset(self) -> int | None:
+        """Where the next page starts, or None when this one lists the last matched row."""
+        end = self.offset + len(self.queues)
+        return end if end < self.rows else None
 
     def to_json(self) -> dict[str, Any]:
         """The ``--json`` form (camelCase keys)."""
@@ -148,11 +171,37 @@ class StatusReport:
             "stateUpdatedMs": self.state_updated_ms,
             "metadata": self.metadata,
             "totals": self.totals(),
-            "queues": [{camel(k): v for k, v in asdict(q).items()} for q in self.queues],
+            "page": {"offset": self.offset, "next": self.next_offset},
+            "queues": [{_CAMEL[k]: v for k, v in vars(q).items()} for q in self.queues],
             "index": _camel_tree(asdict(self.index), camel),
             "topicsSource": self.topics_source,
             "topics": [{camel(k): v for k, v in asdict(t).items()} for t in self.topics],
         }
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
+
+
+_CAMEL = {f.name: _camel(f.name) for f in fields(QueueStatus)}
+"""A queue row's JSON keys (rows are many: no ``asdict`` deep copy, no renaming per row)."""
+
+
+def _sums(rows: list[QueueStatus]) -> dict[str, int]:
+    return {
+        "queues": len(rows),
+        "laggingQueues": sum(1 for q in rows if q.lag_messages > 0 or q.error),
+        "lagMessages": sum(q.lag_messages for q in rows),
+        "lagBytes": sum(q.lag_bytes for q in rows),
+        "tieredBytes": sum(q.tiered_bytes for q in rows),
+        "gapMessages": sum(q.gap_messages for q in rows),
+        "indexLagMessages": sum(q.index_lag for q in rows),
+    }
+
+
+def _behind(row: QueueStatus) -> bool:
+    return row.lag_messages > 0 or bool(row.error)
 
 
 def _camel_tree(value: Any, camel: Any) -> Any:
@@ -199,8 +248,9 @@ def _daemon(data_dir: Path) -> tuple[int | None, bool]:
     return written, True
 
 
-def collect_status(cfg: TieredConfig) -> StatusReport:
-    """Everything ``status`` shows (see the module docstring)."""
+def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> StatusReport:
+    """What ``status`` shows of the queues ``query`` selects (see the module docstring)."""
+    query = query or StatusQuery()
     doc, source = read_metadata(cfg.tiered_data_dir)
     pid, running = _daemon(cfg.tiered_data_dir)
     snapshot = StateFile(cfg.tiered_data_dir).load(owner=False)
@@ -220,6 +270,12 @@ def collect_status(cfg: TieredConfig) -> StatusReport:
         keys.update(
             (topic, qid) for qid, m in by_id.items() if m.queue.broker_name == cfg.broker_name
         )
+    if query.topic is not None:
+        pattern = query.topic
+        keys = {k for k in keys if fnmatch.fnmatchcase(k[0], pattern)}
+    if query.readable is not None:
+        readable = query.readable
+        keys = {k for k in keys if readable(k[0])}
     for topic, qid in sorted(keys):
         row = QueueStatus(topic, qid, offloaded=filt.allows(topic))
         _tiered(row, doc, logical_path(cfg.broker_name, topic, qid))
@@ -234,6 +290,15 @@ def collect_status(cfg: TieredConfig) -> StatusReport:
     if cfg.message_index_enable and cfg.uploads:
         report.index = _index(cfg, doc, report.queues)
     _topics(cfg, report, filt, set(local.queues()) | keys)
+    if query.readable is not None:
+        readable = query.readable
+        report.topics = [t for t in report.topics if readable(t.topic)]
+    rows = report.queues
+    if query.lagging:
+        rows = sorted((q for q in rows if _behind(q)), key=lambda q: -q.lag_messages)
+    end = None if query.limit is None else query.offset + query.limit
+    report.summary = {**_sums(report.queues), "listed": len(rows[query.offset : end])}
+    report.queues, report.offset, report.rows = rows[query.offset : end], query.offset, len(rows)
     return report
 
 
@@ -312,8 +377,7 @@ def _tiered(row: QueueStatus, doc: MetadataDocument, path: str) -> None:
 
 def _local(row: QueueStatus, local: LocalSource) -> None:
     try:
-        row.local_min = local.min_offset(row.topic, row.queue_id)
-        row.local_max = local.max_offset(row.topic, row.queue_id)
+        row.local_min, row.local_max = local.bounds(row.topic, row.queue_id)
     except (TieredStoreError, OSError) as e:
         row.error = f"local store: {e}"
         return

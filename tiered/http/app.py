@@ -44,6 +44,7 @@ from tiered.core.fetcher import GetResult
 from tiered.core.message_store import MAX_QUEUE_ID
 from tiered.core.message_store import TOPIC_PATTERN
 from tiered.core.message_store import TieredMessageStore
+from tiered.core.status_report import StatusQuery
 from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError
 from tiered.errors import InvalidRequestError
@@ -59,6 +60,10 @@ from .auth import Authentication
 log = logging.getLogger(__name__)
 
 MAX_COUNT_LIMIT = 1024
+STATUS_LIMIT = 1000
+"""Queues a ``/v1/status`` page lists unless ``limit`` says otherwise (``page.next`` is the
+``offset`` of the next page; the totals count every queue matched)."""
+STATUS_MAX_LIMIT = 20000
 """The most messages one JSON answer carries (a larger ``maxCount`` is taken as this, as the
 byte cap cuts an answer short: ``nextBeginOffset`` says where to go on), and the most a key query
 asks for: each message is decoded into an object."""
@@ -142,7 +147,7 @@ async def single_query_values(request: Request) -> None:
 def create_app(
     store: TieredMessageStore,
     *,
-    status: Callable[[], dict[str, Any]],
+    status: Callable[[StatusQuery], dict[str, Any]],
     ready: Checks,
     alive: Checks,
     max_response_bytes: int = 16 << 20,
@@ -296,10 +301,18 @@ def create_app(
     ) -> dict[str, Any]:
         return store.explain(topic, queue_id, offset)
 
-    @app.get("/v1/status", summary="Per-queue offload status")
-    def status_view(request: Request) -> dict[str, Any]:
+    @app.get("/v1/status", summary="Per-queue offload status, a page of queues at a time")
+    def status_view(
+        request: Request,
+        topic: Annotated[str | None, Query(max_length=255, description="topic glob")] = None,
+        lagging: Annotated[bool, Query(description="only queues behind, most first")] = False,
+        limit: Annotated[int, Query(ge=1, le=STATUS_MAX_LIMIT)] = STATUS_LIMIT,
+        offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+    ) -> dict[str, Any]:
         account: Account | None = getattr(request.state, "account", None)
-        return status() if account is None else readable_status(status(), account)
+        readable = None if account is None or account.admin else account.may_read_topic
+        query = StatusQuery(topic, lagging, limit, offset, readable)
+        return status(query)
 
     @app.get("/metrics", summary="Prometheus metrics", response_class=PlainTextResponse)
     def metrics() -> Response:
@@ -316,17 +329,6 @@ def create_app(
     for router in extra_routers:
         app.include_router(router)
     return app
-
-
-def readable_status(report: dict[str, Any], account: Account) -> dict[str, Any]:
-    """``report`` (the ``/v1/status`` body) with only the queues and topics ``account`` may
-    read (an admin account reads all)."""
-    if account.admin:
-        return report
-    out = dict(report)
-    out["queues"] = [q for q in report.get("queues", ()) if account.may_read_topic(q["topic"])]
-    out["topics"] = [t for t in report.get("topics", ()) if account.may_read_topic(t["topic"])]
-    return out
 
 
 def raw_units(data: bytes) -> list[bytes]:

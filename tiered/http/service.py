@@ -16,6 +16,7 @@ from fastapi import APIRouter
 from tiered.access.security import Security
 from tiered.core.daemon import Daemon
 from tiered.core.message_store import TieredMessageStore
+from tiered.core.status_report import StatusQuery
 from tiered.core.status_report import collect_status
 from tiered.errors import TieredStoreError
 from tiered.metadata import mirror_key_for
@@ -72,8 +73,8 @@ def http_service(
     if store is None:
         store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
 
-    def status() -> dict[str, Any]:
-        return collect_status(cfg).to_json()
+    def status(query: StatusQuery) -> dict[str, Any]:
+        return collect_status(cfg, query).to_json()
 
     app = create_app(
         store,
