@@ -18,6 +18,7 @@ Measured, one row per mode:
 * **spread tail**: N more messages appended (``gen-store --append``, about one per queue, over
   ~60 % of the queues); the seconds until each sidecar's log shows them all offloaded (the sum of
   its passes' own times) and its CPU-seconds meanwhile; peak RSS after;
+* **scrape**: bytes of one ``GET /metrics`` (at the default ``tieredMetricsDetail=broker``);
 * **status**: wall of ``rmq-tiered status --json``.
 
 Printed per size: both rows and each figure's ratio every/follow.
@@ -32,6 +33,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -57,6 +59,7 @@ class Row:
     tail_cpu: float = 0.0
     tail_rss_mib: float = 0.0
     status_s: float = 0.0
+    scrape_kib: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -155,6 +158,7 @@ def _size(queues: int, root: Path) -> list[Row]:
             pid = procs[row.mode].pid
             row.idle_cpu_ms = (_cpu(pid) - before[row.mode]) * 1000 / IDLE_S
             row.idle_rss_mib = _rss_mib(pid)
+            row.scrape_kib = _scrape_kib(logs[row.mode])
         done_before = {m: _offloaded(logs[m])[0] for m in MODES}
         cpu_before = {m: _cpu(p.pid) for m, p in procs.items()}
         _gen(store, queues, queues, seed=2, append=True)
@@ -192,6 +196,14 @@ def _size(queues: int, root: Path) -> list[Row]:
     return rows
 
 
+def _scrape_kib(log: Path) -> float:
+    """KiB of one scrape of the sidecar's ``/metrics`` (its port from its log)."""
+    found = re.search(r"HTTP API listening on (http://[\d.]+:\d+)", log.read_text(errors="replace"))
+    assert found, "no HTTP API address in the log"
+    with urllib.request.urlopen(found.group(1) + "/metrics", timeout=30) as answer:
+        return len(answer.read()) / 1024
+
+
 def _passes_before(log: Path, messages: int) -> float:
     """Seconds of the passes that offloaded the first ``messages`` messages of the log."""
     done, seconds = 0, 0.0
@@ -210,7 +222,7 @@ def _print(queues: int, rows: list[Row]) -> None:
     print(f"\n{queues} queues, {messages} messages, {gib * 1024:.0f} MiB of commitlog")
     head = ("mode", "first wall s", "first CPU-s/GiB", "first CPU-us/msg", "first RSS MiB",
             "idle CPU-ms/s", "idle RSS MiB", "tail pass s", "tail CPU-s", "tail RSS MiB",
-            "status s")  # fmt: skip
+            "status s", "scrape KiB")  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         print(" | ".join([
@@ -218,6 +230,7 @@ def _print(queues: int, rows: list[Row]) -> None:
             f"{r.first_cpu * 1e6 / messages:.0f}", f"{r.first_rss_mib:.0f}",
             f"{r.idle_cpu_ms:.1f}", f"{r.idle_rss_mib:.0f}", f"{r.tail_pass_s:.2f}",
             f"{r.tail_cpu:.2f}", f"{r.tail_rss_mib:.0f}", f"{r.status_s:.2f}",
+            f"{r.scrape_kib:.0f}",
         ]))  # fmt: skip
     follow, every = rows
     print(f"every / follow: idle CPU {every.idle_cpu_ms / max(follow.idle_cpu_ms, 0.1):.1f}x, "
