@@ -232,7 +232,11 @@ def over_http(b: Backend, fmt: str) -> Callable[[], tuple[int, int]]:
 
     def run() -> tuple[int, int]:
         app = create_app(
-            fresh_store(b), status=dict, ready=dict, alive=dict, max_response_bytes=BATCH_BYTES
+            fresh_store(b),
+            status=lambda query: {},
+            ready=dict,
+            alive=dict,
+            max_response_bytes=BATCH_BYTES,
         )
         server = HttpServer(app, "127.0.0.1", 0)
         server.start()

@@ -287,7 +287,9 @@ def catch_up(
     consumer process (as a real one is), from a fresh store (empty caches); bytes, seconds, the
     sidecar's CPU-seconds."""
     store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
-    app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=READ_BYTES)
+    app = create_app(
+        store, status=lambda query: {}, ready=dict, alive=dict, max_response_bytes=READ_BYTES
+    )
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
     return _consume(sidecar, requests, CLIENT, server.port, server.stop, (str(count),))

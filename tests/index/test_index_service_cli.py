@@ -120,7 +120,7 @@ def test_http_keys_route(index_case: IndexCase) -> None:
         current: list[IndexService | None] = [index]
         app = create_app(
             store,
-            status=dict,
+            status=lambda query: {},
             ready=lambda: {"metadata": "ok"},
             alive=lambda: {"process": "ok"},
             extra_routers=[keys_router(lambda: current[0], max_response_bytes=1)],

@@ -373,7 +373,7 @@ def test_a_failed_http_read_is_one_warning_naming_the_object(
     caplog.set_level(logging.INFO)
     app = create_app(
         _FailingStore(),  # type: ignore[arg-type]
-        status=dict,
+        status=lambda query: {},
         ready=dict,
         alive=dict,
         registry=CollectorRegistry(),

@@ -80,7 +80,7 @@ def http_port(module_tier: SampleTier) -> Iterator[int]:
     store = module_tier.store()
     app = create_app(
         store,
-        status=dict,
+        status=lambda query: {},
         ready=dict,
         alive=dict,
         extra_routers=[keys_router(lambda: module_tier.sidecar.index)],

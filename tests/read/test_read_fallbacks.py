@@ -59,7 +59,9 @@ def served(make_tier: TierFactory) -> Iterator[Served]:
     posix = unwrap(tier.provider)
     assert flat is not None and isinstance(posix, PosixProvider)
     ok = {"metadata": "ok"}
-    app = create_app(tier.store("FORCE"), status=dict, ready=lambda: ok, alive=lambda: ok)
+    app = create_app(
+        tier.store("FORCE"), status=lambda query: {}, ready=lambda: ok, alive=lambda: ok
+    )
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
     try:

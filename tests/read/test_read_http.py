@@ -120,7 +120,9 @@ def test_a_raw_catch_up_takes_a_whole_window_per_request(make_tier: TierFactory)
     spec = rolling_spec(seed=5, topics=1, queues=1, messages=6000, max_body=64)
     tier = make_tier("posix", spec=spec, deleted_files=0, tieredStorageLevel="FORCE")
     store = tier.store()
-    app = create_app(store, status=dict, ready=dict, alive=dict, max_response_bytes=16 << 20)
+    app = create_app(
+        store, status=lambda query: {}, ready=dict, alive=dict, max_response_bytes=16 << 20
+    )
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
     try:
@@ -151,7 +153,7 @@ def test_connections_past_the_limit_are_closed_and_the_open_ones_go_on(api: Api)
     """``tieredHttpMaxConnections``: a connection past the limit is closed at once (and
     counted); the connections being served keep being answered, and a new one is taken once one
     has closed."""
-    app = create_app(api.store, status=dict, ready=dict, alive=dict)
+    app = create_app(api.store, status=lambda query: {}, ready=dict, alive=dict)
     server = HttpServer(app, "127.0.0.1", 0, max_connections=2)
     server.start()
     rejected = metrics.HTTP_REJECTED.labels("too_many_connections")

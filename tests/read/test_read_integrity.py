@@ -123,7 +123,10 @@ def test_the_api_answers_502_naming_the_segment(make_tier: TierFactory) -> None:
     tier = make_tier("posix")
     key, _ = damage_body(tier, 50)
     app = create_app(
-        tier.store("FORCE"), status=dict, ready=lambda: {"x": "ok"}, alive=lambda: {"x": "ok"}
+        tier.store("FORCE"),
+        status=lambda query: {},
+        ready=lambda: {"x": "ok"},
+        alive=lambda: {"x": "ok"},
     )
     server = HttpServer(app, "127.0.0.1", 0)
     server.start()
