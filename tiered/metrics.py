@@ -108,7 +108,6 @@ A ``topic`` a request names (``api_latency``, ``messages_out_total``,
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 import threading
@@ -578,20 +577,9 @@ class QueueGauge:
     changed since. A queue's value is kept only while it is not 0 (a queue at rest costs nothing
     for ``dispatch_behind`` and ``dispatch_latency``)."""
 
-    def __init__(
-        self,
-        family: Gauge,
-        how: Callable[[Iterable[float]], float],
-        *,
-        rests: Sequence[tuple[str, ...]] = ((),),
-        by_path: bool = False,
-    ) -> None:
+    def __init__(self, family: Gauge, how: Callable[[Iterable[float]], float]) -> None:
         self.family = family
         self.how = how
-        self.rests = rests
-        """The values of the family's labels after the queue's (``file_type``) it is set with."""
-        self.by_path = by_path
-        """Whether the first label is the queue's logical path (set with :meth:`set_path`)."""
         self._lock = threading.Lock()
         self._values: dict[tuple[str, ...], dict[Hashable, float]] = {}
         """Series (its label values) -> the values of its queues."""
@@ -626,33 +614,6 @@ class QueueGauge:
                 return  # 0 and was 0: nothing changed
             self._dirty.add(series)
 
-    def forget(self, topic: str, queue_id: int, path: str) -> None:
-        """Drop a queue's values (its topic was deleted): its own series at ``queue`` detail, its
-        share of the others (a topic's series goes when its last queue does)."""
-        if _making.discard:
-            return
-        if _detail.level == "queue":
-            for rest in self.rests:
-                labels = (path, *rest) if self.by_path else (topic, str(queue_id), *rest)
-                _children.pop((id(self.family), labels), None)
-                with contextlib.suppress(KeyError):
-                    self.family.remove(*labels)
-            return
-        with self._lock:
-            keys = {(topic, queue_id), *((path, *rest) for rest in self.rests)}
-            for series, values in list(self._values.items()):
-                if not keys.intersection(values):
-                    continue
-                for key in keys:
-                    values.pop(key, None)
-                self._dirty.add(series)
-                if not values and any(series[:2]):  # a topic's series, not the broker's
-                    del self._values[series]
-                    self._dirty.discard(series)
-                    _children.pop((id(self.family), series), None)
-                    with contextlib.suppress(KeyError):
-                        self.family.remove(*series)
-
     def _publish(self) -> None:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
@@ -665,13 +626,10 @@ def _max(values: Iterable[float]) -> float:
     return max(values, default=0)
 
 
-_CQ = (("consume_queue",),)
-QUEUE_BEHIND = QueueGauge(DISPATCH_BEHIND, sum, rests=_CQ)
+QUEUE_BEHIND = QueueGauge(DISPATCH_BEHIND, sum)
 QUEUE_BEHIND_BYTES = QueueGauge(DISPATCH_BEHIND_BYTES, sum)
-QUEUE_LATENCY = QueueGauge(DISPATCH_LATENCY, _max, rests=_CQ)
-QUEUE_STORAGE_SIZE = QueueGauge(
-    STORAGE_SIZE, sum, rests=(("commit_log",), ("consume_queue",), ("index",)), by_path=True
-)
+QUEUE_LATENCY = QueueGauge(DISPATCH_LATENCY, _max)
+QUEUE_STORAGE_SIZE = QueueGauge(STORAGE_SIZE, sum)
 QUEUE_RESERVE_TIME = QueueGauge(STORAGE_MESSAGE_RESERVE_TIME, _max)
 
 # --- the read path (spec §13; the upstream quirks fixed: the cache count is entries, the cache
