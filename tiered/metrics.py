@@ -190,6 +190,7 @@ __all__ = [
     "discard",
     "discarded",
     "families",
+    "forget_queue",
     "path_label",
     "queue_labels",
     "register",
@@ -614,12 +615,46 @@ class QueueGauge:
                 return  # 0 and was 0: nothing changed
             self._dirty.add(series)
 
+    def forget(self, topic: str, queue_id: int, path: str) -> bool:
+        """Drop a queue's values (the broker deleted it): its own series at ``queue`` detail,
+        its share of the others; whether it had any."""
+        if _making.discard:
+            return False
+        if _detail.level == "queue":
+            mine = {(topic, str(queue_id)), (path,)}
+            found = False
+            for sample in list(self.family.collect()[0].samples):
+                labels = tuple(sample.labels.values())
+                if labels[:2] in mine or labels[:1] in mine:
+                    _children.pop((id(self.family), labels), None)
+                    self.family.remove(*labels)
+                    found = True
+            return found
+        found = False
+        with self._lock:
+            for series, values in self._values.items():
+                for key in [k for k in values if k == (topic, queue_id) or k[0] == path]:
+                    del values[key]
+                    self._dirty.add(series)
+                    found = True
+        return found
+
     def _publish(self) -> None:
         with self._lock:
             dirty, self._dirty = self._dirty, set()
             out = [(s, self.how(self._values[s].values()) if self._values[s] else 0) for s in dirty]
         for series, value in out:
             child(self.family, *series).set(value)
+
+
+def forget_queue(topic: str, queue_id: int, path: str, *, tier: bool = False) -> bool:
+    """Drop a deleted queue from the dispatch gauges (with ``tier``, once its tier records are
+    gone, from the storage gauges too); whether any held it."""
+    gauges = [QUEUE_BEHIND, QUEUE_BEHIND_BYTES, QUEUE_LATENCY]
+    if tier:
+        gauges += [QUEUE_STORAGE_SIZE, QUEUE_RESERVE_TIME]
+    held = [g.forget(topic, queue_id, path) for g in gauges]
+    return any(held)
 
 
 def _max(values: Iterable[float]) -> float:

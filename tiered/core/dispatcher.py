@@ -262,6 +262,18 @@ class Dispatcher(Closeable):
             st = self.states[key] = QueueState(topic, queue_id)
         return st
 
+    def forget(self, topic: str, queue_id: int) -> bool:
+        """Drop the run-time state of a queue the broker deleted (see
+        :mod:`.topic_retire`); whether there was any."""
+        key = (topic, queue_id)
+        held = self.states.pop(key, None) is not None
+        self._state_shown.pop(key, None)
+        self._state_offsets.pop(key, None)
+        if self.pass_queues is not None:
+            held = self.pass_queues.work.pop(key, None) is not None or held
+        self._state_stale = self._state_stale or held
+        return held
+
     # --- targets --------------------------------------------------------------------------------
 
     def targets(self, only: list[tuple[str, int]] | None = None) -> list[FlatMessageFile]:

@@ -316,6 +316,18 @@ class LocalSource:
         self._min_memo[key] = (now + MIN_OFFSET_TTL_S, clmin, value)
         return value
 
+    def forget(self, topic: str, queue_id: int) -> bool:
+        """Drop what is remembered of a queue (the broker deleted it); whether anything was."""
+        key = (topic, queue_id)
+        with self._lock:
+            held = self._queues.pop(key, None) is not None
+        found = [
+            memo.pop(key, None) is not None
+            for memo in (self._max_hint, self._tail, self._min_memo, self._has_memo, self._cq_dirs)
+        ]
+        self._live.discard(key)
+        return held or any(found)
+
     def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
         """``(min_offset, max_offset)`` from one listing of the queue's directory, as a reader
         that looks at each queue once wants them (``status``); ``(-1, -1)`` for an unknown

@@ -25,6 +25,7 @@ from tiered.file.restart_reconcile import ReconcileReport
 from tiered.index.service import IndexService
 from tiered.metadata import MetadataStore
 from tiered.metadata import mirror_key_for
+from tiered.metrics import forget_queue
 from tiered.providers import MetricsProvider
 from tiered.providers import Provider
 from tiered.providers import from_config
@@ -35,6 +36,7 @@ from .expiry import ExpiryReport
 from .expiry import expire
 from .local_source import LocalSource
 from .metadata_rebuild import merge_listing
+from .topic_retire import retire_deleted
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +219,19 @@ class Sidecar(Closeable):
         """One expiry run (nothing when standing by)."""
         if not self.uploading:
             return ExpiryReport()
-        return expire(self.cfg, self.flat_store, now)
+        report = expire(self.cfg, self.flat_store, now)
+        if self.cfg.tiered_store_delete_file_enable:
+            retire_deleted(self.cfg, self.flat_store, self.local, self._release)
+        return report
+
+    def _release(self, topic: str, queue_id: int, path: str) -> bool:
+        """Drop what the sidecar holds of a queue the broker deleted, but its tier."""
+        held = [
+            self._dispatcher is not None and self._dispatcher.forget(topic, queue_id),
+            self.local.forget(topic, queue_id),
+            forget_queue(topic, queue_id, path),
+        ]
+        return any(held)
 
     def close(self) -> None:
         """Finish running uploads, record them, persist metadata, release the lock."""

@@ -576,15 +576,21 @@ class FlatAppendFile:
         self.metadata.orphans.remove([key])
         return seg
 
-    def destroy(self) -> None:
-        """Remove every segment (records first, persisted, then objects)."""
-        segs = self._segments
-        keys = [self.key(seg.base) for seg in segs]
+    def drop_records(self) -> list[str]:
+        """Forget every segment and remove their records (not persisted here); returns their
+        keys, listed as orphans, whose objects the caller deletes once the records are durable
+        (an interrupted delete is retried by the orphan sweep)."""
+        keys = [self.key(seg.base) for seg in self._segments]
         self.metadata.orphans.add(keys)
         self._segments = []
         self._dirty.clear()
+        self.metadata.delete_segments(self.segment_type, self.path)
+        return keys
+
+    def destroy(self) -> None:
+        """Remove every segment (records first, persisted, then objects)."""
         with durable(self.metadata):
-            self.metadata.delete_segments(self.segment_type, self.path)
+            keys = self.drop_records()
         for key in keys:
             retrying(lambda k=key: self.provider.delete(k))  # type: ignore[misc]
         self.metadata.orphans.remove(keys)

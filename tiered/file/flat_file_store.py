@@ -23,6 +23,8 @@ from tiered.metadata.broker_tier import BrokerTier
 from tiered.providers.base import Provider
 
 from .flat_append_file import FlatAddress
+from .flat_append_file import durable
+from .flat_append_file import retrying
 from .flat_message_file import FlatMessageFile
 from .restart_reconcile import LocalUnits
 from .restart_reconcile import ReconcileReport
@@ -150,6 +152,23 @@ class FlatFileStore(BrokerTier):
         except ProviderError as e:  # only the mirror put can fail this way; the file was written
             log.debug("metadata mirror failed (the local file was written): %s", e)
         return changed
+
+    def remove(self, queues: Iterable[tuple[str, int]]) -> int:
+        """Delete the tiered data and the queue records of ``queues`` at once: every record
+        removed with one persist, then the objects (listed as orphans until deleted); returns
+        how many the store had."""
+        with self._lock:
+            flats = [f for f in (self._files.pop(q, None) for q in queues) if f is not None]
+        keys: list[str] = []
+        with durable(self.metadata):
+            for flat in flats:
+                with flat.lock:
+                    keys += flat.drop_records()
+                self.metadata.delete_queue(flat.topic, flat.queue_id)
+        for key in keys:
+            retrying(lambda k=key: self.provider.delete(k))  # type: ignore[misc]
+        self.metadata.orphans.remove(keys)
+        return len(flats)
 
     def destroy(self, topic: str, queue_id: int) -> None:
         """Delete a queue's tiered data and its queue record."""

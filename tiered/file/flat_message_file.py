@@ -401,6 +401,13 @@ class FlatMessageFile:
         b = self.consume_queue.flush_metadata()
         return a or b
 
+    def drop_records(self) -> list[str]:
+        """Forget both files' segments and remove their records (see
+        :meth:`FlatAppendFile.drop_records`); returns the keys to delete once persisted."""
+        keys = self.consume_queue.drop_records() + self.commitlog.drop_records()
+        self.commitlog.forget_first_queue_offset()
+        return keys
+
     def destroy(self) -> None:
         """Delete the queue's tiered data: records first, then objects."""
         with self.lock:
