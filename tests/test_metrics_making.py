@@ -190,6 +190,9 @@ got = {{n: samples(n) for n in (
     "rocketmq_tiered_store_dispatch_behind", "rocketmq_tiered_store_dispatch_latency",
     "rocketmq_tiered_store_messages_dispatch_total", "rocketmq_storage_size",
     "rocketmq_tiered_store_provider_upload_bytes_count")}}
+metrics.forget_queue("A", 1, "broker-a/A/1", tier=True)  # the broker deleted it
+got["after_forget"] = samples("rocketmq_tiered_store_dispatch_behind")
+got["sizes_after"] = samples("rocketmq_storage_size")
 print(json.dumps(got))
 """
 
@@ -208,6 +211,8 @@ def test_broker_detail_sums_counts_and_sizes_and_takes_the_oldest_age() -> None:
     assert got["rocketmq_storage_size"] == [[{"topic": "", "file_type": "commit_log"}, 130.0]]
     (upload,) = got["rocketmq_tiered_store_provider_upload_bytes_count"]
     assert upload[0]["path"] == "" and upload[1] == 1.0
+    assert got["after_forget"] == [[_cq("", ""), 5.0]]
+    assert got["sizes_after"] == [[{"topic": "", "file_type": "commit_log"}, 60.0]]
 
 
 def test_topic_detail_has_a_series_per_topic() -> None:
@@ -224,6 +229,7 @@ def test_topic_detail_has_a_series_per_topic() -> None:
     ]
     (upload,) = got["rocketmq_tiered_store_provider_upload_bytes_count"]
     assert upload[0]["path"] == "broker-a/A"
+    assert got["after_forget"] == [[_cq("A", ""), 5.0], [_cq("B", ""), 0]]
 
 
 def test_queue_detail_keeps_upstreams_labels() -> None:
@@ -238,6 +244,8 @@ def test_queue_detail_keeps_upstreams_labels() -> None:
         "broker-a/A/1",
         "broker-a/B/0",
     ]
+    assert got["after_forget"] == [[_cq("A", "0"), 5.0], [_cq("B", "0"), 0.0]]
+    assert [s[0]["topic"] for s in got["sizes_after"]] == ["broker-a/A/0", "broker-a/B/0"]
 
 
 def test_an_unknown_detail_is_refused_naming_the_levels() -> None:

@@ -621,11 +621,12 @@ class QueueGauge:
         if _making.discard:
             return False
         if _detail.level == "queue":
-            mine = {(topic, str(queue_id)), (path,)}
+            own = {(topic, str(queue_id)), (path,)}
             found = False
-            for sample in list(self.family.collect()[0].samples):
+            (family,) = self.family.collect()
+            for sample in list(family.samples):
                 labels = tuple(sample.labels.values())
-                if labels[:2] in mine or labels[:1] in mine:
+                if labels[:2] in own or labels[:1] in own:
                     _children.pop((id(self.family), labels), None)
                     self.family.remove(*labels)
                     found = True
@@ -633,7 +634,12 @@ class QueueGauge:
         found = False
         with self._lock:
             for series, values in self._values.items():
-                for key in [k for k in values if k == (topic, queue_id) or k[0] == path]:
+                mine = [
+                    k
+                    for k in values
+                    if k == (topic, queue_id) or (isinstance(k, tuple) and k[0] == path)
+                ]
+                for key in mine:
                     del values[key]
                     self._dirty.add(series)
                     found = True

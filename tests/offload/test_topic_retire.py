@@ -61,7 +61,8 @@ def test_a_deleted_topic_is_released_then_removed_after_its_reserve_time(
         assert not {(f.topic, f.queue_id) for f in again.flat_store.files()} & gone
         assert again.dispatcher.run_pass(flush=True).errors == {}
     size = next(f for f in metrics.REGISTRY.collect() if f.name == "rocketmq_storage_size")
-    assert not [s for s in size.samples if "/GenTopic1/" in s.labels["topic"] + "/"]
+    ours = {f"{cfg.broker_name}/{topic}/{qid}" for topic, qid in gone}
+    assert not [s for s in size.samples if s.labels["topic"] in ours]
 
 
 def test_nothing_is_taken_for_deleted_without_the_brokers_topics(
