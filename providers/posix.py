@@ -187,11 +187,11 @@ class PosixProvider(Provider):
 
     def sync_many(self, keys: Sequence[str]) -> None:
         """One ``syncfs`` of the tier's file system for :data:`SYNCFS_MIN_KEYS` keys or more
-        (writing back every dirty page of that file system, then one journal commit: 10,000
-        files' appends took 0.07 s here, against 0.65 s and 3.5 CPU-s for their ``fdatasync``
-        calls on 8 threads); fewer are synced one by one. An I/O error of any file of that file
-        system since the tier's directory was opened fails it (Linux >= 5.8 reports them): the
-        caller then syncs key by key, and learns which."""
+        (writing back every dirty page of that file system, then one journal commit: for
+        thousands of small appends about ten times faster than their ``fdatasync`` calls, even
+        issued side by side, and a fraction of their CPU); fewer are synced one by one. An I/O
+        error of any file of that file system since the tier's directory was opened fails it
+        (Linux >= 5.8 reports them): the caller then syncs key by key, and learns which."""
         if len(keys) < SYNCFS_MIN_KEYS or _syncfs is None:
             super().sync_many(keys)
             return

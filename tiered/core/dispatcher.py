@@ -127,9 +127,9 @@ STATE_IDLE_REFRESH_S = 60.0
 WIDE_ROUND_QUEUES = 256
 """A round of at least this many queues on a backend that defers syncs (posix) is *wide*: one
 batch per queue, every queue's commitlog bytes written before any is synced, all of them made
-durable at once, then every queue's units (:meth:`Dispatcher._run_wide`). A pass after one new
-message in each of 10,000 queues paid two ``fdatasync`` calls per queue, its wall time
-(16 s); fewer queues keep the pipelined round, whose syncs overlap the next batches' reads."""
+durable at once, then every queue's units (:meth:`Dispatcher._run_wide`): a round of many small
+batches otherwise waits for two ``fdatasync`` calls per queue. Fewer queues keep the pipelined
+round, whose syncs overlap the next batches' reads."""
 SYNC_MANY_FILES = 64
 """From this many files a round syncs them with one ``sync_many`` of the provider."""
 MAX_FAILURES = 10
@@ -408,9 +408,9 @@ class Dispatcher(Closeable):
 
         The steps run on this thread, one after the other, and the commit listeners (the key
         index) are told on it too (:meth:`_Notifier.inline`): a step of a few small messages is
-        interpreter work and short system calls, and every system call let another busy thread
-        take the interpreter lock for up to its switch interval. Spread over the 8 workers, 10,000
-        such steps took 12.6 s; on two threads 11.1 s, on one (the index on its own) 9.2 s."""
+        interpreter work and short system calls, and on several threads every system call lets
+        another busy thread take the interpreter lock for up to its switch interval, so more
+        threads only make such a round slower."""
         results: list[tuple[FlatMessageFile, StepResult]] = []
         with self._notifier.inline() as listeners:
             for wave in _waves(plans, self.wave_bytes):  # at most a wave's bytes held
