@@ -45,6 +45,7 @@ import java.util.Random;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import java.util.concurrent.locks.LockSupport;
@@ -587,9 +588,8 @@ public class Driver {
         }
         long started = System.currentTimeMillis();
         c.start();
-        if (a.getBooleanValue("watchAssignment")) {
-            watchAssignment(c, started);
-        }
+        AtomicBoolean watching = new AtomicBoolean(a.getBooleanValue("watchAssignment"));
+        Thread watcher = watching.get() ? watchAssignment(c, started, watching) : null;
         long deadline = System.currentTimeMillis() + a.getLongValue("maxMs");
         long idle = a.getLongValue("idleMs");
         while (System.currentTimeMillis() < deadline && count.get() < stopAfter
@@ -597,15 +597,19 @@ public class Driver {
             Thread.sleep(100);
         }
         Thread.sleep(500);
+        if (watcher != null) { // no "assigned" line after the last one: the shutdown empties it
+            watching.set(false);
+            watcher.join();
+        }
         c.shutdown(); // persists the consumed offsets to the broker the route names
         emit(Map.of("consumed", count.get()));
     }
 
-    /** Emit the number of (non-retry) queues `c` holds whenever it changes. */
-    static void watchAssignment(DefaultMQPushConsumer c, long started) {
+    /** Emit the number of (non-retry) queues `c` holds whenever it changes, while `watching`. */
+    static Thread watchAssignment(DefaultMQPushConsumer c, long started, AtomicBoolean watching) {
         Thread t = new Thread(() -> {
             long held = -1;
-            while (true) {
+            while (watching.get()) {
                 long n = c.getDefaultMQPushConsumerImpl().getRebalanceImpl().getProcessQueueTable()
                     .keySet().stream().filter(q -> !q.getTopic().startsWith("%RETRY%")).count();
                 if (n != held) {
@@ -617,6 +621,7 @@ public class Driver {
         }, "driver-assignment");
         t.setDaemon(true);
         t.start();
+        return t;
     }
 
     static void record(MessageExt m, String via, AtomicInteger count, AtomicLong last) {
