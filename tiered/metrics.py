@@ -86,6 +86,10 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``tls_certificate_expiry_timestamp_seconds``          gauge    Unix s    file
 ====================================================  =======  ========  ==========================
 
+The families with ``topic``/``queue_id`` or a queue's ``path`` are exported at the detail of
+``tieredMetricsDetail`` (:func:`set_detail`): one series for the broker (those labels empty),
+one per topic, or one per queue as upstream; :class:`QueueGauge` aggregates their gauges.
+
 ``dispatch_latency`` is in milliseconds (upstream declares seconds but records milliseconds; we keep
 its values). ``file_type`` is ``commit_log``, ``consume_queue`` or ``index``. ``engine`` is
 ``numpy``, ``spark`` or ``external`` (a ``spark-submit`` job's result, counted when picked up; its

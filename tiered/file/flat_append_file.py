@@ -586,11 +586,3 @@ class FlatAppendFile:
         self._dirty.clear()
         self.metadata.delete_segments(self.segment_type, self.path)
         return keys
-
-    def destroy(self) -> None:
-        """Remove every segment (records first, persisted, then objects)."""
-        with durable(self.metadata):
-            keys = self.drop_records()
-        for key in keys:
-            retrying(lambda k=key: self.provider.delete(k))  # type: ignore[misc]
-        self.metadata.orphans.remove(keys)

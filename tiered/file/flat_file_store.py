@@ -169,11 +169,3 @@ class FlatFileStore(BrokerTier):
             retrying(lambda k=key: self.provider.delete(k))  # type: ignore[misc]
         self.metadata.orphans.remove(keys)
         return len(flats)
-
-    def destroy(self, topic: str, queue_id: int) -> None:
-        """Delete a queue's tiered data and its queue record."""
-        with self._lock:
-            flat = self._files.pop((topic, queue_id), None)
-        if flat is not None:
-            flat.destroy()
-        self.metadata.delete_queue(topic, queue_id)

@@ -381,20 +381,6 @@ class FlatMessageFile:
         cq.roll(queue_offset * CQ_UNIT_SIZE)
         return skipped
 
-    @property
-    def unsynced(self) -> bool:
-        """Whether consumequeue units uploaded without a sync wait for :meth:`sync`."""
-        return self.consume_queue.unsynced
-
-    def sync(self) -> bool:
-        """Make the consumequeue units uploaded since the last sync durable (see
-        ``FlatConsumeQueueFile.deferred_sync``); False when none waited.
-
-        Raises:
-            ProviderError: the sync failed; the records keep what is durable.
-        """
-        return self.consume_queue.sync()
-
     def flush_metadata(self) -> bool:
         """Record committed sizes and timestamps of both files (run inside a batch)."""
         a = self.commitlog.flush_metadata()
@@ -407,10 +393,3 @@ class FlatMessageFile:
         keys = self.consume_queue.drop_records() + self.commitlog.drop_records()
         self.commitlog.forget_first_queue_offset()
         return keys
-
-    def destroy(self) -> None:
-        """Delete the queue's tiered data: records first, then objects."""
-        with self.lock:
-            self.consume_queue.destroy()
-            self.commitlog.destroy()
-            self.commitlog.forget_first_queue_offset()
