@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # mapped to tiered.providers / tiered.jobs); a new module re-runs the install.
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: venv demo test bench lint clean ops-tools rmq kernel-test FORCE
+.PHONY: venv demo test bench lint clean ops-tools rmq kernel-test docs docs-reference FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -88,13 +88,21 @@ test: lint kernel-test $(JS)/node_modules/.installed ops-tools rmq
 # test directories are checked one at a time (each may have its own conftest.py).
 MYPY = $(CURDIR)/$(BIN)/mypy --config-file $(CURDIR)/pyproject.toml --cache-dir $(CURDIR)/.mypy_cache
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check tiered providers jobs tests
-	$(BIN)/ruff format --check tiered providers jobs tests
+	$(BIN)/ruff check tiered providers jobs tests docs
+	$(BIN)/ruff format --check tiered providers jobs tests docs
 	cd "$$(cat $(VENV)/lib/python3*/site-packages/__editable__.rocketmq_tiered-*.pth)" && \
 	    $(MYPY) -p tiered && \
+	    $(MYPY) $(CURDIR)/docs/gen_reference.py && \
 	    $(MYPY) $(CURDIR)/tests/*.py && \
 	    for d in $(CURDIR)/tests/*/; do case $$d in */__pycache__/) continue;; esac; \
 	        $(MYPY) $$d || exit 1; done
+
+# the docs site (docs/, mkdocs.yml): the reference pages generated from the code, then served on
+# http://127.0.0.1:8000; tests/test_docs.py builds it with --strict and checks the pages are fresh
+docs-reference: $(VENV)/.installed-dev
+	$(BIN)/python docs/gen_reference.py
+docs: docs-reference
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs serve
 
 bench: $(VENV)/.installed-dev $(JS)/node_modules/.installed rmq
 	$(BIN)/pytest -q -p no:cacheprovider -s tests/bench/bench_*.py

@@ -2,8 +2,8 @@
 
 Upstream names (spec §13) are kept where upstream has the metric; the sidecar's own additions are
 marked (+). Every family the package registers is below (names as exposed: counters end in
-``_total``); :func:`families` lists them with their types and labels, and README.md's "Metrics"
-table documents each one (a test holds the three together).
+``_total``); :func:`families` lists them with their types and labels, and the docs' metrics
+reference is generated from them (a test holds the three together).
 
 The families are made on first use: the first attribute looked up on any of them
 (``metrics.DISPATCH_ROUNDS.inc``) makes them all, in this order, in prometheus_client's default

@@ -1,5 +1,5 @@
-"""Every metric the sidecar exports, after a real run: documented in README.md's "Metrics" table
-(names and labels, both ways), listed in :mod:`tiered.metrics`' docstring, and recorded.
+"""Every metric the sidecar exports, after a real run: in the docs' metrics reference
+(docs/reference/metrics.md, generated from the registry; names and labels, both ways), listed in :mod:`tiered.metrics`' docstring, and recorded.
 
 One run for the module: a generated store offloaded to a posix tier by the real dispatcher (its
 keys put into small index files that seal), an index upload failed on purpose, then every SEALED
@@ -44,7 +44,7 @@ from tiered.testing.http import get
 from tiered.testing.sample_tier import SampleTier
 from tiered.testing.sample_tier import build_sample_tier
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+REFERENCE = Path(__file__).resolve().parents[2] / "docs" / "reference" / "metrics.md"
 PREFIX = "rocketmq_"
 IGNORED_LABELS = {"le", "quantile"}
 TOPIC, QID = "GenTopic0", 0
@@ -81,21 +81,19 @@ def sample_labels(family: Metric) -> set[str]:
     return {k for s in family.samples for k in s.labels} - IGNORED_LABELS
 
 
-def readme_table() -> dict[str, tuple[str, tuple[str, ...]]]:
-    """README.md's "## Metrics" table: full name -> (type, label names)."""
-    text = README.read_text(encoding="utf-8")
-    section = re.search(r"^## Metrics[ \t]*\n(.*?)(?=^## |\Z)", text, re.M | re.S)
-    assert section is not None, f"{README} has no '## Metrics' section"
+def reference_table() -> dict[str, tuple[str, tuple[str, ...]]]:
+    """The metrics reference's table: full name -> (type, label names)."""
+    text = REFERENCE.read_text(encoding="utf-8")
     rows: dict[str, tuple[str, tuple[str, ...]]] = {}
-    for line in section.group(1).splitlines():
+    for line in text.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         name = re.fullmatch(r"`([a-z_:][a-z0-9_:]*)`", cells[0]) if len(cells) >= 4 else None
         if name is None:
             continue
-        assert name.group(1) not in rows, f"{name.group(1)} is in the README table twice"
+        assert name.group(1) not in rows, f"{name.group(1)} is in the reference table twice"
         labels = [re.match(r"`?([a-z_][a-z0-9_]*)", part.strip()) for part in cells[2].split(",")]
         rows[name.group(1)] = (cells[1], tuple(m.group(1) for m in labels if m is not None))
-    assert rows, f"{README}: the '## Metrics' section has no table rows"
+    assert rows, f"{REFERENCE} has no table rows"
     return rows
 
 
@@ -244,19 +242,19 @@ def test_every_family_is_in_the_package_catalogue_and_its_docstring(run: Run) ->
             assert sample_labels(family) == set(labels), name
 
 
-def test_every_family_is_in_the_readme_table_and_back(run: Run) -> None:
-    table = readme_table()
+def test_every_family_is_in_the_reference_and_back(run: Run) -> None:
+    table = reference_table()
     exposed = set(run.after)
-    assert sorted(exposed - set(table)) == [], "exposed but not in README.md's Metrics table"
-    assert sorted(set(table) - exposed) == [], "in README.md's Metrics table but not exposed"
+    assert sorted(exposed - set(table)) == [], "exposed but not in the metrics reference"
+    assert sorted(set(table) - exposed) == [], "in the metrics reference but not exposed"
 
 
-def test_readme_labels_are_the_family_labels(run: Run) -> None:
-    table = readme_table()
+def test_reference_labels_are_the_family_labels(run: Run) -> None:
+    table = reference_table()
     catalogue = metrics.families()
     for name, (kind, labels) in table.items():
         assert name in catalogue, name
-        assert set(labels) == set(catalogue[name][1]), f"{name}: README labels {labels}"
+        assert set(labels) == set(catalogue[name][1]), f"{name}: reference labels {labels}"
         assert kind.split()[0].rstrip(",;") in {"counter", "gauge", "histogram"}, (name, kind)
         assert kind.startswith(catalogue[name][0]), (name, kind)
         family = run.after.get(name)

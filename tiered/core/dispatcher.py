@@ -819,7 +819,7 @@ class _Notifier:
 def _limits(cfg: TieredConfig, *, objects: bool) -> Limits:
     """The group-commit limits: upstream's keys, or on a backend where every append is one
     object (S3) the ``objectStoreGroupCommit*`` keys, so a queue uploads a few large objects
-    (the broker's store keeps the messages until then; see README "S3")."""
+    (the broker's store keeps the messages until then; see docs/guides/providers.md)."""
     if not objects:
         count = cfg.tiered_store_group_commit_count
         size = cfg.tiered_store_group_commit_size_bytes

@@ -58,7 +58,7 @@ own, so it never collides with the labels another chart selects its pods by). */
 {{- end }}
 {{- end }}
 
-{{/* Security (README "Security"): where the accounts and the certificate are mounted, and the
+{{/* Security (docs/guides/security.md): where the accounts and the certificate are mounted, and the
 Secrets they come from. Mounted as whole Secret volumes (never subPath): kubelet swaps the files in
 place when a Secret changes and the sidecar reloads them. */}}
 {{- define "rocketmq-tiered.aclDir" -}}/etc/rmq-tiered-acl{{- end }}
@@ -130,7 +130,7 @@ JSON) or int64 (from --set); whole floats must not come out as 1.073741824e+09. 
 {{- include "rocketmq-tiered.validateSecurity" . }}
 {{- end }}
 
-{{/* Security settings that only make sense together (README "Security"). */}}
+{{/* Security settings that only make sense together (docs/guides/security.md). */}}
 {{- define "rocketmq-tiered.validateSecurity" -}}
 {{- $sec := .Values.security }}
 {{- with include "rocketmq-tiered.insecurePorts" . }}
