@@ -22,6 +22,7 @@ from tiered.config import TieredConfig
 from tiered.config import load_config
 from tiered.config import parse_properties
 from tiered.errors import ConfigError
+from tiered.topic_overrides import TopicOverride
 
 EXAMPLE_CONF = Path(__file__).resolve().parents[1] / "config" / "tiered.conf"
 
@@ -335,6 +336,72 @@ def test_metadata_provider_java_alias() -> None:
     )
 
 
+def test_per_topic_overrides_are_parsed_once_and_print_as_written() -> None:
+    config = TieredConfig.from_properties(
+        {
+            "tieredStorageLevelOverrides": " Ord*:NOT_IN_MEM , Orders:FORCE,audit-*:DISABLE,",
+            "tieredStoreFileReservedTimeOverrides": "Orders:720, Audit*:2160",
+        }
+    )
+    assert config.tiered_storage_level_overrides == (
+        TopicOverride("Ord*", StorageLevel.NOT_IN_MEM),
+        TopicOverride("Orders", StorageLevel.FORCE),
+        TopicOverride("audit-*", StorageLevel.DISABLE),
+    )
+    assert config.tiered_store_file_reserved_time_overrides == (
+        TopicOverride("Orders", 720),
+        TopicOverride("Audit*", 2160),
+    )
+    properties = config.as_properties()
+    assert (
+        properties["tieredStorageLevelOverrides"] == "Ord*:NOT_IN_MEM,Orders:FORCE,audit-*:DISABLE"
+    )
+    assert properties["tieredStoreFileReservedTimeOverrides"] == "Orders:720,Audit*:2160"
+    assert TieredConfig.from_properties(properties) == config
+    # the first match wins, case-sensitively; no match falls back
+    assert config.storage_level_for("Orders") is StorageLevel.NOT_IN_MEM
+    assert config.storage_level_for("audit-x") is StorageLevel.DISABLE
+    assert config.storage_level_for("Audit-x") is StorageLevel.NOT_IN_DISK
+    assert config.storage_level_override("other") is None
+    assert config.reserved_time_hours_for("Orders", metadata_hours=24) == 720
+    assert config.reserved_time_hours_for("other", metadata_hours=24) == 24
+    assert config.reserved_time_hours_for("other") == 72
+    assert config.longest_reserved_time_hours() == 2160
+    assert config.longest_reserved_time_hours(metadata_hours=9000) == 9000
+    assert TieredConfig.from_properties({}).longest_reserved_time_hours() == 72
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "expected"),
+    [
+        (
+            "tieredStorageLevelOverrides",
+            "Orders:SOMETIMES",
+            (
+                "tieredStorageLevelOverrides='Orders:SOMETIMES' holds 'Orders:SOMETIMES'; write "
+                "topic:LEVEL with LEVEL one of DISABLE, NOT_IN_DISK, NOT_IN_MEM, FORCE"
+            ),
+        ),
+        ("tieredStorageLevelOverrides", "FORCE", "holds 'FORCE'; write topic:LEVEL"),
+        ("tieredStorageLevelOverrides", "Orders:3", "holds 'Orders:3'; write topic:LEVEL"),
+        (
+            "tieredStoreFileReservedTimeOverrides",
+            "A,B:2",
+            (
+                "tieredStoreFileReservedTimeOverrides='A,B:2' holds 'A'; write topic:hours, e.g. "
+                "TopicA:48,Orders*:720"
+            ),
+        ),
+        ("tieredStoreFileReservedTimeOverrides", "a b:3", "holds 'a b:3'; write topic:hours"),
+        ("tieredStoreFileReservedTimeOverrides", "A:0", "holds 'A:0'; hours must be 1..2147483647"),
+    ],
+)
+def test_bad_per_topic_overrides_name_the_entry_and_the_form(
+    key: str, value: str, expected: str
+) -> None:
+    assert expected in config_error({key: value})
+
+
 @pytest.mark.parametrize(
     ("key", "value", "expected"),
     [
@@ -605,6 +672,8 @@ def test_each_fields_validator_makes_the_schema_pydantics_before_validator_makes
                 kind = Annotated.__class_getitem__((kind, *marks))  # type: ignore[attr-defined]
             twin[name] = (kind, None)
         schema: Any = create_model("Twin", **twin).__pydantic_core_schema__
+        if schema["type"] == "definitions":  # a type more than one field holds (StorageLevel)
+            schema = schema["schema"]
         # pydantic's own closures (a path's validator) are made again for each model
         return re.sub(r" at 0x[0-9a-f]+>|:[0-9]+'", "", repr(schema["schema"]["fields"]))
 

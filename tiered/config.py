@@ -13,7 +13,6 @@ variables ``RMQ_TIERED_<key>``, explicit ``overrides``.
 from __future__ import annotations
 
 import enum
-import fnmatch
 import logging
 import os
 import re
@@ -44,6 +43,10 @@ from tiered.properties import parse_properties
 from tiered.providers.registry import BUILTIN_NAMES
 from tiered.providers.registry import BUILTINS
 from tiered.providers.registry import builtin_name
+from tiered.topic_overrides import TOPIC_GLOB
+from tiered.topic_overrides import TopicOverride
+from tiered.topic_overrides import first_match
+from tiered.topic_overrides import parse_overrides
 
 __all__ = [
     "ENV_PREFIX",
@@ -240,57 +243,37 @@ def _bucket(value: object) -> str:
     )
 
 
-_GLOB = re.compile(r"[%|A-Za-z0-9_\-*?\[\]!]+")
-
-
 def _globs(value: object) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, Sequence):
         raise ValueError("is not a comma-separated list of topic patterns")
     out = tuple(str(p).strip() for p in items if str(p).strip())
     for pattern in out:
-        if not _GLOB.fullmatch(pattern):
+        if not TOPIC_GLOB.fullmatch(pattern):
             raise ValueError(
                 f"holds {pattern!r}, not a topic pattern (topic characters plus * ? [...])"
             )
     return out
 
 
-def _reserve_overrides(value: object) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, Sequence):
-        raise ValueError("is not a comma-separated list of topic:hours")
-    out = []
-    for raw in (str(p).strip() for p in items):
-        if not raw:
-            continue
-        pattern, sep, hours = raw.rpartition(":")
-        if not sep or not _GLOB.fullmatch(pattern.strip()) or not hours.strip().isdigit():
-            raise ValueError(f"holds {raw!r}; write topic:hours, e.g. TopicA:48,Orders*:720")
-        if not 1 <= int(hours) <= INT_MAX:
-            raise ValueError(f"holds {raw!r}; hours must be 1..{INT_MAX}")
-        out.append(f"{pattern.strip()}:{int(hours)}")
-    return tuple(out)
+def _hours(entry: str, text: str) -> int | None:
+    if not text.isdigit():
+        return None
+    if not 1 <= int(text) <= INT_MAX:
+        raise ValueError(f"holds {entry!r}; hours must be 1..{INT_MAX}")
+    return int(text)
 
 
-def _level_overrides(value: object) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, Sequence):
-        raise ValueError("is not a comma-separated list of topic:LEVEL")
-    names = ", ".join(m.name for m in StorageLevel)
-    out = []
-    for raw in (str(p).strip() for p in items):
-        if not raw:
-            continue
-        pattern, sep, level = raw.rpartition(":")
-        if (
-            not sep
-            or not _GLOB.fullmatch(pattern.strip())
-            or level.strip() not in StorageLevel.__members__
-        ):
-            raise ValueError(f"holds {raw!r}; write topic:LEVEL with LEVEL one of {names}")
-        out.append(f"{pattern.strip()}:{level.strip()}")
-    return tuple(out)
+def _reserve_overrides(value: object) -> tuple[TopicOverride[int], ...]:
+    usage = "write topic:hours, e.g. TopicA:48,Orders*:720"
+    return parse_overrides(value, "hours", usage, _hours)
+
+
+def _level_overrides(value: object) -> tuple[TopicOverride[StorageLevel], ...]:
+    usage = f"write topic:LEVEL with LEVEL one of {', '.join(m.name for m in StorageLevel)}"
+    return parse_overrides(
+        value, "LEVEL", usage, lambda _, text: StorageLevel.__members__.get(text)
+    )
 
 
 def _advertised(value: object) -> str:
@@ -400,8 +383,8 @@ Role = Annotated[BrokerRole, _Before(_choice(list(BrokerRole)))]
 MetricsLevel = Annotated[MetricsDetail, _Before(_choice(list(MetricsDetail)))]
 StartPolicy = Annotated[DispatchStartPolicy, _Before(_choice(list(DispatchStartPolicy)))]
 Globs = Annotated[tuple[str, ...], _Before(_globs)]
-ReserveOverrides = Annotated[tuple[str, ...], _Before(_reserve_overrides)]
-LevelOverrides = Annotated[tuple[str, ...], _Before(_level_overrides)]
+ReserveOverrides = Annotated[tuple[TopicOverride[int], ...], _Before(_reserve_overrides)]
+LevelOverrides = Annotated[tuple[TopicOverride[StorageLevel], ...], _Before(_level_overrides)]
 Port = Annotated[int, _Before(_int(0, 65535))]
 CqFileSize = Annotated[int, _Before(_int(CQ_UNIT_SIZE, INT_MAX // CQ_UNIT_SIZE * CQ_UNIT_SIZE))]
 Level = Annotated[StorageLevel, _Before(_storage_level)]
@@ -838,30 +821,31 @@ class TieredConfig(BaseModel):
             out[str(field.validation_alias)] = text
         return dict(sorted(out.items()))
 
-    def storage_level_override(self, topic: str) -> str | None:
-        """The ``tieredStorageLevelOverrides`` entry (``pattern:LEVEL``) that sets ``topic``'s
-        storage level: the first whose pattern matches, else None."""
-        for entry in self.tiered_storage_level_overrides:
-            if fnmatch.fnmatchcase(topic, entry.rpartition(":")[0]):
-                return entry
-        return None
+    def storage_level_override(self, topic: str) -> TopicOverride[StorageLevel] | None:
+        """The ``tieredStorageLevelOverrides`` entry that sets ``topic``'s storage level: the
+        first whose pattern matches, else None."""
+        return first_match(self.tiered_storage_level_overrides, topic)
 
     def storage_level_for(self, topic: str) -> StorageLevel:
         """The storage level of ``topic``: the first matching override, else the global level."""
         entry = self.storage_level_override(topic)
-        return (
-            self.tiered_storage_level if entry is None else StorageLevel[entry.rpartition(":")[2]]
-        )
+        return self.tiered_storage_level if entry is None else entry.value
 
-    @property
-    def reserved_time_overrides_hours(self) -> dict[str, int]:
-        """``tieredStoreFileReservedTimeOverrides`` as ``{topic pattern: hours}``, in file order."""
-        return {
-            p: int(h)
-            for p, _, h in (
-                e.rpartition(":") for e in self.tiered_store_file_reserved_time_overrides
-            )
-        }
+    def reserved_time_hours_for(self, topic: str, metadata_hours: int = -1) -> int:
+        """How long ``topic``'s tiered data is kept, in hours: the first matching
+        ``tieredStoreFileReservedTimeOverrides`` entry, else ``metadata_hours`` (the topic's
+        metadata ``reserveTime``) when above 0, else ``tieredStoreFileReservedTime``."""
+        entry = first_match(self.tiered_store_file_reserved_time_overrides, topic)
+        if entry is not None:
+            return entry.value
+        return metadata_hours if metadata_hours > 0 else self.tiered_store_file_reserved_time_hours
+
+    def longest_reserved_time_hours(self, metadata_hours: int = -1) -> int:
+        """The longest any topic may be kept, in hours: the global value, every override's (a
+        pattern that matches no topic only keeps more) and ``metadata_hours`` (the longest
+        metadata ``reserveTime``)."""
+        overrides = (o.value for o in self.tiered_store_file_reserved_time_overrides)
+        return max(self.tiered_store_file_reserved_time_hours, metadata_hours, *overrides)
 
     @property
     def uploads(self) -> bool:

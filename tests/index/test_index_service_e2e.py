@@ -19,9 +19,9 @@ from tiered.providers.layout import INDEX_TOPIC
 from tiered.broker import message as msgcodec
 from tiered.core.sidecar import Sidecar
 from tiered.core.sidecar import build_provider
+from tiered.core.sidecar import index_reader
 from tiered.index.format import KeyQuery
 from tiered.index.search import KeyHit
-from tiered.index.service import IndexService
 from tiered.testing.index_keys import IndexCase
 
 T = TypeVar("T")
@@ -177,9 +177,6 @@ def test_standby_and_disabled_index(index_case: IndexCase) -> None:
 def test_reader_beside_a_running_sidecar(index_case: IndexCase) -> None:
     """A read-only service sees the writer's local files (mapped read-only) and uploads, and
     changes nothing."""
-    from tiered.metadata import MetadataStore
-    from tiered.metadata import read_metadata
-
     cfg = index_case.config(provider="posix")
     expected = index_case.keys()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
@@ -188,14 +185,7 @@ def test_reader_beside_a_running_sidecar(index_case: IndexCase) -> None:
         sidecar.index.compact_sealed()
         sidecar.index.checkpoint()
         files = sorted(p.name for p in (Path(cfg.tiered_data_dir) / "tiered_index_file").iterdir())
-
-        def metadata() -> MetadataStore:
-            return MetadataStore.read_only(
-                cfg.tiered_data_dir, read_metadata(cfg.tiered_data_dir)[0]
-            )
-
-        reader_provider = build_provider(cfg)
-        with IndexService.reader(cfg, reader_provider, metadata) as reader:
+        with index_reader(cfg) as reader:
             for topic, key in sorted(expected)[::31]:
                 check_hit(reader.query(topic, key), topic, key, expected[(topic, key)])
             assert reader.compact_sealed() == []

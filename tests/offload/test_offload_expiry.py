@@ -13,11 +13,11 @@ from tiered.providers.layout import FileType
 from tiered.providers.layout import segment_key
 
 from tiered.config import TieredConfig
-from tiered.core.expiry import HOUR_MS
 from tiered.core.expiry import expire
 from tiered.core.expiry import reserve_hours
 from tiered.core.sidecar import Sidecar
 from tiered.errors import AccessDeniedError
+from tiered.metadata import HOUR_MS
 from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentType
 from tiered.testing.sample_tier import SidecarCase

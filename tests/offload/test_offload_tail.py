@@ -33,8 +33,6 @@ from tiered.errors import OffsetNotInStoreError
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 
-HOUR_MS = 3_600_000
-
 
 def _settle(*paths: Path) -> None:
     """Date ``paths`` (and every directory below them) an hour back, as a store not touched for

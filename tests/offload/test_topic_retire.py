@@ -10,8 +10,8 @@ import shutil
 from pathlib import Path
 
 from tiered import metrics
-from tiered.core.expiry import HOUR_MS
 from tiered.core.sidecar import Sidecar
+from tiered.metadata import HOUR_MS
 from tiered.metadata import now_ms
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import read_document

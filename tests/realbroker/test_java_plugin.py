@@ -33,7 +33,6 @@ from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentType
 from tiered.metadata import MetadataDocument
-from tiered.metadata import MetadataStore
 from tiered.metadata import parse_metadata
 from tiered.metadata import read_metadata
 from tiered.testing.realbroker import Broker
@@ -124,12 +123,8 @@ def keys_through_index(cfg: TieredConfig, keys: list[str]) -> dict[str, list[str
     """Each key's hits (their UNIQ_KEYs) in the tier's key index as ``cfg``'s metadata lists it:
     before the sidecar ran, that is the plugin's uploaded INDEX files alone."""
     provider = from_config(cfg)
-
-    def metadata() -> MetadataStore:
-        return MetadataStore.read_only(cfg.tiered_data_dir, read_metadata(cfg.tiered_data_dir)[0])
-
     try:
-        with IndexService.reader(cfg, provider, metadata) as service:
+        with IndexService.reader(cfg, provider) as service:
             return {
                 k: [
                     msgcodec.decode(h.data).properties.get("UNIQ_KEY", "")

@@ -19,13 +19,13 @@ from tiered.cli.config_option import verbosity
 from tiered.config import TieredConfig
 from tiered.core.sidecar import DataDirLock
 from tiered.core.sidecar import build_provider
+from tiered.core.sidecar import index_reader
 from tiered.index.compaction import Engine
 from tiered.index.service import CompactionResult
 from tiered.index.service import IndexService
 from tiered.index.staging import submit_command
 from tiered.metadata import MetadataStore
 from tiered.metadata import mirror_key_for
-from tiered.metadata import read_metadata
 
 
 @click.command("compact-index")
@@ -81,16 +81,8 @@ def compact_index(
 
 
 def _stage_beside_run(cfg: TieredConfig) -> list[CompactionResult]:
-    provider = build_provider(cfg)
-
-    def metadata() -> MetadataStore:
-        return MetadataStore.read_only(cfg.tiered_data_dir, read_metadata(cfg.tiered_data_dir)[0])
-
-    try:
-        with IndexService.reader(cfg, provider, metadata) as service:
-            return service.compact_sealed(stage_all=True)
-    finally:
-        provider.close()
+    with index_reader(cfg) as service:
+        return service.compact_sealed(stage_all=True)
 
 
 def _with_lock(

@@ -23,13 +23,10 @@ from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.cli.fetch import max_count_option
 from tiered.config import TieredConfig
-from tiered.core.sidecar import build_provider
+from tiered.core.sidecar import index_reader
 from tiered.http.app import message_json
 from tiered.index.search import KeyHit
-from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
-from tiered.metadata import MetadataStore
-from tiered.metadata import read_metadata
 
 
 @click.command("query")
@@ -67,17 +64,9 @@ def query(
 def search(
     cfg: TieredConfig, topic: str, key: str, begin: int, end: int, max_count: int
 ) -> list[KeyHit]:
-    """One query through a read-only index service (the provider is closed after)."""
-    provider = build_provider(cfg)
-
-    def metadata() -> MetadataStore:
-        return MetadataStore.read_only(cfg.tiered_data_dir, read_metadata(cfg.tiered_data_dir)[0])
-
-    try:
-        with IndexService.reader(cfg, provider, metadata) as service:
-            return service.query(topic, key, begin, end, max_count)
-    finally:
-        provider.close()
+    """One query through a read-only index service."""
+    with index_reader(cfg) as service:
+        return service.query(topic, key, begin, end, max_count)
 
 
 def _table(hits: list[KeyHit]) -> Table:

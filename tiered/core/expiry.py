@@ -5,7 +5,8 @@ segment's newest message (its end timestamp) is older than ``now - reserve hours
 its record is removed (and persisted) and then its object is deleted. A failure ends the queue's
 run (logged, counted in ``expiry_failures_total{file_type}``); the next run retries. Reserve hours
 of a topic: the first matching ``tieredStoreFileReservedTimeOverrides`` pattern, else the topic's
-metadata ``reserveTime`` when above 0, else ``tieredStoreFileReservedTime``.
+metadata ``reserveTime`` when above 0, else ``tieredStoreFileReservedTime``
+(:meth:`~tiered.config.TieredConfig.reserved_time_hours_for`).
 
 Unlike upstream, the writable last segment is never deleted while it holds the queue's position:
 an expired last segment is first sealed and a new empty one started at the same offset, so an
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 
 from tiered import metrics
 from tiered.config import TieredConfig
@@ -27,14 +27,13 @@ from tiered.file.flat_append_file import retrying
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.logs import error_fields
 from tiered.logs import traceback_if_debug
+from tiered.metadata import HOUR_MS
 from tiered.metadata import LONG_MAX
 from tiered.metadata import MetadataStore
 from tiered.providers.base import Provider
 from tiered.providers.layout import SegmentAddress
 
 log = logging.getLogger(__name__)
-
-HOUR_MS = 3_600_000
 
 
 @dataclass
@@ -68,13 +67,8 @@ def sweep_orphans(metadata: MetadataStore, provider: Provider) -> int:
 
 def reserve_hours(cfg: TieredConfig, metadata: MetadataStore, topic: str) -> int:
     """How long ``topic``'s tiered data is kept, in hours (see the module docstring)."""
-    for pattern, hours in cfg.reserved_time_overrides_hours.items():
-        if fnmatchcase(topic, pattern):
-            return hours
     meta = metadata.get_topic(topic)
-    if meta is not None and meta.reserve_time > 0:
-        return meta.reserve_time
-    return cfg.tiered_store_file_reserved_time_hours
+    return cfg.reserved_time_hours_for(topic, -1 if meta is None else meta.reserve_time)
 
 
 def expire_file(f: FlatAppendFile, before: int) -> tuple[int, int]:

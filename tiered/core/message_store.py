@@ -39,7 +39,6 @@ from tiered.file.flat_message_file import FlatMessageFile
 from tiered.labels import KnownTopics
 from tiered.logs import error_fields
 from tiered.metadata import MetadataStore
-from tiered.metadata import read_metadata
 from tiered.providers import Provider
 from tiered.providers.read_ahead import large_read_bytes
 
@@ -152,8 +151,7 @@ class TieredMessageStore(Closeable):
         """
         from .sidecar import build_provider
 
-        document, _ = read_metadata(cfg.tiered_data_dir)
-        metadata = MetadataStore.read_only(cfg.tiered_data_dir, document)
+        metadata = MetadataStore.read_only(cfg.tiered_data_dir)
         backend = provider if provider is not None else build_provider(cfg)
         flat_store = FlatFileStore.from_config(cfg, backend, metadata)
         flat_store.load(reconcile_backend=False)
@@ -343,7 +341,7 @@ class TieredMessageStore(Closeable):
 
     # --- offsets and times ------------------------------------------------------------------------
 
-    def _serves(self, topic: str) -> bool:
+    def serves(self, topic: str) -> bool:
         """Whether the tier may serve ``topic`` at all (not DISABLE, not a system topic)."""
         cfg = self.cfg
         return cfg.storage_level_for(topic) is not StorageLevel.DISABLE and not is_system_topic(
@@ -359,7 +357,7 @@ class TieredMessageStore(Closeable):
         lmin, lmax = self.local.min_offset(topic, queue_id), self.local.max_offset(topic, queue_id)
         tmin = flat.min_offset() if flat is not None else -1
         commit = flat.commit_offset if flat is not None else -1
-        visible = self._serves(topic)
+        visible = self.serves(topic)
         return {
             "min": _lowest(lmin, tmin) if visible else lmin,
             "max": max(lmax, commit) if visible else lmax,
@@ -383,7 +381,7 @@ class TieredMessageStore(Closeable):
         """Store time of the oldest message either tier holds (the broker's alone when the tier
         may not serve the topic); -1 when none (spec §9.6)."""
         check_request(topic, queue_id)
-        flat = self._flat(topic, queue_id) if self._serves(topic) else None
+        flat = self._flat(topic, queue_id) if self.serves(topic) else None
         tiered = flat.min_timestamp() if flat is not None else -1
         return _lowest(self.local.earliest_time(topic, queue_id), tiered)
 
@@ -413,7 +411,7 @@ class TieredMessageStore(Closeable):
             raise InvalidRequestError(f"boundary={boundary!r} must be LOWER or UPPER") from e
         with self._timed("get_offset_by_time", topic):
             level = self.cfg.storage_level_for(topic)
-            flat = self._flat(topic, queue_id) if self._serves(topic) else None
+            flat = self._flat(topic, queue_id) if self.serves(topic) else None
             local_first = self.local.earliest_time(topic, queue_id)
             ask_tier = level is StorageLevel.FORCE or local_first < 0 or timestamp_ms < local_first
             fallback = flat is not None and ask_tier
@@ -459,7 +457,9 @@ class TieredMessageStore(Closeable):
         out: dict[str, Any] = {"topic": topic, "queueId": queue_id, "offset": offset}
         out.update(decision.as_json())
         out["levelFrom"] = (
-            f"tieredStorageLevelOverrides {override!r}" if override else "tieredStorageLevel"
+            "tieredStorageLevel"
+            if override is None
+            else f"tieredStorageLevelOverrides {str(override)!r}"
         )
         out["tieredMinOffset"] = flat.min_offset() if flat is not None else -1
         out["localMaxOffset"] = self.local.max_offset(topic, queue_id)

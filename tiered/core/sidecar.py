@@ -13,6 +13,7 @@ import contextlib
 import fcntl
 import logging
 import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from tiered.broker.store_layout import check_store
@@ -84,6 +85,18 @@ class DataDirLock:
 def build_provider(cfg: TieredConfig) -> Provider:
     """The configured provider, wrapped for metrics and request accounting."""
     return MetricsProvider(from_config(cfg))
+
+
+@contextlib.contextmanager
+def index_reader(cfg: TieredConfig) -> Iterator[IndexService]:
+    """A read-only key index beside a running sidecar (:meth:`IndexService.reader`) over a
+    provider of its own, closed after."""
+    provider = build_provider(cfg)
+    try:
+        with IndexService.reader(cfg, provider) as service:
+            yield service
+    finally:
+        provider.close()
 
 
 class Sidecar(Closeable):

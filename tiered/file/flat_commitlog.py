@@ -17,6 +17,7 @@ import numpy.typing as npt
 from tiered.broker import message as msgcodec
 from tiered.broker.unit_fields import rewrite_physical_offsets
 from tiered.errors import ProviderError
+from tiered.metadata import HOUR_MS
 from tiered.metadata import LONG_MAX
 from tiered.providers.layout import FileType
 
@@ -58,7 +59,7 @@ class FlatCommitLogFile(FlatAppendFile):
         if not segs:
             return False
         opened = segs[-1].create_timestamp or segs[-1].begin_timestamp
-        return opened not in (0, LONG_MAX) and opened + interval_hours * 3_600_000 < now
+        return opened not in (0, LONG_MAX) and opened + interval_hours * HOUR_MS < now
 
     def try_time_roll(self, now: int, interval_hours: int, min_size: int) -> bool:
         """Time rolling (spec §5.4, by the segment's age): roll when the last segment was

@@ -101,7 +101,9 @@ def message_json(data: bytes, tier: str) -> dict[str, Any]:
     return out
 
 
-def _error(status: int, message: str, parameter: str | None = None) -> JSONResponse:
+def error_response(status: int, message: str, parameter: str | None = None) -> JSONResponse:
+    """The API's error body, ``{"error": ..., "parameter": ...}`` (``parameter`` when one is
+    to blame), with ``status``."""
     body: dict[str, Any] = {"error": message}
     if parameter:
         body["parameter"] = parameter
@@ -174,15 +176,15 @@ def create_app(
         first = exc.errors()[0]
         loc = [str(p) for p in first.get("loc", ()) if p not in ("query", "path", "body")]
         param = ".".join(loc) or None
-        return _error(400, f"{param or 'request'}: {first.get('msg', 'invalid')}", param)
+        return error_response(400, f"{param or 'request'}: {first.get('msg', 'invalid')}", param)
 
     @app.exception_handler(InvalidRequestError)
     async def _bad(_: Request, exc: InvalidRequestError) -> JSONResponse:
-        return _error(400, str(exc), getattr(exc, "parameter", None))
+        return error_response(400, str(exc), getattr(exc, "parameter", None))
 
     @app.exception_handler(IntegrityError)
     async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:
-        return _error(502, str(exc))
+        return error_response(502, str(exc))
 
     @app.exception_handler(SegmentNotFoundError)
     @app.exception_handler(ReadPastEndError)
@@ -223,7 +225,7 @@ def create_app(
         if isinstance(exc, ProviderError):  # the backend refused or failed: not a bug of ours
             body = {"error": str(exc), "objectKey": fields.get("objectKey"), "retry": exc.retriable}
             return JSONResponse(body, status_code=503)
-        return _error(503 if exc.retriable else 500, str(exc))
+        return error_response(503 if exc.retriable else 500, str(exc))
 
     @app.get(
         "/v1/topics/{topic}/queues/{queueId}/messages",
@@ -261,7 +263,7 @@ def create_app(
         try:
             subscription = TagFilter.parse(tags)
         except InvalidRequestError as e:
-            return _error(400, str(e), "tags")
+            return error_response(400, str(e), "tags")
         result = store.get_message(
             topic, queue_id, offset, max_count, subscription, max_bytes=max_response_bytes
         )

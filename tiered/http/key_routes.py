@@ -20,18 +20,12 @@ from fastapi.responses import JSONResponse
 from tiered.core.message_store import TOPIC_PATTERN
 from tiered.errors import InvalidRequestError
 from tiered.http.app import MAX_COUNT_LIMIT
+from tiered.http.app import error_response
 from tiered.http.app import message_json
 from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
 
 MAX_KEY_LENGTH = 4096
-
-
-def _error(status: int, message: str, parameter: str | None = None) -> JSONResponse:
-    body: dict[str, Any] = {"error": message}
-    if parameter:
-        body["parameter"] = parameter
-    return JSONResponse(body, status_code=status)
 
 
 def keys_router(
@@ -59,10 +53,10 @@ def keys_router(
         max_count: Annotated[int, Query(alias="maxCount", ge=1, le=MAX_COUNT_LIMIT)] = 32,
     ) -> JSONResponse:
         if begin > end:
-            return _error(400, f"begin={begin} is after end={end}", "begin")
+            return error_response(400, f"begin={begin} is after end={end}", "begin")
         service = service_provider()
         if service is None:
-            return _error(
+            return error_response(
                 503,
                 "the key index is not running (messageIndexEnable=false, a standby sidecar, or "
                 "the sidecar is still starting)",
@@ -70,7 +64,7 @@ def keys_router(
         try:
             hits = service.query(topic, key, begin, end, max_count)
         except InvalidRequestError as e:
-            return _error(400, str(e), getattr(e, "parameter", None))
+            return error_response(400, str(e), getattr(e, "parameter", None))
         messages: list[dict[str, Any]] = []
         used = 0
         for hit in hits:

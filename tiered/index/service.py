@@ -80,6 +80,7 @@ from tiered.javautil import to_i32
 from tiered.labels import KnownTopics
 from tiered.logs import error_fields
 from tiered.logs import traceback_if_debug
+from tiered.metadata import HOUR_MS
 from tiered.metadata import LONG_MAX
 from tiered.metadata import MetadataStore
 from tiered.metadata import now_ms
@@ -99,7 +100,6 @@ CHECKPOINT_MAX_ITEMS: Final = 1_000_000
 which bounds what a power loss makes the catch-up index again."""
 EXTERNAL_MASTER: Final = "external"
 """``tieredIndexSparkMaster=external``: large files are staged for a ``spark-submit`` job."""
-HOUR_MS: Final = 3_600_000
 
 AddJob = Callable[..., None]
 """``Daemon.add_job(func, interval_ms, name=...)``."""
@@ -189,15 +189,17 @@ class IndexService(Closeable):
     # --- life cycle -----------------------------------------------------------------------------
 
     @classmethod
-    def reader(
-        cls, cfg: TieredConfig, provider: Provider, read_metadata: Callable[[], MetadataStore]
-    ) -> IndexService:
+    def reader(cls, cfg: TieredConfig, provider: Provider) -> IndexService:
         """A read-only service for queries beside a running sidecar. The local files are opened
-        first and ``read_metadata()`` (a read-only store) is called after, so a file uploaded
-        and deleted meanwhile is in the metadata read."""
+        first and the metadata read after, so a file uploaded and deleted meanwhile is in the
+        metadata read.
+
+        Raises:
+            MetadataError: the metadata file and its ``.bak`` are both unreadable.
+        """
         service = cls(cfg, provider, MetadataStore(cfg.tiered_data_dir), readonly=True)
         service.local.open()
-        metadata = read_metadata()
+        metadata = MetadataStore.read_only(cfg.tiered_data_dir)
         service.metadata = service.uploaded.metadata = metadata
         service.flat_store = FlatFileStore.from_config(cfg, provider, metadata)
         service.flat_store.load(reconcile_backend=False)

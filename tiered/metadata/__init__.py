@@ -12,6 +12,7 @@ the container layer (``tiered.file``, ``tiered.index``) and above.
 
 from __future__ import annotations
 
+from .metadata_store import HOUR_MS
 from .metadata_store import LoadReport
 from .metadata_store import MetadataStore
 from .metadata_store import mirror_key_for
@@ -28,6 +29,7 @@ from .models import dump_metadata
 from .models import parse_metadata
 
 __all__ = [
+    "HOUR_MS",
     "LONG_MAX",
     "FileSegmentMetadata",
     "FileSegmentType",

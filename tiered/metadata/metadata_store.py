@@ -56,6 +56,7 @@ from .orphans import OrphanLog
 
 __all__ = [
     "FILE_NAME",
+    "HOUR_MS",
     "LoadReport",
     "MetadataStore",
     "mirror_key_for",
@@ -67,6 +68,9 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "tieredStoreMetadata.json"
 """The metadata file name, locally (below ``config/``) and in the backend mirror key."""
+
+HOUR_MS = 3_600_000
+"""One hour in milliseconds: reserve times are hours, timestamps epoch milliseconds."""
 
 
 def now_ms() -> int:
@@ -148,11 +152,15 @@ class MetadataStore:
         return f"MetadataStore({str(self.path)!r}, loaded={self._loaded}, dirty={self._dirty})"
 
     @classmethod
-    def read_only(cls, data_dir: Path, document: MetadataDocument) -> MetadataStore:
-        """A store over ``document`` (read with ``parse_metadata`` by the caller) that refuses
-        every change: it was never loaded, so it never persists, moves or mirrors anything."""
+    def read_only(cls, data_dir: Path) -> MetadataStore:
+        """A store over the metadata as its files hold now (:func:`read_metadata`) that refuses
+        every change: it was never loaded, so it never persists, moves or mirrors anything.
+
+        Raises:
+            MetadataError: a file exists but neither it nor ``.bak`` parses.
+        """
         store = cls(data_dir)
-        store._doc = document
+        store._doc = read_metadata(data_dir)[0]
         return store
 
     @property

@@ -41,12 +41,11 @@ from pathlib import Path
 from typing import Any
 
 from tiered.broker import message as msgcodec
-from tiered.config import StorageLevel
 from tiered.config import TieredConfig
 from tiered.core.fetcher import GetStatus
 from tiered.core.message_store import TieredMessageStore
-from tiered.core.topic_filter import is_system_topic
 from tiered.errors import BrokerStoreError
+from tiered.metadata import HOUR_MS
 
 from .body import ObjectKeyMap
 from .body import dumps
@@ -179,19 +178,13 @@ class Admin:
         out["commitLogDirCapacity"] = f"Total : {_bytes(total)}, Free : {_bytes(free)}."
         return out
 
-    def _serves(self, topic: str) -> bool:
-        cfg = self.cfg
-        return cfg.storage_level_for(topic) is not StorageLevel.DISABLE and not is_system_topic(
-            topic, cfg.broker_cluster_name, cfg.broker_name
-        )
-
     def earliest_time(self) -> int:
         """Store time of the oldest message served: the broker's first commitlog message or the
         oldest the tier keeps of a topic it serves; -1 when there is none."""
         stamps = [
             flat.min_timestamp()
             for flat in self.store.flat_store.files()
-            if flat.initialized and self._serves(flat.topic)
+            if flat.initialized and self.store.serves(flat.topic)
         ]
         commitlog = self.store.local.commitlog
         if commitlog.min_offset >= 0:
@@ -387,7 +380,7 @@ def _bytes(n: int) -> str:
 
 def _runtime(ms: int) -> str:
     """``StoreStatsService.getFormatRuntime``."""
-    day, hour, minute = 86_400_000, 3_600_000, 60_000
+    day, hour, minute = 24 * HOUR_MS, HOUR_MS, 60_000
     return (
         f"[ {ms // day} days, {ms % day // hour} hours, {ms % hour // minute} minutes, "
         f"{ms % minute // 1000} seconds ]"
