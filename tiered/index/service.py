@@ -11,8 +11,8 @@ Life of a key:
    SEALED file is compacted (numpy, or the PySpark job for large files: :mod:`.compaction`; or
    staged for a ``spark-submit`` job elsewhere and picked up: :mod:`.staging`), uploaded as an
    INDEX segment and recorded (:mod:`.uploaded`), then its local copies are deleted;
-3. **expiry** -- uploaded files whose newest item is older than ``tieredStoreFileReservedTime``
-   are deleted, oldest first (spec §10.2);
+3. **expiry** -- uploaded files whose newest item is older than the longest reserve time of any
+   topic (:meth:`IndexService.expire`) are deleted, oldest first (spec §10.2);
 4. **query** -- :meth:`IndexService.query` (:mod:`.search`).
 
 Nothing is lost by a crash: the indexed offset of every queue (:mod:`.progress`) is saved after
@@ -556,11 +556,15 @@ class IndexService(Closeable):
                 self.staging.clean(begin)
 
     def expire(self, now: int) -> int:
-        """Delete uploaded files older than ``tieredStoreFileReservedTime`` (spec §10.2);
-        returns how many (nothing with ``tieredStoreDeleteFileEnable=false``)."""
+        """Delete uploaded files older than the longest reserve time of any topic -- the global
+        value, every ``tieredStoreFileReservedTimeOverrides`` value, every metadata
+        ``reserveTime`` -- because a file mixes all topics' keys and its header does not say
+        which (an expired topic's hits find no message and are dropped); returns how many
+        (none with ``tieredStoreDeleteFileEnable=false``)."""
         if not self.cfg.tiered_store_delete_file_enable or self.readonly:
             return 0
-        before = now - self.cfg.tiered_store_file_reserved_time_hours * HOUR_MS
+        hours = self.cfg.longest_reserved_time_hours(self.metadata.longest_reserve_time())
+        before = now - hours * HOUR_MS
         deleted = self.uploaded.expire(before)
         for record in deleted:
             metrics.EXPIRED_SEGMENTS.labels("index").inc()

@@ -379,6 +379,13 @@ class MetadataStore:
             if self._doc.topic_metadata_table.pop(topic, None) is not None:
                 self._changed()
 
+    def longest_reserve_time(self) -> int:
+        """The greatest topic ``reserveTime`` (hours; -1 when no topic sets one), without
+        copying the records."""
+        with self._lock:
+            table = self._doc.topic_metadata_table
+            return max((m.reserve_time for m in table.values()), default=-1)
+
     def topics(self) -> list[TopicMetadata]:
         """Every topic record, by topic id."""
         with self._lock:
