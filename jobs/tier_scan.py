@@ -54,13 +54,13 @@ from tiered.providers.registry import from_config
 from tiered.broker import message as msgcodec
 from tiered.broker.consumequeue import CQ_UNIT_DTYPE
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.javautil import to_i32
 from tiered.broker.unit_fields import as_uint8
 from tiered.broker.unit_fields import check_units
 from tiered.broker.unit_fields import gather_be
 from tiered.broker.unit_fields import property_spans
 from tiered.config import TieredConfig
 from tiered.config import load_config
-from tiered.core.fetcher import crc_mismatches
 from tiered.errors import ConfigError
 from tiered.errors import IntegrityError
 from tiered.errors import MetadataError
@@ -68,12 +68,12 @@ from tiered.index.compacted_file import CompactedIndexFile
 from tiered.index.format import KeyQuery
 from tiered.index.progress import backend_key as progress_key
 from tiered.index.progress import decode_rows
-from tiered.javautil import to_i32
 from tiered.metadata import LONG_MAX
 from tiered.metadata import mirror_key_for
 from tiered.metadata.models import FileSegmentType
 from tiered.metadata.models import MetadataDocument
 from tiered.metadata.models import parse_metadata
+from tiered.read.fetcher import crc_mismatches
 
 log = logging.getLogger(__name__)
 

@@ -2,9 +2,9 @@
 
 A provider stores segment objects under the upstream key layout (:mod:`.layout`) and knows nothing
 of messages. Pick one by name with :func:`provider_from_settings` or from the configuration with
-:func:`from_config`; wrap it with :class:`MetricsProvider` (metrics and request accounting),
-:class:`FaultInjectingProvider` or :class:`LatencyProvider`. SDKs (boto3, s3fs) are imported only
-when their provider is used.
+:func:`from_config` (:func:`build_provider` also wraps it for metrics); wrap one with
+:class:`MetricsProvider` (metrics and request accounting), :class:`FaultInjectingProvider` or
+:class:`LatencyProvider`. SDKs (boto3, s3fs) are imported only when their provider is used.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from .layout import segment_key
 from .registry import ENTRY_POINT_GROUP
 from .registry import ProviderEntry
 from .registry import ProviderRegistry
+from .registry import build_provider
 from .registry import from_config
 from .registry import provider_from_settings
 from .registry import registry
@@ -83,6 +84,7 @@ __all__ = [
     "S3Provider",
     "SegmentAddress",
     "WrappedProvider",
+    "build_provider",
     "check_component",
     "check_key",
     "cluster_dir_name",

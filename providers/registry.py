@@ -226,3 +226,11 @@ def from_config(cfg: TieredConfig, reg: ProviderRegistry | None = None) -> Provi
     if not isinstance(provider, Provider):
         raise ConfigError(f"provider {name!r}.from_config returned {provider!r}, not a Provider")
     return provider
+
+
+def build_provider(cfg: TieredConfig) -> Provider:
+    """The configured provider (:func:`from_config`) wrapped for metrics and request accounting,
+    as every command of the sidecar uses it."""
+    from .wrappers import MetricsProvider
+
+    return MetricsProvider(from_config(cfg))

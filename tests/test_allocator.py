@@ -1,6 +1,6 @@
-"""The allocator settings: after :func:`tiered.allocator.tune`, a read buffer of megabytes comes
-from the heap (its pages reused from one buffer to the next) instead of a fresh ``mmap`` whose
-pages the kernel faults in and zeroes again for every buffer."""
+"""The allocator settings: after :func:`tiered.process.allocator.tune`, a read buffer of
+megabytes comes from the heap (its pages reused from one buffer to the next) instead of a fresh
+``mmap`` whose pages the kernel faults in and zeroes again for every buffer."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 
 PROBE = """
 import ctypes
-from tiered import allocator
+from tiered.process import allocator
 
 class MallInfo2(ctypes.Structure):
     _fields_ = [(n, ctypes.c_size_t) for n in

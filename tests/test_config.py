@@ -14,15 +14,15 @@ from pydantic import BeforeValidator
 from pydantic import ValidationError
 from pydantic import create_model
 
-from tiered import config
-from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.config import BrokerRole
 from tiered.config import StorageLevel
 from tiered.config import TieredConfig
 from tiered.config import load_config
 from tiered.config import parse_properties
+from tiered.config import values
+from tiered.config.broker_keys import KNOWN_BROKER_KEYS
+from tiered.config.overrides import TopicOverride
 from tiered.errors import ConfigError
-from tiered.topic_overrides import TopicOverride
 
 EXAMPLE_CONF = Path(__file__).resolve().parents[1] / "config" / "tiered.conf"
 
@@ -260,9 +260,9 @@ def test_legacy_spellings_are_read_as_todays_keys(tmp_path: Path) -> None:
 def test_the_former_acl_keys_are_read_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import tiered.config
+    from tiered.config import loader
 
-    monkeypatch.setattr(tiered.config, "_warned", set())
+    monkeypatch.setattr(loader, "_warned", set())
     conf = tmp_path / "tiered.conf"
     conf.write_text("tieredRemotingAclEnable=true\ntieredRemotingAclFile=/etc/acl.yml\n")
     for _ in range(3):
@@ -659,14 +659,14 @@ def test_example_conf_default_lines_equal_the_model_defaults() -> None:
 
 
 def test_each_fields_validator_makes_the_schema_pydantics_before_validator_makes() -> None:
-    """The model's validators are config._Before (no signature inspection at every field):
+    """The model's validators are values._Before (no signature inspection at every field):
     fields that carry pydantic's BeforeValidator of the same functions instead validate
     through the very same core schema."""
 
     def fields(before: Callable[[Any], Any]) -> Any:
         twin: dict[str, Any] = {}
         for name, info in TieredConfig.model_fields.items():
-            marks = [before(m.func) if isinstance(m, config._Before) else m for m in info.metadata]
+            marks = [before(m.func) if isinstance(m, values._Before) else m for m in info.metadata]
             kind = info.annotation
             if marks:
                 kind = Annotated.__class_getitem__((kind, *marks))  # type: ignore[attr-defined]
@@ -677,11 +677,11 @@ def test_each_fields_validator_makes_the_schema_pydantics_before_validator_makes
         # pydantic's own closures (a path's validator) are made again for each model
         return re.sub(r" at 0x[0-9a-f]+>|:[0-9]+'", "", repr(schema["schema"]["fields"]))
 
-    ours = fields(config._Before)
+    ours = fields(values._Before)
     validated = [
         name
         for name, info in TieredConfig.model_fields.items()
-        if any(isinstance(m, config._Before) for m in info.metadata)
+        if any(isinstance(m, values._Before) for m in info.metadata)
     ]
     assert ours.count("'function-before'") == len(validated) > 70
     assert ours == fields(BeforeValidator)

@@ -72,7 +72,7 @@ def test_wheel_has_one_top_level_package_and_imports(tmp_path: Path) -> None:
     (fresh_site / "deps.pth").write_text(f"{site}\n")
     probe = (
         "import tiered, tiered.providers, tiered.jobs, tiered.broker.commitlog;"
-        "from tiered.native import kernel; kernel();"
+        "from tiered.process.native import kernel; kernel();"
         "print(tiered.__file__)"
     )
     out = subprocess.run(

@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 from tiered.providers.posix import PosixProvider
 
+from tiered.broker.javautil import java_string_hash
 from tiered.index import CompactedIndexFile
 from tiered.index import IndexBatch
 from tiered.index import IndexStoreFile
@@ -26,7 +27,6 @@ from tiered.index import compact_numpy
 from tiered.index.compaction import compact_walk
 from tiered.index.format import KeyQuery
 from tiered.index.java_hash import index_hashes
-from tiered.javautil import java_string_hash
 
 T0 = 1_700_000_000_000
 FULL_SLOTS, FULL_ITEMS = 5_000_000, 20_000_000

@@ -17,18 +17,19 @@ import statistics
 import time
 from pathlib import Path
 
+from tiered.providers import build_provider
+
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.config import load_config
-from tiered.core.local_source import BatchRequest
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.file.flat_message_file import MessageBatch
 from tiered.index import IndexBatch
 from tiered.index.bulk_keys import index_batch_of_units
 from tiered.index.key_set import key_properties
 from tiered.index.numpy_keys import reference_index_batch
+from tiered.source.local_source import BatchRequest
 
 MESSAGES = 200_000
 REPEAT = 3

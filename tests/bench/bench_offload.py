@@ -36,13 +36,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tiered.providers import RequestCounts
+from tiered.providers import build_provider
 from tiered.providers.testing.servers import running_moto
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import load_config
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.testing.tier_check import check_tier
 
 SIZE_BYTES = 1200 << 20

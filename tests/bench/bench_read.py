@@ -40,18 +40,18 @@ from pathlib import Path
 import pytest
 from tiered.providers import Provider
 from tiered.providers import RequestCounts
+from tiered.providers import build_provider
 from tiered.providers.testing.servers import S3Endpoint
 from tiered.providers.testing.servers import running_moto
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
-from tiered.core.local_source import LocalSource
-from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.read.message_store import TieredMessageStore
+from tiered.source.local_source import LocalSource
 from tiered.testing.http import scan_queue
 from tiered.testing.page_cache import drop_cache
 from tiered.testing.sample_tier import sample_config

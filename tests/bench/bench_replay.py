@@ -45,11 +45,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from tiered.providers import build_provider
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RequestCode
 from tiered.remoting.codes import ResponseCode

@@ -52,27 +52,27 @@ from pathlib import Path
 import pytest
 from tiered.providers import Provider
 from tiered.providers import RequestCounts
+from tiered.providers import build_provider
 from tiered.providers.testing.servers import S3Endpoint
 from tiered.providers.testing.servers import running_moto
 from tiered.providers.testing.servers import start_ceph
 from tiered.providers.testing.servers import stop_ceph
 
-from tiered import allocator
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.config import load_config
-from tiered.core.local_source import LocalSource
-from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.http.app import MAX_RAW_COUNT_LIMIT
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.process import allocator
+from tiered.read.message_store import TieredMessageStore
 from tiered.remoting.groups import ReplayOffsets
 from tiered.remoting.handlers import Replay
 from tiered.remoting.naming import Naming
 from tiered.remoting.server import RemotingServer
+from tiered.source.local_source import LocalSource
 
 GIB = 1 << 30
 MIB = 1 << 20

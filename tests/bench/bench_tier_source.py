@@ -66,6 +66,7 @@ from tiered.jobs.tier_source import TierSource
 from tiered.providers import Provider
 from tiered.providers import RequestCounts
 from tiered.providers import WrappedProvider
+from tiered.providers import build_provider
 from tiered.providers.registry import from_config
 from tiered.providers.testing.servers import S3Endpoint
 from tiered.providers.testing.servers import running_moto
@@ -76,7 +77,6 @@ from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.metadata.models import FileSegmentType
 from tiered.testing.http import scan_queue
 from tiered.testing.page_cache import drop_cache

@@ -27,10 +27,10 @@ from tiered.broker.consumequeue import is_blank_unit
 from tiered.broker.consumequeue import is_ext_tags_code
 from tiered.broker.consumequeue import list_queues
 from tiered.broker.consumequeue import valid_mask
+from tiered.broker.javautil import tags_code
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
-from tiered.javautil import tags_code
 
 REAL = Path(__file__).resolve().parents[2].parent / "shared" / "testdata" / "real"
 UNIT_STORE = "EricPanGopher__rocketmq/store/unit_test_store"

@@ -36,11 +36,11 @@ from tiered.broker.configjson import parse_fastjson
 from tiered.broker.generator import GenReport
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
+from tiered.broker.javautil import tags_code
 from tiered.errors import ConfigError
 from tiered.index.bulk_keys import index_batch_of_units
 from tiered.index.index_batch import IndexBatch
 from tiered.index.key_set import key_properties
-from tiered.javautil import tags_code
 
 SPEC = GenSpec(
     seed=21, topics=2, queues=3, messages=2000, min_body=0, max_body=6000,

@@ -24,9 +24,9 @@ from tiered.broker.broker_index import lookup_index_files
 from tiered.broker.broker_index import rollover_bounds
 from tiered.broker.broker_index import write_index_file
 from tiered.broker.broker_index import write_index_files
+from tiered.broker.javautil import java_string_hash
 from tiered.errors import IndexFileError
 from tiered.errors import StoreFileNotFoundError
-from tiered.javautil import java_string_hash
 
 T0 = 1_700_000_000_000
 

@@ -24,7 +24,7 @@ from tiered.broker.unit_fields import check_units
 from tiered.broker.unit_fields import encode_cq_units
 from tiered.broker.unit_fields import rewrite_physical_offsets
 from tiered.broker.unit_fields import store_timestamps
-from tiered.core.fetcher import crc_mismatches
+from tiered.read.fetcher import crc_mismatches
 
 T0 = 1_700_000_000_000
 

@@ -23,9 +23,9 @@ import helm_python as helm
 import pytest
 import yaml
 
-from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.config import TieredConfig
 from tiered.config import load_config
+from tiered.config.broker_keys import KNOWN_BROKER_KEYS
 from tiered.testing.helm_values import merged
 
 CHART = Path(__file__).resolve().parents[2] / "helm" / "rocketmq-tiered"

@@ -8,9 +8,9 @@ from typing import Any
 import helm_python as helm
 import pytest
 
-from tiered.broker_keys import KNOWN_BROKER_KEYS
 from tiered.config import PROVIDER_NAMES
 from tiered.config import TieredConfig
+from tiered.config.broker_keys import KNOWN_BROKER_KEYS
 from tiered.errors import ConfigError
 from tiered.testing.helm_values import merged
 

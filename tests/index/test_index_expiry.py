@@ -6,9 +6,9 @@ while a topic on the global reserve time loses its messages, and so its lookups,
 from __future__ import annotations
 
 import pytest
+from tiered.providers import build_provider
 
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.metadata import HOUR_MS
 from tiered.testing.index_keys import IndexCase
 from tiered.testing.index_keys import assert_all_found

@@ -8,6 +8,9 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tiered.broker.javautil import java_split_space
+from tiered.broker.javautil import java_string_hash
+from tiered.broker.javautil import to_i32
 from tiered.index import java_hash
 from tiered.index.format import slot_of
 from tiered.index.index_batch import IndexBatch
@@ -16,9 +19,6 @@ from tiered.index.java_hash import string_hashes as java_hashes
 from tiered.index.java_hash import tiered_hash
 from tiered.index.key_set import is_java_blank
 from tiered.index.key_set import message_key_sets
-from tiered.javautil import java_split_space
-from tiered.javautil import java_string_hash
-from tiered.javautil import to_i32
 
 # vectors.md V3: key string -> (hashCode, tiered abs, tiered slot @5,000,000, tiered slot @5)
 V3 = {

@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiered.providers import build_provider
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.index.progress import backend_key
 from tiered.index.service import IndexService
 from tiered.testing import ConfigFactory

@@ -12,17 +12,17 @@ from typing import Any
 
 from click.testing import CliRunner
 from click.testing import Result
+from tiered.providers import build_provider
 
 from tiered.cli import main
 from tiered.config import TieredConfig
-from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.http.app import create_app
 from tiered.http.app import message_json
 from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
 from tiered.index.service import IndexService
+from tiered.read.message_store import TieredMessageStore
 from tiered.testing import http
 from tiered.testing.http import Reply
 from tiered.testing.index_keys import IndexCase

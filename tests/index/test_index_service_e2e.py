@@ -14,11 +14,11 @@ from typing import TypeVar
 import pytest
 from tiered.providers import Provider
 from tiered.providers import WrappedProvider
+from tiered.providers import build_provider
 from tiered.providers.layout import INDEX_TOPIC
 
 from tiered.broker import message as msgcodec
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.core.sidecar import index_reader
 from tiered.index.format import KeyQuery
 from tiered.index.search import KeyHit

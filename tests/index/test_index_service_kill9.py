@@ -18,11 +18,11 @@ import time
 from pathlib import Path
 
 import pytest
+from tiered.providers import build_provider
 
 from tiered.broker import message as msgcodec
 from tiered.broker.generator import generate_store
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.index.format import IndexHeader
 from tiered.testing.index_keys import IndexCase
 from tiered.testing.processes import wait_running

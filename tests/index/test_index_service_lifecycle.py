@@ -19,17 +19,17 @@ from tiered.providers import FaultPlan
 from tiered.providers import MemoryProvider
 from tiered.providers import Provider
 from tiered.providers import WrappedProvider
+from tiered.providers import build_provider
 
 from tiered.broker.generator import generate_store
+from tiered.broker.javautil import java_string_hash
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.errors import ProviderError
 from tiered.index.compaction import compact_file
 from tiered.index.format import KeyQuery
 from tiered.index.java_hash import index_hashes
 from tiered.index.service import IndexService
-from tiered.javautil import java_string_hash
 from tiered.testing.index_keys import IndexCase
 from tiered.testing.index_keys import KeyTable
 from tiered.testing.index_keys import assert_all_found

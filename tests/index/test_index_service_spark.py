@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING
 
 import pytest
 from tiered.jobs.compact_index import main as job_main
+from tiered.providers import build_provider
 
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.index import compact_numpy
 from tiered.index.compaction import Compactor
 from tiered.index.service import IndexService

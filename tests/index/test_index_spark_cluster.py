@@ -14,9 +14,9 @@ import sys
 from pathlib import Path
 
 import pytest
+from tiered.providers import build_provider
 
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.index import compact_numpy
 from tiered.index.staging import submit_command
 from tiered.testing.index_keys import IndexCase

@@ -14,6 +14,9 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tiered.broker.javautil import java_rem
+from tiered.broker.javautil import java_string_hash
+from tiered.broker.javautil import to_i32
 from tiered.errors import IndexFileError
 from tiered.index import IndexBatch
 from tiered.index import IndexStatus
@@ -23,9 +26,6 @@ from tiered.index.format import BEGIN_MAGIC_CODE
 from tiered.index.format import END_MAGIC_CODE
 from tiered.index.format import KeyQuery
 from tiered.index.key_set import message_key_sets
-from tiered.javautil import java_rem
-from tiered.javautil import java_string_hash
-from tiered.javautil import to_i32
 
 T0 = 1_700_000_000_000
 

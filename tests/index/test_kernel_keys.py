@@ -17,7 +17,7 @@ from tiered.broker import message as msgcodec
 from tiered.index import IndexBatch
 from tiered.index.bulk_keys import index_batch_of_units
 from tiered.index.numpy_keys import reference_index_batch
-from tiered.native import kernel
+from tiered.process.native import kernel
 
 T0 = 1_700_000_000_000
 COLUMNS = ("hashes", "topic_ids", "queue_ids", "offsets", "sizes", "timestamps", "key_counts")

@@ -25,11 +25,11 @@ from hypothesis import strategies as st
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
-from tiered.core.dispatch_state import QueueState
-from tiered.core.dispatch_state import StateFile
-from tiered.core.dispatch_state import StateSnapshot
 from tiered.index.progress import IndexProgress
 from tiered.metadata.orphans import OrphanLog
+from tiered.offload.dispatch_state import QueueState
+from tiered.offload.dispatch_state import StateFile
+from tiered.offload.dispatch_state import StateSnapshot
 from tiered.remoting.groups import ReplayOffsets
 from tiered.testing.sample_tier import sample_config
 

@@ -17,9 +17,9 @@ from tiered.broker.commitlog import CommitLog
 from tiered.broker.commitlog import scan_file
 from tiered.broker.generator import GenSpec
 from tiered.config import load_config
-from tiered.core.commitlog_feed import STUCK_S
-from tiered.core.commitlog_feed import CommitlogFeed
 from tiered.core.sidecar import Sidecar
+from tiered.offload.commitlog_feed import STUCK_S
+from tiered.offload.commitlog_feed import CommitlogFeed
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 
@@ -154,7 +154,7 @@ def test_a_sidecar_started_beside_an_empty_store_takes_the_sizes_from_the_first_
     """No broker.conf and no mappedFileSize* keys: the sizes assumed at start (the defaults)
     give way to the files' once a new broker writes them (it reported "not the configured
     size" for ever)."""
-    monkeypatch.setattr("tiered.core.local_source.RESIZE_S", 0.0)
+    monkeypatch.setattr("tiered.source.local_source.RESIZE_S", 0.0)
     store = tmp_path / "new-broker"
     (store / "commitlog").mkdir(parents=True)
     (store / "consumequeue").mkdir()

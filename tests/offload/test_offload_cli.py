@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tiered.providers import build_provider
 
 from tiered.cli import main
-from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier

@@ -9,8 +9,8 @@ from collections.abc import Callable
 from tiered.providers import MemoryProvider
 
 from tiered.core.daemon import Daemon
-from tiered.core.local_source import LocalSource
 from tiered.metadata import FileSegmentType
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import read_document
 

@@ -21,6 +21,7 @@ from tiered.providers import PosixProvider
 from tiered.providers import Provider
 from tiered.providers import S3Provider
 from tiered.providers import WrappedProvider
+from tiered.providers import build_provider
 
 from tiered import metrics
 from tiered.broker.generator import GenSpec
@@ -28,7 +29,6 @@ from tiered.broker.generator import generate_store
 from tiered.broker.page_cache import residency
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.metadata import FileSegmentType
 from tiered.metadata import now_ms
 from tiered.testing.sample_tier import SidecarCase
@@ -391,7 +391,7 @@ def test_posix_tier_is_the_java_layout(offload_case: SidecarCase) -> None:
 def test_commit_listeners_run_on_their_own_thread_within_a_byte_budget(
     offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tiered.core import dispatcher as dispatcher_module
+    from tiered.offload import dispatcher as dispatcher_module
 
     budget = 64 << 10  # a few batches of the test store
     monkeypatch.setattr(dispatcher_module, "NOTIFY_PENDING_BYTES", budget)
@@ -475,7 +475,7 @@ def test_rounds_of_several_batches_upload_what_single_batches_would(
     """A queue's follow-on batches (Plan.follow) are exactly the batches one-batch rounds plan:
     the same objects, byte for byte, through segment rolls of both flat files, held tails, and
     (``aged``) commitlog segments old enough to roll by time as soon as they hold 20 KiB."""
-    import tiered.core.dispatcher as dispatcher_module
+    import tiered.offload.dispatcher as dispatcher_module
 
     store = offload_case.store()
     tiers: dict[int, dict[str, bytes]] = {}

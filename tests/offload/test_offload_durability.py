@@ -17,10 +17,10 @@ from tiered.providers import PosixProvider
 from tiered.providers import WrappedProvider
 
 from tiered.config import TieredConfig
-from tiered.core import dispatcher as dispatcher_mod
 from tiered.core.sidecar import Sidecar
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
+from tiered.offload import dispatcher as dispatcher_mod
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import persisted_records

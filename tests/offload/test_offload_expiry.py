@@ -13,13 +13,13 @@ from tiered.providers.layout import FileType
 from tiered.providers.layout import segment_key
 
 from tiered.config import TieredConfig
-from tiered.core.expiry import expire
-from tiered.core.expiry import reserve_hours
 from tiered.core.sidecar import Sidecar
 from tiered.errors import AccessDeniedError
 from tiered.metadata import HOUR_MS
 from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentType
+from tiered.offload.expiry import expire
+from tiered.offload.expiry import reserve_hours
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import persisted_records

@@ -7,9 +7,9 @@ from tiered.providers import MemoryProvider
 
 from tiered.broker import java_props as jp
 from tiered.broker.generator import topic_names
-from tiered.core.local_source import LocalSource
 from tiered.core.sidecar import Sidecar
-from tiered.core.topic_filter import is_system_topic
+from tiered.source.local_source import LocalSource
+from tiered.source.topic_filter import is_system_topic
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.tier_check import check_tier

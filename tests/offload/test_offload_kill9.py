@@ -21,9 +21,9 @@ import time
 from pathlib import Path
 
 import pytest
+from tiered.providers import build_provider
 
 from tiered.broker.generator import generate_store
-from tiered.core.sidecar import build_provider
 from tiered.testing.processes import wait_running
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.sample_tier import rolling_spec

@@ -7,9 +7,9 @@ import numpy as np
 from prometheus_client import REGISTRY
 from tiered.providers import MemoryProvider
 
-from tiered.core.local_source import BatchRequest
-from tiered.core.local_source import LocalSource
 from tiered.core.sidecar import Sidecar
+from tiered.source.local_source import BatchRequest
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 
 NOW = 4_000_000_000_000  # later than every generated store time

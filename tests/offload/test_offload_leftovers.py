@@ -8,9 +8,9 @@ import uuid
 from pathlib import Path
 
 from tiered.providers import PosixProvider
+from tiered.providers import build_provider
 
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
 from tiered.metadata import mirror_key_for
 from tiered.testing.sample_tier import SidecarCase
 

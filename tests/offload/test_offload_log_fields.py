@@ -42,12 +42,12 @@ from tiered.errors import SegmentExistsError
 from tiered.errors import SegmentNotFoundError
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
-from tiered.logs import IsoJsonFormatter
-from tiered.logs import error_fields
+from tiered.process.logs import IsoJsonFormatter
+from tiered.process.logs import error_fields
 from tiered.testing.sample_tier import SidecarCase
 
 ISO_MS_UTC = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
-STEP_LOGGER = "tiered.core.offload_step"
+STEP_LOGGER = "tiered.offload.offload_step"
 
 
 @pytest.fixture

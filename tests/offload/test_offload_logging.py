@@ -21,9 +21,9 @@ from tiered.providers.layout import FileType
 from tiered.providers.layout import logical_path
 from tiered.providers.layout import segment_key
 
-from tiered.core.dispatcher import MAX_FAILURES
-from tiered.core.local_source import LocalSource
 from tiered.metadata import FileSegmentType
+from tiered.offload.dispatcher import MAX_FAILURES
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import read_document
 
@@ -157,7 +157,7 @@ def test_text_by_default_and_quiet_one_shot_commands(offload_case: SidecarCase) 
     lines = stderr.splitlines()
     assert summary["messages"] == 3000 and lines
     assert all(TEXT_LINE.fullmatch(line) for line in lines), stderr
-    assert any(" INFO tiered.core.dispatcher: " in line for line in lines)
+    assert any(" INFO tiered.offload.dispatcher: " in line for line in lines)
     assert not any(line.startswith("{") for line in lines)
     assert not any(" DEBUG " in line for line in lines)  # -v is INFO; -vv would be DEBUG
     summary, stderr = dispatch(conf)  # nothing to do; quiet without -v or tieredLogLevel

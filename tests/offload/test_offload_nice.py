@@ -16,10 +16,10 @@ from tiered.providers import MemoryProvider
 from tiered.broker import coalesce
 from tiered.config import TieredConfig
 from tiered.core.daemon import Daemon
-from tiered.core.local_source import LocalSource
 from tiered.errors import ConfigError
 from tiered.http.service import http_service
-from tiered.offload_priority import lower_thread_priority
+from tiered.process.offload_priority import lower_thread_priority
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 
 OFFLOAD_THREADS = (

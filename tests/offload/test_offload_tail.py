@@ -4,7 +4,7 @@ neither what is uploaded nor when.
 A running dispatcher reads, per held queue, only the consumequeue units written since the last
 pass; finds a queue's max offset without listing its directory; re-lists the consumequeue and
 commitlog directories only when their mtimes moved; and rewrites its state file only when what
-``status`` shows changed (or every :data:`~tiered.core.dispatcher.STATE_REFRESH_S`).
+``status`` shows changed (or every :data:`~tiered.offload.dispatcher.STATE_REFRESH_S`).
 """
 
 from __future__ import annotations
@@ -24,12 +24,12 @@ from tiered.broker import consumequeue as cqmod
 from tiered.broker import generator
 from tiered.broker.generator import GenSpec
 from tiered.config import TieredConfig
-from tiered.core import dispatcher as dispatcher_mod
-from tiered.core import local_source as local_mod
-from tiered.core.local_source import LocalSource
 from tiered.core.sidecar import Sidecar
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
+from tiered.offload import dispatcher as dispatcher_mod
+from tiered.source import local_source as local_mod
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 

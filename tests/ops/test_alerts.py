@@ -1,7 +1,7 @@
 """The alert rules (config/prometheus-rules.yml, shipped by the chart too) under ``promtool``:
 they parse, each alert fires on its input series and stays silent on the others
-(tests/ops/rules_test.yml), the chart's copy is the same file, and the metrics guide has a runbook line
-for every alert."""
+(tests/ops/rules_test.yml), the chart's copy is the same file, and the metrics guide has a
+runbook line for every alert."""
 
 from __future__ import annotations
 

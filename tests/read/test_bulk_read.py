@@ -11,12 +11,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 
 from tiered.broker import message as msgcodec
-from tiered.core.fetcher import _Want
-from tiered.core.fetcher import take
-from tiered.core.read_unit import Run
-from tiered.core.read_unit import Unit
-from tiered.core.tag_filter import TagFilter
-from tiered.javautil import java_string_hash
+from tiered.broker.javautil import java_string_hash
+from tiered.read.fetcher import _Want
+from tiered.read.fetcher import take
+from tiered.read.read_unit import Run
+from tiered.read.read_unit import Unit
+from tiered.read.tag_filter import TagFilter
 
 T0 = 1_700_000_000_000
 # "Aa" and "BB" share a Java hash; CJK, Cyrillic and a surrogate pair; bytes that are not UTF-8

@@ -22,16 +22,16 @@ from cachetools import TTLCache
 from prometheus_client import REGISTRY
 
 from tiered import metrics
-from tiered.core.message_store import TieredMessageStore
 from tiered.http.app import create_app
 from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
-from tiered.labels import MAX_LOGGED_NAMES
-from tiered.labels import UNKNOWN_TOPICS
-from tiered.labels import UNKNOWN_WINDOW_S
-from tiered.labels import KnownTopics
-from tiered.labels import UnknownNames
 from tiered.metrics import OTHER_LABEL
+from tiered.metrics.labels import MAX_LOGGED_NAMES
+from tiered.metrics.labels import UNKNOWN_TOPICS
+from tiered.metrics.labels import UNKNOWN_WINDOW_S
+from tiered.metrics.labels import KnownTopics
+from tiered.metrics.labels import UnknownNames
+from tiered.read.message_store import TieredMessageStore
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import RequestCode as Req
 from tiered.remoting.frame import Command
@@ -252,7 +252,7 @@ class Clock:
 def test_unknown_names_are_logged_once_a_minute_each(caplog: pytest.LogCaptureFixture) -> None:
     clock = Clock()
     names = UnknownNames("topic", max_names=50, clock=clock)
-    caplog.set_level(logging.INFO, "tiered.labels")
+    caplog.set_level(logging.INFO, "tiered.metrics.labels")
     for _ in range(1000):
         names.note("RandOne")
     assert [r.getMessage().count("'RandOne'") for r in caplog.records] == [1]
@@ -280,7 +280,7 @@ def test_store_reads_of_an_unknown_topic_log_it_once(
 ) -> None:
     store = module_tier.store()
     store.topics.unknown = UnknownNames("topic")
-    caplog.set_level(logging.INFO, "tiered.labels")
+    caplog.set_level(logging.INFO, "tiered.metrics.labels")
     for offset in range(300):
         store.get_message("RandNoSuchTopic", 0, offset, 1)
         store.get_offset_by_time("RandNoSuchTopic", 1, offset)

@@ -1,5 +1,6 @@
 """Every metric the sidecar exports, after a real run: in the docs' metrics reference
-(docs/reference/metrics.md, generated from the registry; names and labels, both ways), listed in :mod:`tiered.metrics`' docstring, and recorded.
+(docs/reference/metrics.md, generated from the registry; names and labels, both ways), listed
+in :mod:`tiered.metrics`' docstring, and recorded.
 
 One run for the module: a generated store offloaded to a posix tier by the real dispatcher (its
 keys put into small index files that seal), an index upload failed on purpose, then every SEALED

@@ -3,10 +3,10 @@ so a catch-up reuses their memory instead of holding every window until it expir
 
 from __future__ import annotations
 
-from tiered.core.read_cache import PASSED_KEEP
-from tiered.core.read_cache import ReadAheadCache
-from tiered.core.read_unit import Run
-from tiered.core.read_unit import Unit
+from tiered.read.read_cache import PASSED_KEEP
+from tiered.read.read_cache import ReadAheadCache
+from tiered.read.read_unit import Run
+from tiered.read.read_unit import Unit
 
 
 def window(start: int, count: int = 4) -> Run:

@@ -15,11 +15,11 @@ from tiered.providers import Provider
 from tiered.providers import WrappedProvider
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
-from tiered.core.fetcher import BULK_UNITS
-from tiered.core.fetcher import GetStatus
-from tiered.core.fetcher import TieredReader
-from tiered.core.message_store import TieredMessageStore
-from tiered.core.read_cache import ReadAheadCache
+from tiered.read.fetcher import BULK_UNITS
+from tiered.read.fetcher import GetStatus
+from tiered.read.fetcher import TieredReader
+from tiered.read.message_store import TieredMessageStore
+from tiered.read.read_cache import ReadAheadCache
 from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]

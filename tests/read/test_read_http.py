@@ -16,13 +16,13 @@ from fastapi import APIRouter
 
 from tiered import metrics
 from tiered.broker import message as msgcodec
-from tiered.core.message_store import TieredMessageStore
 from tiered.core.status_report import collect_status
-from tiered.core.tag_filter import TagFilter
 from tiered.http.app import create_app
 from tiered.http.app import message_json
 from tiered.http.app import raw_units
 from tiered.http.server import HttpServer
+from tiered.read.message_store import TieredMessageStore
+from tiered.read.tag_filter import TagFilter
 from tiered.testing.http import get
 from tiered.testing.sample_tier import SampleTier
 from tiered.testing.sample_tier import rolling_spec

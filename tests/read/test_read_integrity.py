@@ -16,11 +16,11 @@ from tiered.providers import PosixProvider
 from tiered.providers import unwrap
 
 from tiered.broker import message as msgcodec
-from tiered.core.fetcher import BULK_UNITS
-from tiered.core.fetcher import GetStatus
 from tiered.errors import IntegrityError
 from tiered.http.app import create_app
 from tiered.http.server import HttpServer
+from tiered.read.fetcher import BULK_UNITS
+from tiered.read.fetcher import GetStatus
 from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]

@@ -7,9 +7,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from tiered.core.fetcher import BULK_UNITS
-from tiered.core.fetcher import GetStatus
-from tiered.core.message_store import TieredMessageStore
+from tiered.read.fetcher import BULK_UNITS
+from tiered.read.fetcher import GetStatus
+from tiered.read.message_store import TieredMessageStore
 from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]

@@ -11,15 +11,15 @@ import numpy as np
 import pytest
 
 from tiered.broker import message as msgcodec
+from tiered.broker.javautil import tags_code
 from tiered.broker.page_cache import PAGE
 from tiered.broker.page_cache import residency
-from tiered.core.read_cache import ReadAheadCache
-from tiered.core.read_cache import memory_limit_bytes
-from tiered.core.read_unit import Run
-from tiered.core.read_unit import Unit
-from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError
-from tiered.javautil import tags_code
+from tiered.read.read_cache import ReadAheadCache
+from tiered.read.read_cache import memory_limit_bytes
+from tiered.read.read_unit import Run
+from tiered.read.read_unit import Unit
+from tiered.read.tag_filter import TagFilter
 
 
 def drop_pages(path: Path, position: int, length: int) -> None:

@@ -12,8 +12,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from tiered.broker.page_cache import PAGE
-from tiered.core.fetcher import GetStatus
-from tiered.core.local_source import LocalSource
+from tiered.read.fetcher import GetStatus
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]

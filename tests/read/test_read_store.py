@@ -15,17 +15,17 @@ from pathlib import Path
 
 import pytest
 from prometheus_client import REGISTRY
+from tiered.providers import build_provider
 
 from tiered.broker import message as msgcodec
 from tiered.config import StorageLevel
-from tiered.core.fetcher import GetStatus
-from tiered.core.fetcher import Unit
-from tiered.core.local_source import LocalSource
-from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
-from tiered.core.tag_filter import TagFilter
 from tiered.errors import InvalidRequestError
+from tiered.read.fetcher import GetStatus
+from tiered.read.fetcher import Unit
+from tiered.read.message_store import TieredMessageStore
+from tiered.read.tag_filter import TagFilter
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SampleTier
 from tiered.testing.sample_tier import SidecarCase
 

@@ -12,13 +12,13 @@ from tiered.providers import MemoryProvider
 
 from tiered.broker import message as msgcodec
 from tiered.config import StorageLevel
-from tiered.core.local_source import LocalSource
-from tiered.core.time_search import Boundary
-from tiered.core.time_search import offset_by_time
 from tiered.file.flat_append_file import FlatAddress
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
 from tiered.metadata import MetadataStore
+from tiered.read.time_search import Boundary
+from tiered.read.time_search import offset_by_time
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SampleTier
 
 TierFactory = Callable[..., SampleTier]

@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tiered.core.fetcher import GetResult
-from tiered.core.fetcher import GetStatus
-from tiered.core.read_unit import Run
+from tiered.read.fetcher import GetResult
+from tiered.read.fetcher import GetStatus
+from tiered.read.read_unit import Run
 from tiered.remoting import prepared as prepared_mod
 from tiered.remoting.prepared import PreparedBudget
 from tiered.remoting.prepared import PreparedPulls

@@ -11,7 +11,7 @@ import struct
 import threading
 import time
 
-from tiered.listen import kernel_timeouts
+from tiered.process.listen import kernel_timeouts
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.codes import FLAG_COMMIT_OFFSET
 from tiered.remoting.codes import FLAG_SUSPEND

@@ -5,5 +5,5 @@ its page cache (:mod:`.page_cache`), and a
 generator that writes a byte-exact store for tests and the demo (:mod:`.generator`).
 
 The bottom of the stack beside ``tiered.providers``: imports nothing of the sidecar but
-``tiered.errors`` and ``tiered.javautil``; nothing here ever writes to a broker's directory.
+``tiered.errors`` and ``tiered.broker.javautil``; nothing here ever writes to a broker's directory.
 """

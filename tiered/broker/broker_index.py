@@ -31,11 +31,11 @@ from typing import Unpack
 import numpy as np
 import numpy.typing as npt
 
+from tiered.broker.javautil import java_string_hash
+from tiered.broker.javautil import to_i32
 from tiered.closeable import Closeable
 from tiered.errors import IndexFileError
 from tiered.errors import StoreFileNotFoundError
-from tiered.javautil import java_string_hash
-from tiered.javautil import to_i32
 
 INDEX_HEADER_SIZE: Final = 40
 HASH_SLOT_SIZE: Final = 4

@@ -25,7 +25,7 @@ from tiered.broker.commitlog import CommitLogFile
 from tiered.errors import BrokerStoreError
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
-from tiered.native import kernel
+from tiered.process.native import kernel
 
 Int64s = npt.NDArray[np.int64]
 DEFAULT_GAP_BYTES = 256 << 10

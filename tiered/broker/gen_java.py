@@ -34,7 +34,7 @@ from typing import Final
 from tiered.broker import java_props as jp
 from tiered.broker import message as msgcodec
 from tiered.broker.gen_writer import UnitSink
-from tiered.javautil import tags_code
+from tiered.broker.javautil import tags_code
 
 PRODUCER_GROUP: Final = "GenTxProducer"
 CLIENT_V4: Final = jp.ClientId(bytes((10, 0, 0, 2)), 0x0ED2, 0x4E0E2F2A)

@@ -19,7 +19,7 @@ from tiered.broker import message as msgcodec
 from tiered.broker.gen_java import JavaBroker
 from tiered.broker.gen_java import Send
 from tiered.broker.gen_writer import UnitSink
-from tiered.javautil import tags_code
+from tiered.broker.javautil import tags_code
 
 if TYPE_CHECKING:
     from tiered.broker.generator import GenSpec

@@ -27,8 +27,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Final
 
+from tiered.broker.javautil import java_string_hash
 from tiered.broker.verify import DEFAULT_DELAY_LEVELS_MS
-from tiered.javautil import java_string_hash
 
 Props = list[tuple[str, str]]
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import Final
 
+from tiered.broker.javautil import java_split_space
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import UnsupportedStoreFeatureError
-from tiered.javautil import java_split_space
 
 MAGIC_V1: Final = -626843481  # 0xDAA320A7
 MAGIC_V2: Final = -626843477  # 0xDAA320AB

@@ -22,7 +22,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
-from tiered.native import kernel
+from tiered.process.native import kernel
 
 log = logging.getLogger(__name__)
 

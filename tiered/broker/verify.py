@@ -19,8 +19,8 @@ import numpy as np
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker.commitlog import CommitLog
+from tiered.broker.javautil import tags_code
 from tiered.errors import CorruptStoreFileError
-from tiered.javautil import tags_code
 
 _BATCH = 65536
 SCHEDULE_TOPIC = "SCHEDULE_TOPIC_XXXX"

@@ -17,8 +17,8 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
 
-from tiered import allocator
 from tiered.cli.common import Group
+from tiered.process import allocator
 
 COMMANDS = {
     "inspect": "tiered.cli.inspect:inspect_group",

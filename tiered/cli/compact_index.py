@@ -18,7 +18,6 @@ from tiered.cli.config_option import setup_logging
 from tiered.cli.config_option import verbosity
 from tiered.config import TieredConfig
 from tiered.core.sidecar import DataDirLock
-from tiered.core.sidecar import build_provider
 from tiered.core.sidecar import index_reader
 from tiered.index.compaction import Engine
 from tiered.index.service import CompactionResult
@@ -26,6 +25,7 @@ from tiered.index.service import IndexService
 from tiered.index.staging import submit_command
 from tiered.metadata import MetadataStore
 from tiered.metadata import mirror_key_for
+from tiered.providers import build_provider
 
 
 @click.command("compact-index")

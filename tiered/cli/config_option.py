@@ -10,9 +10,9 @@ from typing import TypeVar
 
 import click
 
-from tiered import logs
 from tiered.config import TieredConfig
 from tiered.config import load_config
+from tiered.process import logs
 
 F = TypeVar("F", bound=Callable[..., Any])
 

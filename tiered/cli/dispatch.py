@@ -21,12 +21,12 @@ from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.cli.config_option import verbosity
-from tiered.core.dispatcher import PassReport
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
+from tiered.offload.dispatcher import PassReport
 from tiered.providers import Provider
 from tiered.providers import RequestCounts
 from tiered.providers import WrappedProvider
+from tiered.providers import build_provider
 from tiered.providers import from_config
 
 

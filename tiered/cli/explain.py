@@ -18,7 +18,7 @@ from tiered.cli.common import wide_console
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
-from tiered.core.message_store import TieredMessageStore
+from tiered.read.message_store import TieredMessageStore
 
 
 @click.command("explain")

@@ -19,10 +19,10 @@ from tiered.cli.common import wide_console
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
-from tiered.core.fetcher import GetResult
-from tiered.core.message_store import TieredMessageStore
 from tiered.http.app import MAX_COUNT_LIMIT
 from tiered.http.app import message_json
+from tiered.read.fetcher import GetResult
+from tiered.read.message_store import TieredMessageStore
 
 max_count_option = click.option(
     "--max-count",

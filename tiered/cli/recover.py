@@ -14,12 +14,10 @@ from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.cli.config_option import verbosity
-from tiered.core.local_source import LocalSource
 from tiered.core.metadata_rebuild import RebuildReport
 from tiered.core.metadata_rebuild import merge_listing
 from tiered.core.metadata_rebuild import rebuild_from_backend
 from tiered.core.sidecar import DataDirLock
-from tiered.core.sidecar import build_provider
 from tiered.errors import MetadataError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.metadata import MetadataStore
@@ -27,6 +25,8 @@ from tiered.metadata import mirror_key_for
 from tiered.metadata import now_ms
 from tiered.metadata.metadata_store import FILE_NAME
 from tiered.providers import Provider
+from tiered.providers import build_provider
+from tiered.source.local_source import LocalSource
 
 
 @click.command("recover")

@@ -14,9 +14,9 @@ from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.core.daemon import Daemon
-from tiered.core.message_store import TieredMessageStore
 from tiered.http.key_routes import keys_router
 from tiered.http.service import http_service
+from tiered.read.message_store import TieredMessageStore
 
 
 @click.command("run")

@@ -27,16 +27,15 @@ from typing import Protocol
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from tiered import allocator
 from tiered.config import TieredConfig
+from tiered.core.sidecar import Sidecar
 from tiered.errors import TieredStoreError
-from tiered.logs import error_fields
-from tiered.logs import traceback_if_debug
 from tiered.metadata import now_ms
-from tiered.offload_priority import with_nice
+from tiered.process import allocator
+from tiered.process.logs import error_fields
+from tiered.process.logs import traceback_if_debug
+from tiered.process.offload_priority import with_nice
 from tiered.providers import Provider
-
-from .sidecar import Sidecar
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from tiered.broker.store_layout import check_store
 from tiered.closeable import Closeable
 from tiered.config import TieredConfig
+from tiered.core.metadata_rebuild import merge_listing
 from tiered.errors import ConfigError
 from tiered.errors import TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
@@ -27,17 +28,14 @@ from tiered.index.service import IndexService
 from tiered.metadata import MetadataStore
 from tiered.metadata import mirror_key_for
 from tiered.metrics import forget_queue
-from tiered.providers import MetricsProvider
+from tiered.offload.dispatch_state import StateFile
+from tiered.offload.dispatcher import Dispatcher
+from tiered.offload.expiry import ExpiryReport
+from tiered.offload.expiry import expire
+from tiered.offload.topic_retire import retire_deleted
 from tiered.providers import Provider
-from tiered.providers import from_config
-
-from .dispatch_state import StateFile
-from .dispatcher import Dispatcher
-from .expiry import ExpiryReport
-from .expiry import expire
-from .local_source import LocalSource
-from .metadata_rebuild import merge_listing
-from .topic_retire import retire_deleted
+from tiered.providers import build_provider
+from tiered.source.local_source import LocalSource
 
 log = logging.getLogger(__name__)
 
@@ -80,11 +78,6 @@ class DataDirLock:
                 fcntl.flock(self._fd, fcntl.LOCK_UN)
             os.close(self._fd)
             self._fd = -1
-
-
-def build_provider(cfg: TieredConfig) -> Provider:
-    """The configured provider, wrapped for metrics and request accounting."""
-    return MetricsProvider(from_config(cfg))
 
 
 @contextlib.contextmanager

@@ -25,6 +25,7 @@ from typing import Any
 from tiered.broker.configjson import load_topics
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.config import TieredConfig
+from tiered.core.sidecar import LOCK_NAME
 from tiered.errors import TieredStoreError
 from tiered.index.format import END_MAGIC_CODE
 from tiered.index.format import HEADER_SIZE
@@ -35,13 +36,11 @@ from tiered.index.progress import IndexProgress
 from tiered.metadata import FileSegmentType
 from tiered.metadata import MetadataDocument
 from tiered.metadata import read_metadata
+from tiered.offload.dispatch_state import StateFile
 from tiered.providers.layout import index_logical_path
 from tiered.providers.layout import logical_path
-
-from .dispatch_state import StateFile
-from .local_source import LocalSource
-from .sidecar import LOCK_NAME
-from .topic_filter import TopicFilter
+from tiered.source.local_source import LocalSource
+from tiered.source.topic_filter import TopicFilter
 
 _LAG_CHUNK = 65536
 

@@ -1,5 +1,5 @@
 """The read-only HTTP API (FastAPI): :mod:`.app` (routes over a
-:class:`~tiered.core.message_store.TieredMessageStore`), :mod:`.key_routes` (queries by key),
+:class:`~tiered.read.message_store.TieredMessageStore`), :mod:`.key_routes` (queries by key),
 :mod:`.accounting` (request metrics), :mod:`.server` (uvicorn on a socket bound up front) and
 :mod:`.service` (the app of ``rmq-tiered run`` with its health checks).
 

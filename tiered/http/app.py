@@ -40,19 +40,19 @@ from prometheus_client import generate_latest
 from tiered.access.accounts import Account
 from tiered.access.security import Security
 from tiered.broker import message as msgcodec
-from tiered.core.fetcher import GetResult
-from tiered.core.message_store import MAX_QUEUE_ID
-from tiered.core.message_store import TOPIC_PATTERN
-from tiered.core.message_store import TieredMessageStore
 from tiered.core.status_report import StatusQuery
-from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError
 from tiered.errors import InvalidRequestError
 from tiered.errors import ProviderError
 from tiered.errors import ReadPastEndError
 from tiered.errors import SegmentNotFoundError
 from tiered.errors import TieredStoreError
-from tiered.logs import error_fields
+from tiered.process.logs import error_fields
+from tiered.read.fetcher import GetResult
+from tiered.read.message_store import MAX_QUEUE_ID
+from tiered.read.message_store import TOPIC_PATTERN
+from tiered.read.message_store import TieredMessageStore
+from tiered.read.tag_filter import TagFilter
 
 from .accounting import RequestAccounting
 from .auth import Authentication

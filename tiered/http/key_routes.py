@@ -17,13 +17,13 @@ from fastapi import Path
 from fastapi import Query
 from fastapi.responses import JSONResponse
 
-from tiered.core.message_store import TOPIC_PATTERN
 from tiered.errors import InvalidRequestError
 from tiered.http.app import MAX_COUNT_LIMIT
 from tiered.http.app import error_response
 from tiered.http.app import message_json
 from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
+from tiered.read.message_store import TOPIC_PATTERN
 
 MAX_KEY_LENGTH = 4096
 

@@ -45,8 +45,8 @@ from tiered.access.guard import Guard
 from tiered.access.tls import DISABLED
 from tiered.access.tls import ENFORCING
 from tiered.access.tls import HANDSHAKE
-from tiered.listen import bind
-from tiered.logs import uvicorn_access_log
+from tiered.process.listen import bind
+from tiered.process.logs import uvicorn_access_log
 
 log = logging.getLogger(__name__)
 

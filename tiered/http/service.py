@@ -15,11 +15,11 @@ from fastapi import APIRouter
 
 from tiered.access.security import Security
 from tiered.core.daemon import Daemon
-from tiered.core.message_store import TieredMessageStore
 from tiered.core.status_report import StatusQuery
 from tiered.core.status_report import collect_status
 from tiered.errors import TieredStoreError
 from tiered.metadata import mirror_key_for
+from tiered.read.message_store import TieredMessageStore
 
 from .app import create_app
 from .server import HttpServer

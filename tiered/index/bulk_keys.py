@@ -25,14 +25,14 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from tiered.broker.javautil import java_string_hash
+from tiered.broker.javautil import to_i32
 from tiered.index.index_batch import IndexBatch
 from tiered.index.java_hash import index_hashes
 from tiered.index.key_set import is_java_blank
 from tiered.index.key_set import key_properties
 from tiered.index.key_set import message_key_sets
-from tiered.javautil import java_string_hash
-from tiered.javautil import to_i32
-from tiered.native import kernel
+from tiered.process.native import kernel
 
 log = logging.getLogger(__name__)
 

@@ -28,6 +28,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered import metrics
+from tiered.broker.javautil import to_i32
 from tiered.errors import IndexFileError
 from tiered.errors import MissingDependencyError
 from tiered.index.format import COMPACT_ITEM_SIZE
@@ -38,7 +39,6 @@ from tiered.index.format import SLOT_SIZE
 from tiered.index.format import IndexHeader
 from tiered.index.format import compacted_size
 from tiered.index.index_store_file import IndexStoreFile
-from tiered.javautil import to_i32
 
 log = logging.getLogger(__name__)
 

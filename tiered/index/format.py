@@ -26,8 +26,8 @@ from typing import Final
 
 import numpy as np
 
+from tiered.broker.javautil import to_i32
 from tiered.index.java_hash import index_hashes
-from tiered.javautil import to_i32
 
 HEADER_SIZE: Final = 28
 SLOT_SIZE: Final = 8

@@ -59,7 +59,7 @@ from tiered.index.format import KeyQuery
 from tiered.index.format import local_file_size
 from tiered.index.format import slot_of
 from tiered.index.index_batch import IndexBatch
-from tiered.native import kernel
+from tiered.process.native import kernel
 
 _LOG = logging.getLogger(__name__)
 FILE_DIRECTORY_NAME: Final = "tiered_index_file"

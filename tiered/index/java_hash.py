@@ -23,7 +23,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
-from tiered.javautil import java_string_hash
+from tiered.broker.javautil import java_string_hash
 
 I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]

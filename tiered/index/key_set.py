@@ -17,10 +17,10 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
+from tiered.broker.javautil import java_split_space
 from tiered.broker.unit_fields import property_spans
 from tiered.index.java_hash import hashset_order
 from tiered.index.java_hash import string_hashes
-from tiered.javautil import java_split_space
 
 I64 = npt.NDArray[np.int64]
 Buffer = bytes | bytearray | memoryview

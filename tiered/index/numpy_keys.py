@@ -32,6 +32,7 @@ from typing import Final
 import numpy as np
 import numpy.typing as npt
 
+from tiered.broker.javautil import to_i32
 from tiered.broker.unit_fields import as_uint8
 from tiered.broker.unit_fields import property_spans
 from tiered.broker.unit_fields import span_index
@@ -43,7 +44,6 @@ from tiered.index.java_hash import substring_hashes
 from tiered.index.key_set import is_java_blank
 from tiered.index.key_set import key_properties
 from tiered.index.key_set import message_key_sets
-from tiered.javautil import to_i32
 
 Int64s = npt.NDArray[np.int64]
 Bools = npt.NDArray[np.bool_]

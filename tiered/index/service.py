@@ -45,6 +45,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered import metrics
+from tiered.broker.javautil import to_i32
 from tiered.closeable import Closeable
 from tiered.config import TieredConfig
 from tiered.errors import InvalidRequestError
@@ -76,16 +77,15 @@ from tiered.index.search import KeyHit
 from tiered.index.search import newest_first
 from tiered.index.staging import Staging
 from tiered.index.uploaded import UploadedIndex
-from tiered.javautil import to_i32
-from tiered.labels import KnownTopics
-from tiered.logs import error_fields
-from tiered.logs import traceback_if_debug
 from tiered.metadata import HOUR_MS
 from tiered.metadata import LONG_MAX
 from tiered.metadata import MetadataStore
 from tiered.metadata import now_ms
 from tiered.metadata.state_file import JsonStateFile
-from tiered.offload_priority import lower_thread_priority
+from tiered.metrics.labels import KnownTopics
+from tiered.process.logs import error_fields
+from tiered.process.logs import traceback_if_debug
+from tiered.process.offload_priority import lower_thread_priority
 from tiered.providers.base import Provider
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ fastjson writes them), :mod:`.acl` (``plain_acl.yml`` accounts and request signa
 :mod:`.groups` (heartbeats and the replay groups' offsets), :mod:`.locks` (orderly consumers'
 queue locks), :mod:`.naming` (routes and cluster info), :mod:`.admin` (the ``mqadmin`` requests:
 runtime info, topic lists and stats, consume stats, connections), :mod:`.handlers` (one function
-per request code over :class:`~tiered.core.message_store.TieredMessageStore`), :mod:`.server`
+per request code over :class:`~tiered.read.message_store.TieredMessageStore`), :mod:`.server`
 (threaded TCP server: connection limit, idle timeout, long polling), :mod:`.client` (a small
 blocking client for tests, benchmarks and scripts). Imports point down: the package uses the
 access layer (``tiered.core``, ``tiered.index``) and nothing below it knows the protocol exists;

@@ -42,10 +42,10 @@ from typing import Any
 
 from tiered.broker import message as msgcodec
 from tiered.config import TieredConfig
-from tiered.core.fetcher import GetStatus
-from tiered.core.message_store import TieredMessageStore
 from tiered.errors import BrokerStoreError
 from tiered.metadata import HOUR_MS
+from tiered.read.fetcher import GetStatus
+from tiered.read.message_store import TieredMessageStore
 
 from .body import ObjectKeyMap
 from .body import dumps

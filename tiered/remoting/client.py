@@ -19,7 +19,7 @@ from tiered.access.accounts import request_content
 from tiered.access.accounts import sign
 from tiered.closeable import Closeable
 from tiered.errors import ProtocolError
-from tiered.listen import kernel_timeouts
+from tiered.process.listen import kernel_timeouts
 
 from .codes import ONEWAY_FLAG
 from .frame import JSON

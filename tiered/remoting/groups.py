@@ -288,9 +288,11 @@ class ReplayOffsets:
     def path(self) -> Path:
         return self._file.path
 
-    def load(self) -> None:
-        """Read the file (or its ``.bak``); a damaged pair is moved aside and warned about."""
-        table = self._file.load()
+    def load(self, *, owner: bool = True) -> None:
+        """Read the file (or its ``.bak``); a damaged pair is moved aside and warned about, unless
+        this is a reader beside the sidecar that writes it (``owner=False``), which changes
+        nothing (a stale temp file it removed could be the writer's file being written)."""
+        table = self._file.load(owner=owner)
         with self._lock:
             self._table = table or {}
 

@@ -1,6 +1,6 @@
 """The broker half of the endpoint: one method per request code, over the access layer.
 
-Every read goes through :class:`~tiered.core.message_store.TieredMessageStore` (storage levels,
+Every read goes through :class:`~tiered.read.message_store.TieredMessageStore` (storage levels,
 per-topic overrides, CRC checks, the read-ahead cache) -- offsets the broker still holds are read
 from its store, read-only -- and key queries through the key index (plus the broker's own index
 files for what is only local). Writes are refused: the endpoint is read-only -- messages, and the
@@ -36,10 +36,6 @@ from tiered.access.security import Security
 from tiered.broker import message as msgcodec
 from tiered.broker.broker_index import lookup_index_files
 from tiered.config import TieredConfig
-from tiered.core.fetcher import GetStatus
-from tiered.core.message_store import MAX_QUEUE_ID
-from tiered.core.message_store import TieredMessageStore
-from tiered.core.tag_filter import TagFilter
 from tiered.errors import AclError
 from tiered.errors import BrokerStoreError
 from tiered.errors import IndexFileError
@@ -49,6 +45,10 @@ from tiered.errors import ProviderError
 from tiered.index.search import message_keys
 from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
+from tiered.read.fetcher import GetStatus
+from tiered.read.message_store import MAX_QUEUE_ID
+from tiered.read.message_store import TieredMessageStore
+from tiered.read.tag_filter import TagFilter
 
 from .admin import Admin
 from .body import dumps

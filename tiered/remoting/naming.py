@@ -18,9 +18,9 @@ from collections.abc import Callable
 from typing import Any
 
 from tiered.config import TieredConfig
-from tiered.core.message_store import TOPIC_PATTERN
-from tiered.core.message_store import TieredMessageStore
 from tiered.errors import StoreFileNotFoundError
+from tiered.read.message_store import TOPIC_PATTERN
+from tiered.read.message_store import TieredMessageStore
 
 from .codes import MASTER_ID
 from .codes import PERM_READ

@@ -42,8 +42,8 @@ from collections.abc import Hashable
 from dataclasses import dataclass
 
 from tiered import metrics
-from tiered.core.fetcher import GetResult
-from tiered.core.fetcher import GetStatus
+from tiered.read.fetcher import GetResult
+from tiered.read.fetcher import GetStatus
 
 log = logging.getLogger(__name__)
 

@@ -59,8 +59,8 @@ from tiered.access.tls import ENFORCING
 from tiered.access.tls import HANDSHAKE
 from tiered.access.tls import TlsStream
 from tiered.errors import ProtocolError
-from tiered.listen import bind
-from tiered.listen import kernel_timeouts
+from tiered.process.listen import bind
+from tiered.process.listen import kernel_timeouts
 
 from .codes import RESPONSE_FLAG
 from .codes import ResponseCode

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tiered.access.security import Security
 from tiered.core.daemon import Daemon
-from tiered.core.message_store import TieredMessageStore
+from tiered.read.message_store import TieredMessageStore
 
 from .groups import ReplayOffsets
 from .handlers import Replay

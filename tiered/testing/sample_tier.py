@@ -22,13 +22,13 @@ from tiered.broker.generator import generate_store
 from tiered.config import StorageLevel
 from tiered.config import TieredConfig
 from tiered.config import load_config
-from tiered.core.local_source import LocalSource
-from tiered.core.message_store import TieredMessageStore
 from tiered.core.sidecar import Sidecar
-from tiered.core.sidecar import build_provider
-from tiered.core.topic_filter import TopicFilter
 from tiered.providers import Provider
 from tiered.providers import WrappedProvider
+from tiered.providers import build_provider
+from tiered.read.message_store import TieredMessageStore
+from tiered.source.local_source import LocalSource
+from tiered.source.topic_filter import TopicFilter
 
 QueueKey = tuple[str, int]
 MessageKey = tuple[str, int, int]

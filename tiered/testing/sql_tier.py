@@ -15,12 +15,12 @@ from typing import Any
 from tiered.broker import message as msgcodec
 from tiered.config import StorageLevel
 from tiered.config import TieredConfig
-from tiered.core.message_store import TieredMessageStore
 from tiered.http.app import message_json
 from tiered.metadata.models import FileSegmentType
 from tiered.metadata.models import parse_metadata
 from tiered.providers.layout import FileType
 from tiered.providers.layout import segment_key
+from tiered.read.message_store import TieredMessageStore
 from tiered.testing.sample_tier import build_sample_tier
 from tiered.testing.sample_tier import rolling_spec
 from tiered.testing.sample_tier import write_conf

@@ -1,9 +1,9 @@
 """``TieredMessageStore``: cold reads over the broker's store and the tier (spec §9).
 
-Every read is routed first (:func:`~tiered.core.read_route.route`: the topic's storage level, what
+Every read is routed first (:func:`~tiered.read.read_route.route`: the topic's storage level, what
 the tier holds, whether the broker still has the offset on disk or in the page cache); the tier
-side is the :class:`~tiered.core.fetcher.Fetcher` (read-ahead cache, verified reads), the local
-side the broker's own files through :class:`~tiered.core.local_source.LocalSource`. As upstream,
+side is the :class:`~tiered.read.fetcher.Fetcher` (read-ahead cache, verified reads), the local
+side the broker's own files through :class:`~tiered.source.local_source.LocalSource`. As upstream,
 a tiered read that finds nothing (or fails) while the broker still has the offset is answered
 locally and counted as a fallback; a message that fails its integrity checks is never returned:
 the :class:`~tiered.errors.IntegrityError` is raised (or, unless the level is FORCE, the broker's
@@ -36,29 +36,28 @@ from tiered.errors import ProviderError
 from tiered.errors import StoreFileNotFoundError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile
-from tiered.labels import KnownTopics
-from tiered.logs import error_fields
 from tiered.metadata import MetadataStore
+from tiered.metrics.labels import KnownTopics
+from tiered.process.logs import error_fields
 from tiered.providers import Provider
 from tiered.providers.read_ahead import large_read_bytes
-
-from .fetcher import DEFAULT_MAX_TRANSFER_BYTES
-from .fetcher import Fetcher
-from .fetcher import GetResult
-from .fetcher import GetStatus
-from .fetcher import TieredReader
-from .fetcher import Unit
-from .fetcher import out_of_range
-from .local_source import LocalSource
-from .read_cache import ReadAheadCache
-from .read_cache import memory_limit_bytes
-from .read_route import Route
-from .read_route import route
-from .read_unit import Run
-from .tag_filter import TagFilter
-from .time_search import Boundary
-from .time_search import offset_by_time
-from .topic_filter import is_system_topic
+from tiered.read.fetcher import DEFAULT_MAX_TRANSFER_BYTES
+from tiered.read.fetcher import Fetcher
+from tiered.read.fetcher import GetResult
+from tiered.read.fetcher import GetStatus
+from tiered.read.fetcher import TieredReader
+from tiered.read.fetcher import Unit
+from tiered.read.fetcher import out_of_range
+from tiered.read.read_cache import ReadAheadCache
+from tiered.read.read_cache import memory_limit_bytes
+from tiered.read.read_route import Route
+from tiered.read.read_route import route
+from tiered.read.read_unit import Run
+from tiered.read.tag_filter import TagFilter
+from tiered.read.time_search import Boundary
+from tiered.read.time_search import offset_by_time
+from tiered.source.local_source import LocalSource
+from tiered.source.topic_filter import is_system_topic
 
 __all__ = ["MAX_QUEUE_ID", "TOPIC_PATTERN", "Boundary", "TieredMessageStore", "check_request"]
 
@@ -149,7 +148,7 @@ class TieredMessageStore(Closeable):
         Raises:
             MetadataError: the metadata file and its ``.bak`` are both unreadable.
         """
-        from .sidecar import build_provider
+        from tiered.providers import build_provider
 
         metadata = MetadataStore.read_only(cfg.tiered_data_dir)
         backend = provider if provider is not None else build_provider(cfg)

@@ -1,411 +1,63 @@
-"""Configuration: RocketMQ-style properties files, ``RMQ_TIERED_<key>`` overrides, a frozen model.
-
-Keys and defaults are upstream's (``org.apache.rocketmq.tieredstore.MessageStoreConfig``, spec
-section 11) plus the broker keys the sidecar reads and a few of its own. Files use the upstream
-camelCase names; the model's Python names are snake_case with the unit spelled out. The broker's own
-``broker.conf`` may be one of the files: a key the sidecar does not use is ignored only when it is a
-known broker key (:mod:`tiered.broker_keys`); anything else is an error with a did-you-mean.
-
-Precedence, lowest first: model defaults, files in the order given (later wins), environment
-variables ``RMQ_TIERED_<key>``, explicit ``overrides``.
-"""
+"""The configuration model: :class:`TieredConfig`, every key with its upstream name, default
+and validator, and the rules that tie keys together."""
 
 from __future__ import annotations
 
 import enum
-import logging
-import os
-import re
-import socket
-from collections.abc import Callable
 from collections.abc import Mapping
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Annotated
-from typing import Any
-from typing import NamedTuple
 
 from pydantic import BaseModel
 from pydantic import ConfigDict
-from pydantic import Field
-from pydantic import GetCoreSchemaHandler
 from pydantic import SecretStr
-from pydantic import ValidationError
 from pydantic import model_validator
-from pydantic_core import ErrorDetails
-from pydantic_core import core_schema
 
-from tiered.broker_keys import KNOWN_BROKER_KEYS
-from tiered.errors import ConfigError
-from tiered.offload_priority import NICE_MAX
-from tiered.properties import entries
-from tiered.properties import parse_properties
-from tiered.providers.registry import BUILTIN_NAMES
-from tiered.providers.registry import BUILTINS
-from tiered.providers.registry import builtin_name
-from tiered.topic_overrides import TOPIC_GLOB
-from tiered.topic_overrides import TopicOverride
-from tiered.topic_overrides import first_match
-from tiered.topic_overrides import parse_overrides
-
-__all__ = [
-    "ENV_PREFIX",
-    "LOG_FORMATS",
-    "LOG_LEVELS",
-    "PROVIDER_NAMES",
-    "BrokerRole",
-    "DispatchStartPolicy",
-    "MetricsDetail",
-    "StorageLevel",
-    "TieredConfig",
-    "load_config",
-    "parse_properties",
-]
-
-_LOG = logging.getLogger(__name__)
-
-ENV_PREFIX = "RMQ_TIERED_"
-INT_MAX = 2**31 - 1  # Java int
-LONG_MAX = 2**63 - 1  # Java long
-CQ_UNIT_SIZE = 20
-INDEX_HEADER_SIZE, INDEX_SLOT_SIZE, INDEX_ITEM_SIZE = 28, 8, 32
-
-PROVIDER_NAMES = BUILTIN_NAMES
-_UPSTREAM = "org.apache.rocketmq.tieredstore."
-_METADATA_ALIASES = {
-    "default": "default",
-    f"{_UPSTREAM}metadata.DefaultMetadataStore": "default",
-    f"{_UPSTREAM}metadata.TieredMetadataManager": "default",  # 5.1 name of the same store
-}
-_THIRD_PARTY_NAME = re.compile(r"[a-z][a-z0-9_]*")
-# Spellings of older releases, read as today's key.
-_LEGACY_KEYS = {
-    "mapedFileSizeCommitLog": "mappedFileSizeCommitLog",
-    "mapedFileSizeConsumeQueue": "mappedFileSizeConsumeQueue",
-    "tieredStoreFilepath": "tieredStoreFilePath",
-}
-_DEPRECATED = {
-    "tieredRemotingAclEnable": "tieredAclEnable",
-    "tieredRemotingAclFile": "tieredAclFile",
-}
-"""Former names read as today's key, with one warning per process."""
-_LEGACY_KEYS.update(_DEPRECATED)
-_SECRET_KEYS = frozenset({"objectStoreSecretKey"})
-
-
-class StorageLevel(enum.IntEnum):
-    """Which reads the tier serves (upstream ``TieredStorageLevel``); see spec section 9.1."""
-
-    DISABLE = 0
-    NOT_IN_DISK = 1
-    NOT_IN_MEM = 2
-    FORCE = 3
-
-    def check(self, target: StorageLevel) -> bool:
-        """Upstream ``check``: this level is at least ``target``."""
-        return self.value >= target.value
-
-
-class BrokerRole(enum.StrEnum):
-    """The broker's replication role (store ``brokerRole``)."""
-
-    ASYNC_MASTER = "ASYNC_MASTER"
-    SYNC_MASTER = "SYNC_MASTER"
-    SLAVE = "SLAVE"
-
-
-class MetricsDetail(enum.StrEnum):
-    """How many series the per-queue metric families export (``tieredMetricsDetail``)."""
-
-    BROKER = "broker"
-    TOPIC = "topic"
-    QUEUE = "queue"
-
-
-class DispatchStartPolicy(enum.StrEnum):
-    """Where the dispatcher starts a queue it sees for the first time."""
-
-    EARLIEST = "EARLIEST"  # the local store's min offset: the whole existing backlog
-    RECENT = "RECENT"  # about two minutes back from now, as upstream
-
-
-# --- value parsers (Java semantics, strict: a bad value is an error, never silently ignored) -----
-
-
-def _int(lo: int, hi: int) -> Callable[[object], int]:
-    allowed = f"{lo}..{hi}"
-
-    def parse(value: object) -> int:
-        if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
-            value = int(value.strip())
-        if isinstance(value, bool) or not isinstance(value, int):
-            raise ValueError(f"is not a whole number (allowed: {allowed})")
-        if not lo <= value <= hi:
-            raise ValueError(f"is out of range (allowed: {allowed})")
-        return value
-
-    return parse
-
-
-def _rate(value: object) -> float:
-    try:
-        rate = float(value) if isinstance(value, str | int | float) else float("nan")
-    except ValueError:
-        rate = float("nan")
-    if isinstance(value, bool) or not 0.0 < rate <= 1.0:
-        raise ValueError("is not a fraction (allowed: a number > 0 and <= 1, e.g. 0.3)")
-    return rate
-
-
-def _bool(value: object) -> bool:
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, str) and value.strip().lower() in ("true", "false"):
-        return value.strip().lower() == "true"
-    raise ValueError("is not a boolean (allowed: true, false)")
-
-
-def _choice(names: Sequence[str], extra: str = "") -> Callable[[object], str]:
-    def parse(value: object) -> str:
-        if isinstance(value, str) and value.strip() in names:
-            return value.strip()
-        upper = str(value).strip().upper()
-        hint = f"; names are case-sensitive: did you mean {upper!r}?" if upper in names else ""
-        raise ValueError(f"is not one of {', '.join(names)}{extra}{hint}")
-
-    return parse
-
-
-def _storage_level(value: object) -> StorageLevel:
-    if isinstance(value, str) and re.fullmatch(r"[+-]?[0-9]+", value.strip()):
-        value = int(value)
-    if isinstance(value, int) and not isinstance(value, bool):
-        if 0 <= value <= 3:
-            return StorageLevel(value)
-        raise ValueError(
-            "is out of range (allowed: 0..3 or DISABLE, NOT_IN_DISK, NOT_IN_MEM, FORCE)"
-        )
-    names = [level.name for level in StorageLevel]
-    return StorageLevel[_choice(names, " (or their numbers 0..3)")(value)]
-
-
-def _provider(value: object) -> str:
-    name = str(value).strip()
-    builtin = builtin_name(name)  # the registry's table: names and upstream class aliases
-    if builtin is not None:
-        return builtin
-    if _THIRD_PARTY_NAME.fullmatch(name):
-        return name  # a third-party provider; the registry resolves it when the store starts
-    classes = ", ".join(alias for _, _, aliases in BUILTINS for alias in aliases[:1])
-    raise ValueError(
-        f"is not a provider (allowed: {', '.join(PROVIDER_NAMES)}, a registered third-party "
-        f"provider name in lower case, or the upstream classes {classes})"
-    )
-
-
-def _metadata_provider(value: object) -> str:
-    if str(value).strip() in _METADATA_ALIASES:
-        return _METADATA_ALIASES[str(value).strip()]
-    raise ValueError(f"is not supported (allowed: {', '.join(_METADATA_ALIASES)})")
-
-
-def _text(value: object) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise ValueError("must not be empty")
-    return value.strip()
-
-
-def _path(value: object) -> Path:
-    if isinstance(value, Path):
-        return value.expanduser()
-    return Path(_text(value)).expanduser()
-
-
-def _paths(value: object) -> tuple[Path, ...]:
-    if isinstance(value, str):
-        return tuple(Path(p.strip()).expanduser() for p in value.split(",") if p.strip())
-    if isinstance(value, Sequence):
-        return tuple(_path(p) for p in value)
-    raise ValueError("is not a comma-separated list of directories")
-
-
-def _endpoint(value: object) -> str:
-    if isinstance(value, str) and (not value.strip() or re.match(r"https?://", value.strip())):
-        return value.strip()
-    raise ValueError("is not an endpoint URL (allowed: empty for AWS, or http://host[:port])")
-
-
-def _bucket(value: object) -> str:
-    if isinstance(value, str) and not re.search(r"[/\s]", value.strip()):
-        return value.strip()
-    raise ValueError(
-        "is not a bucket name (no '/' or spaces; put a key prefix in objectStorePrefix)"
-    )
-
-
-def _globs(value: object) -> tuple[str, ...]:
-    items = value.split(",") if isinstance(value, str) else value
-    if not isinstance(items, Sequence):
-        raise ValueError("is not a comma-separated list of topic patterns")
-    out = tuple(str(p).strip() for p in items if str(p).strip())
-    for pattern in out:
-        if not TOPIC_GLOB.fullmatch(pattern):
-            raise ValueError(
-                f"holds {pattern!r}, not a topic pattern (topic characters plus * ? [...])"
-            )
-    return out
-
-
-def _hours(entry: str, text: str) -> int | None:
-    if not text.isdigit():
-        return None
-    if not 1 <= int(text) <= INT_MAX:
-        raise ValueError(f"holds {entry!r}; hours must be 1..{INT_MAX}")
-    return int(text)
-
-
-def _reserve_overrides(value: object) -> tuple[TopicOverride[int], ...]:
-    usage = "write topic:hours, e.g. TopicA:48,Orders*:720"
-    return parse_overrides(value, "hours", usage, _hours)
-
-
-def _level_overrides(value: object) -> tuple[TopicOverride[StorageLevel], ...]:
-    usage = f"write topic:LEVEL with LEVEL one of {', '.join(m.name for m in StorageLevel)}"
-    return parse_overrides(
-        value, "LEVEL", usage, lambda _, text: StorageLevel.__members__.get(text)
-    )
-
-
-def _advertised(value: object) -> str:
-    text = value.strip() if isinstance(value, str) else None
-    if text == "":
-        return text
-    host, sep, port = (text or "").rpartition(":")
-    if (
-        text is None
-        or not sep
-        or not host
-        or not port.isdigit()
-        or not 1 <= int(port) <= 65535
-        or re.search(r"[\s/]", host)
-    ):
-        raise ValueError(
-            "is not ip:port (e.g. 10.0.0.7:10941); leave it empty to advertise the listen address"
-        )
-    return text
-
-
-def _addresses(value: object) -> tuple[str, ...]:
-    """``host:port`` list, separated by ``;`` (RocketMQ's ``namesrvAddr``) or ``,``."""
-    text = value if isinstance(value, str) else ""
-    if not isinstance(value, str | tuple | list):
-        raise ValueError("is not a list of host:port")
-    parts = value if isinstance(value, tuple | list) else re.split(r"[;,]", text)
-    out = []
-    for part in (str(p).strip() for p in parts):
-        if not part:
-            continue
-        try:
-            out.append(_advertised(part))
-        except ValueError as e:
-            raise ValueError(
-                f"{part!r} is not host:port (a list: 10.0.0.7:9876;10.0.0.8:9876)"
-            ) from e
-    return tuple(out)
-
-
-LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR")
-LOG_FORMATS = ("text", "json")
-
-
-def _log_level(value: object) -> str:
-    if isinstance(value, str) and value.strip().upper() in LOG_LEVELS:
-        return value.strip().upper()
-    raise ValueError(f"is not one of {', '.join(LOG_LEVELS)} (any case)")
-
-
-def _log_format(value: object) -> str:
-    if isinstance(value, str) and value.strip().lower() in LOG_FORMATS:
-        return value.strip().lower()
-    raise ValueError(f"is not one of {', '.join(LOG_FORMATS)} (any case)")
-
-
-def _nice(value: object) -> int:
-    try:
-        return _int(0, NICE_MAX)(value)
-    except ValueError as e:
-        raise ValueError(
-            f"{e}: set a Linux nice value, 0 for the process's own priority up to {NICE_MAX} for "
-            "the lowest"
-        ) from None
-
-
-def _host_name() -> str:
-    try:
-        return socket.gethostname() or "DEFAULT_BROKER"
-    except OSError:
-        return "DEFAULT_BROKER"
-
-
-def _key(key: str, doc: str, default: Any = None, **kw: Any) -> Any:
-    """A model field read from upstream key ``key``; ``doc`` gives meaning and unit."""
-    if "default_factory" not in kw:
-        kw["default"] = default
-    return Field(validation_alias=key, serialization_alias=key, description=doc, **kw)
-
-
-class _Before:
-    """pydantic's ``BeforeValidator`` for a function of the value alone: the same core schema
-    (``function-before``, no info argument), without pydantic inspecting the function's
-    signature again at each of the model's 85 fields (a tenth of building the model, which every
-    command does at start)."""
-
-    __slots__ = ("func",)
-
-    def __init__(self, func: Callable[[Any], Any]) -> None:
-        self.func = func
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(self.func, handler(source))
-
-
-Int = Annotated[int, _Before(_int(1, INT_MAX))]  # Java int > 0
-IntOrZero = Annotated[int, _Before(_int(0, INT_MAX))]
-Long = Annotated[int, _Before(_int(1, LONG_MAX))]  # Java long > 0
-Bool = Annotated[bool, _Before(_bool)]
-Text = Annotated[str, _Before(_text)]
-DirPath = Annotated[Path, _Before(_path)]
-DirList = Annotated[tuple[Path, ...], _Before(_paths)]
-BrokerId = Annotated[int, _Before(_int(0, LONG_MAX))]
-Role = Annotated[BrokerRole, _Before(_choice(list(BrokerRole)))]
-MetricsLevel = Annotated[MetricsDetail, _Before(_choice(list(MetricsDetail)))]
-StartPolicy = Annotated[DispatchStartPolicy, _Before(_choice(list(DispatchStartPolicy)))]
-Globs = Annotated[tuple[str, ...], _Before(_globs)]
-ReserveOverrides = Annotated[tuple[TopicOverride[int], ...], _Before(_reserve_overrides)]
-LevelOverrides = Annotated[tuple[TopicOverride[StorageLevel], ...], _Before(_level_overrides)]
-Port = Annotated[int, _Before(_int(0, 65535))]
-CqFileSize = Annotated[int, _Before(_int(CQ_UNIT_SIZE, INT_MAX // CQ_UNIT_SIZE * CQ_UNIT_SIZE))]
-Level = Annotated[StorageLevel, _Before(_storage_level)]
-AdvertisedAddress = Annotated[str, _Before(_advertised)]
-Addresses = Annotated[tuple[str, ...], _Before(_addresses)]
-FrameBytes = Annotated[int, _Before(_int(1024, INT_MAX))]
-NewGroupOffset = Annotated[str, _Before(_choice(("EARLIEST", "CLIENT")))]
-TLS_MODES = ("disabled", "permissive", "enforcing")
-_tls_mode = _choice(TLS_MODES)
-TlsMode = Annotated[str, _Before(lambda v: _tls_mode(str(v).strip().lower()))]
-Provider = Annotated[str, _Before(_provider)]
-MetadataStore = Annotated[str, _Before(_metadata_provider)]
-Endpoint = Annotated[str, _Before(_endpoint)]
-Bucket = Annotated[str, _Before(_bucket)]
-PendingLimit = Annotated[int, _Before(_int(4, INT_MAX))]  # upstream semaphores get 1/4
-IndexItems = Annotated[int, _Before(_int(2, INT_MAX))]  # item 0 is never used
-Rate = Annotated[float, _Before(_rate)]
-LogLevel = Annotated[str, _Before(_log_level)]
-Nice = Annotated[int, _Before(_nice)]
-LogFormat = Annotated[str, _Before(_log_format)]
-
+from tiered.config.overrides import TopicOverride
+from tiered.config.overrides import first_match
+from tiered.config.values import _LEGACY_KEYS
+from tiered.config.values import CQ_UNIT_SIZE
+from tiered.config.values import INDEX_HEADER_SIZE
+from tiered.config.values import INDEX_ITEM_SIZE
+from tiered.config.values import INDEX_SLOT_SIZE
+from tiered.config.values import INT_MAX
+from tiered.config.values import Addresses
+from tiered.config.values import AdvertisedAddress
+from tiered.config.values import Bool
+from tiered.config.values import BrokerId
+from tiered.config.values import BrokerRole
+from tiered.config.values import Bucket
+from tiered.config.values import CqFileSize
+from tiered.config.values import DirList
+from tiered.config.values import DirPath
+from tiered.config.values import DispatchStartPolicy
+from tiered.config.values import Endpoint
+from tiered.config.values import FrameBytes
+from tiered.config.values import Globs
+from tiered.config.values import IndexItems
+from tiered.config.values import Int
+from tiered.config.values import IntOrZero
+from tiered.config.values import Level
+from tiered.config.values import LevelOverrides
+from tiered.config.values import LogFormat
+from tiered.config.values import LogLevel
+from tiered.config.values import Long
+from tiered.config.values import MetadataStore
+from tiered.config.values import MetricsDetail
+from tiered.config.values import MetricsLevel
+from tiered.config.values import NewGroupOffset
+from tiered.config.values import Nice
+from tiered.config.values import PendingLimit
+from tiered.config.values import Port
+from tiered.config.values import Provider
+from tiered.config.values import Rate
+from tiered.config.values import ReserveOverrides
+from tiered.config.values import Role
+from tiered.config.values import StartPolicy
+from tiered.config.values import StorageLevel
+from tiered.config.values import Text
+from tiered.config.values import TlsMode
+from tiered.config.values import _host_name
+from tiered.config.values import _key
 
 # --- the model -----------------------------------------------------------------------------------
 
@@ -794,6 +446,9 @@ class TieredConfig(BaseModel):
             ConfigError: an unknown key or a bad value; the message names key, value and what is
                 allowed.
         """
+        from tiered.config.loader import _build  # the loader builds models from settings
+        from tiered.config.loader import _Setting
+
         settings = {}
         for key, value in mapping.items():
             canonical = _LEGACY_KEYS.get(key, key)
@@ -886,123 +541,3 @@ _MODEL_KEYS = frozenset(TieredConfig.model_keys())
 def _is_within(path: Path, parent: Path) -> bool:
     inner, outer = path.expanduser().resolve(), parent.expanduser().resolve()
     return inner == outer or outer in inner.parents
-
-
-# --- loading -------------------------------------------------------------------------------------
-
-
-class _Setting(NamedTuple):
-    value: str
-    source: str | None  # "file:line", "environment variable X", "override"; None when unknown
-
-
-def load_config(
-    paths: str | Path | Sequence[str | Path],
-    env: Mapping[str, str] | None = None,
-    overrides: Mapping[str, str] | None = None,
-) -> TieredConfig:
-    """Read properties ``paths`` (later wins), then ``RMQ_TIERED_<key>`` variables of ``env``
-    (default ``os.environ``), then ``overrides``; validate once.
-
-    Raises:
-        ConfigError: a file cannot be read or parsed, a key is unknown, or a value is bad. The
-            message is one line naming the file (and line), the key, the value and the fix.
-    """
-    if isinstance(paths, str | Path):  # one file (a str is also a Sequence of characters)
-        paths = [paths]
-    settings: dict[str, _Setting] = {}
-
-    def put(key: str, setting: _Setting) -> None:
-        if key in _DEPRECATED:
-            _warn_deprecated(key, setting.source)
-        settings[_LEGACY_KEYS.get(key, key)] = setting
-
-    for path in paths:
-        text = _read_text(Path(path))
-        for key, value, lineno in entries(text, str(path)):
-            put(key, _Setting(value, f"{path}:{lineno}"))
-    lowered = {key.lower(): key for key in (*_MODEL_KEYS, *_DEPRECATED)}
-    for name, value in (os.environ if env is None else env).items():
-        if name.startswith(ENV_PREFIX):
-            key = name.removeprefix(ENV_PREFIX)
-            if key not in _MODEL_KEYS and key not in KNOWN_BROKER_KEYS:
-                key = lowered.get(key.lower(), key)  # RMQ_TIERED_TIEREDSTORAGELEVEL
-            put(key, _Setting(value, f"environment variable {name}"))
-    for key, value in (overrides or {}).items():
-        put(key, _Setting(value, "override"))
-    return _build(settings)
-
-
-_warned: set[str] = set()
-
-
-def _warn_deprecated(key: str, source: str | None) -> None:
-    """One warning per process for a deprecated key (read at every config load)."""
-    if key not in _warned:
-        _warned.add(key)
-        _LOG.warning(
-            "%s (%s) is deprecated: rename it %s (it now covers both ports); the old name is "
-            "still read",
-            key,
-            source or "config",
-            _DEPRECATED[key],
-        )
-
-
-def _read_text(path: Path) -> str:
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError as e:
-        raise ConfigError(f"config file {path} does not exist: check the path") from e
-    except IsADirectoryError as e:
-        raise ConfigError(f"config file {path} is a directory: give a properties file") from e
-    except PermissionError as e:
-        raise ConfigError(f"config file {path} is not readable (permission denied)") from e
-    except OSError as e:
-        raise ConfigError(f"config file {path} cannot be read: {e.strerror or e}") from e
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise ConfigError(
-            f"config file {path} is not UTF-8 text (byte {data[e.start]:#04x} at offset {e.start})"
-            ": save it as UTF-8"
-        ) from e
-
-
-def _build(settings: Mapping[str, _Setting]) -> TieredConfig:
-    unknown = [k for k in settings if k not in _MODEL_KEYS and k not in KNOWN_BROKER_KEYS]
-    if unknown:
-        raise ConfigError("; ".join(_unknown_key(k, settings[k].source) for k in unknown))
-    ignored = sorted(k for k in settings if k not in _MODEL_KEYS)
-    if ignored:
-        _LOG.debug("ignoring broker keys the sidecar does not use: %s", ", ".join(ignored))
-    values = {k: s.value for k, s in settings.items() if k in _MODEL_KEYS}
-    try:
-        return TieredConfig.model_validate(values)
-    except ValidationError as e:
-        raise ConfigError("; ".join(_describe(err, settings) for err in e.errors())) from e
-
-
-def _unknown_key(key: str, source: str | None) -> str:
-    where = f"{source}: " if source else ""
-    lowered = {k.lower(): k for k in sorted(KNOWN_BROKER_KEYS) + sorted(_MODEL_KEYS)}
-    import difflib  # only for a misspelt key
-
-    close = difflib.get_close_matches(key.lower(), lowered, n=1, cutoff=0.75)
-    hint = f" (did you mean {lowered[close[0]]!r}?)" if close else ""
-    return (
-        f"{where}unknown key {key!r}{hint}: it is neither a sidecar key nor a known RocketMQ "
-        "broker key; fix or remove it"
-    )
-
-
-def _describe(err: ErrorDetails, settings: Mapping[str, _Setting]) -> str:
-    ctx = err.get("ctx") or {}
-    problem = str(ctx["error"]) if "error" in ctx else str(err["msg"])
-    if not err["loc"]:
-        return problem
-    key = str(err["loc"][0])
-    setting = settings.get(key)
-    where = f"{setting.source}: " if setting and setting.source else ""
-    value = "'***'" if key in _SECRET_KEYS else repr(setting.value if setting else err["input"])
-    return f"{where}{key}={value} {problem}"

@@ -13,11 +13,11 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker import message as msgcodec
+from tiered.broker.javautil import java_string_hash
 from tiered.broker.message import Message
-from tiered.core.read_unit import Run
 from tiered.errors import InvalidRequestError
-from tiered.javautil import java_string_hash
-from tiered.native import kernel
+from tiered.process.native import kernel
+from tiered.read.read_unit import Run
 
 SUB_ALL = "*"
 ASK = 2  # the kernel's tags_in verdict for a unit it leaves to Python

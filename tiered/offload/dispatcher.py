@@ -16,7 +16,7 @@ are released from the page cache with ``posix_fadvise(DONTNEED)`` when they are 
 newest message older than :data:`COLD_AGE_MS`): a catch-up does not evict the broker's hot pages.
 
 The workers, the commit notifier and the dispatcher's own reader of large commitlog ranges run
-at ``tieredOffloadNice`` (:mod:`tiered.offload_priority`).
+at ``tieredOffloadNice`` (:mod:`tiered.process.offload_priority`).
 
 Only a master uploads (``brokerRole`` != SLAVE and ``brokerId`` == 0, or
 ``tieredStoreUploadOnSlave``); otherwise a pass does nothing and the role is ``standby``.
@@ -51,32 +51,31 @@ from tiered.file.flat_append_file import durable
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
-from tiered.logs import error_fields
 from tiered.metadata import now_ms
-from tiered.offload_priority import with_nice
-
-from .dispatch_state import Gap
-from .dispatch_state import QueueState
-from .dispatch_state import StateFile
-from .dispatch_state import StateSnapshot
-from .local_source import BatchRequest
-from .local_source import LocalSource
-from .local_source import UncheckedBatch
-from .offload_step import CommitListener
-from .offload_step import Int64s
-from .offload_step import Limits
-from .offload_step import Plan
-from .offload_step import Sent
-from .offload_step import StagedListener
-from .offload_step import StepResult
-from .offload_step import execute
-from .offload_step import execute_after
-from .offload_step import finish
-from .offload_step import plan
-from .offload_step import send
-from .pass_queues import PassQueues
-from .pass_queues import QueueProgress
-from .topic_filter import TopicFilter
+from tiered.offload.dispatch_state import Gap
+from tiered.offload.dispatch_state import QueueState
+from tiered.offload.dispatch_state import StateFile
+from tiered.offload.dispatch_state import StateSnapshot
+from tiered.offload.offload_step import CommitListener
+from tiered.offload.offload_step import Int64s
+from tiered.offload.offload_step import Limits
+from tiered.offload.offload_step import Plan
+from tiered.offload.offload_step import Sent
+from tiered.offload.offload_step import StagedListener
+from tiered.offload.offload_step import StepResult
+from tiered.offload.offload_step import execute
+from tiered.offload.offload_step import execute_after
+from tiered.offload.offload_step import finish
+from tiered.offload.offload_step import plan
+from tiered.offload.offload_step import send
+from tiered.offload.pass_queues import PassQueues
+from tiered.offload.pass_queues import QueueProgress
+from tiered.process.logs import error_fields
+from tiered.process.offload_priority import with_nice
+from tiered.source.local_source import BatchRequest
+from tiered.source.local_source import LocalSource
+from tiered.source.local_source import UncheckedBatch
+from tiered.source.topic_filter import TopicFilter
 
 log = logging.getLogger(__name__)
 _Batch = UncheckedBatch | TieredStoreError | None

@@ -5,7 +5,7 @@ and per queue the last upload time, the gaps (queue offsets the broker deleted b
 offloaded, never in the tier), the last error and the local offsets last seen. It is replaced
 atomically (a :class:`~tiered.metadata.state_file.JsonStateFile`) after each round that changed
 what ``status`` shows (an upload, an error, a gap, the role; otherwise at most every
-:data:`~tiered.core.dispatcher.STATE_REFRESH_S`, for the local offsets and the time), so a
+:data:`~tiered.offload.dispatcher.STATE_REFRESH_S`, for the local offsets and the time), so a
 reader never sees a torn file; it is fsync'd when a gap was recorded (gaps must
 survive a crash). Losing it, or a damaged copy moved aside, loses only history shown by
 ``status``, never data.

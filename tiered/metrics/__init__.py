@@ -15,7 +15,7 @@ families are then stand-ins that record nothing, and prometheus_client is not lo
 ====================================================  =======  ========  ==========================
 name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ====================================================  =======  ========  ==========================
-*dispatch* (:mod:`~tiered.core.offload_step`, :mod:`~tiered.core.dispatcher`, :mod:`~.expiry`)
+*dispatch* (:mod:`~tiered.offload.offload_step`, :mod:`~tiered.offload.dispatcher`, :mod:`~.expiry`)
 ---------------------------------------------------------------------------------------------------
 ``dispatch_behind``                                   gauge    messages  topic, queue_id, file_type
 ``dispatch_behind_bytes`` (+)                         gauge    bytes     topic, queue_id
@@ -32,7 +32,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ---------------------------------------------------------------------------------------------------
 ``rocketmq_storage_size``                             gauge    bytes     topic (= path), file_type
 ``rocketmq_storage_message_reserve_time``             gauge    ms        topic, queue_id
-*read* (:class:`~tiered.core.message_store.TieredMessageStore`, :class:`~.IndexService`)
+*read* (:class:`~tiered.read.message_store.TieredMessageStore`, :class:`~.IndexService`)
 ---------------------------------------------------------------------------------------------------
 ``api_latency``                                       hist.    ms        operation, topic
 ``messages_out_total``                                counter  messages  topic
@@ -104,7 +104,7 @@ for codes the endpoint does not know), ``result`` the response code's (``SUCCESS
 it is ``used`` or ``unused`` (:mod:`tiered.remoting.prepared`). ``tier`` is ``tiered`` or ``local``.
 A ``topic`` a request names (``api_latency``, ``messages_out_total``,
 ``get_message_fallback_total``) is itself only when the tier or the broker's store holds it,
-:data:`OTHER_LABEL` (``_other``) otherwise (:mod:`tiered.labels`).
+:data:`OTHER_LABEL` (``_other``) otherwise (:mod:`tiered.metrics.labels`).
 ``reason`` is ``too_large``, ``bad_length``, ``bad_header``, ``serialize_type``, ``not_json``,
 ``idle`` (a connection silent past the idle timeout, or stalled inside a frame) or
 ``too_many_connections``.
@@ -210,15 +210,15 @@ _children: dict[tuple[int, tuple[str, ...]], MetricWrapperBase] = {}
 
 OTHER_LABEL: Final = "_other"
 """The one value a request-derived label (a topic a request names) takes for every name the
-sidecar does not know (:class:`tiered.labels.KnownTopics`): labels stay bounded whatever clients
-send."""
+sidecar does not know (:class:`tiered.metrics.labels.KnownTopics`): labels stay bounded
+whatever clients send."""
 
 
 def child(metric: M, *values: str) -> M:
     """``metric.labels(*values)``, remembered: ``labels`` checks its arguments and takes a lock
     on every call, a cost paid per request on the read paths. Children are never removed here,
     so a remembered one stays the one exported: never pass a value a request chose as it came
-    (a topic goes through :meth:`tiered.labels.KnownTopics.label` first)."""
+    (a topic goes through :meth:`tiered.metrics.labels.KnownTopics.label` first)."""
     key = (id(metric), values)
     found = _children.get(key)
     if found is None:

@@ -20,7 +20,8 @@ Tier = Literal["tiered", "local"]
 
 
 class LocalView(Protocol):
-    """What routing asks of the broker's store (:class:`~tiered.core.local_source.LocalSource`)."""
+    """What routing asks of the broker's store
+    (:class:`~tiered.source.local_source.LocalSource`)."""
 
     def min_offset(self, topic: str, queue_id: int) -> int: ...
     def in_store(self, topic: str, queue_id: int, offset: int) -> bool: ...

@@ -3,7 +3,7 @@
 ``tieredLogFormat=text`` (the default) writes ``time LEVEL logger: message`` lines;
 ``tieredLogFormat=json`` writes one JSON object per line (python-json-logger)::
 
-    {"time": "2026-11-22T10:15:30.123Z", "level": "DEBUG", "logger": "tiered.core.offload_step",
+    {"time": "2026-11-22T10:15:30.123Z", "level": "DEBUG", "logger": "tiered.offload.offload_step",
      "message": "uploaded batch TopicA/3 offsets [1200, 1264) ...", "topic": "TopicA",
      "queueId": 3, ...}
 

@@ -52,14 +52,13 @@ from tiered.errors import TieredStoreError
 from tiered.file.flat_message_file import CommitResult
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
-from tiered.logs import error_fields
-from tiered.logs import traceback_if_debug
-
-from .dispatch_state import Gap
-from .dispatch_state import Held
-from .dispatch_state import QueueState
-from .local_source import LocalSource
-from .local_source import UncheckedBatch
+from tiered.offload.dispatch_state import Gap
+from tiered.offload.dispatch_state import Held
+from tiered.offload.dispatch_state import QueueState
+from tiered.process.logs import error_fields
+from tiered.process.logs import traceback_if_debug
+from tiered.source.local_source import LocalSource
+from tiered.source.local_source import UncheckedBatch
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ that surfaces as :class:`~tiered.errors.OffsetNotInStoreError` /
 :class:`~tiered.errors.StoreFileNotFoundError`, which the dispatcher turns into "the local min
 offset moved".
 
-The read path (:class:`~tiered.core.message_store.TieredMessageStore`) asks the same view whether an
+The read path (:class:`~tiered.read.message_store.TieredMessageStore`) asks the same view whether an
 offset is still on the broker's disk (:meth:`LocalSource.in_store`), whether its commitlog bytes
 are in the page cache (:meth:`LocalSource.residency`), and reads runs of messages with the same
 coalesced reads (:meth:`LocalSource.read`).

@@ -35,8 +35,8 @@ from pathlib import Path
 
 from cachetools import TTLCache
 
-from tiered.core.read_unit import Run
-from tiered.core.read_unit import Unit
+from tiered.read.read_unit import Run
+from tiered.read.read_unit import Unit
 
 BUSY_RATE = 0.8
 PASSED_KEEP = 4

@@ -23,10 +23,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from tiered.errors import TieredStoreError
-
-from .commitlog_feed import CommitlogFeed
-from .local_source import LocalSource
-from .topic_filter import TopicFilter
+from tiered.offload.commitlog_feed import CommitlogFeed
+from tiered.source.local_source import LocalSource
+from tiered.source.topic_filter import TopicFilter
 
 log = logging.getLogger(__name__)
 

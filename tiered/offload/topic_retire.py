@@ -31,8 +31,7 @@ from tiered.errors import TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.providers.layout import logical_path
-
-from .local_source import LocalSource
+from tiered.source.local_source import LocalSource
 
 log = logging.getLogger(__name__)
 

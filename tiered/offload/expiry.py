@@ -25,11 +25,11 @@ from tiered.file.flat_append_file import SEGMENT_TYPES
 from tiered.file.flat_append_file import FlatAppendFile
 from tiered.file.flat_append_file import retrying
 from tiered.file.flat_file_store import FlatFileStore
-from tiered.logs import error_fields
-from tiered.logs import traceback_if_debug
 from tiered.metadata import HOUR_MS
 from tiered.metadata import LONG_MAX
 from tiered.metadata import MetadataStore
+from tiered.process.logs import error_fields
+from tiered.process.logs import traceback_if_debug
 from tiered.providers.base import Provider
 from tiered.providers.layout import SegmentAddress
 

@@ -28,16 +28,16 @@ from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.broker.unit_fields import as_uint8
 from tiered.broker.unit_fields import check_units
 from tiered.broker.unit_fields import gather_be
-from tiered.core.read_cache import ReadAheadCache
-from tiered.core.read_unit import Buffer
-from tiered.core.read_unit import Run
-from tiered.core.read_unit import Unit
-from tiered.core.tag_filter import TagFilter
 from tiered.errors import IntegrityError
 from tiered.errors import ReadPastEndError
 from tiered.errors import TieredStoreError
 from tiered.file.flat_message_file import FlatMessageFile
-from tiered.native import kernel
+from tiered.process.native import kernel
+from tiered.read.read_cache import ReadAheadCache
+from tiered.read.read_unit import Buffer
+from tiered.read.read_unit import Run
+from tiered.read.read_unit import Unit
+from tiered.read.tag_filter import TagFilter
 
 __all__ = [
     "DEFAULT_MAX_TRANSFER_BYTES",
