@@ -17,23 +17,32 @@ path.
 Pruning: filters on ``topic``, ``queueId``, ``queueOffset``, ``storeTimestamp``, ``broker``,
 ``cluster`` and ``uniqKey = ...`` are pushed down when the session sets
 ``spark.sql.python.filterPushdown.enabled=true`` (:func:`tiered.jobs.session.local_spark_session`
-does); the same bounds can be given as options (``topic``, ``queueId``, ``since``, ``until``,
-``key``), which work on any session (``pushdown=false`` for a session that cannot set the conf).
-Spark still applies every filter to the rows: pushdown only skips what cannot match. Columns: a
-schema given with ``.schema("topic string, tags string, storeTimestamp timestamp")`` (any subset
-of the columns) makes the source build only those (a query without ``body`` never decompresses
-one).
+does); a session without it reads without pushdown (Spark refuses a reader that has
+``pushFilters`` there, so the source gives it one without). The same bounds can be given as
+options (``topic``, ``queueId``, ``since``, ``until``, ``key``), which work on any session
+(``pushdown=false`` turns pushdown off). Spark still applies every filter to the rows: pushdown
+only skips what cannot match. Columns: a schema given with
+``.schema("topic string, tags string, storeTimestamp timestamp")`` (any subset of the columns)
+makes the source build only those (a query without ``body`` never decompresses one).
 
-Executors import this module: their Python must have rocketmq-tiered installed.
+The source runs in Spark's Python workers (``PYSPARK_PYTHON``), on the driver's host for planning
+and on the executors for reading: their Python must have rocketmq-tiered installed. Registering
+the source checks that Python on the driver (:func:`check_worker_python`).
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import subprocess
+import sys
+import warnings
 from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Mapping
 from datetime import UTC
 from datetime import datetime
+from types import FrameType
 from typing import Any
 from typing import Final
 
@@ -65,6 +74,7 @@ from tiered.jobs.tier_scan import plan
 from tiered.providers import Provider
 
 from tiered.errors import ConfigError
+from tiered.errors import MissingDependencyError
 from tiered.metadata import LONG_MAX
 
 PUSHDOWN_CONF: Final = "spark.sql.python.filterPushdown.enabled"
@@ -75,6 +85,13 @@ class TierSource(DataSource):
 
     @classmethod
     def name(cls) -> str:
+        """The format name; on the driver, ``spark.dataSource.register`` asks for it just before
+        it hands the class to Spark with the session's worker Python, which is checked here."""
+        from pyspark import SparkContext
+
+        sc = SparkContext._active_spark_context  # None in a Python worker and in Spark Connect
+        if sc is not None:
+            check_worker_python(sc)
         return FORMAT_NAME
 
     def schema(self) -> str:
@@ -84,8 +101,89 @@ class TierSource(DataSource):
         pushdown = Options(self.options).get("pushdown", "true").lower()
         if pushdown not in ("true", "false"):
             raise ConfigError(f"option pushdown={pushdown!r}: give true or false")
-        kind = FilteringTierReader if pushdown == "true" else TierReader
+        pushing = pushdown == "true" and _spark_pushes_filters()
+        kind = FilteringTierReader if pushing else TierReader
         return kind(self.options, schema)
+
+
+_PUSHDOWN_WORKERS: Final = frozenset({"pyspark.sql.worker.data_source_pushdown_filters"})
+"""PySpark's worker modules that call ``reader()`` to push filters into the reader."""
+
+
+def _spark_pushes_filters() -> bool:
+    """Whether this ``reader()`` call comes from PySpark's filter-pushdown worker.
+
+    Spark runs that worker only with ``spark.sql.python.filterPushdown.enabled``; its planning
+    worker, used otherwise, refuses a reader that has ``pushFilters``
+    (``DATA_SOURCE_PUSHDOWN_DISABLED``). Both run in a Python worker without the session, so the
+    setting shows only in who calls: a caller not recognised reads without pushdown (every row
+    still right, Spark filters them).
+    """
+    frame: FrameType | None = sys._getframe(1)
+    while frame is not None:
+        spec = frame.f_globals.get("__spec__")  # a worker run as __main__ (python -m) has its name
+        if (getattr(spec, "name", None) or frame.f_globals.get("__name__")) in _PUSHDOWN_WORKERS:
+            return True
+        frame = frame.f_back
+    return False
+
+
+_WORKER_PYTHONS: set[str] = set()
+"""Worker Pythons found to import the source (each is checked once per driver process)."""
+
+_PROBE: Final = "import tiered.jobs.tier_scan"
+"""What a worker needs of rocketmq-tiered and its dependencies (pyspark it gets from Spark)."""
+
+
+def check_worker_python(sc: Any) -> None:
+    """Make sure the Python that Spark starts for the source's workers can import it.
+
+    Spark starts ``sc.pythonExec`` (``PYSPARK_PYTHON``, else ``python3`` from the PATH), which
+    often is not the Python that has rocketmq-tiered installed, and the workers then fail with
+    only ``No module named 'tiered'``. That Python is tried here, from this working directory as
+    the workers have it. With a local master and ``PYSPARK_PYTHON`` unset the session's workers
+    are switched to this Python, with a warning; otherwise the error names the fix.
+
+    Raises:
+        MissingDependencyError: the worker Python cannot import the source.
+    """
+    python = str(sc.pythonExec)
+    if python in _WORKER_PYTHONS or _imports_source(python):
+        _WORKER_PYTHONS.add(python)
+        return
+    if str(sc.master).startswith("local") and "PYSPARK_PYTHON" not in os.environ:
+        sc.pythonExec = sys.executable
+        warnings.warn(
+            f"Spark's Python workers would run {python!r}, which cannot import rocketmq-tiered: "
+            f"{FORMAT_NAME} switched this session's workers to {sys.executable} (set "
+            f"PYSPARK_PYTHON={sys.executable} before the session starts to choose it yourself)",
+            RuntimeWarning,
+            stacklevel=4,  # the caller of spark.dataSource.register
+        )
+        return
+    raise MissingDependencyError(
+        f"Spark's Python workers run {python!r}, which cannot import rocketmq-tiered, and the "
+        f"{FORMAT_NAME} data source runs in them: start the session with "
+        f"PYSPARK_PYTHON={sys.executable} in the environment (with spark-submit: --conf "
+        "spark.pyspark.python=...), a Python that has rocketmq-tiered installed, here and on "
+        "every executor"
+    )
+
+
+def _imports_source(python: str) -> bool:
+    """Whether ``python`` (a name on the PATH or a path) imports the source's reading side."""
+    path = shutil.which(python)
+    if path is None:
+        return False
+    if os.path.abspath(path) == os.path.abspath(sys.executable):
+        return True
+    try:
+        done = subprocess.run([path, "-c", _PROBE], capture_output=True, timeout=120, check=False)
+    except subprocess.TimeoutExpired:  # cannot tell: let Spark try it
+        return True
+    except OSError:
+        return False
+    return done.returncode == 0
 
 
 class TierPartition(InputPartition):
