@@ -1,22 +1,8 @@
 """PySpark job: compact SEALED tiered index files into the contiguous-slot format (spec §6.5).
 
 The output is byte-identical to upstream's ``IndexStoreFile.compactToNewFile`` linked-list walk.
-Spark does the work; the driver handles only the 28-byte header, one small row per output part,
-the slot table and the final concatenation:
-
-1. ``spark.range(P).mapInArrow`` — each task reads its own byte range of items (numpy; a local
-   ``pread`` or an fsspec ranged read), computes every item's slot and cuts its items into one
-   block per output part (a fixed range of slots: ``slot * P // slots``);
-2. ``repartition(P, part)`` — Spark's shuffle brings every block of a part to one task; moving
-   blocks, not rows, keeps the JVM out of the per-item path (a per-item Spark sort of a full
-   file took 85 s against 30 s this way, on 2 cores);
-3. ``mapInArrow`` per part — orders the part's items (slot ascending, newest first) with one
-   sort, writes them to ``{output}.parts/part-NNNNN``, checks that every ``next`` field and slot
-   head agrees with that order (true for every file upstream's or our put writes; any other file
-   is refused: ``tiered.index.compact_numpy`` walks such chains exactly) and returns its per-slot
-   item counts;
-4. the driver builds the slot table from the counts, writes header + table + the part files in
-   part order to the output, and removes the parts.
+Spark does the work (:func:`_run_stages`); the driver handles only the 28-byte header, one small
+row per output part, the slot table and the final concatenation.
 
 In-process: ``compact_index_file(local_spark_session(), "/data/…/1700000000000", "/out/…")``.
 On a cluster, unchanged, with inputs and outputs every node can reach (fsspec URLs)::
@@ -255,7 +241,9 @@ def _compact_part(
 ) -> pa.RecordBatch:
     """Order one part's items (slot ascending, newest first), write them to ``part-NNNNN``,
     and check the order is upstream's walk: each item's ``next`` is the following item of its
-    slot (or <= 0 at a slot's end), each slot head the slot's first item (or <= 0 if empty)."""
+    slot (or <= 0 at a slot's end), each slot head the slot's first item (or <= 0 if empty).
+    True for every file upstream's or our put writes; any other file is refused
+    (``tiered.index.compact_numpy`` walks such chains exactly)."""
     lo, hi = part_slots(part, job.slots, job.partitions)
     idx = idx_raw.view("<i4").astype(np.int64)
     words = item_raw.view(">i4").reshape(-1, ITEM_SIZE // 4)
@@ -365,6 +353,11 @@ def _ship_by_value() -> None:
 
 
 def _run_stages(spark: SparkSession, job: _Job) -> list[dict[str, Any]]:
+    """Each task reads its own byte range of items and cuts them into one block per output part
+    (:func:`_read_items`); Spark's shuffle brings every block of a part to one task, which orders
+    and writes the part (:func:`_write_parts`). Moving blocks, not rows, keeps the JVM out of the
+    per-item path, where a per-item Spark sort would spend most of its time. The parts' per-slot
+    counts come back to the driver."""
     _ship_by_value()
     _remove_tree(job.staging, job.storage_options)
     _make_dirs(job.staging, job.storage_options)
@@ -400,6 +393,8 @@ def _check_parts(job: _Job, parts: list[dict[str, Any]]) -> None:
 
 
 def _assemble(job: _Job, output_url: str, header: bytes, parts: list[dict[str, Any]]) -> int:
+    """Build the slot table from the parts' counts and write header, table and the part files
+    (in part order) to the output; the bytes written."""
     counts = np.zeros(job.slots, dtype=np.int64)
     for p in parts:
         counts[np.frombuffer(p["run_slots"], np.int32)] = np.frombuffer(p["run_counts"], np.int32)

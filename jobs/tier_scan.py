@@ -1,21 +1,9 @@
 """The tier as a table, without Spark: which brokers, which segments, and reading one partition.
 
-Planning (the driver, once): :func:`load_sources` turns the data source's options into the
-brokers to read (a configuration file and/or configuration keys as options; several brokers by
-name or every broker under the cluster's prefix) with each broker's metadata document (the
-sidecar's mirror in the backend, or a file given by ``metadata``). :func:`plan` cuts them into
-partitions: runs of consecutive flat commitlog segments of a queue up to ``splitBytes`` (pieces
-of a larger segment), pruned by topic, queue, broker and the segments' begin/end store times
-before any object is read; a key equality becomes a lookup in the uploaded key index where its
-progress copy says it covers the queue, and a scan of the rest.
-
-Reading (an executor, per partition): :class:`PartitionReader` reads the run's consumequeue
-forward in a few growing ranged reads, narrows each segment by queue offset and, when the time
-window clips it, by a binary search on store times; then reads the commitlog in windows of
-``readBytes`` (one ranged read each), checks every unit as the read path does (TOTALSIZE, magic,
-queue and flat offsets, field lengths, body CRC) and yields Arrow batches
-(:mod:`tiered.jobs.tier_batch`). A damaged unit fails the task naming the object and offset, or
-with ``onCorrupt=skip`` is counted and skipped.
+Planning (the driver, once): :func:`load_sources` finds the brokers and their metadata documents,
+and :func:`plan` cuts them into partitions pruned before any object is read. Reading (an executor,
+per partition): :class:`PartitionReader` reads a partition's units with few ranged reads, checks
+every unit as the read path does, and yields Arrow batches (:mod:`tiered.jobs.tier_batch`).
 """
 
 from __future__ import annotations
@@ -289,6 +277,10 @@ def _brokers_under(provider: Provider, cluster: str) -> list[str]:
 def load_sources(given: Mapping[str, str]) -> list[Source]:
     """The brokers the options name, each with its metadata document (read once, here).
 
+    The options hold a configuration file and/or configuration keys; brokers are named, or
+    every broker under the cluster's prefix (``*``). The document is the sidecar's mirror in the
+    backend, or the file given by ``metadata``.
+
     Raises:
         ConfigError: bad options. MetadataError: a broker has no readable metadata.
     """
@@ -431,7 +423,8 @@ def _overlaps(seg: Seg, bounds: Bounds) -> bool:
 def plan(
     sources: Sequence[Source], bounds: Bounds, *, split_bytes: int = DEFAULT_SPLIT_BYTES
 ) -> list[Partition]:
-    """The partitions of a scan: a segment each (or pieces), pruned by ``bounds``.
+    """The partitions of a scan: runs of consecutive flat commitlog segments of a queue up to
+    ``split_bytes`` (pieces of a larger segment), pruned by ``bounds``.
 
     Without a read: brokers, topics, queues, and segments by their store times. With small
     reads on the driver: a key bound is looked up in the uploaded key index where it covers a
@@ -635,7 +628,13 @@ class ReadStats:
 
 
 class PartitionReader:
-    """Reads partitions of one broker's tier into Arrow batches (an executor's side)."""
+    """Reads partitions of one broker's tier into Arrow batches (an executor's side).
+
+    The run's consumequeue is read forward in a few growing ranged reads, each segment narrowed
+    by queue offset and, when the time window clips it, by a binary search on store times; the
+    commitlog is read in windows of ``read_bytes``, one ranged read each. Every unit is checked
+    (TOTALSIZE, magic, queue and flat offsets, field lengths, body CRC); a damaged unit fails the
+    task naming the object and offset, or with ``on_corrupt="skip"`` is counted and skipped."""
 
     def __init__(
         self,

@@ -17,18 +17,9 @@ did land fails with :class:`~tiered.errors.PositionMismatchError` whose ``expect
 size. ``seal(key)`` promises the object will not grow again; a provider may consolidate it (object
 stores merge their chunk objects) and, when ``enforces_seal`` is true, rejects later appends with
 :class:`~tiered.errors.SegmentSealedError`. ``put`` writes a whole object at once (index files,
-the metadata mirror); a put object counts as sealed. An object of size 0 exists.
-
-Durability. An ``append`` is durable when it returns. ``append_deferred`` is the same append
-whose durability waits for ``sync(key)`` where the provider says ``defers_sync`` (posix: the
-``fdatasync`` of many files is then made side by side); elsewhere it is ``append``.
-
-Request accounting. Each backend request (an HTTP request, a system call group, a dict access) is
-reported to the listeners added with :meth:`Provider.add_request_listener` as an operation name
-(``GET``, ``PUT``, ``LIST``, ``DELETE``, ``COPY``, ``HEAD``, ``MPU_PART``, ...), *before* it is
-sent, once per attempt. The metrics wrapper turns them into
-``rocketmq_tiered_store_provider_requests_total``; the conformance suite uses the hook to stop a
-provider between any two requests, as a crash would.
+the metadata mirror); a put object counts as sealed. An object of size 0 exists. An ``append``
+is durable when it returns (``append_deferred`` waits for ``sync``), and every backend request is
+reported to the request listeners (:meth:`Provider.add_request_listener`).
 """
 
 from __future__ import annotations
@@ -162,10 +153,11 @@ class Provider(Closeable, abc.ABC):
         """
 
     def append_deferred(self, key: str, data: BytesLike, position: int) -> int:
-        """:meth:`append`, durable only once :meth:`sync` of the key has returned (a file
-        backend writes the bytes and leaves the ``fdatasync`` to ``sync``, so that the syncs of
-        many files are made side by side instead of one per append). The bytes are readable at
-        once. By default this is :meth:`append`, durable when it returns."""
+        """:meth:`append`, durable only once :meth:`sync` of the key has returned where the
+        provider says ``defers_sync`` (a file backend writes the bytes and leaves the
+        ``fdatasync`` to ``sync``, so that the syncs of many files are made side by side instead
+        of one per append). The bytes are readable at once. By default this is :meth:`append`,
+        durable when it returns."""
         return self.append(key, data, position)
 
     def sync(self, key: str) -> None:
@@ -264,7 +256,13 @@ class Provider(Closeable, abc.ABC):
     # --- request accounting -----------------------------------------------------------------------
 
     def add_request_listener(self, listener: RequestListener) -> None:
-        """Call ``listener(operation)`` before every backend request (not pickled)."""
+        """Call ``listener(operation)`` before every backend request (not pickled).
+
+        Each request (an HTTP request, a system call group, a dict access) is reported as an
+        operation name (``GET``, ``PUT``, ``LIST``, ``DELETE``, ``COPY``, ``HEAD``, ``MPU_PART``,
+        ...), *before* it is sent, once per attempt. The metrics wrapper turns them into
+        ``rocketmq_tiered_store_provider_requests_total``; the conformance suite uses the hook to
+        stop a provider between any two requests, as a crash would."""
         with self._listeners_lock:
             self._listeners = (*self._listeners, listener)
 

@@ -1,16 +1,16 @@
 """The posix provider: files under ``tieredStoreFilePath``, laid out exactly as upstream's
 ``PosixFileSegment`` lays them out, so a Java broker configured with the same path reads them.
 
-An append is one ``pwrite`` at the checked position followed by ``fdatasync``; creating a file
-also fsyncs the directories it created. The descriptor an append opened stays open for the key's
-next append and ``sync`` (at most :data:`OPEN_FILES`, the least recently used closed first; a seal,
+An append is one ``pwrite`` at the checked position followed by ``fdatasync``; creating a file also
+fsyncs the directories it created. The descriptor an append opened stays open for the key's next
+append and ``sync`` (at most :data:`OPEN_FILES`, the least recently used closed first; a seal,
 delete, put or ``close`` closes it): each ``open``/``close`` lets another thread take the
 interpreter lock, and on a catch-up those handovers cost more than the calls. ``put`` writes a
 hidden temporary file beside the target and links (no overwrite) or renames (overwrite) it into
-place, so a put object appears whole.
-Plain files carry no seal mark (the Java broker opens them read-write), so ``enforces_seal`` is
-false here. Request accounting counts system-call groups: ``STAT``, ``READ``, ``WRITE``,
-``FSYNC``, ``RENAME``, ``DELETE``, ``LIST`` (one per directory scanned).
+place, so a put object appears whole. Plain files carry no seal mark (the Java broker opens them
+read-write), so ``enforces_seal`` is false here. Request accounting counts system-call groups:
+``STAT``, ``READ``, ``WRITE``, ``FSYNC``, ``RENAME``, ``DELETE``, ``LIST`` (one per directory
+scanned).
 """
 
 from __future__ import annotations
@@ -56,8 +56,7 @@ _PIECE_BYTES = 8 << 20
 OPEN_FILES = 128
 """Append descriptors a provider keeps open (two per queue being offloaded: its commitlog and
 consumequeue segments). Reusing one saves an ``open``, ``close`` and their handovers of the
-interpreter lock per append and per sync: 3 % of a 1 KiB catch-up's wall time (8 interleaved
-pairs), 19 k fewer system calls of which most were ``futex`` waits."""
+interpreter lock per append and per sync."""
 SYNCFS_MIN_KEYS = 64
 """From this many keys :meth:`PosixProvider.sync_many` syncs the whole file system at once."""
 
@@ -112,7 +111,7 @@ class PosixProvider(Provider):
         return self.root / check_key(key)
 
     def _file(self, key: str) -> str:
-        """:meth:`path` as a string (a ``Path`` join showed in profiles of many small appends)."""
+        """:meth:`path` as a string (a ``Path`` join costs more, and this runs per append)."""
         return os.path.join(self._root, check_key(key))
 
     def size(self, key: str) -> int:
@@ -188,8 +187,8 @@ class PosixProvider(Provider):
     def sync_many(self, keys: Sequence[str]) -> None:
         """One ``syncfs`` of the tier's file system for :data:`SYNCFS_MIN_KEYS` keys or more
         (writing back every dirty page of that file system, then one journal commit: for
-        thousands of small appends about ten times faster than their ``fdatasync`` calls, even
-        issued side by side, and a fraction of their CPU); fewer are synced one by one. An I/O
+        thousands of small appends much faster than their ``fdatasync`` calls, even issued side
+        by side, and cheaper in CPU); fewer are synced one by one. An I/O
         error of any file of that file system since the tier's directory was opened fails it
         (Linux >= 5.8 reports them): the caller then syncs key by key, and learns which."""
         if len(keys) < SYNCFS_MIN_KEYS or _syncfs is None:

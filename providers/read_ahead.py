@@ -1,55 +1,14 @@
 """Read-ahead for sequential readers of an object store: one ranged GET per window, pipelined.
 
-A reader that continues exactly where its previous read of the same key ended (a consumer
-catching up: consumequeue, then commitlog, read after read) is *sequential*, and so is a large
-read (at least ``window / 32`` bytes: a consumer's read-ahead, never a single-message fetch), a
-read at position 0 of the segment that follows one a sequential reader read to its end (the next
-segment of the same file, see ``successor``), and a read that ends where the object is known to
-end (its window is the same bytes, so it costs the same one GET; a consumequeue chunk smaller
-than a large read, asked for whole, is then read again from memory). For such a key the
-provider fetches a whole **window** (``objectStoreReadAheadSize`` bytes, cut where the object or
-the chunk object holding it ends, so a window is always one GET; a window that would leave less
-than an eighth of a window before that end takes the rest too) and the :data:`DEPTH` windows
-after it. Reads are then
-answered from memory; a catch-up costs one GET per window instead of one per read.
-
-Pipelining. A key's windows are fetched one after the other by one task (one GET in flight per
-reader: windows fetched side by side share the bandwidth, and the one the reader waits for
-arrives no sooner than the last), and each window's body is received straight into the window's
-buffer and handed to its reader as it arrives: a reader waits for the bytes it asks for, not for
-the whole window, and the next GET follows the previous one at once, while the reader works.
-
-Buffers. Large windows live in buffers kept for the next window (:data:`FREE_BUFFERS` at most,
-the most recently let go): a full-size window's is the same size every time, a window cut short
-where its chunk object ends takes the next power of two of its size, so a catch-up writes into
-the same memory again instead of having fresh pages faulted in and zeroed by the kernel for
-every window (measured on a 16-queue S3 catch-up, where nearly every window is cut at a chunk's
-end, zeroing fresh pages was 7-22 % of the sidecar's CPU); a read copies its bytes out once
-(the contract returns ``bytes``).
-
-A window's extent is known before its bytes when the provider knows the object (its own
-writes, a listing, an earlier GET); otherwise ``bounds`` answers with a *tentative* window of the
-full size, the fetch finds out (a sealed object's GET tells its size), and the windows after it
-are requested once it has. ``bounds`` is called under the read-ahead's lock and never sends a
-request.
-
-Any other read (a small first read of a key, a random single-message fetch) goes straight to
-the backend for exactly the bytes asked: no window is fetched for it, so cold single reads cost what
-they did. Windows only ever hold bytes already written, and a written byte never changes (objects
-are append-only; ``forget`` drops a key's windows when it is deleted or replaced).
-
-A window stays until a read *starts* past it, so a reader that reads some bytes again (a
-consumer that asks for more than it keeps, a retried pull) is still answered from memory.
-
-Memory: every buffer counts against ``objectStoreReadAheadMemory`` from the moment it is
-taken, kept buffers included; a key holds the windows its last read spans and the :data:`DEPTH`
-after them. A large window takes a kept buffer of its size (a window cut short counts as the
-power of two it takes), else the buffer of a key whose reader has read all its windows hold (a
-catch-up that went on to the next queue) or has not read for :data:`IDLE_S` (least recently
-read first), and only then new memory. A window that does not fit drops such keys' windows,
-then kept buffers; if it still does not fit, a smaller window is tried (down to a sixteenth),
-and then none is fetched: readers that share the memory are not made to drop each other's
-windows.
+A *sequential* read (one that continues where the key's previous read ended, a large read, a read
+at 0 of the segment that follows one read to its end, or a read to the object's known end) has
+the provider fetch a whole window (``objectStoreReadAheadSize`` bytes, cut where the object or its
+chunk object ends, so always one GET) and the :data:`DEPTH` windows after it; reads are then
+answered from memory. Any other read goes straight to the backend for exactly the bytes asked.
+Windows only hold bytes already written, and a written byte never changes (objects are
+append-only; ``forget`` drops a key's windows when it is deleted or replaced). A window stays
+until a read *starts* past it, so a reader that reads some bytes again is still answered from
+memory. Every buffer counts against ``objectStoreReadAheadMemory`` (see :class:`ReadAhead`).
 """
 
 from __future__ import annotations
@@ -101,9 +60,8 @@ def _mapped(size: int) -> mmap.mmap:
     """A large window's buffer: a private anonymous mapping in transparent huge pages where the
     kernel has them. Its pages are zeroed by the kernel as the window is received into them,
     not all at once by a bytearray's memset first; private, since a shared anonymous mapping is
-    shmem, whose every 4 KiB page faults through the shmem page cache: measured here, 0.98
-    CPU-s per GiB of windows received shared, 0.64 private, 0.09 private in huge pages (a
-    catch-up receives every byte it reads into a window)."""
+    shmem, whose every 4 KiB page faults through the shmem page cache, and huge pages fault far
+    less often (a catch-up receives every byte it reads into a window)."""
     buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE"):
         with contextlib.suppress(OSError):  # a kernel without transparent huge pages
@@ -170,7 +128,21 @@ class _Stream:
 
 
 class ReadAhead:
-    """Sequential-read windows per key; see the module docstring."""
+    """Sequential-read windows per key (see the module docstring for which reads are).
+
+    A key's windows are fetched one after the other by one task (one GET in flight per reader:
+    windows fetched side by side share the bandwidth, and the one the reader waits for arrives
+    no sooner), each received straight into its buffer and handed on as it arrives, so a reader
+    waits for the bytes it asks for, not the whole window. A window's extent is known before its
+    bytes when the provider knows the object; otherwise ``bounds`` answers a *tentative* window,
+    the fetch finds out, and the windows after it are requested then (:meth:`_settle`).
+
+    Memory: every buffer counts against ``max_bytes`` from the moment it is taken, kept buffers
+    included (:meth:`_buffer`); a key holds the windows its last read spans and the
+    :data:`DEPTH` after them. A window that does not fit drops the windows of keys done with
+    them, then kept buffers, then shrinks (down to :data:`SMALLEST_FRACTION`), then is not
+    fetched: readers that share the memory are not made to drop each other's windows. A read
+    copies its bytes out once (the contract returns ``bytes``)."""
 
     def __init__(
         self,
@@ -401,7 +373,9 @@ class ReadAhead:
         return min(1 << (size - 1).bit_length(), self.capacity)
 
     def _kept(self, size: int) -> bool:
-        """Whether a buffer of ``size`` bytes is kept for the next window once let go."""
+        """Whether a buffer of ``size`` bytes is kept for the next window once let go (at most
+        :data:`FREE_BUFFERS`, the most recently let go), so a catch-up writes into the same memory
+        again instead of having fresh pages faulted in and zeroed for every window."""
         return size == self.capacity or size >= _MAPPED
 
     def _take_free(self, size: int) -> Buffer | None:

@@ -1,30 +1,12 @@
 """The s3 provider (boto3): the posix key layout under a bucket and prefix.
 
 Unsealed segments are chunk objects, one per append (see :mod:`.chunks` for the names and for the
-state every crash leaves); ``seal`` consolidates them into the segment's single object with a
-server-side multipart copy (``UploadPartCopy``) for chunks of at least 5 MiB and a bounded-memory
-re-upload of smaller ones, then deletes the chunks. Large ``put`` payloads go up as multipart
-uploads, one part in memory at a time.
-
-Own writes are remembered: after this instance appends to, seals or puts a key it keeps the
-key's state (its chunk run, or its sealed size), so the next append to it sends one conditional PUT
-(``If-None-Match: *`` on the chunk's name) instead of a LIST plus a PUT, and reads of an unsealed
-segment go straight to its chunks. A key's listing by ``size`` serves the same way (a new segment
-is checked with ``size`` before its first append: one LIST, then PUTs only). The condition keeps
-the check a LIST gave: a chunk another writer (or a lost response of ours) already put at that
-position makes the PUT fail with 412, and the provider then lists the key and answers as the
-listing says (``PositionMismatchError`` with the real size). Any failure forgets the key; a
-pickled copy starts with nothing remembered.
-
-Reads (ranged GETs, read-ahead windows, what a GET tells of a segment) are in :mod:`.s3_reads`.
-
-Every request goes through :meth:`S3Provider._call`: it reports the request for accounting,
-retries throttling, 5xx and timeouts with exponential backoff and full jitter (botocore's own
-retries are off, so each attempt is counted), and translates botocore errors through
-``_ERRORS``, the one table that maps them to the error tree. Only this module sees botocore.
-
-Credentials: ``access_key``/``secret_key`` when both are given, else the standard AWS chain
-(environment, shared profile, container or instance role, IRSA web identity).
+state every crash leaves); ``seal`` consolidates them into the segment's single object
+(:meth:`S3Provider._consolidate`). Own writes are remembered (:meth:`S3Provider._remembered`), so
+the next append to a key sends one conditional PUT instead of a LIST plus a PUT. Reads are in
+:mod:`.s3_reads`. Every request goes through :meth:`S3Provider._call`, which retries and
+translates botocore errors through ``_ERRORS``, the one table that maps them to the error tree;
+only this module sees botocore.
 """
 
 from __future__ import annotations
@@ -307,6 +289,8 @@ class S3Provider(S3Reads, Provider):
         return client
 
     def _new_client(self) -> S3Client:
+        """A client with ``access_key``/``secret_key`` when both are given, else the standard AWS
+        chain (environment, shared profile, container or instance role, IRSA web identity)."""
         boto3 = _boto()
         from botocore.config import Config
 
@@ -337,7 +321,11 @@ class S3Provider(S3Reads, Provider):
         return shared
 
     def _call(self, operation: str, name: str, fn: Callable[[], T]) -> T:
-        """Send one request with retries; ``name`` (a backend name) is for messages only."""
+        """Send one request with retries; ``name`` (a backend name) is for messages only.
+
+        Each attempt is reported for accounting; throttling, 5xx and timeouts are retried with
+        exponential backoff and full jitter (botocore's own retries are off, so each attempt is
+        counted)."""
         errors = _boto_errors()
         attempt = 0
         while True:
@@ -407,7 +395,13 @@ class S3Provider(S3Reads, Provider):
         return state
 
     def _remembered(self, key: str) -> SegmentState | None:
-        """The state this instance's own writes left ``key`` in, if it remembers one."""
+        """The state this instance's own writes left ``key`` in (its chunk run, or its sealed
+        size), if it remembers one: the next append then sends one conditional PUT
+        (``If-None-Match: *`` on the chunk's name) instead of a LIST plus a PUT, and reads of an
+        unsealed segment go straight to its chunks. The condition keeps the check a LIST gave: a
+        chunk another writer (or a lost response of ours) already put at that position makes the
+        PUT fail with 412, and the provider then answers as a listing says. Any failure forgets
+        the key; a pickled copy starts with nothing remembered."""
         with self._known_lock:
             return self._known.get(key)
 
@@ -593,6 +587,9 @@ class S3Provider(S3Reads, Provider):
     # --- consolidation and uploads ----------------------------------------------------------------
 
     def _consolidate(self, key: str, run: tuple[Chunk, ...]) -> None:
+        """Write the chunks of ``run`` as the segment's single object: a server-side multipart
+        copy (``UploadPartCopy``) for chunks of at least 5 MiB and a bounded-memory re-upload of
+        smaller ones; the caller then deletes the chunks."""
         full = self._full(key)
         if len(run) == 1:
             source: CopySourceTypeDef = {"Bucket": self.bucket, "Key": self._root + run[0].name}
@@ -619,7 +616,8 @@ class S3Provider(S3Reads, Provider):
         return b"".join(self._get(p.name, p.start, p.end) for p in part.pieces)
 
     def _upload(self, key: str, data: Payload) -> int:
-        """PUT ``data`` as the object ``key`` (multipart when large); returns its size."""
+        """PUT ``data`` as the object ``key`` (multipart when large, one part in memory at a time);
+        returns its size."""
         full = self._full(key)
         size = 0
 

@@ -1,26 +1,9 @@
 """Cross-cutting concerns as wrappers, written once for every provider.
 
-- :class:`MetricsProvider` exports upstream's provider metrics (spec §13) plus request accounting:
-
-  ==================================================  =========  ==================================
-  name                                                type       labels
-  ==================================================  =========  ==================================
-  ``rocketmq_tiered_store_provider_rpc_latency``      histogram  path, file_type, operation, success
-  ``rocketmq_tiered_store_provider_upload_bytes``     histogram  path, file_type, operation=write
-  ``rocketmq_tiered_store_provider_download_bytes``   histogram  path, file_type, operation=read
-  ``rocketmq_tiered_store_provider_requests_total``   counter    provider, operation
-  ==================================================  =========  ==================================
-
-  Latency is in milliseconds with upstream's buckets; ``operation`` of the first three is ``read``,
-  ``write`` (append and put), ``seal``, ``size``, ``delete`` or ``list``; ``path`` is the queue's
-  logical path (``broker-a/TopicTest/3``) and ``file_type`` ``commit_log``, ``consume_queue`` or
-  ``index`` (``""``/``other`` for keys outside the segment layout); the sidecar labels ``path`` at
-  the detail of ``tieredMetricsDetail`` (:func:`set_path_label`: per queue, per topic, or
-  empty). ``requests_total`` counts backend requests (``GET``, ``PUT``, ``LIST``, ``DELETE``,
-  ``COPY``, ``MPU_PART``, ...) so that requests per GiB can be read off a run (divide by the
-  upload/download ``_sum``).
+- :class:`MetricsProvider` exports upstream's provider metrics (spec §13) plus request accounting
+  (the families are listed in :mod:`tiered.metrics`);
 - :class:`FaultInjectingProvider` fails or delays a chosen fraction of calls, or the Nth calls,
-  with a chosen error, before or after the real call.
+  with a chosen error, before or after the real call;
 - :class:`LatencyProvider` adds a fixed latency (plus jitter) to every call.
 """
 
@@ -257,7 +240,16 @@ class _CountingReader:
 
 
 class MetricsProvider(WrappedProvider):
-    """Records the metrics of the module docstring for ``inner``.
+    """Records the provider metrics for ``inner``: ``provider_rpc_latency`` (milliseconds,
+    upstream's buckets), ``provider_upload_bytes``, ``provider_download_bytes`` and
+    ``provider_requests_total``.
+
+    ``operation`` of the first three is ``read``, ``write`` (append and put), ``seal``, ``size``,
+    ``delete`` or ``list``; ``path`` is the queue's logical path (``broker-a/TopicTest/3``, at the
+    detail :func:`set_path_label` sets) and ``file_type`` ``commit_log``, ``consume_queue`` or
+    ``index`` (``""``/``other`` for keys outside the segment layout). ``requests_total`` counts
+    backend requests (``GET``, ``PUT``, ``LIST``, ...), so requests per GiB can be read off a run
+    (divide by the upload/download ``_sum``).
 
     ``metrics`` defaults to the default registry's families; a pickled copy uses those.
     """

@@ -4,22 +4,9 @@ authentications.
 Every refused request is counted (``access_denied_total{port,reason}``) and logged as one
 structured line (``event=access_denied``, ``port``, ``reason``, ``peer``, ``accessKey``,
 ``topic``, ``group``) -- at most :data:`LINES_PER_MINUTE` lines a minute per source address and
-reason (the last one says so; the rest are only counted), so a flood cannot fill the disk. The line
-names the account, never its secret or a signature.
-
-A failed authentication is answered slowly, never with a lockout (Kafka's
-``connection.failed.authentication.delay.ms`` is the model): every failure waits
-``tieredAclFailedAuthDelayMs`` before its answer, and once one access key has failed
-``tieredAclMaxFailuresPerMinute`` times within a minute from one source address, that pair's
-further failures are answered one per ``60 s / limit`` (each waits its turn, at most a minute),
-counted as ``throttled``. Both ports answer a connection's requests one after the other, so a
-guesser tests about the limit of secrets a minute per account, or one a minute per connection
-it holds open if that is more (connections are bounded by ``tieredRemotingMaxConnections``).
-Credentials are always looked at, so a
-correct signature is answered at once whatever others at the same address (a NAT, a proxy, a
-mesh) got wrong -- for another account or for the same one. One line when a pair starts being
-slowed. The memory this takes is bounded (:data:`MAX_ADDRESSES` pairs; past it the oldest are
-forgotten).
+reason (the last one says so; the rest are only counted), so a flood cannot fill the disk. The
+line names the account, never its secret or a signature. A failed authentication is answered
+slowly, never with a lockout (:meth:`Guard.failed`).
 """
 
 from __future__ import annotations
@@ -108,7 +95,17 @@ class Guard:
 
     def failed(self, port: str, address: str, access_key: str | None) -> Penalty:
         """Credentials for ``access_key`` from ``address`` did not match: how long to wait before
-        answering, and whether the pair is past the limit."""
+        answering, and whether the pair is past the limit.
+
+        Kafka's ``connection.failed.authentication.delay.ms`` is the model: every failure waits
+        ``failure_delay_s``, and once a pair has failed ``max_failures_per_minute`` times within
+        a minute, its further failures are answered one per :meth:`spacing_s` (each waits its
+        turn, at most a minute), counted as ``throttled``; one line when a pair starts being
+        slowed. Both ports answer a connection's requests in order, so a guesser tests about the
+        limit of secrets a minute per account, or one a minute per connection it holds open.
+        Credentials are always looked at, so a correct signature is answered at once whatever
+        others at the same address got wrong. At most :data:`MAX_ADDRESSES` pairs are
+        remembered (the oldest are forgotten)."""
         key = (address, (access_key or "")[:MAX_KEY_CHARS])
         with self._lock:
             now = self.clock()

@@ -30,9 +30,8 @@ from tiered.process.native import kernel
 Int64s = npt.NDArray[np.int64]
 DEFAULT_GAP_BYTES = 256 << 10
 SPLIT_BYTES = 8 << 20
-"""A range this large is read by two threads, half each: this machine's page cache copies at
-~1.5-1.9 GB/s on one core, 2.6-2.7 on two, and a dispatch round's workers wait for its read
-(a 1 KiB catch-up's main thread spent ~0.8 of its 5 s there)."""
+"""A range this large is read by two threads, half each: copying from the page cache is faster on
+two cores than on one, and a dispatch round's workers wait for its read."""
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
@@ -57,8 +56,8 @@ def gather(
     buffer per request; see the module docstring."""
     # the buffers (one per request, not zeroed: the reads fill them completely, a failed read
     # discards its buffer), sorting, merging into ranges and the iovecs, in one compiled call
-    # without the GIL: as numpy passes it was some twenty calls a wave, each handing the GIL to
-    # an uploading worker while the workers waited for this read
+    # without the GIL: numpy passes would be many calls a wave, each handing the GIL to an
+    # uploading worker while the workers wait for this read
     scratch = bytearray(max(gap_bytes, 1))
     files = log.files
     bases = np.array([f.base for f in files], dtype=np.int64)

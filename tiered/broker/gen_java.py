@@ -1,23 +1,10 @@
 """The generator's Java-client mode (``GenSpec.java_client``): what a 5.3.3 broker stores.
 
 Each send becomes what the broker writes for a Java 5.x producer (:mod:`.java_props` for the
-properties and UNIQ_KEY; bodies of 4 KiB and more zlib-compressed at level 5, sysflag ``0x301``):
-
-* plain: one unit in its queue;
-* delayed (level L): a unit in ``SCHEDULE_TOPIC_XXXX`` queue ``L-1`` whose consumequeue tag code is
-  the delivery time (store time + the level's delay), and when that time comes a copy in the real
-  queue with the same properties (``DELAY``, ``REAL_TOPIC``, ``REAL_QID`` kept) and born fields;
-* transactional: a half unit in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (sysflag without transaction
-  bits), then a commit -- a copy in the real queue with sysflag ``TRANSACTION_COMMIT`` (0x8) and
-  ``preparedTransactionOffset`` = the half's physical offset -- or a rollback (nothing stored);
-  both end with the half's queue offset in an op message (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue
-  0, TAGS ``d``, body ``"off1,off2,..."``, born and stored by the broker itself), batched as
-  ``TransactionalOpBatchService`` does (every 3 s, or at once past 4096 bytes);
-* batch: k sends into one queue, one file, one born/store time; each inner unit keeps the client's
-  properties and gets the batch's appended (a second UNIQ_KEY, the batch's, which is indexed).
-
-Events due later (re-puts, transaction ends, op writes) are written before the first send stored
-after them, with store times never going back.
+properties and UNIQ_KEY; bodies of 4 KiB and more zlib-compressed at level 5, sysflag ``0x301``),
+plain, delayed, transactional or batched (:class:`JavaBroker`). Events due later (re-puts,
+transaction ends, op writes) are written before the first send stored after them, with store
+times never going back.
 """
 
 from __future__ import annotations
@@ -85,7 +72,7 @@ class JavaBroker:
     # --- the sends ---------------------------------------------------------------------------
 
     def plain(self, s: Send) -> None:
-        """A plain send."""
+        """A plain send: one unit in its queue."""
         uniq = self._uniq(s)
         props = jp.broker_props(
             jp.client_props(uniq_key=uniq, tags=s.tag, keys=s.keys, user=s.user)
@@ -93,7 +80,10 @@ class JavaBroker:
         self._put(s, s.topic, s.queue_id, jp.encode(props), uniq, s.store_ms, tags_code(s.tag))
 
     def delayed(self, s: Send, level: int, late_ms: int) -> None:
-        """A send with delay level ``level``, re-put ``late_ms`` after it falls due."""
+        """A send with delay level ``level``, re-put ``late_ms`` after it falls due: a unit in
+        ``SCHEDULE_TOPIC_XXXX`` queue ``level - 1`` whose consumequeue tag code is the delivery
+        time (store time + the level's delay), then a copy in the real queue with the same
+        properties (``DELAY``, ``REAL_TOPIC``, ``REAL_QID`` kept) and born fields."""
         uniq = self._uniq(s)
         client = jp.client_props(
             uniq_key=uniq, tags=s.tag, keys=s.keys, user=s.user, delay_level=level
@@ -108,7 +98,14 @@ class JavaBroker:
         self._at(deliver + late_ms, reput)
 
     def transaction(self, s: Send, commit: bool, end_after_ms: int) -> None:
-        """A transactional send, committed or rolled back ``end_after_ms`` after its half."""
+        """A transactional send, committed or rolled back ``end_after_ms`` after its half: a
+        half unit in ``RMQ_SYS_TRANS_HALF_TOPIC`` queue 0 (sysflag without transaction bits),
+        then a commit -- a copy in the real queue with sysflag ``TRANSACTION_COMMIT`` (0x8) and
+        ``preparedTransactionOffset`` = the half's physical offset -- or a rollback (nothing
+        stored). Both end with the half's queue offset in an op message
+        (``RMQ_SYS_TRANS_OP_HALF_TOPIC`` queue 0, TAGS ``d``, body ``"off1,off2,..."``, born and
+        stored by the broker), batched as ``TransactionalOpBatchService`` does (every 3 s, or at
+        once past 4096 bytes)."""
         uniq = self._uniq(s)
         client = jp.client_props(
             uniq_key=uniq, tags=s.tag, keys=s.keys, user=s.user, producer_group=PRODUCER_GROUP
@@ -138,7 +135,9 @@ class JavaBroker:
         self._at(s.store_ms + end_after_ms, end)
 
     def batch(self, sends: Sequence[Send]) -> None:
-        """``sends`` as one ``MessageBatch`` into the first one's queue at its times."""
+        """``sends`` as one ``MessageBatch`` into the first one's queue at its times: one file,
+        one born/store time; each inner unit keeps the client's properties and gets the batch's
+        appended (a second UNIQ_KEY, the batch's, which is indexed)."""
         first = sends[0]
         inner = [self._uniq(s) for s in sends]
         uniq = self._uniq(first)

@@ -139,8 +139,7 @@ def check_batch(
     the first at queue offset ``first_queue_offset``: one compiled pass without the interpreter
     lock, in place of the arrays of starts and queue offsets, the two calls and the least and
     greatest time that numpy built around them (each such call lets the lock go and waits to get
-    it back from the other workers: 8 of 10 interleaved 1 KiB offloads were faster without them,
-    median 1.65 against 1.77 s)."""
+    it back from the other workers)."""
     physical = None if physical_offsets is None else _i64(physical_offsets)
     good, starts, times, first, last = kernel().check_batch(
         data, _i64(sizes), first_queue_offset, physical

@@ -11,8 +11,8 @@ import gc
 import os
 
 # numpy's OpenBLAS starts one thread per core when numpy is imported. Nothing here multiplies
-# matrices, so those threads only cost CPU at every start (about 0.1 CPU-s, taken from the broker's
-# node): one thread unless the operator says otherwise. It must be set before numpy loads.
+# matrices, so those threads only cost CPU at every start, taken from the broker's node: one thread
+# unless the operator says otherwise. It must be set before numpy loads.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
 import click
@@ -55,15 +55,14 @@ def main() -> None:
 
 def entry() -> None:
     """The ``rmq-tiered`` console script: :func:`main`, with the cyclic collector off while the
-    command's libraries load (numpy, pydantic, prometheus_client: it ran dozens of times over
-    every object made so far, ~8 % of a one-shot command's instructions, yet imports make almost
-    no garbage). ``main`` then moves what the imports made out of the collector's reach for
-    good (``gc.freeze``: a long ``run`` never traverses it again) and turns it back on.
+    command's libraries load (numpy, pydantic, prometheus_client: it would run dozens of times over
+    every object made so far, yet imports make almost no garbage). ``main`` then moves what the
+    imports made out of the collector's reach for good (``gc.freeze``: a long ``run`` never
+    traverses it again) and turns it back on.
 
     The process is the command's own: an :data:`UNSERVED` command records no metrics, and
     pydantic looks for no plugins unless the operator sets ``PYDANTIC_DISABLE_PLUGINS`` (the
-    sidecar uses none; the search reads the entry points of every installed distribution, 2 %
-    of a one-shot ``dispatch`` in a development environment)."""
+    sidecar uses none; the search reads the entry points of every installed distribution)."""
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
     gc.disable()
     main.console_script = True

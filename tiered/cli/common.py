@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 
 class LazyConsole:
-    """rich's ``Console``, made on first use: importing rich is a tenth of the start-up of a
+    """rich's ``Console``, made on first use: importing rich is a good share of the start-up of a
     one-shot command that prints JSON only. Attributes are the console's; :attr:`rich` is the
     console itself, for rich's own constructors (``Progress(console=...)``)."""
 

@@ -77,7 +77,7 @@ def dispatch(
 @contextlib.contextmanager
 def _progress_bar(show: bool, total: int) -> Iterator[Callable[[int], None]]:
     """What advances a progress bar of ``total`` messages; a no-op when none is shown (rich is
-    then not imported: it is a tenth of the start-up of a one-shot ``dispatch --json``)."""
+    then not imported: it is a good share of the start-up of a one-shot ``dispatch --json``)."""
     if not show:
         yield lambda _: None
         return

@@ -317,8 +317,8 @@ def _key(key: str, doc: str, default: Any = None, **kw: Any) -> Any:
 class _Before:
     """pydantic's ``BeforeValidator`` for a function of the value alone: the same core schema
     (``function-before``, no info argument), without pydantic inspecting the function's
-    signature again at each of the model's 85 fields (a tenth of building the model, which every
-    command does at start)."""
+    signature again at each of the model's fields (a good share of building the model, which
+    every command does at start)."""
 
     __slots__ = ("func",)
 

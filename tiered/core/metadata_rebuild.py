@@ -2,24 +2,9 @@
 
 ``recover`` (the CLI) first restores ``tieredStoreMetadata.json`` from its mirror
 (:meth:`MetadataStore.recover_from_mirror`) and then merges in segments the listing shows beyond
-the mirror's last segment of each file (the mirror can be one persist behind when its put failed).
-With ``--from-backend`` (the mirror is gone too) every record is rebuilt from the listing:
-
-* the queues are the ``{broker}/{topic}/{queueId}`` directories holding segments;
-* a segment's size is its object's size, capped for all but the last segment of a file at the
-  next segment's base (bytes past a record are never part of the file, see
-  :mod:`tiered.file.restart_reconcile`);
-* begin/end timestamps are read from the messages: a consumequeue segment's first and last units'
-  messages; a commitlog segment's first message, and the next segment's first message as its
-  end -- an upper bound, so expiry keeps rather than deletes;
-* each file's last consumequeue segment is recorded empty: reconciliation then checks every unit
-  in it as it checks unrecorded units after a crash, keeps the valid prefix and sets the
-  timestamps of what it kept.
-
-Topic ids are handed out again (0, 1, ... by topic name); the uploaded index files (INDEX
-segments) are recorded from their headers, as far as they chain from base 0
-(:func:`tiered.index.uploaded.rebuild_index_records`). The normal start-up reconciliation then
-judges each file's last segment.
+the mirror's last segment of each file (:func:`merge_listing`). With ``--from-backend`` (the
+mirror is gone too) every record is rebuilt from the listing (:func:`rebuild_from_backend`). The
+normal start-up reconciliation then judges each file's last segment.
 """
 
 from __future__ import annotations
@@ -121,7 +106,15 @@ def _records(
     now: int,
 ) -> list[FileSegmentMetadata]:
     """Records for the segments ``by_type`` (``all_cl_bases``: every commitlog base, to find
-    the message a unit points at)."""
+    the message a unit points at).
+
+    A segment's size is its object's size, capped for all but the last segment of a file at the
+    next segment's base (bytes past a record are never part of the file). Begin/end timestamps
+    are read from the messages: a consumequeue segment's first and last units' messages; a
+    commitlog segment's first message, and the next segment's first message as its end -- an
+    upper bound, so expiry keeps rather than deletes. Each file's last consumequeue segment is
+    recorded empty: reconciliation then checks every unit in it as it checks unrecorded units
+    after a crash, keeps the valid prefix and sets the timestamps of what it kept."""
     cl_bases = by_type.get(FileType.COMMIT_LOG, [])
     out: list[FileSegmentMetadata] = []
     sizes: dict[tuple[FileType, int], int] = {}
@@ -189,7 +182,12 @@ def _record(
 def rebuild_from_backend(
     provider: Provider, metadata: MetadataStore, cluster: str, broker: str
 ) -> RebuildReport:
-    """Fill an empty, loaded ``metadata`` from the backend listing; persists once."""
+    """Fill an empty, loaded ``metadata`` from the backend listing; persists once.
+
+    The queues are the ``{broker}/{topic}/{queueId}`` directories holding segments; topic ids
+    are handed out again (0, 1, ... by topic name); the uploaded index files (INDEX segments)
+    are recorded from their headers, as far as they chain from base 0
+    (:func:`tiered.index.uploaded.rebuild_index_records`)."""
     report = RebuildReport("backend")
     listing = list_segments(provider, cluster, broker)
     now = now_ms()

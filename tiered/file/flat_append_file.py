@@ -7,10 +7,6 @@ absolute ``base`` offset. Only the last segment is writable. Bytes go through tw
 * **commit** (:meth:`FlatAppendFile.commit`): the pending bytes are uploaded with one provider
   ``append``; only committed bytes are readable and recorded in metadata.
 
-A failed upload keeps its pending bytes; the next :meth:`commit` resumes exactly where the backend
-object ends (``PositionMismatchError.expected``): an upload that did land is not sent again, one
-that landed partly (a posix ``pwrite`` cut short) sends only its rest.
-
 Metadata rule: a segment record is written only for bytes already uploaded; a new segment's record
 (size 0) is persisted before any byte is written to it; a record is removed (and persisted) before
 its object is deleted. Record updates after commits are collected by :meth:`flush_metadata`, which
@@ -392,6 +388,10 @@ class FlatAppendFile:
 
     def commit(self) -> int:
         """Upload the last segment's pending bytes; returns how many were uploaded (0: none).
+
+        A failed upload keeps its pending bytes, and the next commit resumes exactly where the
+        backend object ends (``PositionMismatchError.expected``): an upload that did land is not
+        sent again, one that landed partly (a posix ``pwrite`` cut short) sends only its rest.
 
         Raises:
             ProviderError: the upload failed; the pending bytes are kept for the next commit.

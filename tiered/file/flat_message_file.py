@@ -68,11 +68,11 @@ class MessageBatch:
         """Free the message bytes (``data`` becomes empty) once nothing needs them any more;
         False when a view of them is still held, and they stay.
 
-        The storage is freed whole: a ``bytearray`` cleared in place is shrunk by ``realloc``,
-        which keeps a few bytes at the head of the old block and so leaves a hole of almost,
-        never quite, a batch's size, that the next batch cannot use (the heap grew by ~60 MiB
-        over a 1 KiB catch-up that way). Dropping the first byte first moves the array's start,
-        and a resize then copies what is left to a new block and frees the old one."""
+        The storage is freed whole: a ``bytearray`` cleared in place is shrunk by ``realloc``, which
+        keeps a few bytes at the head of the old block and so leaves a hole of almost, never quite,
+        a batch's size, that the next batch cannot use, so the heap grows batch after batch.
+        Dropping the first byte first moves the array's start, and a resize then copies what is left
+        to a new block and frees the old one."""
         data = self.data
         if not isinstance(data, bytearray) or not data:
             return True

@@ -1,30 +1,12 @@
 """Restart reconciliation: make a queue's last segments agree with what the backend really holds.
 
 A dispatch round uploads a batch's commitlog bytes, then its consumequeue units, then records the
-new sizes in metadata (:mod:`tiered.file.flat_message_file`). A crash (``kill -9``) can stop it
-between any two steps, so at start the backend may hold more than the metadata says (never less,
-unless the backend itself lost data). For each queue, only the **last** segment of each file can
-differ (a roll is recorded before anything is written to the new segment):
-
-* **consumequeue bytes beyond the record** are kept only as whole 20-byte units that each point at
-  a whole message in the flat commitlog -- right TOTALSIZE and magic, the unit's queue offset,
-  its own flat offset in bytes 28..35 -- and agree with the local consumequeue (same size and tags
-  code at that queue offset) where the broker still has it. The first unit that fails, and
-  everything after it, is *cut*.
-* **commitlog bytes beyond the record** are kept as far as a kept unit points into them; the rest
-  -- no unit points at them: a torn message of a killed append, or a whole batch whose units
-  never went up -- is *cut* at the end of the last referenced message, so every segment decodes
-  message by message from its start to its recorded size (upstream's ``splitMessageBuffer``, a
-  scanner, a rebuild of the consumequeue from the commitlog all rely on it). The batch is sent
-  again after the cut. A segment no unit points into is emptied (deleted and re-created).
-
-The provider contract has no truncate, so a cut is made by *moving past* the bad bytes: the
-segment's record keeps the valid size, the segment is sealed, and a new segment starts exactly at
-the valid end. Segment records, not object sizes, say what a segment holds (upstream reads
-earlier segments by their records too), so the bytes beyond the record are never read. When the
-valid end is the segment's own start, the object is deleted instead and the segment starts over.
-Every queue offset is therefore in the flat consumequeue exactly once, and resuming from the
-consumequeue's commit offset re-reads from the local store exactly what is missing.
+new sizes in metadata, and a crash can stop it between any two steps: at start the backend may
+hold more than the metadata says (never less, unless the backend itself lost data), and only the
+**last** segment of each file can differ (a roll is recorded before anything is written to the
+new segment). Unrecorded bytes are kept only as far as they are whole and agree; the rest is cut,
+so every queue offset is in the flat consumequeue exactly once and resuming from its commit
+offset re-reads exactly what is missing. See docs/design/crash-consistency.md.
 """
 
 from __future__ import annotations
@@ -82,7 +64,16 @@ class ReconcileReport:
 
 
 def reconcile(flat: FlatMessageFile, local: LocalUnits | None = None) -> ReconcileReport:
-    """Reconcile ``flat``'s last segments with the backend (see the module docstring)."""
+    """Reconcile ``flat``'s last segments with the backend (see the module docstring).
+
+    Commitlog bytes beyond the record are kept as far as a kept unit points into them; the rest
+    is cut at the end of the last referenced message, so every segment decodes message by
+    message from its start to its recorded size (upstream's ``splitMessageBuffer``, a scanner, a
+    rebuild of the consumequeue from the commitlog all rely on it). The provider contract has no
+    truncate, so a cut *moves past* the bad bytes: the record keeps the valid size, the segment
+    is sealed, and a new one starts at the valid end (segment records, not object sizes, say
+    what a segment holds, so the bytes beyond are never read). When the valid end is the
+    segment's own start, the object is deleted and the segment starts over."""
     with flat.lock:
         report = ReconcileReport(flat.path)
         cl, cq = flat.commitlog, flat.consume_queue
@@ -144,7 +135,12 @@ def reconcile(flat: FlatMessageFile, local: LocalUnits | None = None) -> Reconci
 def _reconcile_consume_queue(
     flat: FlatMessageFile, cl_end: int, local: LocalUnits | None, report: ReconcileReport
 ) -> int:
-    """Settle the last consumequeue segment; returns the end of the last unit's message."""
+    """Settle the last consumequeue segment; returns the end of the last unit's message.
+
+    Units beyond the record are kept only as whole 20-byte units that each point at a whole
+    message in the flat commitlog (right TOTALSIZE and magic, the unit's queue offset, its own
+    flat offset in bytes 28..35) and agree with the local consumequeue (same size and tags code)
+    where the broker still has it; the first unit that fails, and everything after it, is cut."""
     cq = flat.consume_queue
     seg = cq.segments[-1]
     recorded, real = seg.size, cq.backend_size()

@@ -4,11 +4,8 @@ An ASGI middleware in front of every route. With access control on, each request
 ``/healthz``, ``/readyz``, the API description (``/docs``, ``/redoc``, ``/openapi.json``: no data)
 and -- unless ``tieredHttpMetricsAuth`` -- ``/metrics`` needs the credentials of an account:
 
-- none: 401 with ``WWW-Authenticate: Basic``; wrong (unknown key or secret): 401 too, answered
-  after ``tieredAclFailedAuthDelayMs``; once that access key failed
-  ``tieredAclMaxFailuresPerMinute`` times in a minute from that address, 429 with ``Retry-After``,
-  each answered in its turn (:mod:`tiered.access.guard`); correct credentials are always looked
-  at and answered at once;
+- none: 401 with ``WWW-Authenticate: Basic``; wrong: 401 too, answered slowly, and 429 with
+  ``Retry-After`` once that pair is throttled (:meth:`tiered.access.guard.Guard.failed`);
 - a route under ``/v1/topics/{topic}/`` needs SUB on the topic, else 403 -- decided before the
   route runs, from the account alone, so a 403 does not tell whether the topic exists;
 - ``/v1/status`` answers with the queues and topics the account may read.

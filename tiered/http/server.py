@@ -2,23 +2,9 @@
 
 The socket is bound in :meth:`HttpServer.start` (so a port in use is a clear error at start-up,
 not a log line in another thread) and handed to uvicorn; port 0 picks any free port, which
-:attr:`HttpServer.port` then tells. Signals stay with the main thread (the daemon's).
-
-With TLS (``tieredHttpTlsMode`` permissive or enforcing) the server accepts connections itself:
-it waits for a connection's first byte (at most :data:`FIRST_BYTE_TIMEOUT_S`), and hands the
-socket to uvicorn's protocol through TLS when it is a TLS handshake (0x16), as it is when the port
-is permissive, or -- enforcing -- answers a plain request one ``400`` naming the setting and
-closes. Each connection takes the certificate current when it arrives (reloaded on change). A
-failed handshake (no or an untrusted client certificate with mutual TLS, a client that does not
-trust ours) is counted as ``access_denied_total{port="http",reason="tls_handshake"}``.
-
-No timer runs while the port is idle. uvicorn's ``Server.main_loop`` wakes every 0.1 s to renew
-its ``date`` header and to look at ``should_exit``: ~2 CPU-ms per second of a sidecar that serves
-nothing (py-spy, bench_tail). Here the loop waits for :meth:`HttpServer.stop` (an event set from
-the stopping thread), and the ``date`` header is renewed by the request that sends it, when the
-second changed (:class:`_Protocol`: one ``time.time()`` per request). Shutdown is uvicorn's own
-(stop accepting, finish requests in flight within the bound, ``force_exit`` after it); the
-keep-alive timeout is a timer of each connection's, unchanged.
+:attr:`HttpServer.port` then tells. Signals stay with the main thread (the daemon's). With TLS
+the server accepts connections itself and sniffs each one's first byte (:meth:`_hand_off`). No
+timer runs while the port is idle (:class:`_Server`).
 """
 
 from __future__ import annotations
@@ -95,8 +81,9 @@ class _State(ServerState):
 
 
 class _Protocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol (the C parser: h11's pure-Python one cost ~1 CPU-s per GiB
-    served), renewing the date header before a request or a ``400`` uses it."""
+    """uvicorn's httptools protocol (the C parser: h11's pure-Python one costs far more CPU per
+    byte served), renewing the date header before a request or a ``400`` uses it (one
+    ``time.time()`` per request instead of a timer)."""
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         """Take the connection, or close it at once when ``tieredHttpMaxConnections`` are open
@@ -128,8 +115,10 @@ class _Protocol(HttpToolsProtocol):
 
 
 class _Server(uvicorn.Server):
-    """uvicorn's server without its 0.1 s tick: :meth:`main_loop` returns when :meth:`exit` is
-    called (from any thread)."""
+    """uvicorn's server without its 0.1 s tick (which renews the ``date`` header and looks at
+    ``should_exit``, costing CPU on an idle port): :meth:`main_loop` returns when :meth:`exit` is
+    called (from any thread). Shutdown is uvicorn's own; the keep-alive timeout is a timer of
+    each connection's, unchanged."""
 
     def __init__(self, config: uvicorn.Config, max_connections: int | None = None) -> None:
         super().__init__(config)
@@ -203,7 +192,7 @@ class HttpServer:
         self._server = server
 
         def serve() -> None:
-            # uvloop: a request costs ~40 % less CPU than on asyncio's loop (bench_replay)
+            # uvloop: a request costs less CPU than on asyncio's loop
             with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
                 if self.tls is None:
                     runner.run(server.serve(sockets=[sock]))
@@ -258,6 +247,11 @@ class HttpServer:
     async def _hand_off(
         self, server: uvicorn.Server, config: uvicorn.Config, client: socket.socket, peer: object
     ) -> None:
+        """Wait for the connection's first byte (at most :data:`FIRST_BYTE_TIMEOUT_S`) and hand
+        the socket to uvicorn's protocol, through TLS with the certificate current now when it is
+        a TLS handshake (0x16), plain when the port is permissive; enforcing, a plain request is
+        answered one ``400`` naming the setting. A failed handshake is counted as
+        ``access_denied_total{port="http",reason="tls_handshake"}``."""
         assert self.tls is not None
         loop = asyncio.get_running_loop()
         address = str(peer[0]) if isinstance(peer, tuple) else str(peer)

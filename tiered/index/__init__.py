@@ -10,12 +10,8 @@
 - :mod:`.compaction` — :func:`compact_numpy` (upstream's compaction) and the engine choice;
 - :mod:`.compacted_file` — :class:`CompactedIndexFile` (UPLOAD), read through a provider.
 
-The index service (access layer; import it from its module): :mod:`.service`
-(``IndexService``: put after upload, compaction, upload, expiry, query) over :mod:`.bulk_keys`,
-:mod:`.local_files`, :mod:`.uploaded`, :mod:`.staging` (compaction elsewhere), :mod:`.progress` and
-:mod:`.catch_up` (nothing lost by a crash), :mod:`.search`.
-
-The PySpark compaction job is ``tiered.jobs.compact_index``.
+The index service (access layer; import it from its module) is :mod:`.service`; the PySpark
+compaction job is ``tiered.jobs.compact_index``.
 """
 
 from __future__ import annotations

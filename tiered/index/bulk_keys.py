@@ -6,14 +6,13 @@ the properties from the header fields, reads ``UNIQ_KEY`` and ``KEYS`` as
 (Java's ``Character.isWhitespace``) and duplicates, orders the keys as Java's ``HashSet``
 iterates them and hashes ``topic#key`` over UTF-16 code units (spec §2.1, §6.4, §6.8). It runs
 without the GIL and hands back the batch's columns as buffers (a message's flat offset, size
-and store time gathered per item in the same call: as numpy gathers they were eight more calls
-that each handed the GIL to another worker). A unit whose key values are not valid UTF-8 (Java
-reads them with replacement characters) is indexed here through :mod:`.key_set`, the
-message-by-message reference.
+and store time gathered per item in the same call, not in numpy calls that each hand the GIL to
+another worker). A unit whose key values are not valid UTF-8 (Java reads them with replacement
+characters) is indexed here through :mod:`.key_set`, the message-by-message reference.
 
-:mod:`.numpy_keys` is the earlier implementation with numpy array passes; the tests hold the
-kernel to it. It is not a runtime fallback: a sidecar without its kernel would spend several
-times the CPU on the broker's node without saying so, so a missing kernel is an import error.
+:mod:`.numpy_keys` is the reference implementation with numpy array passes, which the tests hold
+the kernel to; not a runtime fallback: a sidecar without its kernel would spend several times the
+CPU on the broker's node without saying so, so a missing kernel is an import error.
 """
 
 from __future__ import annotations

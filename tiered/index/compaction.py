@@ -7,11 +7,11 @@ field and slot head; any other file (corrupt, hand-made) goes through :func:`com
 direct port of the walk. The PySpark job (``tiered.jobs.compact_index``) distributes the same
 computation.
 
-The engine (:class:`Compactor`): ``auto`` picks numpy below ``spark_min_items`` items (a 1M-item
-file compacts in well under a second with one sort, where starting Spark alone takes seconds) and
-the PySpark job (on ``local_spark_session(tieredIndexSparkMaster)``) above. Both produce the same
-bytes. Without pyspark installed, large files fall back to numpy with a warning. Spark writes its
-output to ``compacting/{begin}``; numpy returns bytes. Reading the result: :mod:`.compacted_file`.
+The engine (:class:`Compactor`): ``auto`` picks numpy below ``spark_min_items`` items (such a file
+compacts with one sort in less time than starting Spark takes) and the PySpark job (on
+``local_spark_session(tieredIndexSparkMaster)``) above. Both produce the same bytes. Without pyspark
+installed, large files fall back to numpy with a warning. Spark writes its output to
+``compacting/{begin}``; numpy returns bytes. Reading the result: :mod:`.compacted_file`.
 """
 
 from __future__ import annotations

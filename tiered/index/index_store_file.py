@@ -1,31 +1,11 @@
 """A local tiered index file, ``{tieredDataDir}/tiered_index_file/{beginTimestamp}`` (spec §6).
 
 Upstream ``IndexStoreFile``: fixed size ``28 + slots*8 + max_items*32``, one hash chain per slot,
-newest item first. The header and slot table are written through a memory map, the items with
-``pwrite`` (written once, they need not become pages of this process: a full file's items are
-640 MB); queries read through the map. :meth:`IndexStoreFile.put_many` puts a whole batch with
-numpy and leaves exactly the bytes upstream's one-key-at-a-time ``putKey`` loop would (vectors V6):
-items are numbered in put order, a stable sort by slot links each item to the previous one of its
-slot, and the slot heads and header are updated once per batch.
-
-Deliberate differences from upstream, each tested:
-
-- ``seal()`` writes the END magic, so a file sealed before a restart reopens SEALED (upstream
-  reopens every local file UNSEALED and writes END only when the file is exactly full);
-- reopening keeps the stored end timestamp (upstream reloads it from the begin timestamp, losing
-  it), so a reopened file continues byte-identically to an uninterrupted run;
-- a key whose slot position falls before the file (hash ``Integer.MIN_VALUE`` with most slot
-  counts) is skipped alone; upstream aborts the rest of the message's key set and retries it.
-
-The header and slot table of a new file are faulted in by one ``madvise(MADV_POPULATE_WRITE)``
-(Linux 5.14+; elsewhere, or refused, the pages fault in as keys land): a tail's keys touch every
-page of the 38 MiB table within seconds anyway, one write fault at a time, ~8 µs each on a
-sparse file; populated at once, a new file plus its first 270 k keys cost ~85 instead of ~145
-CPU-ms (measured, 5,000,000 slots). Each index file is created once per 20 M items.
-
-Crash safety: a batch writes its items (beyond the item count, invisible), then the slot heads,
-then the header. :meth:`IndexStoreFile.open` walks any slot head that points past the item count
-back along the ``next`` fields it was written with, so a batch cut short by a crash is undone.
+newest item first, the same bytes as upstream's ``putKey`` loop (vectors V6); the few deliberate
+differences are told where they are made. The header and slot table are written through a memory
+map, the items with ``pwrite`` (written once, they need not become pages of this process); queries
+read through the map. A batch writes its items (beyond the item count, invisible), then the slot
+heads, then the header, so :meth:`IndexStoreFile.open` can undo a batch a crash cut short.
 """
 
 from __future__ import annotations
@@ -87,12 +67,14 @@ def _name_key(path: Path) -> int:
 
 
 def _populate(mapped: mmap.mmap, length: int) -> None:
-    """Fault in the first ``length`` bytes of a writable map for writing, in one call (see the
-    module docstring); nothing when the system cannot.
+    """Fault in the first ``length`` bytes of a writable map for writing, in one
+    ``madvise(MADV_POPULATE_WRITE)`` (Linux 5.14+); nothing when the system cannot (the pages then
+    fault in as keys land). A tail's keys touch every page of the slot table within seconds
+    anyway, one write fault at a time; faulting them in at once costs less CPU.
 
     The call goes through ctypes, which releases the interpreter lock: ``mmap.madvise`` holds
-    it, and populating a 38 MiB slot table (allocating and zeroing its pages) took 46 ms in which
-    no other thread of the process ran Python (``py-spy --gil`` of a 1 KiB catch-up)."""
+    it, and allocating and zeroing a whole slot table's pages would stop every other thread of
+    the process from running Python meanwhile."""
     if not _LINUX:
         return
     length = min(-(-length // mmap.PAGESIZE) * mmap.PAGESIZE, len(mapped))
@@ -181,10 +163,13 @@ class IndexStoreFile(Closeable):
     ) -> IndexStoreFile:
         """Reopen a local file after a restart; it continues where it stopped.
 
-        Its status is SEALED if it carries the END magic, else UNSEALED. The begin timestamp is
-        the file name (as upstream) when the name is a number. ``readonly`` maps the file for
-        queries only (another process may be writing it): nothing is repaired or written, and
-        items put after the open stay invisible.
+        Its status is SEALED if it carries the END magic, else UNSEALED. The begin timestamp is the
+        file name (as upstream) when the name is a number. The stored end timestamp is kept
+        (upstream reloads it from the begin timestamp), so a reopened file continues
+        byte-identically to an uninterrupted run. A slot head pointing past the item count (a batch
+        cut short by a crash) is walked back along the ``next`` fields it was written with.
+        ``readonly`` maps the file for queries only (another process may be writing it): nothing is
+        repaired or written, and items put after the open stay invisible.
 
         Raises:
             FileNotFoundError: no such file.
@@ -251,9 +236,8 @@ class IndexStoreFile(Closeable):
         On Linux one ``fdatasync`` does both: pages written through a shared mapping are dirty
         pages of the file's page cache (the kernel marks them at the write fault), and
         ``msync(MS_SYNC)`` is itself ``vfs_fsync_range`` over the mapping. ``mmap.flush``
-        holds the GIL through the writeback (~0.1-0.2 s for a tail's slot table, which dirties
-        all of its 38 MiB within seconds); ``os.fdatasync`` releases it. Elsewhere the map is
-        synced first, as before."""
+        holds the GIL through the writeback (a tail dirties the whole slot table within
+        seconds); ``os.fdatasync`` releases it. Elsewhere the map is synced first."""
         if not self.readonly and not self._mm.closed and self._unflushed:
             if self._fd < 0 or not _LINUX:
                 self._mm.flush()
@@ -262,7 +246,9 @@ class IndexStoreFile(Closeable):
             self._unflushed = False
 
     def seal(self) -> None:
-        """Stop accepting puts: status SEALED and the END magic in the header."""
+        """Stop accepting puts: status SEALED and the END magic in the header, so a file sealed
+        before a restart reopens SEALED (upstream reopens every local file UNSEALED and writes
+        END only when the file is exactly full)."""
         if self._status is IndexStatus.UNSEALED:
             self._check_writable()
             self._status = IndexStatus.SEALED
@@ -309,6 +295,11 @@ class IndexStoreFile(Closeable):
         ``batch.messages_slice(returned)`` there. A SEALED file puts nothing and returns 0. A
         message with ``max_items`` keys or more fits no file: it is skipped (not indexed) and
         logged, where upstream would seal file after file.
+
+        Items are numbered in put order, a stable sort by slot links each item to the previous
+        one of its slot, and the slot heads and header are updated once per batch. A key whose
+        slot position falls before the file (hash ``Integer.MIN_VALUE`` with most slot counts) is
+        skipped alone; upstream aborts the rest of the message's key set and retries it.
         """
         if self._status is not IndexStatus.UNSEALED or not batch.messages:
             return 0

@@ -5,23 +5,10 @@ this module (differential tests over generated units), as this module was held t
 
 What :mod:`.key_set` does message by message in Python -- parse the properties, take ``UNIQ_KEY``
 and the ``KEYS.split(" ")`` tokens unless blank, deduplicate, order them as Java's ``HashSet``
-iterates, hash ``topic#key`` -- is done here on the property bytes of every unit together, so the
-cost per message is a few array elements, not a few Python calls (spec §2.1, §6.4, §6.8):
-
-1. the units' property sections are located from their header fields
-   (:func:`~tiered.broker.unit_fields.property_spans`) and packed back to back into one small
-   array (about 100 bytes a message; the bodies are never scanned);
-2. the items (``name\\x01value\\x02``) are cut at the separators; ``UNIQ_KEY`` and ``KEYS`` are
-   matched at item starts, the last valid one of a message winning, as
-   ``string2messageProperties`` does;
-3. the ``KEYS`` values are split at their spaces, trailing empty tokens dropped (Java ``split``);
-4. every token is hashed where it lies (:func:`~.java_hash.substring_hashes`, prefix sums over
-   the packed bytes), checked for Java whitespace (blank values) and for non-ASCII bytes;
-5. duplicates are dropped, the ``HashSet`` order applied and ``topic#key`` hashed
-   (:mod:`.java_hash`).
-
-A message whose key values hold a non-ASCII byte (where bytes and UTF-16 units differ) takes the
-Python path of :mod:`.key_set`; the results are identical (tests hold both paths to the decoder).
+iterates, hash ``topic#key`` -- is done here on the property bytes of every unit together, packed
+back to back (:class:`_Props`; the bodies are never scanned), so the cost per message is a few
+array elements, not a few Python calls (spec §2.1, §6.4, §6.8). A message whose key values hold
+a non-ASCII byte (where bytes and UTF-16 units differ) takes the Python path of :mod:`.key_set`.
 """
 
 from __future__ import annotations
@@ -172,7 +159,13 @@ def _tokens(
     props: _Props, n: int
 ) -> tuple[Int64s, npt.NDArray[np.uint32], Int64s, npt.NDArray[np.bool_]]:
     """The keys of every message as Java's ``HashSet`` iterates them: ``(message, hash,
-    length)`` per key, and the mask of the messages left to the Python path."""
+    length)`` per key, and the mask of the messages left to the Python path.
+
+    The items (``name\\x01value\\x02``) are cut at the separators and ``UNIQ_KEY`` and ``KEYS``
+    matched at item starts, the last valid one of a message winning (as
+    ``string2messageProperties``); the ``KEYS`` values are split (:func:`_split`); every token is
+    hashed where it lies (:func:`_facts`); duplicates are dropped (:func:`_first_of_each`) and
+    the ``HashSet`` order applied (:mod:`.java_hash`)."""
     start, end = props.items()
     u_msg, u_start, u_end = props.values(start, end, _UNIQ_NAME)
     k_msg, k_start, k_end = _split(props, *props.values(start, end, _KEYS_NAME))

@@ -1,31 +1,12 @@
 """How far each queue is indexed: ``{tieredDataDir}/tiered_index_file/progress.json``.
 
-The dispatcher tells the index service of every batch it uploaded, but a batch uploaded just
-before a crash may never be told. So the service keeps, per queue, the queue offset below which
-every uploaded message is indexed (the *indexed offset*), and at start (and then periodically)
-indexes ``[indexed offset, commit offset)`` again from the tier (:mod:`tiered.index.catch_up`).
-
-The indexed offset only moves over contiguous ranges (:meth:`IndexProgress.advance`): a batch
-that starts beyond it (an earlier batch was not indexed) leaves it where it is, for the catch-up.
-The saved value may lag the index files -- the catch-up then puts some items twice, which queries
-collapse -- but never leads them: nothing indexed is lost. Two copies keep the lag small:
-
-* ``progress.json`` is written durably (fsync) only after the index files were flushed
-  (:meth:`IndexProgress.save`, the service's checkpoint: at most a minute or a million items
-  behind, see :mod:`tiered.index.service`): it holds after a power loss;
-* ``progress.fast.json`` is written without fsync as keys are put, at most every
-  :data:`FAST_SAVE_INTERVAL_S` (:meth:`IndexProgress.save_fast`), stamped with the kernel's boot
-  id. Items are written
-  into the index files (``pwrite`` and the mapped slot table) before the progress moves, and a
-  killed process's writes stay in the page cache, so within the same boot the fast copy never
-  leads the files;
-  after a reboot it is ignored. A ``kill -9`` (a crash loop, a catch-up killed half-way) then
-  re-indexes at most the last fraction of a second instead of everything since the last
-  checkpoint.
-
-Two more copies serve a lost data volume (:mod:`tiered.index.service`): when a file is sealed,
-the offsets of everything put before it are kept beside it (:meth:`IndexProgress.rows`); once it
-is uploaded they go to the backend, so a new volume restarts from the uploaded files' coverage.
+A batch uploaded just before a crash may never be told to the index service, so it keeps, per
+queue, the queue offset below which every uploaded message is indexed (the *indexed offset*), and
+indexes ``[indexed offset, commit offset)`` again from the tier at start and then periodically
+(:mod:`tiered.index.catch_up`). The saved value may lag the index files -- the catch-up then puts
+some items twice, which queries collapse -- but never leads them: nothing indexed is lost. A
+durable copy (:meth:`IndexProgress.save`) and a fast one (:meth:`IndexProgress.save_fast`) keep
+the lag small.
 """
 
 from __future__ import annotations
@@ -154,7 +135,9 @@ class IndexProgress:
         self.moved.set()
 
     def rows(self) -> Rows:
-        """The offsets as ``[[topic, queueId, offset], ...]``."""
+        """The offsets as ``[[topic, queueId, offset], ...]`` (also kept beside each sealed file
+        and then in the backend, so a lost data volume restarts from the uploaded files'
+        coverage: :mod:`tiered.index.service`)."""
         with self._lock:
             return [[t, q, o] for (t, q), o in sorted(self._offsets.items())]
 
@@ -179,7 +162,8 @@ class IndexProgress:
 
     def advance(self, topic: str, queue_id: int, start: int, end: int) -> bool:
         """``[start, end)`` was indexed: move the queue's offset to ``end`` if the range joins
-        it (or the queue is new); returns False when a gap before ``start`` remains."""
+        it (or the queue is new); returns False when a gap before ``start`` remains (an earlier
+        batch was not indexed: the catch-up indexes it)."""
         with self._lock:
             key = (topic, queue_id)
             current = self._offsets.get(key)
@@ -202,9 +186,11 @@ class IndexProgress:
         return self._dirty
 
     def save(self) -> None:
-        """Replace ``progress.json`` atomically and durably.
+        """Replace ``progress.json`` atomically and durably: the copy that holds after a power
+        loss.
 
-        Call it only after the index files holding the recorded items were flushed.
+        Call it only after the index files holding the recorded items were flushed (the
+        service's checkpoint).
         """
         rows = self.rows()
         with self._lock:
@@ -216,6 +202,12 @@ class IndexProgress:
         since the last write (see :data:`FAST_SAVE_INTERVAL_S`; ``force``: whatever the time);
         returns whether it wrote. Call it only after the items recorded were put into the
         (mapped) files.
+
+        The copy is stamped with the kernel's boot id. Items are written into the index files
+        before the progress moves, and a killed process's writes stay in the page cache, so
+        within the same boot the fast copy never leads the files; after a reboot it is ignored.
+        A ``kill -9`` then re-indexes at most the last fraction of a second instead of
+        everything since the last checkpoint.
         """
         now = time.monotonic()
         with self._lock:

@@ -1,32 +1,13 @@
 """``IndexService``: the tiered key index of one broker, from dispatch to query (spec §6).
 
-Life of a key:
-
-1. **put** -- the dispatcher tells :meth:`IndexService.prepare_commit` of every batch once its
-   commitlog and consumequeue uploads succeeded; the batch's keys (``UNIQ_KEY`` and the ``KEYS``
-   tokens) are put in bulk into the UNSEALED file (:mod:`.local_files`); a full file is sealed
-   and the rest goes into a new one;
-2. **compaction and upload** (:meth:`IndexService.compact_sealed`, on the
-   ``tieredIndexCompactionIntervalMs`` schedule or by ``rmq-tiered compact-index``) -- each
-   SEALED file is compacted (numpy, or the PySpark job for large files: :mod:`.compaction`; or
-   staged for a ``spark-submit`` job elsewhere and picked up: :mod:`.staging`), uploaded as an
-   INDEX segment and recorded (:mod:`.uploaded`), then its local copies are deleted;
-3. **expiry** -- uploaded files whose newest item is older than the longest reserve time of any
-   topic (:meth:`IndexService.expire`) are deleted, oldest first (spec §10.2);
-4. **query** -- :meth:`IndexService.query` (:mod:`.search`).
-
-Nothing is lost by a crash: the indexed offset of every queue (:mod:`.progress`) is saved after
-the index files are flushed (:meth:`IndexService.checkpoint`), and :meth:`IndexService.catch_up`
-(at start, then every maintenance run) indexes again, from the tier, what the dispatcher uploaded
-beyond it. A maintenance run checkpoints once :data:`CHECKPOINT_MAX_S` passed or
-:data:`CHECKPOINT_MAX_ITEMS` items were put since the last checkpoint, not at every run: a tail's
-keys land all over the slot table, so within seconds all of its 38 MiB are dirty and each sync
-writes them all back (~25 CPU-ms, measured; every 10 s that was ~2.5 CPU-ms per second of a
-3,000 msgs/s tail). The durable copy (``progress.json``) then lags more, which matters only
-after a power loss (a ``kill -9`` restarts from the fast copy, :mod:`.progress`): the catch-up
-indexes at most that minute (or million items) again from the tier. Each lifecycle step
-converges on restart (see :mod:`.uploaded`). A read-only instance (:meth:`IndexService.reader`)
-serves ``rmq-tiered query`` beside a running sidecar without changing anything.
+A batch's keys are put into the local UNSEALED file once its uploads succeeded
+(:meth:`IndexService.prepare_commit`); SEALED files are compacted, uploaded as INDEX segments and
+recorded (:meth:`IndexService.compact_sealed`); uploaded files past the longest reserve time are
+expired (:meth:`IndexService.expire`); :meth:`IndexService.query` answers key queries. Nothing is
+lost by a crash: :meth:`IndexService.catch_up` indexes again, from the tier, what was uploaded
+beyond each queue's saved progress, and each lifecycle step converges on restart
+(:mod:`.uploaded`). A read-only instance (:meth:`IndexService.reader`) serves ``rmq-tiered
+query`` beside a running sidecar.
 """
 
 from __future__ import annotations
@@ -94,7 +75,10 @@ MAINTENANCE_INTERVAL_MS: Final = 10_000
 """Catch-up of gaps and expiry run this often inside ``rmq-tiered run`` (and the checkpoint when
 due)."""
 CHECKPOINT_MAX_S: Final = 60.0
-"""A maintenance run checkpoints when the last checkpoint is this old (and something was put)."""
+"""A maintenance run checkpoints when the last checkpoint is this old (and something was put),
+not at every run: a tail's keys land all over the slot table, so each sync writes the whole table
+back. The durable copy then lags more, which matters only after a power loss (a ``kill -9``
+restarts from the fast copy, :mod:`.progress`)."""
 CHECKPOINT_MAX_ITEMS: Final = 1_000_000
 """... or when this many index items were put since it (a fast tail: ~10 s at 100,000 keys/s),
 which bounds what a power loss makes the catch-up index again."""
@@ -248,8 +232,8 @@ class IndexService(Closeable):
     def _start_saver(self) -> None:
         """Write the fast progress copy one interval after it moved unsaved (the puts of a short
         burst are saved too, not only those followed by another put). The thread sleeps while
-        nothing moves: polling every interval cost an idle sidecar ~6 CPU-ms per second. It runs
-        at the offload's priority (``tieredOffloadNice``)."""
+        nothing moves, so an idle sidecar spends no CPU polling. It runs at the offload's priority
+        (``tieredOffloadNice``)."""
 
         def run() -> None:
             lower_thread_priority(self.cfg.tiered_offload_nice)

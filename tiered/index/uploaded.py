@@ -6,15 +6,9 @@ file's begin/end timestamps as the segment's begin/end timestamps. The record is
 file is uploaded once it is recorded.
 
 Write order (data first, then metadata): put the object, then record it (persisted), then the
-caller deletes the local copies. A crash between any two steps converges:
-
-* object put, not recorded: the next upload of the same file lands on the same base, finds the
-  object, checks it (:func:`~tiered.index.compacted_file.check_compacted` against the SEALED file's
-  header) and records it without a second put; :meth:`UploadedIndex.converge` (at start) also
-  adopts such an object when the local file is gone, if it checks out;
-* recorded, local copy not deleted: the service deletes it at start (same begin timestamp);
-* expiry removes the record (persisted) before the object; an object left below the recorded
-  range is deleted by :meth:`UploadedIndex.converge`.
+caller deletes the local copies; expiry removes the record before the object. A crash between
+any two steps converges: :meth:`UploadedIndex.upload` is idempotent, and
+:meth:`UploadedIndex.converge` (at start) adopts or deletes what a crash left.
 
 A file with no item is not uploaded (upstream uploads a 0-byte segment that does not advance the
 base, so the next file's object would land on the same key).
@@ -114,7 +108,9 @@ class UploadedIndex(BrokerTier):
         bytes) of the SEALED file whose header is ``header``, and record it.
 
         Idempotent: a file already recorded is not uploaded again; an object already at the
-        target key is kept when it is this very file, replaced otherwise.
+        target key is kept (and recorded without a second put) when it checks out as this very
+        file (:func:`~tiered.index.compacted_file.check_compacted` against ``header``), replaced
+        otherwise.
 
         Raises:
             ProviderError: the put failed (nothing is recorded; retry later).

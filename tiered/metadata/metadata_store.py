@@ -2,17 +2,9 @@
 
 The file is upstream's (spec §7; :mod:`tiered.metadata.models` parses and writes it). Every persist
 replaces it atomically with the previous version kept as ``.bak`` (:mod:`tiered.metadata.atomic`),
-then puts the same bytes to the backend mirror (:func:`mirror_key_for`), from which
-:meth:`MetadataStore.recover_from_mirror` rebuilds a lost local copy. Inside
-:meth:`MetadataStore.mirror_spaced` (a dispatch pass: one persist per round, a round every few
-hundred milliseconds in a catch-up, a pass a second in a live tail) a persist mirrors only when
-the interval has passed since the last put, and so does the block's end: the mirror lags the
-local file by about the interval, as a recovery from it allows (it adds what a listing shows was
-uploaded later), and offload pays one put every few seconds instead of one per round.
-
-Loading falls back from a damaged ``X`` to ``X.bak``; the damaged file is moved aside to
-``X.corrupt-<ms>`` (never deleted) and reported in the :class:`LoadReport`. When neither file is
-usable nothing is moved and :class:`~tiered.errors.MetadataError` says how to rebuild.
+then puts the same bytes to the backend mirror (:func:`mirror_key_for`, spaced out during a
+dispatch pass: :meth:`MetadataStore.mirror_spaced`), from which
+:meth:`MetadataStore.recover_from_mirror` rebuilds a lost local copy.
 
 Write rule for callers: upload data before recording the metadata that points to it; remove
 metadata (and let it persist) before deleting the data. Inside :meth:`MetadataStore.batch` a
@@ -182,7 +174,10 @@ class MetadataStore:
     # --- load / persist ---------------------------------------------------------------------------
 
     def load(self) -> LoadReport:
-        """Read the file (falling back to ``.bak``), replacing the in-memory document.
+        """Read the file (falling back to ``.bak``), replacing the in-memory document. A damaged
+        file is moved aside to ``X.corrupt-<ms>`` (never deleted) and reported in the
+        :class:`LoadReport`; when neither file is usable nothing is moved and the error says how
+        to rebuild.
 
         Raises:
             MetadataError: the main file is damaged and ``.bak`` is missing or damaged too (or
@@ -284,7 +279,9 @@ class MetadataStore:
         persisted document if its mirror is behind and the interval has passed. A mirror still
         behind after the block is put by the next persist or :meth:`batch` end outside one, or
         by the next block's once due (a dispatch pass is one block: a live tail's passes, one a
-        second, put it every ``interval_s``, not every pass).
+        second, put it every ``interval_s``, not every pass). The mirror then lags the local
+        file by about the interval, which a recovery from it allows (it adds what a listing
+        shows was uploaded later).
 
         Raises:
             ProviderError: that last put failed (logged and counted as any mirror failure; the

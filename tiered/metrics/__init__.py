@@ -3,14 +3,8 @@
 Upstream names (spec §13) are kept where upstream has the metric; the sidecar's own additions are
 marked (+). Every family the package registers is below (names as exposed: counters end in
 ``_total``); :func:`families` lists them with their types and labels, and the docs' metrics
-reference is generated from them (a test holds the three together).
-
-The families are made on first use: the first attribute looked up on any of them
-(``metrics.DISPATCH_ROUNDS.inc``) makes them all, in this order, in prometheus_client's default
-registry, which is only then imported; ``rmq-tiered run`` makes them (:func:`register`) before
-it serves ``/metrics``. A process that never serves them calls :func:`discard` before: the
-families are then stand-ins that record nothing, and prometheus_client is not loaded for them
-(the console script's ``dispatch``: :data:`tiered.cli.UNSERVED`).
+reference is generated from them (a test holds the three together). The families are made on
+first use (:func:`register`), or as stand-ins that record nothing (:func:`discard`).
 
 ====================================================  =======  ========  ==========================
 name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels

@@ -1,4 +1,4 @@
-"""Metric labels from names a request brings, kept bounded (issue #30: no label from a stranger).
+"""Metric labels from names a request brings, kept bounded: no label from a stranger.
 
 A topic a request names becomes a label value only when the sidecar already knows it: the tier
 holds it (a topic record in the metadata) or the broker's store does (a directory under its

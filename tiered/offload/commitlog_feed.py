@@ -1,20 +1,11 @@
 """Which queues moved, learned from the commitlog as the broker's reput service learns it.
 
-The broker appends every message to the commitlog and then dispatches it to its queue's
-consumequeue. Looking at every queue's consumequeue on every dispatch pass costs a read per
-queue per pass whether anything moved or not. :class:`CommitlogFeed` instead follows the
-commitlog from a position (a message boundary): each :meth:`~CommitlogFeed.poll` reads the bytes
-written since, in chunks, and the compiled kernel walks their message headers
-(``walk_commitlog``) and names the queues they went to with the highest queue offset seen. A
-poll with nothing new costs one small read.
-
-The walk stops before a message that does not add up (the broker is writing it, or it is
-damaged) and starts there at the next poll; at a file's filler it goes on at the next file.
-The feed gives up -- :meth:`~CommitlogFeed.poll` returns ``None`` and the dispatcher looks at
-every queue until it starts the feed again -- when it was never started, when the broker deleted
-the file it is in, or when the same message stays torn for :data:`STUCK_S` (a damaged file):
-the queues' consumequeues are then the truth, as before. inotify cannot stand in for this: the
-broker writes through mapped files, which raise no events.
+Looking at every queue's consumequeue on every dispatch pass costs a read per queue per pass
+whether anything moved or not. :class:`CommitlogFeed` instead follows the commitlog from a message
+boundary: each :meth:`~CommitlogFeed.poll` reads the bytes written since, and the compiled kernel
+walks their message headers (``walk_commitlog``) and names the queues they went to with the
+highest queue offset seen; a poll with nothing new costs one small read. inotify cannot stand in
+for this: the broker writes through mapped files, which raise no events.
 """
 
 from __future__ import annotations
@@ -71,7 +62,13 @@ class CommitlogFeed:
 
     def poll(self) -> Moved | None:
         """The queues the messages written since the last poll went to; None when the feed
-        cannot tell (see the module docstring) -- it then stops until :meth:`start`."""
+        cannot tell -- it then stops until :meth:`start`, and the dispatcher looks at every
+        queue's consumequeue meanwhile.
+
+        The walk stops before a message that does not add up (the broker is writing it, or it is
+        damaged) and starts there at the next poll; at a file's filler it goes on at the next
+        file. The feed gives up when it was never started, when the broker deleted the file it
+        is in, or when the same message stays torn for :data:`STUCK_S` (a damaged file)."""
         if self.position is None:
             return None
         moved = Moved()

@@ -1,25 +1,13 @@
 """The dispatcher: local store -> tier, in rounds of a batch or two per ready queue (spec §8).
 
-A **round** lists the local queues (``consumequeue/``), skips filtered topics (system topics always;
-``tieredStoreTopicInclude/Exclude``), gives a queue seen for the first time its start position
-(``tieredStoreDispatchStartPolicy``), then runs one step per queue (:mod:`.offload_step`; a queue
-with a backlog a second one after it, :data:`ROUND_BATCHES`) on a
-bounded thread pool -- uploads of different queues run concurrently, at most
-``min(tieredStoreMaxPendingLimit / 4, 8)`` at once (2 on ``memory``) -- and finally records every
-queue's committed sizes with **one** metadata persist. A **pass** runs rounds back to back while
-some queue still has ready work, so a backlog is offloaded batch after batch without waiting for the
-next tick; a queue that keeps failing is retried a few times with backoff, then left for the next
-pass.
-
-After a round, commitlog ranges below every queue's next unit (all queues are done with them)
-are released from the page cache with ``posix_fadvise(DONTNEED)`` when they are cold (their
-newest message older than :data:`COLD_AGE_MS`): a catch-up does not evict the broker's hot pages.
-
-The workers, the commit notifier and the dispatcher's own reader of large commitlog ranges run
-at ``tieredOffloadNice`` (:mod:`tiered.process.offload_priority`).
-
-Only a master uploads (``brokerRole`` != SLAVE and ``brokerId`` == 0, or
-``tieredStoreUploadOnSlave``); otherwise a pass does nothing and the role is ``standby``.
+A **round** lists the local queues, skips filtered topics, gives a new queue its start position
+(``tieredStoreDispatchStartPolicy``), runs one step per queue (:mod:`.offload_step`) on a bounded
+thread pool, and records every queue's committed sizes with **one** metadata persist. A **pass**
+runs rounds back to back while some queue still has ready work; a queue that keeps failing is
+retried a few times with backoff, then left for the next pass. After a round, cold commitlog
+ranges every queue is past are released from the page cache (:data:`COLD_AGE_MS`). Only a master
+uploads (``brokerRole`` != SLAVE and ``brokerId`` == 0, or ``tieredStoreUploadOnSlave``); otherwise
+a pass does nothing and the role is ``standby``. See docs/design/offload.md.
 """
 
 from __future__ import annotations
@@ -94,9 +82,8 @@ NOTIFY_PENDING_STEPS = 64
 about 100 bytes a message) before the workers wait for them."""
 MEMORY_WORKERS = 2
 """Workers for the ``memory`` backend: its appends are memory copies, so more threads only
-contend for the interpreter lock. A ``posix`` append waits in ``fdatasync`` for the disk: with 2
-workers a 1 KiB catch-up spent 40 % of its wall time there, with 8 it overlaps the other batches'
-work (6.6 -> 5.2 s for 1.12 GiB on a disk writing back at ~450 MB/s, CPU no higher)."""
+contend for the interpreter lock. A ``posix`` append waits in ``fdatasync`` for the disk, which
+more workers overlap with the other batches' work (see docs/benchmarks.md)."""
 WAVE_BYTES = 64 << 20
 """Message bytes read at once (the batches of several queues; at least two batches); the next
 wave is read once no more than an eighth of this one's bytes are held (:class:`_Held`: a batch's
@@ -104,11 +91,8 @@ are freed when the flat commitlog holds them, before their sync), so at most 1.1
 is in memory."""
 ROUND_BATCHES = 2
 """Batches a round may send per queue on a file backend (:attr:`~.offload_step.Plan.follow`; one
-on an object store, see ``Dispatcher.round_batches``): a queue's second
-batch is read, with every other queue's, while the first ones upload. With one batch per queue
-the workers waited for each round's read, about a quarter of a 1 KiB catch-up's rounds (15 of
-60 ms): two per round cut its wall time by 4-8 % (interleaved runs; four per round did no
-better)."""
+on an object store, see ``Dispatcher.round_batches``): a queue's second batch is read, with every
+other queue's, while the first ones upload, so the workers do not wait for each round's read."""
 OBJECT_UNIT_BYTES = 256
 """On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
 consumequeue units a plan reads stay a few MiB)."""
@@ -116,11 +100,11 @@ MIRROR_INTERVAL_S = 5.0
 """While offloading the metadata's backend mirror is put at most this often (seconds), at the end
 of a pass too only once due (close puts what is left); the local file is still written every
 round. A catch-up's rounds come every few hundred milliseconds, a live tail's passes every
-second: a mirror put each was 5 % of a catch-up's wall time on posix, a PUT each on S3."""
+second: a mirror put each would cost a file write or a PUT each time."""
 STATE_REFRESH_S = 10.0
 """The state file is written after a round that changed what ``status`` shows of a queue (its
 last upload, error or gaps) or the role, else at most this often while local offsets move (its
-local offsets, round count and time): a write per idle pass showed in profiles."""
+local offsets, round count and time): a write per idle pass would cost more than the pass."""
 STATE_IDLE_REFRESH_S = 60.0
 """... and at most this often when nothing moved (the round count and the time)."""
 WIDE_ROUND_QUEUES = 256
@@ -675,18 +659,15 @@ class _Notifier:
     """Tells the commit listeners of each committed batch on one thread of its own
     (``tiered-commit``), in commit order, while the workers go on uploading.
 
-    The listeners' work -- the key index: extracting and hashing the keys, then chaining the
-    items in its one index file under its lock -- was done by the worker that uploaded the batch,
-    and so held up the end of every round: the 8 workers queued on the index's lock, and the next
-    round's read waited for the last of them (a 1 KiB catch-up's wall: index on 5.1-5.7 s, off
-    4.4-4.9 s). Told here, that work overlaps the next round. A staged listener
-    (:meth:`Dispatcher.add_staged_listener`) does its own share in the worker, in parallel
-    (extracting and hashing the keys), and leaves this thread only the ordered rest (chaining the
-    items): with the whole index work on this thread the workers waited here for 1.2-1.9 of
-    their thread-seconds of a 1 KiB catch-up. A worker blocks only while the batches waiting to
-    be told hold more than :data:`NOTIFY_PENDING_BYTES` of message bytes (kept in memory for a
-    plain listener), or :data:`NOTIFY_PENDING_STEPS` batches wait. A listener's exception is
-    logged and never fails the upload.
+    The listeners' work (the key index chains its items in one file under its lock) would
+    otherwise hold up the end of every round, the workers queueing on the index's lock; told
+    here, it overlaps the next round. A staged listener (:meth:`Dispatcher.add_staged_listener`)
+    does its parallel share in the worker (extracting and hashing the keys) and leaves this
+    thread only the ordered rest, so this one thread does not become the bottleneck. A worker
+    blocks only while the batches waiting to be told hold more than
+    :data:`NOTIFY_PENDING_BYTES` of message bytes (kept in memory for a plain listener), or
+    :data:`NOTIFY_PENDING_STEPS` batches wait. A listener's exception is logged and never fails
+    the upload.
     """
 
     def __init__(

@@ -2,28 +2,9 @@
 
 A step is planned (:func:`plan`, cheap reads of the local consumequeue), its batch is read
 together with every other queue's (:meth:`LocalSource.read_unchecked`, one pread per commitlog
-range), then carried out in a worker thread (:func:`execute`); the dispatcher holds the queue's
-lock throughout. In order:
-
-1. a previous upload that failed is retried first, from exactly where it stopped;
-2. the local max offset is read (a short scan from the last answer); nothing new -> idle;
-3. local messages below the broker's min offset (files deleted before they were offloaded) are
-   skipped: the gap is recorded and the consumequeue continues at the local min (upstream drops
-   the queue's whole tiered history instead);
-4. the hold rule: a batch goes when its first message is ``tieredStoreGroupCommitTimeout`` old,
-   or the backlog reaches ``tieredStoreGroupCommitCount`` messages or
-   ``tieredStoreGroupCommitSize`` bytes, or on flush (or with ``tieredStoreGroupCommit=false``).
-   A queue that holds remembers the sizes of the units it read and its first message's store
-   time (:class:`~.dispatch_state.Held`): its next pass reads only the units written since
-   (those the scan for the max offset just read, :meth:`LocalSource.tail_units`), and
-   the batch that goes is read again, as the consumequeue has it then;
-5. the batch (up to the count, stopping before the message that reaches the size, at least one
-   message) is read with one pread per contiguous commitlog run, appended to the flat commitlog
-   (offsets rewritten) and consumequeue, and uploaded: commitlog first, then consumequeue;
-6. ``dispatch_latency`` is then the age of the first message left waiting (its header is read
-   with the batch, from the one consumequeue unit read past it), 0 when none waits.
-
-Segment records are written by the dispatcher after the round (one persist per round).
+range), then carried out in a worker thread (:func:`execute`: appended to the flat commitlog and
+consumequeue, uploaded commitlog first); the dispatcher holds the queue's lock throughout and
+writes the segment records after the round (one persist per round). See docs/design/offload.md.
 """
 
 from __future__ import annotations
@@ -154,6 +135,14 @@ def plan(
     result of a step that has nothing to send (idle, holding, caught up, a gap skipped). A
     queue-level problem is recorded in ``state`` and returned as a failed result.
 
+    A previous upload that failed is retried first, from exactly where it stopped. Messages
+    below the broker's min offset (deleted before they were offloaded) are skipped as a gap
+    (upstream drops the queue's whole tiered history instead). A batch goes when its first
+    message is ``tieredStoreGroupCommitTimeout`` old, the backlog reaches
+    ``tieredStoreGroupCommitCount`` messages or ``tieredStoreGroupCommitSize`` bytes, or on
+    flush; a queue that holds remembers the sizes it read and its first message's store time
+    (:class:`~.dispatch_state.Held`), so its next pass reads only the units written since.
+
     With ``batches`` > 1 a plan that sends may carry up to ``batches - 1`` further full batches
     of the queue (:attr:`Plan.follow`): exactly the batches the next steps would plan once this
     one is uploaded, read with this round's consumequeue units -- none when the segments must
@@ -203,8 +192,9 @@ def plan(
             assert first is not None
             state.held = Held(current, got.sizes, got.first_offset, first)
             return StepResult()
-    if got.units is None:  # decided on units earlier passes read: the batch goes as the
-        got = _read_from(local, topic, qid, current, need, None)  # consumequeue has it now
+    # decided on units earlier passes read: the batch goes as the consumequeue has it now
+    if got.units is None:
+        got = _read_from(local, topic, qid, current, need, None)
         if got is None:
             return _skip_deleted(flat, state, local, now, current)
         if not len(got.sizes):

@@ -1,20 +1,9 @@
 """Topics the broker deleted: their run-time state is released at once, their tier records when
-the reserve time has expired every segment.
+the reserve time has expired every segment (upstream keeps such records for ever).
 
-A queue counts as deleted at the broker when its ``consumequeue/{topic}/{queueId}`` directory is
-gone and its topic is not in the broker's ``config/topics.json`` (read as the broker reads it, its
-``.bak`` when the file is damaged); when neither can be read, nothing is taken for deleted. Each
-expiry run (``tieredStoreDeleteFileInterval``) looks, after expiring segments:
-
-* a deleted queue's run-time state goes at once: the dispatcher's state, its local-store caches,
-  its share of the aggregated metrics (its tiered messages stay readable until they expire);
-* once expiry has left it no bytes (only the empty segment that held its position), its segment
-  records and queue record are removed, and the topic record with its last queue; nothing of it
-  is then kept in memory or in ``tieredStoreMetadata.json`` (upstream keeps such records for
-  ever).
-
-A topic created again under the same name later is a new topic to the sidecar once its old records
-are gone; before that its queues continue where the tier is, as after any pause.
+Each expiry run (``tieredStoreDeleteFileInterval``) looks for them after expiring segments. A topic
+created again under the same name later is a new topic to the sidecar once its old records are
+gone; before that its queues continue where the tier is, as after any pause.
 """
 
 from __future__ import annotations
@@ -51,7 +40,10 @@ class RetireReport:
 def deleted_queues(
     cfg: TieredConfig, store: FlatFileStore, local: LocalSource
 ) -> list[FlatMessageFile]:
-    """The tier's queues the broker deleted (see the module docstring)."""
+    """The tier's queues the broker deleted: its ``consumequeue/{topic}/{queueId}`` directory is
+    gone and its topic is not in the broker's ``config/topics.json`` (read as the broker reads
+    it, its ``.bak`` when the file is damaged); when neither can be read, nothing is taken for
+    deleted."""
     try:
         table = load_topics(cfg.store_path_root_dir / "config" / "topics.json")
     except TieredStoreError as e:
@@ -74,7 +66,10 @@ def retire_deleted(
 ) -> RetireReport:
     """Release what the sidecar holds of the queues the broker deleted, and remove their records
     once nothing of them is left in the tier. ``release(topic, queue_id, path)`` drops a queue's
-    run-time state and says whether it held any."""
+    run-time state (the dispatcher's state, its local-store caches, its share of the aggregated
+    metrics) and says whether it held any; its tiered messages stay readable until they expire.
+    Once expiry has left a queue no bytes (only the empty segment that held its position), its
+    segment records and queue record are removed, and the topic record with its last queue."""
     report = RetireReport()
     gone: dict[str, int] = {}
     empty: list[tuple[str, int]] = []

@@ -3,13 +3,12 @@
 Every bulk read fills a buffer of a few megabytes (a read-ahead window, an offload batch) that
 lives for seconds. glibc serves an allocation above its mmap threshold (128 KiB at start, raised
 up to 32 MiB as such blocks are freed) with a fresh ``mmap`` and returns it to the kernel when it
-is freed, so every buffer's pages are faulted in and zeroed by the kernel again on first write:
-measured on the replay path, the faults cost more kernel time than the copy from the page cache
-(0.27 against 0.07 CPU-s per 0.23 GiB read warm). :func:`tune` has such buffers come from the heap,
+is freed, so every buffer's pages are faulted in and zeroed again on first write, which costs more
+kernel time than the copy from the page cache. :func:`tune` has such buffers come from the heap,
 which keeps freed memory and hands it out again, and :func:`trim` (the daemon calls it every
-:data:`TRIM_INTERVAL_MS`) returns what the heap holds free to the kernel, so a catch-up's
-memory does not stay resident once its windows are gone. Neither does anything where the C
-library is not glibc (musl has neither call; its allocator maps large blocks anyway).
+:data:`TRIM_INTERVAL_MS`) returns what the heap holds free to the kernel, so a catch-up's memory
+does not stay resident once its windows are gone. Neither does anything where the C library is
+not glibc (musl has neither call; its allocator maps large blocks anyway).
 """
 
 from __future__ import annotations

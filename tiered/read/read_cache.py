@@ -8,16 +8,7 @@ queue offset finds the window holding it (a per-queue sorted index of window sta
 a run of messages costs one cache access, not one per message (upstream keys every message).
 The cache counts as busy, and is bypassed, when more than 80 % of its byte budget is used.
 Concurrent misses on a range another reader is already loading wait for that one backend read
-(single flight).
-
-A window is *passed* when a reader reads from the start of the window that follows it in its
-queue (it went on past its end: a catch-up, read after read); a window loaded ahead of the
-reader (prefetched) passes nothing until the reader gets there. Only the last
-:data:`PASSED_KEEP` passed windows stay (for a reader that asks again, or one a little behind);
-older ones are dropped at once rather than held until they expire. A catch-up then reuses the
-memory of the windows it has read instead of taking fresh memory for every window for as long
-as the expiry (15 s of a catch-up is gigabytes): fresh memory costs a page fault per 4 KiB, more
-than the copy into it.
+(single flight). Windows a reader has gone on past are dropped early (:data:`PASSED_KEEP`).
 """
 
 from __future__ import annotations
@@ -40,11 +31,16 @@ from tiered.read.read_unit import Unit
 
 BUSY_RATE = 0.8
 PASSED_KEEP = 4
-"""Windows kept after a reader has gone on past them (see the module docstring)."""
+"""Windows kept after a reader has gone on past them (for a reader that asks again, or one a
+little behind). A window is *passed* when a reader reads from the start of the window that
+follows it in its queue; a prefetched window passes nothing until the reader gets there. Older
+passed windows are dropped at once rather than held until they expire, so a catch-up reuses the
+memory of the windows it has read instead of taking fresh memory (a page fault per 4 KiB, more
+than the copy into it) for every window for as long as the expiry."""
 EXPIRE_EVERY_S = 0.1
 REARM_EVERY_S = 0.1
-"""A window's expiry is re-armed by a read at most this often (a TTLCache write per read of a
-32-message pull was a tenth of the pull's cost): it may expire up to this much earlier than
+"""A window's expiry is re-armed by a read at most this often (a TTLCache write per read is a
+noticeable share of a small pull's cost): it may expire up to this much earlier than
 ``readAheadCacheExpireDuration`` after its last read."""
 _EMPTY = Run.empty()
 QueueKey = tuple[str, int]

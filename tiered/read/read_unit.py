@@ -37,7 +37,7 @@ class Run:
     """Units read in one go: unit ``i`` is ``data[rel[i]:rel[i]+sizes[i]]`` at queue offset
     ``qoffs[i]`` with tag code ``tags[i]``. Slices and selections share ``data``: a bulk reader
     hands views of it to the socket and makes no object per message. Never changed once made
-    (not frozen: a frozen dataclass costs five times as much to make, and a pull makes a few)."""
+    (not frozen: a frozen dataclass costs several times as much to make, and a pull makes a few)."""
 
     data: Buffer
     rel: Int64s

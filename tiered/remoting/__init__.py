@@ -6,15 +6,8 @@ id, replay groups' consumer offsets, orderly consumers' queue locks, and the rea
 requests of ``mqadmin``) on one port, so unmodified RocketMQ consumers and admin tools replay the
 whole history with only ``namesrvAddr`` changed.
 
-Modules, bottom up: :mod:`.codes` (request and response codes, flags), :mod:`.frame` (the frame
-codec, JSON and ROCKETMQ headers), :mod:`.fields` (reading extFields), :mod:`.body` (bodies as
-fastjson writes them), :mod:`.acl` (``plain_acl.yml`` accounts and request signatures),
-:mod:`.groups` (heartbeats and the replay groups' offsets), :mod:`.locks` (orderly consumers'
-queue locks), :mod:`.naming` (routes and cluster info), :mod:`.admin` (the ``mqadmin`` requests:
-runtime info, topic lists and stats, consume stats, connections), :mod:`.handlers` (one function
-per request code over :class:`~tiered.read.message_store.TieredMessageStore`), :mod:`.server`
-(threaded TCP server: connection limit, idle timeout, long polling), :mod:`.client` (a small
-blocking client for tests, benchmarks and scripts). Imports point down: the package uses the
-access layer (``tiered.core``, ``tiered.index``) and nothing below it knows the protocol exists;
-only the CLI imports it.
+The modules go bottom up from :mod:`.codes` and :mod:`.frame` (the frame codec) to :mod:`.handlers`
+(one function per request code) and :mod:`.server` (the TCP server). Imports point down: the package
+uses the access layer (``tiered.core``, ``tiered.index``) and nothing below it knows the protocol
+exists; only the CLI imports it.
 """

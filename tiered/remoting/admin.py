@@ -4,31 +4,8 @@ Each answer is upstream's body class as fastjson writes it (:mod:`.body`), with 
 sidecar has: the queues and offsets both tiers hold, store times read from the messages, the
 replay groups' committed offsets and the clients that sent heartbeats. Counters the sidecar does
 not keep (put/get totals and rates, thread-pool queues, timer-wheel lag) are a plain ``0``, as a
-broker that has served nothing would report them.
-
-Per ``mqadmin`` command (RocketMQ 5.3.3 ``tools``), the requests it sends:
-
-* ``clusterList``: GET_BROKER_CLUSTER_INFO, then GET_BROKER_RUNTIME_INFO to each broker address
-  (``KVTable``: it reads ``brokerVersionDesc``, ``putTps``, ``getTransferredTps``, the thread-pool
-  queue keys, ``pageCacheLockTimeMills``, ``earliestMessageTimeStamp``, ``commitLogDiskRatio``,
-  ``timer*`` and ``brokerActive``; with ``-m`` the ``msgPut/GetTotal*`` counters).
-* ``topicList``: GET_ALL_TOPIC_LIST_FROM_NAMESERVER; with ``-c`` also GET_BROKER_CLUSTER_INFO and,
-  per topic, GET_ROUTEINFO_BY_TOPIC and QUERY_TOPIC_CONSUME_BY_WHO.
-* ``topicStatus``: GET_ROUTEINFO_BY_TOPIC (of the cluster name with ``-c``), GET_TOPIC_STATS_INFO
-  and GET_TOPIC_CONFIG (static-topic mapping; TOPIC_NOT_EXIST is accepted).
-* ``consumerProgress -g G [-t T]``: GET_ROUTEINFO_BY_TOPIC of ``%RETRY%G``, GET_CONSUME_STATS, per
-  topic found GET_ROUTEINFO_BY_TOPIC and GET_TOPIC_CONFIG, and GET_CONSUMER_CONNECTION_LIST when
-  the stats are empty; with ``-s true`` GET_CONSUMER_RUNNING_INFO per client (refused: the
-  endpoint never calls into clients, so the client column shows N/A). Without ``-g``:
-  GET_ALL_TOPIC_LIST_FROM_NAMESERVER, and for each ``%RETRY%<group>`` topic the stats and the
-  connection list of that group -- so the list names every replay group.
-* ``queryMsgByKey`` / ``queryMsgByUniqueKey`` / ``queryMsgById``: GET_ROUTEINFO_BY_TOPIC and
-  QUERY_MESSAGE (VIEW_MESSAGE_BY_ID first for an offset message id), then the message's track:
-  QUERY_TOPIC_CONSUME_BY_WHO, per group GET_CONSUMER_CONNECTION_LIST and, for a push group,
-  GET_CONSUME_STATS, GET_TOPIC_CONFIG and GET_BROKER_CLUSTER_INFO.
-* ``queryMsgByOffset`` / ``printMsg`` / ``printMsgByQueue``: a pull consumer's HEART_BEAT,
-  GET_ROUTEINFO_BY_TOPIC, GET_MIN_OFFSET, GET_MAX_OFFSET, SEARCH_OFFSET_BY_TIMESTAMP (with ``-b``
-  / ``-e``) and PULL_MESSAGE (then the track above for ``queryMsgByOffset``).
+broker that has served nothing would report them. Each handler names the ``mqadmin`` commands
+(RocketMQ 5.3.3 ``tools``) that send its request.
 """
 
 from __future__ import annotations
@@ -138,7 +115,11 @@ class Admin:
     # --- broker runtime ---------------------------------------------------------------------------
 
     def runtime_info(self, request: Command) -> Command:
-        """``KVTable`` of ``AdminBrokerProcessor.prepareRuntimeInfo``'s keys."""
+        """``KVTable`` of ``AdminBrokerProcessor.prepareRuntimeInfo``'s keys, for
+        ``clusterList``: it reads ``brokerVersionDesc``, ``putTps``, ``getTransferredTps``, the
+        thread-pool queue keys, ``pageCacheLockTimeMills``, ``earliestMessageTimeStamp``,
+        ``commitLogDiskRatio``, ``timer*`` and ``brokerActive`` (with ``-m`` the
+        ``msgPut/GetTotal*`` counters)."""
         local = self.store.local
         local.refresh()
         now = int(time.time() * 1000)
@@ -226,8 +207,8 @@ class Admin:
         return sorted(topics)
 
     def topic_list(self, request: Command) -> Command:
-        """``TopicList`` of every topic (``consumerProgress`` finds groups by their retry
-        topics)."""
+        """``TopicList`` of every topic, for ``topicList`` and ``consumerProgress`` without
+        ``-g``, which finds the replay groups by their retry topics."""
         return request.response(ResponseCode.SUCCESS, body=dumps({"topicList": self._topics()}))
 
     def topics_by_cluster(self, request: Command) -> Command:
@@ -250,8 +231,8 @@ class Admin:
         return -1
 
     def topic_stats(self, request: Command) -> Command:
-        """``TopicStatsTable``: each queue's min and max offset and the store time of its last
-        message."""
+        """``TopicStatsTable`` (``topicStatus``): each queue's min and max offset and the store
+        time of its last message."""
         topic = field(request.ext_fields, "topic")
         count = self.naming.queue_count(topic)
         if count == 0:
@@ -268,7 +249,7 @@ class Admin:
 
     def topic_config(self, request: Command) -> Command:
         """``TopicConfigAndQueueMapping``: the read-only topic as the routes describe it (no
-        static-topic mapping)."""
+        static-topic mapping; ``topicStatus`` and ``consumerProgress`` accept TOPIC_NOT_EXIST)."""
         topic = field(request.ext_fields, "topic")
         count = self.naming.queue_count(topic)
         if count == 0:
@@ -302,8 +283,10 @@ class Admin:
         return [t for t in topics if not subscribed or t in subscribed]
 
     def consume_stats(self, request: Command) -> Command:
-        """``ConsumeStats`` of a replay group: per queue the max offset, the committed offset
-        (0 when none) and the store time of the last message consumed."""
+        """``ConsumeStats`` of a replay group (``consumerProgress``, and a message's track in
+        ``queryMsgBy*``): per queue the max offset, the committed offset (0 when none) and the
+        store time of the last message consumed. ``consumerProgress -s true`` then asks each
+        client for its running info, which is refused: the endpoint never calls into clients."""
         ext = request.ext_fields
         group = field(ext, "consumerGroup")
         rows = []

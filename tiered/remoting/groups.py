@@ -1,30 +1,9 @@
 """Consumer groups as the replay endpoint sees them: live clients and committed offsets.
 
-:class:`Clients` records each group's client ids from ``HEART_BEAT`` (a rebalancing client takes
-no queue unless ``GET_CONSUMER_LIST_BY_GROUP`` lists it) and the subscription each group sent
-(a Java push consumer pulls without one and the broker uses the heartbeat's); as the broker
-does, a client is dropped the moment the connection of its heartbeats closes (a crashed consumer's
-queues go to the others at their next rebalance, which the endpoint asks for at once) and when it
-has not sent a heartbeat for :data:`CLIENT_EXPIRY_S` (a connection left open), and a group
-left with no live client is forgotten (swept at most once per expiry period, so heartbeats naming
-ever new groups hold memory for one period, not for ever). For
-``GET_CONSUMER_CONNECTION_LIST`` it also keeps what the broker's ``ConsumerGroupInfo`` keeps: each
-client's address, language and version (from the heartbeat's connection and header), the group's
-``consumeType``, ``messageModel`` and ``consumeFromWhere``, and each ``SubscriptionData`` as the
-client sent it.
-
-:class:`ReplayOffsets` keeps the replay groups' committed offsets in
-``{tieredDataDir}/config/replayConsumerOffset.json`` -- never in the broker's store, whose groups
-are the broker's business. A pull's ``commitOffset`` moves a group's offset forward only, and
-only when the pull is first handled (a held pull's re-run commits nothing, as the broker's); only
-``UPDATE_CONSUMER_OFFSET`` sets it to any value. The file has the broker's
-``consumerOffset.json`` shape
-(``{"offsetTable": {"topic@group": {"queueId": offset}}}``) plus a ``version``; it is written
-atomically (temp, fsync, rename, ``.bak`` kept) by :meth:`ReplayOffsets.flush`, which ``run``
-calls every second and at shutdown, so a ``kill -9`` loses at most the last second of commits
-(the consumer then re-reads those messages: at-least-once, as with a broker). A damaged file
-falls back to its ``.bak``; when both are damaged they are moved aside, a warning names them and
-the groups start over (each re-reads from its ``tieredRemotingNewGroupOffset``).
+:class:`Clients` records each group's clients and subscriptions from ``HEART_BEAT``, as the
+broker's ``ConsumerManager`` does. :class:`ReplayOffsets` keeps the replay groups' committed
+offsets in ``{tieredDataDir}/config/replayConsumerOffset.json`` -- never in the broker's store,
+whose groups are the broker's business.
 """
 
 from __future__ import annotations
@@ -100,7 +79,16 @@ class Clients:
     came on (``channel``, any hashable; None when the caller has none), and leaves every group
     the moment that connection closes (:meth:`drop_channel`) or it unregisters; the calls that
     change a group's membership or subscriptions return the groups whose other clients should
-    rebalance now (``NOTIFY_CONSUMER_IDS_CHANGED``, sent to :meth:`channels`)."""
+    rebalance now (``NOTIFY_CONSUMER_IDS_CHANGED``, sent to :meth:`channels`).
+
+    A rebalancing client takes no queue unless ``GET_CONSUMER_LIST_BY_GROUP`` lists it; a Java
+    push consumer pulls without a subscription and the broker uses the heartbeat's. A client
+    that has not sent a heartbeat for :data:`CLIENT_EXPIRY_S` (a connection left open) is
+    dropped too, and a group left with no live client is forgotten (swept at most once per
+    expiry period, so heartbeats naming ever new groups hold memory for one period, not for
+    ever). For ``GET_CONSUMER_CONNECTION_LIST`` it keeps what the broker's ``ConsumerGroupInfo``
+    keeps: each client's address, language and version, the group's ``consumeType``,
+    ``messageModel`` and ``consumeFromWhere``, and each ``SubscriptionData`` as sent."""
 
     def __init__(self, expiry_s: float = CLIENT_EXPIRY_S) -> None:
         self.expiry_s = expiry_s
@@ -270,7 +258,14 @@ _ATTRS = {
 
 
 class ReplayOffsets:
-    """Committed offsets of replay groups, by ``(group, topic, queue id)`` (thread-safe)."""
+    """Committed offsets of replay groups, by ``(group, topic, queue id)`` (thread-safe).
+
+    The file has the broker's ``consumerOffset.json`` shape (``{"offsetTable": {"topic@group":
+    {"queueId": offset}}}``) plus a ``version``, written atomically (temp, fsync, rename, ``.bak``
+    kept) by :meth:`flush`, which ``run`` calls every second and at shutdown: a ``kill -9`` loses
+    at most the last second of commits (re-read by the consumer: at-least-once, as with a
+    broker). When the file and its ``.bak`` are both damaged they are moved aside and the groups
+    start over from ``tieredRemotingNewGroupOffset``."""
 
     def __init__(self, config_dir: Path) -> None:
         self._file = JsonStateFile(

@@ -8,13 +8,6 @@ admin requests that change topics, groups, offsets or the broker's configuration
 (:data:`~.codes.CONFIG_WRITES`); requests a broker answers by calling into a consumer
 (:data:`~.codes.CLIENT_CALLBACKS`) are refused by name too. Orderly consumers' queue locks are
 kept as the broker keeps them (:mod:`.locks`); the ``mqadmin`` requests are :mod:`.admin`'s.
-
-Status mapping of a pull (as the broker's ``PullMessageProcessor``): FOUND -> SUCCESS with the
-messages as stored, back to back; NO_MATCHED_MESSAGE -> PULL_RETRY_IMMEDIATELY; OFFSET_OVERFLOW_ONE
-and OFFSET_FOUND_NULL -> PULL_NOT_FOUND (held up to ``suspendTimeoutMillis`` when the request
-carries the suspend flag: :class:`Suspend`); OFFSET_TOO_SMALL and OFFSET_OVERFLOW_BADLY ->
-PULL_OFFSET_MOVED with a corrected ``nextBeginOffset``; an unknown or empty queue -> PULL_NOT_FOUND
-at offset 0, PULL_OFFSET_MOVED elsewhere.
 """
 
 from __future__ import annotations
@@ -404,6 +397,13 @@ class Replay:
     # --- pull -------------------------------------------------------------------------------------
 
     def pull(self, request: Command, *, may_suspend: bool = True) -> Response:
+        """A pull, its status mapped as the broker's ``PullMessageProcessor`` maps it: FOUND ->
+        SUCCESS with the messages as stored, back to back; NO_MATCHED_MESSAGE ->
+        PULL_RETRY_IMMEDIATELY; OFFSET_OVERFLOW_ONE and OFFSET_FOUND_NULL -> PULL_NOT_FOUND (held
+        up to ``suspendTimeoutMillis`` when the request carries the suspend flag:
+        :class:`Suspend`); OFFSET_TOO_SMALL and OFFSET_OVERFLOW_BADLY -> PULL_OFFSET_MOVED with a
+        corrected ``nextBeginOffset``; an unknown or empty queue -> PULL_NOT_FOUND at offset 0,
+        PULL_OFFSET_MOVED elsewhere."""
         ext = request.ext_fields
         topic, queue_id = field(ext, "topic"), int_field(ext, "queueId")
         offset, sys_flag = int_field(ext, "queueOffset"), int_field(ext, "sysFlag", 0)

@@ -1,33 +1,14 @@
 """The next pull of each queue a connection pulls, read while its consumer works on this one.
 
 A consumer catching up sends a queue's next pull as soon as it has the answer to the previous one,
-from that answer's ``nextBeginOffset``, with the same batch size, subscription and byte limit: a
-push consumer does (``executePullRequestImmediately``), and so do pull consumers looping over
-``nextBeginOffset``. Meanwhile the connection's thread would wait in ``recv``. So when a pull finds
-messages, the pull it predicts is remembered (:meth:`PreparedPulls.expect`), and once the
-connection's thread has answered every request it holds, it reads that pull's messages
-(:meth:`PreparedPulls.prepare`) before it waits for the next request. The pull that arrives then
-and matches it exactly -- request code, topic, queue, offset, batch size, subscription expression,
-byte limit -- takes the prepared result (:meth:`PreparedPulls.take`) instead of reading; any
-other request reads as before and drops the queue's prepared result. A 32-message catch-up's
-round trip loses the read (the consumer's CPU and the sidecar's overlap on two cores), and the
-sidecar reads no more than it did: one read per pull, done earlier.
-
-Bounds:
-
-* a prepared result is used within :data:`PREPARED_TTL_S` of its read, or read again -- a
-  consumer that paused gets what the queue holds when it comes back (the offsets in the answer,
-  a segment expired meanwhile);
-* at most :data:`PREPARED_QUEUES` queues per connection (a consumer of more queues has the most
-  recently answered ones prepared);
-* every connection's prepared results together hold at most :data:`PREPARED_MAX_BYTES` of
-  message bytes (:class:`PreparedBudget`, one per server): past it the results too old to be
-  taken are dropped (of every connection), and if that is not enough nothing more is prepared;
-* nothing is prepared for a pull that found no message (long polling is unchanged), and a
-  preparation that fails is dropped (the pull itself reads, and reports what it meets).
-
-The results are views of what the read path read (its read-ahead cache windows), not copies.
-``rocketmq_tiered_store_remoting_prepared_pulls_total{result}`` counts them used or unused.
+from that answer's ``nextBeginOffset``, with the same batch size, subscription and byte limit
+(a push consumer's ``executePullRequestImmediately``, and pull consumers looping). So when a pull
+finds messages, the pull it predicts is remembered (:meth:`PreparedPulls.expect`) and read once
+the connection has answered every request it holds (:meth:`PreparedPulls.prepare`); the pull that
+then matches it exactly takes the result (:meth:`PreparedPulls.take`), any other request reads
+and drops it. The read overlaps the consumer's work, and the sidecar reads no more: one read per
+pull, done earlier. The results are views of the read-ahead cache's windows, not copies, bounded
+by the constants below.
 """
 
 from __future__ import annotations
@@ -48,11 +29,14 @@ from tiered.read.fetcher import GetStatus
 log = logging.getLogger(__name__)
 
 PREPARED_TTL_S = 1.0
-"""A prepared result older than this is read again."""
+"""A prepared result older than this is read again: a consumer that paused gets what the queue
+holds when it comes back (the offsets in the answer, a segment expired meanwhile)."""
 PREPARED_QUEUES = 64
-"""Queues of one connection whose next pull is prepared at most."""
+"""Queues of one connection whose next pull is prepared at most (a consumer of more queues has
+the most recently answered ones prepared)."""
 PREPARED_MAX_BYTES = 64 << 20
-"""Message bytes all prepared results of a server hold at most."""
+"""Message bytes all prepared results of a server hold at most (:class:`PreparedBudget`): past
+it nothing more is prepared."""
 SWEEP_INTERVAL_S = 0.1
 """A full budget looks for stale results to drop at most this often."""
 
@@ -132,7 +116,8 @@ class PreparedPulls:
         budget.register(self)
 
     def take(self, queue: Queue, key: Hashable) -> GetResult | None:
-        """The prepared result of ``queue``'s pull when it is the one ``key`` names and fresh;
+        """The prepared result of ``queue``'s pull when it is the one ``key`` names (request
+        code, topic, queue, offset, batch size, subscription expression, byte limit) and fresh;
         None otherwise. Either way the queue's prepared result is gone."""
         with self._lock:
             ready = self._ready.pop(queue, None)
@@ -158,7 +143,9 @@ class PreparedPulls:
         return bool(self._expected)
 
     def prepare(self) -> None:
-        """Read every expected pull (the connection is about to wait for its next request)."""
+        """Read every expected pull (the connection is about to wait for its next request).
+        Nothing is prepared for a pull that found no message (long polling is unchanged), and a
+        preparation that fails is dropped (the pull itself reads, and reports what it meets)."""
         while True:
             with self._lock:
                 if not self._expected:

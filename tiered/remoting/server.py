@@ -1,43 +1,10 @@
 """The endpoint's TCP server: a thread per connection that reads, answers and writes in place.
 
-A connection's requests are decoded (:class:`~.frame.FrameReader`) and answered in order by its own
-thread -- no hand-off between threads on the hot path: a pull costs one ``recv``, the store read
-and one ``sendall``. Once a connection has answered every request it holds, it reads the pull each
-answered queue most likely sends next before it waits (:mod:`.prepared`): the consumer works on its
-answer meanwhile, and the matching pull takes what was read. A pull that finds nothing new and
-carries the suspend flag is handed to the holder thread instead (long polling): while pulls are
-held it checks each held queue's max offset every :data:`POLL_INTERVAL_S` (the broker's files move
-without telling us) and re-runs the pull (in a small pool) as soon as it moved, or answers
-PULL_NOT_FOUND at the pull's ``suspendTimeoutMillis`` (it wakes at the earliest deadline, not on
-the next tick) -- an idle consumer costs one request per suspend timeout, not a spin, and holds no
-thread. Responses to one connection are written under its lock, matched by ``opaque`` (held pulls
-may be answered after later requests). A held pull is re-run without committing its
-``commitOffset`` again (the broker's rule); a connection that closes drops its held pulls and its
-clients at once, and the endpoint tells the clients left in those groups to rebalance
-(``NOTIFY_CONSUMER_IDS_CHANGED``, one way, from the pool: nobody waits on a slow client's socket).
-
-The holder sleeps while nothing is held and no request was answered since it last wrote the
-replay offsets: a pull being held, or the first request after a write, wakes it (an event, set
-once per :data:`FLUSH_INTERVAL_S` at most under load); the offsets are then written at most
-every :data:`FLUSH_INTERVAL_S` as before. A sidecar no consumer talks to pays nothing for the
-port (it woke five times a second: ~0.5 CPU-ms per second, py-spy in bench_tail).
-
-Bad input never takes the endpoint down: a frame over ``tieredRemotingMaxFrameBytes``, a header
-length that does not fit, a header that does not decode, an unknown serialize type -- the
-connection is answered one error (``opaque`` 0, the reason as remark) and closed; a connection
-stalled inside a frame for :data:`FRAME_STALL_S` or silent for :data:`IDLE_TIMEOUT_S` is closed;
-past ``tieredRemotingMaxConnections`` new connections are closed at once. Each is logged once per
-connection and counted (``remoting_rejected_total{reason}``); other connections go on.
-
-With TLS (``tieredRemotingTlsMode`` permissive or enforcing) a connection's thread first peeks at
-its first byte, as RocketMQ's server does: a TLS handshake (0x16) is answered through TLS with the
-certificate current at that moment; a plain frame (first byte 0x00) is served as before when the
-port is permissive; when it is enforcing, its first request is answered ``NO_PERMISSION`` with a
-remark naming the setting and the client option (``-Dtls.enable=true``), and the connection
-closed. A failed handshake is counted as ``access_denied_total{port="remoting",
-reason="tls_handshake"}`` and the connection closed; the others go on. The TLS state of a
-connection is a :class:`~tiered.access.tls.TlsStream`: its reader and the threads answering held
-pulls never use it at the same time (OpenSSL does not allow it).
+A connection's requests are answered in order by its own thread, with no hand-off between threads
+on the hot path. A pull that finds nothing new and carries the suspend flag is held by the holder
+thread (long polling) and re-run on a small pool once its queue moved or its time is up. Bad input
+closes only the connection it came on, answered one error, logged and counted
+(``remoting_rejected_total{reason}``).
 """
 
 from __future__ import annotations
@@ -114,7 +81,9 @@ def _address(peer: object) -> str:
 
 
 class _Connection:
-    """One client connection: its socket, its write lock, its reader thread."""
+    """One client connection: its socket, its write lock, its reader thread. Responses are
+    written under the lock, matched by ``opaque`` (held pulls may be answered after later
+    requests)."""
 
     def __init__(self, server: RemotingServer, sock: socket.socket, peer: object) -> None:
         self.server = server
@@ -160,8 +129,13 @@ class _Connection:
             self.sock.shutdown(socket.SHUT_RDWR)
 
     def _start_tls(self) -> bool:
-        """Peek at the first byte: TLS, plain, or (enforcing) a plain client told to use TLS.
-        Whether to go on serving the connection."""
+        """Peek at the first byte, as RocketMQ's server does: a TLS handshake (0x16) is answered
+        through TLS with the certificate current at that moment; a plain frame is served when the
+        port is permissive, and when it is enforcing its first request is answered
+        ``NO_PERMISSION`` naming the client option. Whether to go on serving the connection.
+
+        The reader and the threads answering held pulls never use the :class:`TlsStream` at the
+        same time (OpenSSL does not allow it)."""
         server = self.server
         mode = server.tls_mode
         self.sock.settimeout(server.idle_timeout_s)
@@ -209,6 +183,11 @@ class _Connection:
         return False
 
     def run(self) -> None:
+        """Read and answer requests until the connection closes. Once every request it holds is
+        answered, read the pull each answered queue most likely sends next (:mod:`.prepared`),
+        so the next pull takes what was read while the consumer worked. A bad frame is answered
+        one error (``opaque`` 0) and the connection closed; a connection stalled inside a frame
+        for ``frame_stall_s`` or silent for ``idle_timeout_s`` is closed."""
         server = self.server
         frames = FrameReader(server.max_frame_bytes)
         armed = -1.0
@@ -466,9 +445,12 @@ class RemotingServer:
             conn.answer(held.request, response)
 
     def _hold_loop(self) -> None:
-        """Long polling: re-run each held pull once its queue moved or its time is up; write the
-        replay offsets at most every :data:`FLUSH_INTERVAL_S` after requests were answered. Asleep
-        while there is neither (see the module docstring)."""
+        """Long polling: re-run each held pull once its queue moved (looked at every
+        ``poll_interval_s``: the broker's files move without telling us) or at its deadline, so
+        an idle consumer costs one request per suspend timeout and holds no thread; write the
+        replay offsets at most every :data:`FLUSH_INTERVAL_S` after requests were answered.
+        Asleep while there is neither, so an idle port costs no CPU: a held pull or the first
+        answer after a write wakes it."""
         flushed = time.monotonic()
         timeout: float | None = None
         while True:

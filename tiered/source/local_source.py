@@ -241,7 +241,7 @@ class LocalSource:
     def _scan_from(self, topic: str, queue_id: int, hint: int) -> int | None:
         """The max offset found by reading on from ``hint`` (the last answer) in the file that
         holds it, without listing the queue's directory (a listing per queue per dispatch pass
-        showed in profiles); ``None`` when only the listing can tell: ``hint`` is at a file's
+        costs more than the scan); ``None`` when only the listing can tell: ``hint`` is at a file's
         start (is there a next file yet?), the file is full, gone or not of the configured
         size. A queue with nothing new costs one 20-byte read; a queue that had new units at the
         last scan is read from ``hint`` with a chunk at once (one read, not two, while it is
@@ -494,7 +494,7 @@ class LocalSource:
 
     def has_queue(self, topic: str, queue_id: int) -> bool:
         """Whether the broker has a consumequeue directory for the queue (a yes is remembered for
-        :data:`HAS_QUEUE_TTL_S`: every read asks, and a stat per read showed in profiles)."""
+        :data:`HAS_QUEUE_TTL_S`: every read asks, and a stat per read is not free)."""
         key, now = (topic, queue_id), time.monotonic()
         if self._has_memo.get(key, 0.0) > now:
             return True

@@ -66,7 +66,7 @@ pub fn link_items(
     }
     // The slots first, checked, so the loop below can prefetch the head it will need a few rows
     // ahead: a head is a random 4 bytes of a table of tens of megabytes, a cache and TLB miss
-    // each, and waiting for them one at a time was most of the loop's time.
+    // each, and waiting for them one at a time would take most of the loop's time.
     let mut at_of = Vec::with_capacity(rows.len());
     for &r in rows {
         let r = usize::try_from(r).ok().filter(|&r| r < n).ok_or_else(|| format!("row {r} is not in the batch of {n}"))?;

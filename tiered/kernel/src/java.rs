@@ -13,7 +13,7 @@ pub fn hash_units(mut h: u32, units: impl Iterator<Item = u16>) -> u32 {
 
 /// `String.hashCode` of ASCII bytes (one UTF-16 unit each). Four bytes a step:
 /// `h * 31^4 + b0 * 31^3 + b1 * 31^2 + b2 * 31 + b3`, so the chain of dependent multiplies is a
-/// quarter as long (a 32-byte `UNIQ_KEY` hashed one byte a step was a chain of 32).
+/// quarter as long (a 32-byte `UNIQ_KEY` hashed one byte a step is a chain of 32).
 #[inline]
 pub fn hash_ascii(bytes: &[u8]) -> u32 {
     const P2: u32 = 31 * 31;
@@ -33,7 +33,7 @@ pub fn hash_ascii(bytes: &[u8]) -> u32 {
 }
 
 /// `31**n` modulo 2**32 for `n` below 64, computed at build time: almost every key is shorter,
-/// and the loop below cost ~50 instructions a key.
+/// so almost no key pays for the loop below.
 const POW31: [u32; 64] = {
     let mut table = [1u32; 64];
     let mut i = 1;

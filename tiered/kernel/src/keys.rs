@@ -42,7 +42,7 @@ struct Key<'a> {
 /// `UNIQ_KEY` and `KEYS` of a property section: the last non-empty value of each.
 fn key_values(props: &[u8]) -> (Option<&[u8]>, Option<&[u8]>) {
     let (mut uniq, mut keys) = (None, None);
-    // the separators found with memchr (SIMD): a byte-by-byte split was a fifth of the work
+    // the separators found with memchr (SIMD), far cheaper than a byte-by-byte split
     let mut begin = 0;
     for end in memchr::memchr_iter(ITEM_SEPARATOR, props).chain(std::iter::once(props.len())) {
         let item = &props[begin..end];
