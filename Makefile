@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # mapped to tiered.providers / tiered.jobs); a new module re-runs the install.
 EDITABLE := --config-settings editable_mode=strict
 
-.PHONY: venv demo test bench lint clean ops-tools rmq kernel-test wheel docs docs-reference FORCE
+.PHONY: venv demo test test-fast bench lint clean ops-tools rmq kernel-test wheel docs docs-reference FORCE
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -83,6 +83,10 @@ kernel-test:
 
 test: lint kernel-test $(JS)/node_modules/.installed ops-tools rmq
 	$(BIN)/pytest -q -p no:cacheprovider
+
+# the inner loop: no lint, no JVM (broker, Spark), Node, Ceph, Prometheus, Helm, nor slow tests
+test-fast: $(VENV)/.installed-dev
+	$(BIN)/pytest -q -p no:cacheprovider -m "not (jvm or spark or node or ceph or prometheus or helm or slow)"
 
 # mypy runs inside the editable link tree, where tiered.providers and tiered.jobs resolve;
 # test directories are checked one at a time (each may have its own conftest.py).

@@ -1,5 +1,7 @@
 """Session-wide fixtures: the shared real broker files, the one moto S3 server, the one local Spark
-session and the one Spark standalone cluster of a run."""
+session and the one Spark standalone cluster of a run; and the markers of what a test needs
+besides Python (``jvm``, ``spark``, ``node``, ``ceph``, ``prometheus``, ``helm``, ``s3``), given
+from where it lives and the fixtures it uses: ``make test-fast`` deselects them."""
 
 from __future__ import annotations
 
@@ -18,8 +20,60 @@ from tiered.testing.spark_cluster import running_spark_cluster
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-SHARED = Path(__file__).resolve().parents[1].parent / "shared"
+TESTS = Path(__file__).resolve().parent
+SHARED = TESTS.parents[1] / "shared"
 REAL_DATA = SHARED / "testdata" / "real"
+
+#: what a test needs besides Python and the ``s3``, ``spark`` and ``slow`` of pyproject.toml
+MARKERS = {
+    "jvm": "starts a Java VM (a real RocketMQ name server and broker, the Java driver, Spark)",
+    "node": "runs Node.js (ali-ons, tests/remoting/js)",
+    "ceph": "needs a real Ceph RADOS Gateway (../shared/tools/ceph-rgw)",
+    "prometheus": "runs Debian's promtool or prometheus (tests/ops)",
+    "helm": "the chart and image tests (tests/helm; the Helm v4 engine of helm-python-sdk)",
+}
+#: the markers of a test that uses the fixture (directly or through other fixtures)
+FIXTURE_MARKS: dict[str, tuple[str, ...]] = {
+    "rocketmq": ("jvm",),  # tests/realbroker: the name server, brokers and the Java driver
+    "spark": ("spark", "jvm"),
+    "spark_cluster": ("spark", "jvm"),
+    "ceph_s3": ("ceph", "s3"),
+    "moto_s3": ("s3",),
+    "chart": ("helm",),
+}
+#: the markers of every test under a directory of tests/
+DIRECTORY_MARKS: dict[str, tuple[str, ...]] = {
+    "realbroker": ("jvm",),
+    "ops": ("prometheus",),  # promtool and prometheus
+    "helm": ("helm",),  # the Helm v4 engine (helm-python-sdk), the image's Dockerfile
+}
+#: a module with this name (tests/remoting/conftest.py's ali-ons runner) runs Node.js
+NODE_RUNNER = "ali_ons"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for name, text in MARKERS.items():
+        config.addinivalue_line("markers", f"{name}: {text}")
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` deselects
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test with what it needs: by fixture, by directory, Spark (marked by hand or
+    by fixture) as a JVM, and a module that runs ali-ons as Node.js."""
+    for item in items:
+        names: set[str] = set()
+        for fixture in getattr(item, "fixturenames", ()):
+            names.update(FIXTURE_MARKS.get(fixture, ()))
+        parts = item.path.relative_to(TESTS).parts if item.path.is_relative_to(TESTS) else ()
+        if len(parts) > 1:
+            names.update(DIRECTORY_MARKS.get(parts[0], ()))
+        if item.get_closest_marker("spark"):
+            names.add("jvm")
+        module = getattr(item, "module", None)
+        if module is not None and callable(getattr(module, NODE_RUNNER, None)):
+            names.add("node")
+        for name in sorted(names - {m.name for m in item.iter_markers()}):
+            item.add_marker(name)
 
 
 @pytest.fixture(autouse=True, scope="session")

@@ -157,6 +157,7 @@ def _tier_files(root: str) -> dict[str, bytes]:
     }
 
 
+@pytest.mark.slow
 def test_a_wide_round_syncs_every_commitlog_at_once_before_any_units(
     offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch
 ) -> None:

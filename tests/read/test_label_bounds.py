@@ -101,6 +101,7 @@ def http_paths(topic: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_http_requests_for_unknown_topics_add_no_series(http_port: int) -> None:
     rng = random.Random(6)
     conn = http.client.HTTPConnection("127.0.0.1", http_port, timeout=30)
