@@ -2,9 +2,10 @@
 
 A provider stores segment objects under the upstream key layout (:mod:`.layout`) and knows nothing
 of messages. Pick one by name with :func:`provider_from_settings` or from the configuration with
-:func:`from_config` (:func:`build_provider` also wraps it for metrics); wrap one with
-:class:`MetricsProvider` (metrics and request accounting), :class:`FaultInjectingProvider` or
-:class:`LatencyProvider`. SDKs (boto3, s3fs) are imported only when their provider is used.
+:func:`from_config` (:func:`build_provider` also wraps it for metrics and quotas); wrap one with
+:class:`MetricsProvider` (metrics and request accounting), :class:`QuotaProvider` (byte quotas),
+:class:`FaultInjectingProvider` or :class:`LatencyProvider`. SDKs (boto3, s3fs) are imported only
+when their provider is used.
 """
 
 from __future__ import annotations
@@ -29,6 +30,8 @@ from .layout import index_logical_path
 from .layout import logical_path
 from .layout import offset_to_file_name
 from .layout import segment_key
+from .quota import QuotaProvider
+from .quota import TokenBucket
 from .registry import ENTRY_POINT_GROUP
 from .registry import ProviderEntry
 from .registry import ProviderRegistry
@@ -57,10 +60,10 @@ _PROVIDERS = {
     "S3Provider": "s3",
 }
 """The provider classes, imported when first asked for: a posix ``dispatch`` never loads the s3
-and fsspec modules (nor http.client, ssl, email, cachetools). ``base``, ``layout``, ``registry``
-and ``wrappers`` stay eager: every user needs them, and ``from .registry import registry``
-must bind the registry object, not the submodule an import of ``tiered.providers.registry``
-would leave under that name."""
+and fsspec modules (nor http.client, ssl, email, cachetools). ``base``, ``layout``, ``registry``,
+``wrappers`` and ``quota`` stay eager: every user needs them, and ``from .registry import
+registry`` must bind the registry object, not the submodule an import of
+``tiered.providers.registry`` would leave under that name."""
 
 __all__ = [
     "ENTRY_POINT_GROUP",
@@ -79,10 +82,12 @@ __all__ = [
     "ProviderEntry",
     "ProviderMetrics",
     "ProviderRegistry",
+    "QuotaProvider",
     "RequestCounts",
     "RequestListener",
     "S3Provider",
     "SegmentAddress",
+    "TokenBucket",
     "WrappedProvider",
     "build_provider",
     "check_component",

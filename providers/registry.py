@@ -230,7 +230,10 @@ def from_config(cfg: TieredConfig, reg: ProviderRegistry | None = None) -> Provi
 
 def build_provider(cfg: TieredConfig) -> Provider:
     """The configured provider (:func:`from_config`) wrapped for metrics and request accounting,
-    as every command of the sidecar uses it."""
+    and under the byte quotas when ``tieredUploadMaxBytesPerSecond`` or
+    ``tieredReadMaxBytesPerSecond`` is set (outside the metrics: their latencies are the
+    backend's, not the quota's wait), as every command of the sidecar uses it."""
+    from .quota import QuotaProvider
     from .wrappers import MetricsProvider
 
-    return MetricsProvider(from_config(cfg))
+    return QuotaProvider.wrap(MetricsProvider(from_config(cfg)), cfg)

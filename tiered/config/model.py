@@ -41,6 +41,7 @@ from tiered.config.values import LevelOverrides
 from tiered.config.values import LogFormat
 from tiered.config.values import LogLevel
 from tiered.config.values import Long
+from tiered.config.values import LongOrZero
 from tiered.config.values import MetadataStore
 from tiered.config.values import MetricsDetail
 from tiered.config.values import MetricsLevel
@@ -220,6 +221,20 @@ class TieredConfig(BaseModel):
         "readAheadCacheSizeThresholdRate", "cache budget, fraction of memory", 0.3
     )
     record_get_message_result: Bool = _key("recordGetMessageResult", "log tiered reads", False)
+
+    # quotas and the read queue
+    tiered_upload_max_bytes_per_second: LongOrZero = _key(
+        "tieredUploadMaxBytesPerSecond",
+        "bytes per second sent to the backend at most (offload batches, index uploads, the "
+        "metadata mirror), shared by every worker; 0 = unlimited",
+        0,
+    )
+    tiered_read_max_bytes_per_second: LongOrZero = _key(
+        "tieredReadMaxBytesPerSecond",
+        "bytes per second read from the backend at most (cold reads, read-ahead, prefetch); "
+        "reads of the read-ahead cache cost nothing; 0 = unlimited",
+        0,
+    )
 
     # index
     tiered_store_index_file_max_hash_slot_num: Int = _key(

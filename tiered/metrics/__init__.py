@@ -59,6 +59,9 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``provider_download_bytes``                           hist.    bytes     path, file_type, operation
 ``provider_requests_total`` (+)                       counter  requests  provider, operation
 ``provider_retries_total`` (+)                        counter  requests  provider, reason
+*quotas and the read queue* (+) (:mod:`tiered.providers.quota`)
+---------------------------------------------------------------------------------------------------
+``quota_wait_seconds_total`` (+)                      counter  s         direction
 *HTTP* (+) (:mod:`tiered.http.accounting`)
 ---------------------------------------------------------------------------------------------------
 ``http_requests_total``                               counter            method, route, status
@@ -99,6 +102,8 @@ it is ``used`` or ``unused`` (:mod:`tiered.remoting.prepared`). ``tier`` is ``ti
 A ``topic`` a request names (``api_latency``, ``messages_out_total``,
 ``get_message_fallback_total``) is itself only when the tier or the broker's store holds it,
 :data:`OTHER_LABEL` (``_other``) otherwise (:mod:`tiered.metrics.labels`).
+``direction`` is ``upload`` (appends and puts under ``tieredUploadMaxBytesPerSecond``) or
+``read`` (reads under ``tieredReadMaxBytesPerSecond``).
 ``reason`` is ``too_large``, ``bad_length``, ``bad_header``, ``serialize_type``, ``not_json``,
 ``idle`` (a connection silent past the idle timeout, or stalled inside a frame) or
 ``too_many_connections``.
@@ -166,6 +171,7 @@ __all__ = [
     "QUEUE_LATENCY",
     "QUEUE_RESERVE_TIME",
     "QUEUE_STORAGE_SIZE",
+    "QUOTA_WAIT",
     "READ_AHEAD_CACHE_ACCESS",
     "READ_AHEAD_CACHE_BYTES",
     "READ_AHEAD_CACHE_COUNT",
@@ -856,6 +862,17 @@ REMOTING_REJECTED = _counter(
     "rocketmq_tiered_store_remoting_rejected",
     "Connections closed or refused for bad input, by reason",
     ["reason"],
+)
+
+
+# --- quotas and the read queue (the sidecar's own) -----------------------------------------------
+
+QUOTA_WAIT = _counter(
+    "rocketmq_tiered_store_quota_wait_seconds",
+    "Seconds backend calls waited for their bytes under tieredUploadMaxBytesPerSecond (upload) "
+    "or tieredReadMaxBytesPerSecond (read), summed over the threads that waited",
+    ["direction"],
+    series=[("upload",), ("read",)],
 )
 
 
