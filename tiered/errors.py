@@ -164,6 +164,18 @@ class InvalidRequestError(TieredStoreError, ValueError):
     """Raised when a read request names an impossible value (negative offset, bad tag filter)."""
 
 
+class ReadBusyError(TieredStoreError):
+    """Raised when a cold read would wait behind ``tieredReadMaxPending`` others for the backend:
+    refused at once rather than queued. Retry after a moment (the HTTP API answers 503 with
+    ``Retry-After``, the replay port ``SYSTEM_BUSY``), or raise ``tieredReadMaxPending``."""
+
+    retriable = True
+
+    def __init__(self, message: str, *, limit: int) -> None:
+        super().__init__(message)
+        self.limit = limit
+
+
 class IndexFileError(TieredStoreError, ValueError):
     """Raised when an index file (the broker's or a tiered one) is malformed."""
 

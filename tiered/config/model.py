@@ -235,6 +235,12 @@ class TieredConfig(BaseModel):
         "reads of the read-ahead cache cost nothing; 0 = unlimited",
         0,
     )
+    tiered_read_max_pending: Int = _key(
+        "tieredReadMaxPending",
+        "cold reads waiting for the backend at once at most, across HTTP, the replay port and "
+        "fetch; one more is refused at once (HTTP 503, remoting SYSTEM_BUSY)",
+        64,
+    )
 
     # index
     tiered_store_index_file_max_hash_slot_num: Int = _key(

@@ -8,8 +8,10 @@ unreachable or refuses (e.g. access denied) is a 503 ``{"error", "objectKey", "r
 vanished (or shrank) under a read the broker cannot answer instead -- a segment expired or
 rewritten after the read looked at the metadata -- is a 503 too, ``{"error", "objectKey",
 "retry": true}`` with ``Retry-After``: the metadata has moved on and the same request asked again
-gets the current answer (e.g. OFFSET_TOO_SMALL). More routes (the key query) come in through
-``extra_routers``.
+gets the current answer (e.g. OFFSET_TOO_SMALL). A cold read refused because
+``tieredReadMaxPending`` others wait for the backend is a 503 ``{"error", "key":
+"tieredReadMaxPending", "limit", "retry": true}`` with ``Retry-After``, answered at once. More
+routes (the key query) come in through ``extra_routers``.
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from prometheus_client import REGISTRY
 from prometheus_client import CollectorRegistry
 from prometheus_client import generate_latest
 
+from tiered import metrics as tiered_metrics
 from tiered.access.accounts import Account
 from tiered.access.security import Security
 from tiered.broker import message as msgcodec
@@ -44,6 +47,7 @@ from tiered.core.status_report import StatusQuery
 from tiered.errors import IntegrityError
 from tiered.errors import InvalidRequestError
 from tiered.errors import ProviderError
+from tiered.errors import ReadBusyError
 from tiered.errors import ReadPastEndError
 from tiered.errors import SegmentNotFoundError
 from tiered.errors import TieredStoreError
@@ -72,7 +76,8 @@ MAX_RAW_COUNT_LIMIT = 65536
 read, so a catch-up may ask for a whole read-ahead window (and ``tieredHttpMaxResponseBytes``)
 per request instead of paying a request's fixed cost every 1024 messages."""
 RETRY_AFTER_S = 1
-"""``Retry-After`` of a 503 for an object that vanished under a read."""
+"""``Retry-After`` of a 503 for an object that vanished under a read, or a cold read refused
+past ``tieredReadMaxPending``."""
 Checks = Callable[[], dict[str, str]]
 """Named checks, each ``"ok"`` (or ``"starting"``, also passing) or what is wrong."""
 
@@ -186,6 +191,19 @@ def create_app(
     async def _integrity(_: Request, exc: IntegrityError) -> JSONResponse:
         return error_response(502, str(exc))
 
+    rejected = tiered_metrics.child(tiered_metrics.READ_REJECTED, "http")
+
+    @app.exception_handler(ReadBusyError)
+    async def _busy(_: Request, exc: ReadBusyError) -> JSONResponse:
+        rejected.inc()  # not logged: a refusal is the limit working, and may come in floods
+        body = {
+            "error": str(exc),
+            "key": "tieredReadMaxPending",
+            "limit": exc.limit,
+            "retry": True,
+        }
+        return JSONResponse(body, status_code=503, headers={"Retry-After": str(RETRY_AFTER_S)})
+
     @app.exception_handler(SegmentNotFoundError)
     @app.exception_handler(ReadPastEndError)
     async def _vanished(request: Request, exc: ProviderError) -> JSONResponse:
@@ -238,7 +256,13 @@ def create_app(
                     "application/json": {},
                     "application/octet-stream": {"schema": {"type": "string", "format": "binary"}},
                 },
-            }
+            },
+            503: {
+                "description": "The backend is unreachable or refused the read, or an object "
+                "vanished under it: objectKey names the object, retry says whether to retry; or "
+                "tieredReadMaxPending cold reads wait for the backend already: key names that "
+                "setting, Retry-After says when to ask again"
+            },
         },
     )
     def messages(

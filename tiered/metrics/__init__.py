@@ -59,9 +59,10 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``provider_download_bytes``                           hist.    bytes     path, file_type, operation
 ``provider_requests_total`` (+)                       counter  requests  provider, operation
 ``provider_retries_total`` (+)                        counter  requests  provider, reason
-*quotas and the read queue* (+) (:mod:`tiered.providers.quota`)
+*quotas and the read queue* (+) (:mod:`tiered.providers.quota`, :mod:`~tiered.read.read_gate`)
 ---------------------------------------------------------------------------------------------------
 ``quota_wait_seconds_total`` (+)                      counter  s         direction
+``read_rejected_total`` (+)                           counter  reads     port
 *HTTP* (+) (:mod:`tiered.http.accounting`)
 ---------------------------------------------------------------------------------------------------
 ``http_requests_total``                               counter            method, route, status
@@ -103,7 +104,8 @@ A ``topic`` a request names (``api_latency``, ``messages_out_total``,
 ``get_message_fallback_total``) is itself only when the tier or the broker's store holds it,
 :data:`OTHER_LABEL` (``_other``) otherwise (:mod:`tiered.metrics.labels`).
 ``direction`` is ``upload`` (appends and puts under ``tieredUploadMaxBytesPerSecond``) or
-``read`` (reads under ``tieredReadMaxBytesPerSecond``).
+``read`` (reads under ``tieredReadMaxBytesPerSecond``); ``port`` of ``read_rejected_total`` is
+``http`` or ``remoting`` (cold reads refused past ``tieredReadMaxPending``).
 ``reason`` is ``too_large``, ``bad_length``, ``bad_header``, ``serialize_type``, ``not_json``,
 ``idle`` (a connection silent past the idle timeout, or stalled inside a frame) or
 ``too_many_connections``.
@@ -177,6 +179,7 @@ __all__ = [
     "READ_AHEAD_CACHE_COUNT",
     "READ_AHEAD_CACHE_HIT",
     "READ_CRC_FAILURES",
+    "READ_REJECTED",
     "REGISTRY",
     "REMOTING_CONNECTIONS",
     "REMOTING_MESSAGES_SERVED",
@@ -873,6 +876,14 @@ QUOTA_WAIT = _counter(
     "or tieredReadMaxBytesPerSecond (read), summed over the threads that waited",
     ["direction"],
     series=[("upload",), ("read",)],
+)
+
+READ_REJECTED = _counter(
+    "rocketmq_tiered_store_read_rejected",
+    "Cold reads refused at once because tieredReadMaxPending others were waiting for the "
+    "backend (HTTP 503, remoting SYSTEM_BUSY), by port",
+    ["port"],
+    series=[("http",), ("remoting",)],
 )
 
 

@@ -16,6 +16,8 @@ from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
+from contextlib import nullcontext
 from dataclasses import dataclass
 from dataclasses import field
 from enum import StrEnum
@@ -29,11 +31,13 @@ from tiered.broker.unit_fields import as_uint8
 from tiered.broker.unit_fields import check_units
 from tiered.broker.unit_fields import gather_be
 from tiered.errors import IntegrityError
+from tiered.errors import ReadBusyError
 from tiered.errors import ReadPastEndError
 from tiered.errors import TieredStoreError
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.process.native import kernel
 from tiered.read.read_cache import ReadAheadCache
+from tiered.read.read_gate import ReadGate
 from tiered.read.read_unit import Buffer
 from tiered.read.read_unit import Run
 from tiered.read.read_unit import Unit
@@ -245,11 +249,23 @@ class Fetcher:
     for the backend, and the checks of one window run while the last one is sent. Only when the
     cache is not busy, at most :data:`PREFETCH_PENDING` windows at a time; a prefetch that
     fails is dropped unreported (the reader's own read meets the error and reports it).
+
+    ``gate`` bounds the reads that go to the backend (:mod:`.read_gate`): a reader's own load of
+    a window, or its direct read, passes it; a cache hit, a wait for a window another reader is
+    loading, and a prefetch (bounded by :data:`PREFETCH_PENDING`) do not. A read refused after
+    some messages were already taken from the cache returns those.
     """
 
-    def __init__(self, reader: TieredReader, cache: ReadAheadCache | None, read_ahead_count: int):
+    def __init__(
+        self,
+        reader: TieredReader,
+        cache: ReadAheadCache | None,
+        read_ahead_count: int,
+        gate: ReadGate | None = None,
+    ):
         self.reader = reader
         self.cache = cache
+        self.gate = gate
         self.read_ahead_count = read_ahead_count
         self.prefetch = cache is not None
         self._lock = threading.Lock()
@@ -287,6 +303,7 @@ class Fetcher:
 
         Raises:
             IntegrityError: a message read from the tier failed its checks.
+            ReadBusyError: the read must go to the backend and ``gate`` has no place for it.
             ProviderError: the backend failed (a :class:`~tiered.errors.SegmentNotFoundError` or
                 a :class:`~tiered.errors.ReadPastEndError` naming its ``key`` included: the
                 object is gone or shorter than its record, e.g. expired during the read).
@@ -313,10 +330,16 @@ class Fetcher:
         status = GetStatus.FOUND if runs else GetStatus.NO_MATCHED_MESSAGE
         return GetResult(status, nxt, lo, hi, runs)
 
+    def _cold(self, flat: FlatMessageFile, offset: int) -> AbstractContextManager[None]:
+        """A place at the gate for a reader's backend read at ``offset``."""
+        gate = self.gate
+        return nullcontext() if gate is None else gate.admit(f"{flat.path} offset {offset}")
+
     def _direct(
         self, flat: FlatMessageFile, offset: int, hi: int, want: _Want, *, kept: bool
     ) -> tuple[list[Run], int]:
-        got = self.reader.run(flat, offset, min(want.count, hi - offset))
+        with self._cold(flat, offset):
+            got = self.reader.run(flat, offset, min(want.count, hi - offset))
         taken, stop = take(got, want, kept=kept)
         return ([taken] if len(taken) else []), (offset + len(got) if stop is None else stop)
 
@@ -342,14 +365,19 @@ class Fetcher:
                     cache.load_once(
                         topic, qid, q, span, functools.partial(self._fill, flat, q, span)
                     )
-                except (ReadPastEndError, IntegrityError):
+                except (ReadPastEndError, IntegrityError, ReadBusyError):
                     if q == offset:
                         raise
-                    break  # a gap or a damaged message: the next call starts (and fails) there
+                    break  # a gap, a damaged message, a full gate: the next call starts there
                 run, start, end = cache.lookup(topic, qid, q, need)
                 if not len(run):  # not cacheable (too big, cache full): read what is needed
                     rest = _Want(want.count - count, want.bytes - size, want.tags)
-                    more, nxt = self._direct(flat, q, hi, rest, kept=count > 0)
+                    try:
+                        more, nxt = self._direct(flat, q, hi, rest, kept=count > 0)
+                    except ReadBusyError:
+                        if q == offset:
+                            raise
+                        break
                     return runs + more, nxt
             rest = _Want(want.count - count, want.bytes - size, want.tags)
             taken, stop = take(run, rest, kept=count > 0)
@@ -372,8 +400,14 @@ class Fetcher:
         return runs, q
 
     def _fill(self, flat: FlatMessageFile, start: int, span: int, *, report: bool = True) -> None:
+        """Load a window into the cache: a reader's own load (``report``) passes the gate, a
+        prefetch (not ``report``) does not."""
         assert self.cache is not None
-        run = self.reader.run(flat, start, span, report=report)
+        if report:
+            with self._cold(flat, start):
+                run = self.reader.run(flat, start, span)
+        else:
+            run = self.reader.run(flat, start, span, report=False)
         self.cache.put_window(flat.topic, flat.queue_id, start, run)
 
     def _prefetch(self, flat: FlatMessageFile, start: int, span: int) -> None:

@@ -50,6 +50,7 @@ from tiered.read.fetcher import Unit
 from tiered.read.fetcher import out_of_range
 from tiered.read.read_cache import ReadAheadCache
 from tiered.read.read_cache import memory_limit_bytes
+from tiered.read.read_gate import ReadGate
 from tiered.read.read_route import Route
 from tiered.read.read_route import route
 from tiered.read.read_unit import Run
@@ -125,7 +126,11 @@ class TieredMessageStore(Closeable):
             _damaged,
             bulk if flat_store.provider.object_per_append else 0,
         )
-        self.fetcher = Fetcher(self.reader, cache, cfg.read_ahead_message_count_threshold)
+        self.gate = ReadGate(cfg.tiered_read_max_pending)
+        """Bounds the cold reads of every caller of this store (HTTP and replay share it)."""
+        self.fetcher = Fetcher(
+            self.reader, cache, cfg.read_ahead_message_count_threshold, self.gate
+        )
         metadata = flat_store.metadata
         self.topics = KnownTopics(lambda: [m.topic for m in metadata.topics()], local.cq_root)
         """Topics that get their own metric labels (others count as ``_other``)."""
@@ -226,6 +231,8 @@ class TieredMessageStore(Closeable):
         Raises:
             InvalidRequestError: a bad topic name, queue id, offset, count or tag expression.
             IntegrityError: a message read from the tier failed its checks (never returned).
+            ReadBusyError: the read must go to the backend and ``tieredReadMaxPending`` cold
+                reads are waiting there already (:mod:`~tiered.read.read_gate`).
             ProviderError: the backend failed and the broker no longer has the offset.
         """
         check_request(topic, queue_id, offset, max_count)

@@ -8,6 +8,8 @@ admin requests that change topics, groups, offsets or the broker's configuration
 (:data:`~.codes.CONFIG_WRITES`); requests a broker answers by calling into a consumer
 (:data:`~.codes.CLIENT_CALLBACKS`) are refused by name too. Orderly consumers' queue locks are
 kept as the broker keeps them (:mod:`.locks`); the ``mqadmin`` requests are :mod:`.admin`'s.
+A cold read refused past ``tieredReadMaxPending`` is answered ``SYSTEM_BUSY``, the code a busy
+broker answers and clients back off on.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from tiered.errors import IndexFileError
 from tiered.errors import IntegrityError
 from tiered.errors import InvalidRequestError
 from tiered.errors import ProviderError
+from tiered.errors import ReadBusyError
 from tiered.index.search import message_keys
 from tiered.index.service import IndexService
 from tiered.metadata import LONG_MAX
@@ -201,6 +204,9 @@ class Replay:
             return request.response(ResponseCode.INVALID_PARAMETER, str(e))
         except IntegrityError as e:
             return request.response(ResponseCode.SYSTEM_ERROR, f"tier data damaged: {e}")
+        except ReadBusyError as e:
+            metrics.child(metrics.READ_REJECTED, "remoting").inc()
+            return request.response(ResponseCode.SYSTEM_BUSY, f"system busy: {e}")
         except ProviderError as e:
             code_out = ResponseCode.SYSTEM_BUSY if e.retriable else ResponseCode.SYSTEM_ERROR
             return request.response(code_out, f"the tier's backend failed: {e}")
