@@ -176,6 +176,7 @@ def _schema_type(schema: dict[str, Any]) -> str:
 
 def render_http() -> str:
     """The HTTP API reference, from the OpenAPI schema of :func:`tiered.http.app.create_app`."""
+    from tiered.http.admin_routes import admin_router
     from tiered.http.app import create_app
     from tiered.http.key_routes import keys_router
 
@@ -187,7 +188,7 @@ def render_http() -> str:
         status=lambda query: {},
         ready=checks,
         alive=checks,
-        extra_routers=[keys_router(lambda: None)],
+        extra_routers=[keys_router(lambda: None), admin_router(cast(Any, object()), None)],
     )
     schema = app.openapi()
     lines = [

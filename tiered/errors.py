@@ -134,6 +134,11 @@ class AccessDeniedError(ProviderError, PermissionError):
     """Raised when the backend refuses the credentials or the operation."""
 
 
+class TierReadOnlyError(ProviderError, PermissionError):
+    """Raised when something tries to write a tier the sidecar must only read
+    (``tieredStoreReadOnly=true``); ``key`` names the object."""
+
+
 class MissingDependencyError(TieredStoreError, ImportError):
     """Raised when an optional dependency is not installed; the message carries the pip hint."""
 

@@ -27,6 +27,8 @@ COMMANDS = {
     "run": "tiered.cli.run:run",
     "dispatch": "tiered.cli.dispatch:dispatch",
     "status": "tiered.cli.status:status",
+    "pause": "tiered.cli.pause:pause",
+    "resume": "tiered.cli.pause:resume",
     "recover": "tiered.cli.recover:recover",
     "fetch": "tiered.cli.fetch:fetch",
     "explain": "tiered.cli.explain:explain",
@@ -34,7 +36,7 @@ COMMANDS = {
     "compact-index": "tiered.cli.compact_index:compact_index",
     "export": "tiered.cli.export:export",
 }
-UNSERVED = frozenset({"dispatch"})
+UNSERVED = frozenset({"dispatch", "pause", "resume"})
 """Commands whose process serves no ``/metrics``: run as the console script, they record none."""
 
 

@@ -57,6 +57,9 @@ def compact_index(
     """
     cfg = load(configs)
     setup_logging(cfg, verbose_level=verbosity(verbose), quiet=True)
+    if cfg.tiered_store_read_only:
+        fail("tieredStoreReadOnly=true: compact-index uploads index files; run it with the "
+             "configuration of the sidecar that writes this tier")  # fmt: skip
     if not cfg.uploads:
         fail(
             f"brokerRole={cfg.broker_role} brokerId={cfg.broker_id}: only the master's sidecar "

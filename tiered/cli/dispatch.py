@@ -59,12 +59,14 @@ def dispatch(
     requests = counts.counts
     with Sidecar(cfg, provider) as sidecar:
         dispatcher = sidecar.dispatcher
-        if not dispatcher.uploading:
+        if cfg.tiered_store_read_only:
+            warn("tieredStoreReadOnly=true: this sidecar never writes the tier, nothing uploaded")
+        elif not dispatcher.uploading:
             warn(
                 f"brokerRole={cfg.broker_role} brokerId={cfg.broker_id}: standing by, nothing "
                 "uploaded (only a master uploads; tieredStoreUploadOnSlave=true overrides)"
             )
-        total = dispatcher.backlog() if dispatcher.uploading else 0
+        total = dispatcher.backlog() if dispatcher.uploading and not dispatcher.paused() else 0
         show = not quiet and not as_json and total > 0
         with _progress_bar(show, total) as advance:
             report = dispatcher.run_pass(flush=flush, on_progress=advance)
@@ -107,6 +109,7 @@ def _summary(report: PassReport, requests: Counter[str], as_json: bool) -> None:
                 "seconds": round(report.seconds, 3),
                 "gapMessages": gaps,
                 "failures": report.failures,
+                "paused": report.paused,
             }
         )
         return
@@ -125,4 +128,6 @@ def _summary(report: PassReport, requests: Counter[str], as_json: bool) -> None:
         table.add_row("gaps", f"{gaps} messages deleted locally before offload")
     if report.failures:
         table.add_row("failed steps", f"{report.failures} (retried)")
+    if report.paused:
+        table.add_row("uploads", "paused (`rmq-tiered resume` resumes them)")
     console.print(table)

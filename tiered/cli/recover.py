@@ -50,6 +50,10 @@ def recover(configs: tuple[Path, ...], from_backend: bool, force: bool, verbose:
     """
     cfg = load(configs)
     setup_logging(cfg, verbose_level=verbosity(verbose), quiet=True)
+    if cfg.tiered_store_read_only:
+        fail("tieredStoreReadOnly=true: recover writes the tier (the metadata mirror, the "
+             "reconciled segments); run it with the configuration of the sidecar that writes "
+             "this tier")  # fmt: skip
     provider = build_provider(cfg)
     key = mirror_key_for(cfg.broker_cluster_name, cfg.broker_name)
     lock = DataDirLock(cfg.tiered_data_dir)

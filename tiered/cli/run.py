@@ -14,6 +14,7 @@ from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.core.daemon import Daemon
+from tiered.http.admin_routes import admin_router
 from tiered.http.key_routes import keys_router
 from tiered.http.service import http_service
 from tiered.read.message_store import TieredMessageStore
@@ -30,7 +31,9 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     tieredRemotingHost:tieredRemotingPort.
 
     SIGTERM (or Ctrl-C) finishes the uploads in flight, persists the metadata and exits 0. Only
-    one `run` (or `dispatch`) may use a tieredDataDir at a time.
+    one `run` (or `dispatch`) may use a tieredDataDir at a time. `rmq-tiered pause` stops the
+    uploads (and `resume` restarts them) while it runs; tieredStoreReadOnly=true starts it
+    without any writer of the tier.
     """
     cfg = load(configs)
     setup_logging(cfg, verbose_level=logging.DEBUG if verbose else None)
@@ -46,8 +49,9 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     )
     # one read facade (and one read-ahead cache) behind both front doors
     store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
+    admin = admin_router(daemon.sidecar.pause, security)  # pause and resume the uploads
     daemon.services.append(
-        http_service(daemon, extra_routers=[keys], store=store, security=security)
+        http_service(daemon, extra_routers=[keys, admin], store=store, security=security)
     )
     if cfg.tiered_remoting_enable:
         from tiered.remoting.service import registration_service

@@ -19,6 +19,7 @@ from tiered.core.status_report import IndexStatusReport
 from tiered.core.status_report import StatusQuery
 from tiered.core.status_report import StatusReport
 from tiered.core.status_report import collect_status
+from tiered.offload.pause import utc
 
 
 @click.command("status")
@@ -86,6 +87,10 @@ def _print(report: StatusReport) -> None:
     out.print(_summary(report))
     if report.role == "standby":
         out.print("this sidecar stands by: its broker is not the master (brokerRole/brokerId)")
+    elif report.role == "read-only":
+        out.print("this sidecar is read-only (tieredStoreReadOnly=true): it never writes the tier")
+    if report.uploads.paused:
+        out.print(_paused_line(report))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)
     table.add_column("queue", no_wrap=True)
     table.add_column("local [min, max)", no_wrap=True)
@@ -120,6 +125,17 @@ def _print(report: StatusReport) -> None:
     if indexed:
         out.print(_index_line(report.index))
     out.print(_topics_line(report))
+
+
+def _paused_line(report: StatusReport) -> str:
+    pause = report.uploads
+    minutes = max(dt.datetime.now(dt.UTC).timestamp() - pause.since_ms / 1000, 0) / 60
+    by = f" by {pause.by}" if pause.by else ""
+    why = f" ({pause.reason})" if pause.reason else ""
+    return (
+        f"uploads paused since {utc(pause.since_ms)} ({minutes:.0f} min){by}{why}: the lag grows "
+        "until `rmq-tiered resume`; reads and expiry go on"
+    )
 
 
 def _summary(report: StatusReport) -> str:

@@ -186,6 +186,9 @@ class TieredConfig(BaseModel):
     tiered_store_upload_on_slave: Bool = _key(
         "tieredStoreUploadOnSlave", "upload even when the broker is not the master", False
     )
+    tiered_store_read_only: Bool = _key(
+        "tieredStoreReadOnly", "never write the tier: no upload, expiry or index upload", False
+    )
     tiered_store_group_commit: Bool = _key("tieredStoreGroupCommit", "batch uploads", True)
     tiered_store_group_commit_timeout_ms: IntOrZero = _key(
         "tieredStoreGroupCommitTimeout", "hold a batch at most, ms", 30000
@@ -528,6 +531,21 @@ class TieredConfig(BaseModel):
         """Whether this sidecar uploads: the broker is the master, or tieredStoreUploadOnSlave."""
         master = self.broker_role != BrokerRole.SLAVE and self.broker_id == 0
         return master or self.tiered_store_upload_on_slave
+
+    @property
+    def writes_tier(self) -> bool:
+        """Whether this sidecar writes the tier at all: it uploads (:attr:`uploads`) and is not
+        read-only (``tieredStoreReadOnly``)."""
+        return self.uploads and not self.tiered_store_read_only
+
+    @property
+    def role(self) -> str:
+        """What ``status`` and the logs call this sidecar: ``read-only``
+        (``tieredStoreReadOnly``), ``master`` (it uploads) or ``standby`` (its broker is a
+        slave)."""
+        if self.tiered_store_read_only:
+            return "read-only"
+        return "master" if self.uploads else "standby"
 
     @property
     def commitlog_dirs(self) -> tuple[Path, ...]:

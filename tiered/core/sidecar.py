@@ -5,6 +5,12 @@ data-dir lock (one sidecar per ``tieredDataDir``), loads ``tieredStoreMetadata.j
 and reconciles every queue (:mod:`tiered.file.restart_reconcile`). A sidecar that does not upload
 (its broker is a slave) stands by: it writes nothing to the backend -- no reconciliation, no
 metadata mirror (a slave shares the master's ``brokerName``, hence its keys), no expiry.
+
+A read-only sidecar (``tieredStoreReadOnly``) starts none of those writers either, but restores
+its queues as recorded (no reconciliation) and opens the key index for queries only, so it serves
+reads; its provider refuses every write (:class:`~tiered.providers.read_only.ReadOnlyProvider`),
+the safety net for a writer a later change forgets to gate. A writing sidecar's uploads can be
+paused and resumed while it runs (:mod:`tiered.offload.pause`).
 """
 
 from __future__ import annotations
@@ -32,9 +38,11 @@ from tiered.offload.dispatch_state import StateFile
 from tiered.offload.dispatcher import Dispatcher
 from tiered.offload.expiry import ExpiryReport
 from tiered.offload.expiry import expire
+from tiered.offload.pause import PauseFile
 from tiered.offload.topic_retire import retire_deleted
 from tiered.providers import Provider
 from tiered.providers import build_provider
+from tiered.providers.read_only import ReadOnlyProvider
 from tiered.source.local_source import LocalSource
 
 log = logging.getLogger(__name__)
@@ -105,7 +113,10 @@ class Sidecar(Closeable):
     ) -> None:
         self.cfg = cfg
         self.provider = provider if provider is not None else build_provider(cfg)
-        self.uploading = cfg.uploads
+        self.read_only = cfg.tiered_store_read_only
+        if self.read_only:
+            self.provider = ReadOnlyProvider(self.provider)
+        self.uploading = cfg.writes_tier
         mirror = self.provider if self.uploading else None
         self.metadata = MetadataStore(
             cfg.tiered_data_dir,
@@ -115,6 +126,7 @@ class Sidecar(Closeable):
         self.local = LocalSource(cfg)
         self.flat_store = FlatFileStore.from_config(cfg, self.provider, self.metadata)
         self.state_file = StateFile(cfg.tiered_data_dir)
+        self.pause = PauseFile(cfg.tiered_data_dir)
         self._lock = DataDirLock(cfg.tiered_data_dir) if lock else None
         self._workers = workers
         self._dispatcher: Dispatcher | None = None
@@ -141,6 +153,13 @@ class Sidecar(Closeable):
                 self.reports = self.flat_store.load(self.local.units_lookup)
                 if self.cfg.message_index_enable:
                     self.index = self._start_index()
+            elif self.read_only:
+                self.flat_store.load(reconcile_backend=False)
+                if self.cfg.message_index_enable:
+                    self.index = IndexService.reader(self.cfg, self.provider, self.flat_store)
+                log.info("tieredStoreReadOnly=true: this sidecar never writes the tier (no "
+                         "upload, expiry, index upload or metadata mirror); it serves reads of "
+                         "the %d queues its metadata records", len(self.flat_store))  # fmt: skip
             else:
                 log.info(
                     "brokerRole=%s brokerId=%d: this sidecar stands by (only a master uploads; "
@@ -197,6 +216,7 @@ class Sidecar(Closeable):
 
     def _start_index(self) -> IndexService | None:
         index = IndexService(self.cfg, self.provider, self.metadata, self.flat_store)
+        index.paused = lambda: self.pause.read().paused
         try:
             return index.start()
         except (TieredStoreError, OSError) as e:  # offloading goes on; keys are caught up later
@@ -216,6 +236,7 @@ class Sidecar(Closeable):
                 state_file=self.state_file,
                 workers=self._workers,
                 uploads=self.uploading,
+                pause=self.pause,
             )
             if self.index is not None:
                 self._dispatcher.add_staged_listener(self.index.prepare_commit)

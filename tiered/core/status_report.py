@@ -2,7 +2,8 @@
 
 Read-only and lock-free, so it works while ``run`` is running: the metadata file is parsed
 directly (falling back to ``.bak``; nothing is moved or rewritten), the broker store is read
-through :mod:`tiered.broker`, and the dispatcher's state file gives gaps and upload times.
+through :mod:`tiered.broker`, and the dispatcher's state file gives gaps and upload times; whether
+uploads are paused comes from the pause file (:mod:`tiered.offload.pause`).
 The key index is summarised from the local index files' headers, ``progress.json`` (how far each
 queue is indexed) and the metadata's INDEX segments.
 The tiered min is the first consumequeue segment's first offset (after expiry removed commitlog
@@ -37,6 +38,8 @@ from tiered.metadata import FileSegmentType
 from tiered.metadata import MetadataDocument
 from tiered.metadata import read_metadata
 from tiered.offload.dispatch_state import StateFile
+from tiered.offload.pause import PauseFile
+from tiered.offload.pause import PauseState
 from tiered.providers.layout import index_logical_path
 from tiered.providers.layout import logical_path
 from tiered.source.local_source import LocalSource
@@ -143,6 +146,8 @@ class StatusReport:
     """The first matched row :attr:`queues` lists (a page's start)."""
     rows: int = -1
     """Rows the query selected before paging (-1: :attr:`queues` is all of them)."""
+    uploads: PauseState = field(default_factory=PauseState)
+    """Whether uploads are paused, since when, by whom (``rmq-tiered pause``)."""
 
     def totals(self) -> dict[str, int]:
         """Sums over every queue the query matched (over :attr:`queues` when not collected by
@@ -167,6 +172,7 @@ class StatusReport:
             "broker": self.broker,
             "role": self.role,
             "daemon": {"pid": self.daemon_pid, "running": self.daemon_running},
+            "uploads": self.uploads.to_json(),
             "stateUpdatedMs": self.state_updated_ms,
             "metadata": self.metadata,
             "totals": self.totals(),
@@ -211,7 +217,7 @@ def _camel_tree(value: Any, camel: Any) -> Any:
     return value
 
 
-def _daemon(data_dir: Path) -> tuple[int | None, bool]:
+def daemon_of(data_dir: Path) -> tuple[int | None, bool]:
     """(pid, running) of the process holding the data-dir lock, without touching the lock.
 
     The holder is looked up in ``/proc/locks`` (an ``flock`` on the lock file's inode); where
@@ -251,16 +257,17 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
     """What ``status`` shows of the queues ``query`` selects (see the module docstring)."""
     query = query or StatusQuery()
     doc, source = read_metadata(cfg.tiered_data_dir)
-    pid, running = _daemon(cfg.tiered_data_dir)
+    pid, running = daemon_of(cfg.tiered_data_dir)
     snapshot = StateFile(cfg.tiered_data_dir).load(owner=False)
     report = StatusReport(
         cluster=cfg.broker_cluster_name,
         broker=cfg.broker_name,
-        role="master" if cfg.uploads else "standby",
+        role=cfg.role,
         daemon_pid=pid,
         daemon_running=running,
         state_updated_ms=snapshot.updated_ms,
         metadata=source,
+        uploads=PauseFile(cfg.tiered_data_dir).read(),
     )
     local = LocalSource(cfg)
     filt = TopicFilter.from_config(cfg)

@@ -7,7 +7,7 @@ expired (:meth:`IndexService.expire`); :meth:`IndexService.query` answers key qu
 lost by a crash: :meth:`IndexService.catch_up` indexes again, from the tier, what was uploaded
 beyond each queue's saved progress, and each lifecycle step converges on restart
 (:mod:`.uploaded`). A read-only instance (:meth:`IndexService.reader`) serves ``rmq-tiered
-query`` beside a running sidecar.
+query`` beside a running sidecar, and the queries of a read-only sidecar.
 """
 
 from __future__ import annotations
@@ -169,24 +169,32 @@ class IndexService(Closeable):
         self._items_since_checkpoint = 0
         self._saver_stop = _Stop(self.progress.moved)
         self._saver: threading.Thread | None = None
+        self.paused: Callable[[], bool] = lambda: False
+        """Whether uploads are paused (:mod:`tiered.offload.pause`): the scheduled compaction
+        then waits, as the offload does."""
 
     # --- life cycle -----------------------------------------------------------------------------
 
     @classmethod
-    def reader(cls, cfg: TieredConfig, provider: Provider) -> IndexService:
-        """A read-only service for queries beside a running sidecar. The local files are opened
-        first and the metadata read after, so a file uploaded and deleted meanwhile is in the
-        metadata read.
+    def reader(
+        cls, cfg: TieredConfig, provider: Provider, store: FlatFileStore | None = None
+    ) -> IndexService:
+        """A read-only service for queries: beside a running sidecar, or over the loaded
+        ``store`` of a read-only sidecar (which holds the data dir). Beside a sidecar the local
+        files are opened first and the metadata read after, so a file uploaded and deleted
+        meanwhile is in the metadata read.
 
         Raises:
             MetadataError: the metadata file and its ``.bak`` are both unreadable.
         """
-        service = cls(cfg, provider, MetadataStore(cfg.tiered_data_dir), readonly=True)
+        metadata = store.metadata if store is not None else MetadataStore(cfg.tiered_data_dir)
+        service = cls(cfg, provider, metadata, store, readonly=True)
         service.local.open()
-        metadata = MetadataStore.read_only(cfg.tiered_data_dir)
-        service.metadata = service.uploaded.metadata = metadata
-        service.flat_store = FlatFileStore.from_config(cfg, provider, metadata)
-        service.flat_store.load(reconcile_backend=False)
+        if store is None:
+            metadata = MetadataStore.read_only(cfg.tiered_data_dir)
+            service.metadata = service.uploaded.metadata = metadata
+            service.flat_store = FlatFileStore.from_config(cfg, provider, metadata)
+            service.flat_store.load(reconcile_backend=False)
         service._open = True
         return service
 
@@ -566,7 +574,10 @@ class IndexService(Closeable):
 
     def schedule(self, add_job: AddJob) -> None:
         """Add the index jobs to the daemon: maintenance (catch-up, expiry, the checkpoint when
-        due) every 10 s, compaction every ``tieredIndexCompactionIntervalMs`` (0 = never)."""
+        due) every 10 s, compaction every ``tieredIndexCompactionIntervalMs`` (0 = never); none
+        for a reader, which only answers queries."""
+        if self.readonly:
+            return
         add_job(self.maintain, MAINTENANCE_INTERVAL_MS, name="index-maintenance")
         interval = self.cfg.tiered_index_compaction_interval_ms
         if interval > 0:
@@ -588,8 +599,12 @@ class IndexService(Closeable):
             log.exception("index maintenance failed")
 
     def compact_job(self) -> None:
-        """One scheduled compaction run (exceptions are logged)."""
+        """One scheduled compaction run, none while uploads are paused (exceptions are
+        logged)."""
         try:
+            if self.paused():
+                log.debug("index compaction skipped: uploads are paused")
+                return
             self.compact_sealed()
         except Exception:  # as above
             log.exception("index compaction failed")

@@ -20,6 +20,9 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``dispatch_gap_messages_total`` (+)                   counter  messages  topic, queue_id
 ``dispatch_rounds_total`` (+)                         counter
 ``dispatch_standby`` (+)                              gauge    0/1
+``uploads_paused`` (+)                                gauge    0/1
+``uploads_paused_since_timestamp_seconds`` (+)        gauge    Unix s
+``read_only`` (+)                                     gauge    0/1
 ``expired_segments_total`` (+)                        counter            file_type
 ``expiry_failures_total`` (+)                         counter            file_type
 *storage*
@@ -179,6 +182,7 @@ __all__ = [
     "READ_AHEAD_CACHE_COUNT",
     "READ_AHEAD_CACHE_HIT",
     "READ_CRC_FAILURES",
+    "READ_ONLY",
     "READ_REJECTED",
     "REGISTRY",
     "REMOTING_CONNECTIONS",
@@ -189,6 +193,8 @@ __all__ = [
     "REMOTING_REQUESTS",
     "STORAGE_MESSAGE_RESERVE_TIME",
     "STORAGE_SIZE",
+    "UPLOADS_PAUSED",
+    "UPLOADS_PAUSED_SINCE",
     "QueueGauge",
     "before_collect",
     "child",
@@ -553,6 +559,18 @@ DISPATCH_STANDBY = _gauge(
     "rocketmq_tiered_store_dispatch_standby",
     "1 when this sidecar stands by (its broker is a slave), 0 when it uploads",
 )
+UPLOADS_PAUSED = _gauge(
+    "rocketmq_tiered_store_uploads_paused",
+    "1 while uploads are paused (rmq-tiered pause; reads and expiry go on), 0 otherwise",
+)
+UPLOADS_PAUSED_SINCE = _gauge(
+    "rocketmq_tiered_store_uploads_paused_since_timestamp_seconds",
+    "When the uploads were paused, Unix seconds; 0 while they are not",
+)
+READ_ONLY = _gauge(
+    "rocketmq_tiered_store_read_only",
+    "1 when this sidecar never writes the tier (tieredStoreReadOnly=true), 0 otherwise",
+)
 EXPIRED_SEGMENTS = _counter(
     "rocketmq_tiered_store_expired_segments",
     "Tiered segments deleted by expiry",
@@ -877,7 +895,6 @@ QUOTA_WAIT = _counter(
     ["direction"],
     series=[("upload",), ("read",)],
 )
-
 READ_REJECTED = _counter(
     "rocketmq_tiered_store_read_rejected",
     "Cold reads refused at once because tieredReadMaxPending others were waiting for the "

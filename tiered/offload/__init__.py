@@ -3,7 +3,8 @@
 - :mod:`.dispatcher` -- passes and rounds over the queues that moved; :mod:`.offload_step` --
   one queue's step in a round (plan, then execute); :mod:`.dispatch_state` -- per-queue counters
   and the status file; :mod:`.pass_queues` and :mod:`.commitlog_feed` -- which queues a pass
-  looks at, learnt from the commitlog's new bytes;
+  looks at, learnt from the commitlog's new bytes; :mod:`.pause` -- the operator's switch that
+  pauses and resumes the uploads;
 - :mod:`.expiry` -- deleting segments past their reserve time; :mod:`.topic_retire` -- releasing
   and removing the topics the broker deleted.
 

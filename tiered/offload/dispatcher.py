@@ -7,7 +7,9 @@ runs rounds back to back while some queue still has ready work; a queue that kee
 retried a few times with backoff, then left for the next pass. After a round, cold commitlog
 ranges every queue is past are released from the page cache (:data:`COLD_AGE_MS`). Only a master
 uploads (``brokerRole`` != SLAVE and ``brokerId`` == 0, or ``tieredStoreUploadOnSlave``); otherwise
-a pass does nothing and the role is ``standby``. See docs/design/offload.md.
+a pass does nothing and the role is ``standby`` (``read-only`` with ``tieredStoreReadOnly``). While
+uploads are paused (:mod:`.pause`, looked at before every round) a pass only refreshes the lag
+gauges. See docs/design/offload.md.
 """
 
 from __future__ import annotations
@@ -54,10 +56,13 @@ from tiered.offload.offload_step import StepResult
 from tiered.offload.offload_step import execute
 from tiered.offload.offload_step import execute_after
 from tiered.offload.offload_step import finish
+from tiered.offload.offload_step import measure
 from tiered.offload.offload_step import plan
 from tiered.offload.offload_step import send
 from tiered.offload.pass_queues import PassQueues
 from tiered.offload.pass_queues import QueueProgress
+from tiered.offload.pause import PauseFile
+from tiered.offload.pause import PauseWatch
 from tiered.process.logs import error_fields
 from tiered.process.offload_priority import with_nice
 from tiered.source.local_source import BatchRequest
@@ -115,6 +120,9 @@ batches otherwise waits for two ``fdatasync`` calls per queue. Fewer queues keep
 round, whose syncs overlap the next batches' reads."""
 SYNC_MANY_FILES = 64
 """From this many files a round syncs them with one ``sync_many`` of the provider."""
+PAUSED_MEASURE_S = 30.0
+"""While uploads are paused, the queues' lag gauges are refreshed at most this often (a few
+local reads per queue), so they and the FallingBehind alert keep showing the lag that builds."""
 MAX_FAILURES = 10
 """Consecutive failures of one queue within a pass before the pass stops retrying it."""
 _BACKOFF_S = 0.05
@@ -135,6 +143,8 @@ class PassReport:
     role: str = "master"
     looked_at: int = 0
     """Queues the pass planned (``follow``: the ones that moved, had work left or were due)."""
+    paused: bool = False
+    """Uploads were paused: the pass sent nothing, or stopped after a round (:mod:`.pause`)."""
 
 
 class Dispatcher(Closeable):
@@ -151,6 +161,7 @@ class Dispatcher(Closeable):
         clock: Callable[[], int] = now_ms,
         workers: int | None = None,
         uploads: bool | None = None,
+        pause: PauseFile | None = None,
     ) -> None:
         self.cfg = cfg
         self.local = local
@@ -202,7 +213,11 @@ class Dispatcher(Closeable):
             else None
         )
         """Which queues a following pass looks at (None: every queue, every pass)."""
-        metrics.DISPATCH_STANDBY.set(0 if self.uploading else 1)
+        self._pause = PauseWatch(pause, self._resumed) if pause is not None else None
+        self._measured = -PAUSED_MEASURE_S
+        read_only = cfg.tiered_store_read_only
+        metrics.DISPATCH_STANDBY.set(0 if self.uploading or read_only else 1)
+        metrics.READ_ONLY.set(1 if read_only else 0)
 
     def add_commit_listener(self, listener: CommitListener) -> None:
         """Call ``listener(flat, batch, flat_offsets)`` after each batch is uploaded whole
@@ -226,8 +241,22 @@ class Dispatcher(Closeable):
 
     @property
     def role(self) -> str:
-        """``master`` when this sidecar uploads, else ``standby``."""
-        return "master" if self.uploading else "standby"
+        """``master`` when this sidecar uploads, else ``read-only`` (``tieredStoreReadOnly``)
+        or ``standby``."""
+        if self.uploading:
+            return "master"
+        return "read-only" if self.cfg.tiered_store_read_only else "standby"
+
+    def paused(self) -> bool:
+        """Whether uploads are paused now (:class:`~.pause.PauseWatch`: a ``stat`` of its
+        file)."""
+        return self._pause is not None and self._pause.paused()
+
+    def _resumed(self) -> None:
+        """Uploads resumed: the next following pass looks at every queue (the commitlog went on
+        while nobody followed it)."""
+        if self.pass_queues is not None:
+            self.pass_queues.feed.stop()
 
     def close(self, *, cancel: bool = False) -> None:
         """Wait for running steps and stop the worker threads (``cancel``: drop queued ones),
@@ -500,6 +529,11 @@ class Dispatcher(Closeable):
         if not self.uploading:
             self._save_state(sync=False)
             return report
+        if self.paused():
+            report.paused = True
+            self._measure_paused()
+            self._save_state(sync=False)
+            return report
         started = time.perf_counter()
         with self._pass_lock, self._mirror_spaced():
             gave_up: set[tuple[str, int]] = set()
@@ -507,6 +541,9 @@ class Dispatcher(Closeable):
             only = chosen
             progress: dict[tuple[str, int], QueueProgress] = {}
             while not (stop and stop.is_set()):
+                if report.rounds and self.paused():  # after the running round: no new one
+                    report.paused = True
+                    break
                 results = self.run_round(flush=flush, skip=gave_up, only=only)
                 report.rounds += 1
                 progressed = retry = False
@@ -582,6 +619,20 @@ class Dispatcher(Closeable):
                 continue
             total += max(lmax - done, 0)
         return total
+
+    def _measure_paused(self) -> None:
+        """Refresh every offloaded queue's lag gauges (:func:`~.offload_step.measure`), at most
+        every :data:`PAUSED_MEASURE_S`."""
+        now = time.monotonic()
+        if now - self._measured < PAUSED_MEASURE_S:
+            return
+        self._measured = now
+        self.local.refresh()
+        clock = self.clock()
+        for flat in self.flat_store.files():
+            if flat.initialized and self.filter.allows(flat.topic):
+                state = self.state(flat.topic, flat.queue_id)
+                measure(flat, state, self.local, self.limits.count, clock)
 
     # --- page cache and state -------------------------------------------------------------------
 

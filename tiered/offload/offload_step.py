@@ -603,6 +603,28 @@ def _behind(
     metrics.QUEUE_LATENCY.set(topic, qid, shown[2], "consume_queue")
 
 
+def measure(
+    flat: FlatMessageFile, state: QueueState, local: LocalSource, count: int, now: int
+) -> None:
+    """Set the queue's lag gauges without planning a step, while uploads are paused: the
+    messages waiting, their bytes (estimated from the first ``count`` units) and the age of the
+    first. Only reads; a queue that cannot be read keeps its gauges (the next step says why)."""
+    current = flat.commit_offset
+    try:
+        lmax = local.max_offset(flat.topic, flat.queue_id)
+        if current >= lmax:
+            state.local_max = lmax
+            _caught_up(flat, state)
+            return
+        units = local.read_units(flat.topic, flat.queue_id, current, min(count, lmax - current))
+        first = local.store_time(flat.topic, flat.queue_id, current)
+    except (TieredStoreError, OSError):
+        return
+    state.local_max = lmax
+    sizes = units["size"].astype(np.int64)
+    _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
+
+
 def _caught_up(flat: FlatMessageFile, state: QueueState) -> None:
     state.next_physical = None
     _behind(flat, state, 0, np.zeros(0, dtype=np.int64), 0)

@@ -38,9 +38,36 @@ def get(
 ) -> Reply:
     """GET ``base + path`` with ``params`` as the query string (none when empty), with HTTP
     Basic ``auth`` (accessKey, secretKey) and the client TLS context ``tls`` when given."""
+    return _send("GET", base, path, timeout, auth, tls, {}, params)
+
+
+def post(
+    base: str,
+    path: str = "",
+    *,
+    timeout: float = 30.0,
+    auth: tuple[str, str] | None = None,
+    headers: dict[str, str] | None = None,
+    **params: Any,
+) -> Reply:
+    """POST ``base + path`` with an empty body, as :func:`get` (plus request ``headers``)."""
+    return _send("POST", base, path, timeout, auth, None, headers or {}, params)
+
+
+def _send(
+    method: str,
+    base: str,
+    path: str,
+    timeout: float,
+    auth: tuple[str, str] | None,
+    tls: ssl.SSLContext | None,
+    headers: dict[str, str],
+    params: dict[str, Any],
+) -> Reply:
     query = urllib.parse.urlencode(params)
     url = f"{base}{path}" + (f"?{query}" if query else "")
-    request = urllib.request.Request(url)
+    data = b"" if method == "POST" else None
+    request = urllib.request.Request(url, data=data, headers=headers, method=method)
     if auth is not None:
         token = base64.b64encode(f"{auth[0]}:{auth[1]}".encode()).decode("ascii")
         request.add_header("Authorization", f"Basic {token}")
