@@ -230,6 +230,24 @@ class Provider(Closeable, abc.ABC):
 
     # --- conveniences built on the contract -------------------------------------------------------
 
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        """``(key, size)`` of every key :meth:`list` gives, sorted, each size as :meth:`size`
+        says it: from the listing itself where the backend's listing carries sizes (one request
+        per page of objects, not one per object: the scrubber walks a whole tier this way). The
+        default asks :meth:`size` of each key; a key deleted meanwhile is left out.
+
+        Raises:
+            InvalidKeyError: the prefix holds an unsafe component.
+            ProviderError: the backend failed; ``retriable`` says whether to try again.
+        """
+        found: list[tuple[str, int]] = []
+        for key in self.list(prefix):
+            try:
+                found.append((key, self.size(key)))
+            except SegmentNotFoundError:
+                continue
+        return iter(found)
+
     def exists(self, key: str) -> bool:
         """Whether the object exists (a ``size`` call)."""
         try:

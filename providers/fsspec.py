@@ -47,6 +47,7 @@ from .chunks import parse_name
 from .chunks import pieces_for_read
 from .chunks import state_from_listing
 from .chunks import temp_name
+from .layout import RESERVED_CHAR
 from .layout import check_key
 from .layout import check_prefix
 from .layout import is_key
@@ -407,6 +408,29 @@ class FsspecProvider(Provider):
             if parsed[0].startswith(prefix) and is_key(parsed[0]):
                 keys.add(parsed[0])
         return iter(sorted(keys))
+
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        check_prefix(prefix)
+        fs = self.fs
+        base = prefix.rpartition("/")[0]
+        start = self._path(base) if base else self._root or "/"
+        self._request("LIST")
+        with translated(prefix, "fsspec operation"):
+            fs.invalidate_cache()
+            try:
+                infos: dict[str, Any] = fs.find(start, withdirs=False, detail=True)
+            except FileNotFoundError:
+                infos = {}
+        names: dict[str, list[tuple[str, int]]] = {}
+        for path, info in infos.items():
+            name = self._rel(path)
+            key = name.partition(RESERVED_CHAR)[0]
+            if self.append_mode == "native" and key != name:
+                continue
+            if key.startswith(prefix) and is_key(key):
+                names.setdefault(key, []).append((name, int(info["size"])))
+        states = (state_from_listing(key, entries) for key, entries in names.items())
+        return iter(sorted((s.key, s.size) for s in states if s.exists))
 
     # --- pickling ---------------------------------------------------------------------------------
 

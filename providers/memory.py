@@ -126,6 +126,13 @@ class MemoryProvider(Provider):
             found = sorted(k for k in self._objects if k.startswith(prefix))
         return iter(found)
 
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        check_prefix(prefix)
+        with self._lock:
+            self._request("LIST")
+            found = sorted((k, len(v)) for k, v in self._objects.items() if k.startswith(prefix))
+        return iter(found)
+
     def __getstate__(self) -> dict[str, Any]:
         with self._lock:
             state = super().__getstate__()

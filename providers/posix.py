@@ -438,9 +438,23 @@ class PosixProvider(Provider):
         return removed
 
     def list(self, prefix: str = "") -> Iterator[str]:
+        return iter(sorted(key for key, _ in self._walk(prefix)))
+
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        found: list[tuple[str, int]] = []
+        for key, path in self._walk(prefix):
+            try:
+                st = os.stat(path)
+            except FileNotFoundError:
+                continue  # deleted since the directory was read
+            if stat.S_ISREG(st.st_mode):
+                found.append((key, st.st_size))
+        return iter(sorted(found))
+
+    def _walk(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """(key, file path) of every key below ``prefix``, directory by directory."""
         check_prefix(prefix)
         base, _, _ = prefix.rpartition("/")
-        found: list[str] = []
         for dirpath, dirnames, filenames in os.walk(self.root / base if base else self.root):
             self._request("LIST")
             rel = os.path.relpath(dirpath, self.root)
@@ -454,5 +468,4 @@ class PosixProvider(Provider):
             for name in filenames:
                 key = rel + name
                 if key.startswith(prefix) and is_key(key):
-                    found.append(key)
-        return iter(sorted(found))
+                    yield key, os.path.join(dirpath, name)

@@ -584,6 +584,16 @@ class S3Provider(S3Reads, Provider):
                 keys.add(parsed[0])
         return iter(sorted(keys))
 
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        check_prefix(prefix)
+        names: dict[str, list[tuple[str, int]]] = {}
+        for name, size in self._names(self._root + prefix):
+            key = name.partition(RESERVED_CHAR)[0]
+            if key.startswith(prefix) and is_key(key):
+                names.setdefault(key, []).append((name, size))
+        states = (state_from_listing(key, entries) for key, entries in names.items())
+        return iter(sorted((s.key, s.size) for s in states if s.exists))
+
     # --- consolidation and uploads ----------------------------------------------------------------
 
     def _consolidate(self, key: str, run: tuple[Chunk, ...]) -> None:

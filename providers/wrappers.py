@@ -114,6 +114,10 @@ class WrappedProvider(Provider):
         keys = self._around("list", prefix, lambda: [*self.inner.list(prefix)])
         return iter(keys)
 
+    def list_sizes(self, prefix: str = "") -> Iterator[tuple[str, int]]:
+        found = self._around("list", prefix, lambda: [*self.inner.list_sizes(prefix)])
+        return iter(found)
+
     def clean_temporary(self, prefix: str = "") -> int:
         return self._around(
             "clean_temporary", prefix, functools.partial(self.inner.clean_temporary, prefix)

@@ -150,6 +150,7 @@ class ChunkedProviderTests(ProviderTests):
         assert provider.read(key, 0, 100) == b"consolidated"
         assert provider.size(key) == 12
         assert list(provider.list(key)) == [key]
+        assert list(provider.list_sizes(key)) == [(key, 12)]
         with pytest.raises(SegmentSealedError):
             provider.append(key, b"x", 12)
         provider.seal(key)
@@ -161,6 +162,7 @@ class ChunkedProviderTests(ProviderTests):
         with pytest.raises(SegmentNotFoundError):
             provider.size(key)
         assert list(provider.list("")) == []
+        assert list(provider.list_sizes("")) == []
         assert provider.append(key, b"12345", 0) == 5
         assert provider.read(key, 0, 100) == b"12345"
         assert oracle.names_of(key) == {f"{key}~00000000000000000000"}

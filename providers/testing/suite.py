@@ -333,6 +333,14 @@ class ProviderTests:
         assert list(provider.list("212d6b50_DefaultCluster/nothing/")) == []
         assert list(provider.list("zzz")) == []
         assert {k for k in oracle.names() if "~" not in k} <= set(keys)
+        # the same listing with sizes, each as size() says it (unsealed ones too)
+        sized = list(provider.list_sizes())
+        assert sized == [(k, provider.size(k)) for k in sorted(keys)]
+        assert {size for _, size in sized} == {1, 7}
+        assert list(provider.list_sizes(queue_dir)) == [
+            (k, provider.size(k)) for k in sorted(keys[:2])
+        ]
+        assert list(provider.list_sizes("zzz")) == []
 
     def test_objects_written_to_the_backend_are_visible(
         self, provider: Provider, oracle: Oracle

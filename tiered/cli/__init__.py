@@ -30,6 +30,7 @@ COMMANDS = {
     "pause": "tiered.cli.pause:pause",
     "resume": "tiered.cli.pause:resume",
     "recover": "tiered.cli.recover:recover",
+    "scrub": "tiered.cli.scrub:scrub",
     "fetch": "tiered.cli.fetch:fetch",
     "explain": "tiered.cli.explain:explain",
     "query": "tiered.cli.query:query",

@@ -270,6 +270,9 @@ class TieredConfig(BaseModel):
     tiered_store_delete_file_interval_ms: Long = _key(
         "tieredStoreDeleteFileInterval", "expiry check period, ms", 3600000
     )
+    tiered_scrub_interval_ms: IntOrZero = _key(
+        "tieredScrubIntervalMs", "scrub the tier (rmq-tiered scrub) every, ms; 0 = never", 0
+    )
 
     # sidecar
     tiered_http_host: Text = _key("tieredHttpHost", "address the HTTP API binds", "127.0.0.1")

@@ -5,7 +5,9 @@ Jobs (each ``max_instances=1``, coalesced, so a long pass is never run twice at 
 * dispatch, every ``tieredStoreDispatchIntervalMs``, first at start: one dispatcher pass (which
   keeps running rounds while a backlog remains), on a thread of its own (``tiered-pass``) at the
   offload's priority (``tieredOffloadNice``; the other jobs run at the process's);
-* expiry, every ``tieredStoreDeleteFileInterval``, first after one interval.
+* expiry, every ``tieredStoreDeleteFileInterval``, first after one interval;
+* scrub, every ``tieredScrubIntervalMs`` when set and the sidecar uploads (:mod:`.scrub`, without
+  ``--deep``), first after one interval.
 
 SIGTERM or SIGINT sets the stop event: the running pass stops after its current round (its
 uploads finish and are recorded), the scheduler shuts down waiting for running jobs, metadata is
@@ -28,6 +30,7 @@ from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from tiered.config import TieredConfig
+from tiered.core.scrub import scrub_and_publish
 from tiered.core.sidecar import Sidecar
 from tiered.errors import TieredStoreError
 from tiered.metadata import now_ms
@@ -153,6 +156,16 @@ class Daemon:
         except Exception:  # as above: logged, retried at the next run
             log.exception("expiry run failed")
 
+    def _scrub(self) -> None:
+        if self.stop.is_set():
+            return
+        try:
+            scrub_and_publish(self.cfg, self.sidecar.provider)
+        except (TieredStoreError, OSError) as e:
+            _failed("scrub", e)
+        except Exception:  # as above: logged, retried at the next run
+            log.exception("scrub failed")
+
     def _stop_services(self) -> None:
         for service in reversed(self.services):
             try:
@@ -189,6 +202,8 @@ class Daemon:
             if self.sidecar.index is not None:  # checkpoints, catch-up, compaction, expiry
                 self.sidecar.index.schedule(self.add_job)
             self.add_job(allocator.trim, allocator.TRIM_INTERVAL_MS, name="malloc-trim")
+            if self.cfg.tiered_scrub_interval_ms and self.cfg.uploads:
+                self.add_job(self._scrub, self.cfg.tiered_scrub_interval_ms, name="scrub")
             self.scheduler.start()
             while not self.stop.wait(1.0):  # the signal handler sets it; the timeout is a guard
                 pass

@@ -102,6 +102,11 @@ class OrphanLog:
         self.remove(done)
         return deleted
 
+    def peek(self) -> list[str]:
+        """The logged keys as the files hold them now, for a reader beside the owner (the
+        scrubber): nothing is cached, moved or rewritten; none when both copies are damaged."""
+        return self._file.load(owner=False) or []
+
     def _load(self) -> list[str]:
         if self._keys is None:
             self._keys = self._file.load() or []

@@ -66,6 +66,9 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ---------------------------------------------------------------------------------------------------
 ``quota_wait_seconds_total`` (+)                      counter  s         direction
 ``read_rejected_total`` (+)                           counter  reads     port
+*scrubber* (+) (:mod:`tiered.core.scrub`, run by ``tieredScrubIntervalMs``)
+---------------------------------------------------------------------------------------------------
+``scrub_anomalies`` (+)                               gauge              kind
 *HTTP* (+) (:mod:`tiered.http.accounting`)
 ---------------------------------------------------------------------------------------------------
 ``http_requests_total``                               counter            method, route, status
@@ -109,6 +112,8 @@ A ``topic`` a request names (``api_latency``, ``messages_out_total``,
 ``direction`` is ``upload`` (appends and puts under ``tieredUploadMaxBytesPerSecond``) or
 ``read`` (reads under ``tieredReadMaxBytesPerSecond``); ``port`` of ``read_rejected_total`` is
 ``http`` or ``remoting`` (cold reads refused past ``tieredReadMaxPending``).
+``kind`` of ``scrub_anomalies`` is one of :data:`tiered.core.scrub_report.KINDS` (``missing``,
+``size_mismatch``, ``orphan``, ``offset_gap``, ...); every kind is set at each scrub, 0 included.
 ``reason`` is ``too_large``, ``bad_length``, ``bad_header``, ``serialize_type``, ``not_json``,
 ``idle`` (a connection silent past the idle timeout, or stalled inside a frame) or
 ``too_many_connections``.
@@ -191,6 +196,7 @@ __all__ = [
     "REMOTING_PULL_LATENCY",
     "REMOTING_REJECTED",
     "REMOTING_REQUESTS",
+    "SCRUB_ANOMALIES",
     "STORAGE_MESSAGE_RESERVE_TIME",
     "STORAGE_SIZE",
     "UPLOADS_PAUSED",
@@ -901,6 +907,16 @@ READ_REJECTED = _counter(
     "backend (HTTP 503, remoting SYSTEM_BUSY), by port",
     ["port"],
     series=[("http",), ("remoting",)],
+)
+
+
+# --- the scrubber (the sidecar's own) ------------------------------------------------------------
+
+SCRUB_ANOMALIES = _gauge(
+    "rocketmq_tiered_store_scrub_anomalies",
+    "Anomalies the last background scrub (tieredScrubIntervalMs) found in the tier, by kind "
+    "(rmq-tiered scrub --json names their objects)",
+    ["kind"],
 )
 
 
