@@ -25,6 +25,7 @@ COMMANDS = {
     "gen-store": "tiered.cli.gen_store:gen_store",
     "demo": "tiered.cli.demo:demo",
     "run": "tiered.cli.run:run",
+    "serve": "tiered.cli.serve:serve",
     "dispatch": "tiered.cli.dispatch:dispatch",
     "status": "tiered.cli.status:status",
     "pause": "tiered.cli.pause:pause",

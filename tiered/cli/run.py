@@ -40,6 +40,14 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
     metrics.set_detail(cfg.tiered_metrics_detail.value)  # before any queue's series
     metrics.register()  # every family on /metrics from the first scrape
     daemon = Daemon(cfg)
+    add_front_doors(daemon)
+    sys.exit(daemon.run())
+
+
+def add_front_doors(daemon: Daemon) -> None:
+    """Add the HTTP API and (``tieredRemotingEnable``) the replay endpoint to ``daemon``'s
+    services, both over one :class:`TieredMessageStore` of its sidecar (``run`` and ``serve``)."""
+    cfg = daemon.cfg
     security = Security.from_config(
         cfg
     )  # accounts and certificate of both ports, reloaded on change
@@ -60,4 +68,3 @@ def run(configs: tuple[Path, ...], verbose: int) -> None:
         endpoint = remoting_service(daemon, store, security)
         daemon.services.append(endpoint)
         daemon.services.append(registration_service(daemon, endpoint))
-    sys.exit(daemon.run())

@@ -20,6 +20,7 @@ from tiered.core.status_report import StatusQuery
 from tiered.core.status_report import StatusReport
 from tiered.core.status_report import collect_status
 from tiered.offload.pause import utc
+from tiered.source.no_local_store import REPLICA_MARKER
 
 
 @click.command("status")
@@ -44,7 +45,8 @@ def status(
     Read-only and lock-free: safe while `rmq-tiered run` is running.
     """
     cfg = load(configs)
-    check_store(cfg.store_path_root_dir, cfg.commitlog_dirs, cfg.consume_queue_dir)
+    if not (cfg.tiered_data_dir / REPLICA_MARKER).exists():  # a replica (serve) has no store
+        check_store(cfg.store_path_root_dir, cfg.commitlog_dirs, cfg.consume_queue_dir)
     report = collect_status(cfg, StatusQuery(topic=topic, lagging=lagging, limit=limit))
     if as_json:
         emit_json(report.to_json())
@@ -89,6 +91,9 @@ def _print(report: StatusReport) -> None:
         out.print("this sidecar stands by: its broker is not the master (brokerRole/brokerId)")
     elif report.role == "read-only":
         out.print("this sidecar is read-only (tieredStoreReadOnly=true): it never writes the tier")
+    elif report.role == "replica":
+        out.print("this is a read replica (rmq-tiered serve): it never writes the tier and reads "
+                  "every message from it (tieredStorageLevel=FORCE)")  # fmt: skip
     if report.uploads.paused:
         out.print(_paused_line(report))
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False)

@@ -189,6 +189,11 @@ class TieredConfig(BaseModel):
     tiered_store_read_only: Bool = _key(
         "tieredStoreReadOnly", "never write the tier: no upload, expiry or index upload", False
     )
+    tiered_replica_refresh_ms: Int = _key(
+        "tieredReplicaRefreshMs",
+        "rmq-tiered serve: reload the metadata mirror from the backend every, ms",
+        30000,
+    )
     tiered_store_group_commit: Bool = _key("tieredStoreGroupCommit", "batch uploads", True)
     tiered_store_group_commit_timeout_ms: IntOrZero = _key(
         "tieredStoreGroupCommitTimeout", "hold a batch at most, ms", 30000

@@ -83,9 +83,11 @@ class Daemon:
     restore) and stop before it closes.
     """
 
-    def __init__(self, cfg: TieredConfig, provider: Provider | None = None) -> None:
+    def __init__(
+        self, cfg: TieredConfig, provider: Provider | None = None, *, sidecar: Sidecar | None = None
+    ) -> None:
         self.cfg = cfg
-        self.sidecar = Sidecar(cfg, provider)
+        self.sidecar = sidecar if sidecar is not None else Sidecar(cfg, provider)
         self.stop = threading.Event()
         scheduler_log = logging.getLogger("tiered.scheduler")
         scheduler_log.addFilter(_DropSkipped())
@@ -98,6 +100,8 @@ class Daemon:
         )
         self.passes = 0
         self.services: list[Service] = []
+        self.jobs: list[tuple[Callable[[], Any], int, str]] = []
+        """More jobs (function, interval in ms, name), added once the sidecar is open."""
 
     def add_job(
         self,
@@ -202,6 +206,8 @@ class Daemon:
             if self.sidecar.index is not None:  # checkpoints, catch-up, compaction, expiry
                 self.sidecar.index.schedule(self.add_job)
             self.add_job(allocator.trim, allocator.TRIM_INTERVAL_MS, name="malloc-trim")
+            for func, every_ms, name in self.jobs:
+                self.add_job(func, every_ms, name=name)
             if self.cfg.tiered_scrub_interval_ms and self.cfg.uploads:
                 self.add_job(self._scrub, self.cfg.tiered_scrub_interval_ms, name="scrub")
             self.scheduler.start()

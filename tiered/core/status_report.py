@@ -43,6 +43,8 @@ from tiered.offload.pause import PauseState
 from tiered.providers.layout import index_logical_path
 from tiered.providers.layout import logical_path
 from tiered.source.local_source import LocalSource
+from tiered.source.no_local_store import REPLICA_MARKER
+from tiered.source.no_local_store import NoLocalStore
 from tiered.source.topic_filter import TopicFilter
 
 _LAG_CHUNK = 65536
@@ -258,18 +260,23 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
     query = query or StatusQuery()
     doc, source = read_metadata(cfg.tiered_data_dir)
     pid, running = daemon_of(cfg.tiered_data_dir)
+    replica = (cfg.tiered_data_dir / REPLICA_MARKER).exists()  # rmq-tiered serve's data dir
+    if replica:
+        from tiered.core.replica import replica_config
+
+        cfg = replica_config(cfg)
     snapshot = StateFile(cfg.tiered_data_dir).load(owner=False)
     report = StatusReport(
         cluster=cfg.broker_cluster_name,
         broker=cfg.broker_name,
-        role=cfg.role,
+        role="replica" if replica else cfg.role,
         daemon_pid=pid,
         daemon_running=running,
         state_updated_ms=snapshot.updated_ms,
         metadata=source,
         uploads=PauseFile(cfg.tiered_data_dir).read(),
     )
-    local = LocalSource(cfg)
+    local = NoLocalStore(cfg) if replica else LocalSource(cfg)
     filt = TopicFilter.from_config(cfg)
     keys = {k for k in local.queues() if filt.allows(k[0])}
     for topic, by_id in doc.queue_metadata_table.items():
@@ -295,7 +302,13 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
         report.queues.append(row)
     if cfg.message_index_enable and cfg.uploads:
         report.index = _index(cfg, doc, report.queues)
-    _topics(cfg, report, filt, set(local.queues()) | keys)
+    if replica:
+        report.topics_source = (
+            "none: a read replica (rmq-tiered serve) has no broker store; every read is from "
+            "the tier (tieredStorageLevel=FORCE)"
+        )
+    else:
+        _topics(cfg, report, filt, set(local.queues()) | keys)
     if query.readable is not None:
         readable = query.readable
         report.topics = [t for t in report.topics if readable(t.topic)]

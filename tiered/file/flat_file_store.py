@@ -91,15 +91,16 @@ class FlatFileStore(BrokerTier):
         """
         files: list[FlatMessageFile] = []
         with self._lock:
-            self._files.clear()
+            loaded: dict[tuple[str, int], FlatMessageFile] = {}
             for topic in self.metadata.topics():
                 for queue in self.metadata.queues(topic.topic):
                     if queue.queue.broker_name != self.broker:
                         continue
                     flat = self._new(topic.topic, queue.queue.queue_id)
                     flat.load()
-                    self._files[(flat.topic, flat.queue_id)] = flat
+                    loaded[(flat.topic, flat.queue_id)] = flat
                     files.append(flat)
+            self._files = loaded  # swapped whole: a reader (a replica's refresh) never sees a gap
 
         def one(flat: FlatMessageFile) -> ReconcileReport:
             return reconcile(flat, local(flat.topic, flat.queue_id) if local else None)

@@ -1,5 +1,5 @@
-"""``rmq-tiered run`` as a subprocess of a test: started until its HTTP API answers ``/readyz``
-and its replay port is logged, stopped with SIGTERM (which must exit 0)."""
+"""``rmq-tiered run`` (or ``serve``) as a subprocess of a test: started until its HTTP API answers
+``/readyz`` and its replay port is logged, stopped with SIGTERM (which must exit 0)."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ class Sidecar:
     starts: int = field(default=0)
     broker_conf: Path | None = None
     """The broker's own broker.conf, read first (``--config broker.conf --config conf``)."""
+    command: str = "run"
+    """The command: ``run``, or ``serve`` (a read replica)."""
 
     def start(self, timeout_s: float = 90.0) -> None:
         self.starts += 1
@@ -36,7 +38,9 @@ class Sidecar:
         with log.open("wb") as err:
             first = ["--config", str(self.broker_conf)] if self.broker_conf else []
             self.proc = subprocess.Popen(
-                [RMQ_TIERED, "run", *first, "--config", str(self.conf)], stdout=err, stderr=err
+                [RMQ_TIERED, self.command, *first, "--config", str(self.conf)],
+                stdout=err,
+                stderr=err,
             )
         deadline = time.monotonic() + timeout_s
         while True:
