@@ -26,6 +26,7 @@ from typing import TypeVar
 
 from tiered.errors import InjectedFaultError
 from tiered.errors import ProviderError
+from tiered.errors import SegmentNotFoundError
 
 from .base import RETRY_PREFIX
 from .base import BytesLike
@@ -36,6 +37,7 @@ from .layout import SegmentAddress
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
+    from prometheus_client import Counter
     from prometheus_client import Histogram
 
 T = TypeVar("T")
@@ -46,6 +48,8 @@ SIZE_BUCKETS_BYTES = tuple(
     for x in (1 << 10, 10 << 10, 100 << 10, 1 << 20, 10 << 20, 32 << 20, 50 << 20, 100 << 20)
 )
 OPERATIONS = ("size", "read", "append", "seal", "put", "delete", "list")
+CALLS = ("size", "read", "write", "seal", "sync", "delete", "list", "clean_temporary")
+"""The ``operation`` values of the provider metric families (``write``: append and put)."""
 
 
 class WrappedProvider(Provider):
@@ -192,6 +196,13 @@ class ProviderMetrics:
             ["provider", "reason"],
             registry=registry,
         )
+        self.errors = Counter(
+            "rocketmq_tiered_store_provider_errors",
+            "Provider calls that failed, by operation (read, write, seal, sync, delete, ...); a "
+            "size or delete of an absent object is an answer, not counted",
+            ["provider", "operation"],
+            registry=registry,
+        )
 
     @staticmethod
     @functools.cache
@@ -253,7 +264,10 @@ class MetricsProvider(WrappedProvider):
     detail :func:`set_path_label` sets) and ``file_type`` ``commit_log``, ``consume_queue`` or
     ``index`` (``""``/``other`` for keys outside the segment layout). ``requests_total`` counts
     backend requests (``GET``, ``PUT``, ``LIST``, ...), so requests per GiB can be read off a run
-    (divide by the upload/download ``_sum``).
+    (divide by the upload/download ``_sum``). ``provider_errors_total{operation}`` counts the
+    calls that raised, but a ``size`` or ``delete`` of an absent object (an answer: existence
+    probes, a delete of what is gone; ``success="false"`` of the latency counts those too);
+    every operation of :data:`CALLS` has its series from the start.
 
     ``metrics`` defaults to the default registry's families; a pickled copy uses those.
     """
@@ -277,6 +291,9 @@ class MetricsProvider(WrappedProvider):
 
         self._count = count
         self.inner.add_request_listener(count)
+        self._errors: dict[str, Counter] = {
+            op: self.metrics.errors.labels(provider=name, operation=op) for op in CALLS
+        }
 
     def _around(self, operation: str, key: str, call: Callable[[], T]) -> T:
         path, file_type = _labels(key) if operation != "list" else ("", "")
@@ -287,6 +304,16 @@ class MetricsProvider(WrappedProvider):
             result = call()
             ok = True
             return result
+        except Exception as e:
+            if isinstance(e, SegmentNotFoundError) and kind in ("size", "delete"):
+                raise  # an answer (a probe, a delete of what is gone), not a failure
+            errors = self._errors.get(kind)
+            if errors is None:
+                errors = self._errors[kind] = self.metrics.errors.labels(
+                    provider=type(unwrap(self.inner)).name, operation=kind
+                )
+            errors.inc()
+            raise
         finally:
             elapsed_ms = (time.perf_counter() - start) * 1000.0
             values = (path, file_type, kind, "true" if ok else "false")
@@ -337,6 +364,7 @@ class MetricsProvider(WrappedProvider):
         state.pop("metrics", None)
         state.pop("_count", None)
         state.pop("_children", None)
+        state.pop("_errors", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

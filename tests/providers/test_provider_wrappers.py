@@ -20,6 +20,7 @@ from tiered.providers.testing import DictOracle
 from tiered.providers.testing import Oracle
 from tiered.providers.testing import ProviderTests
 from tiered.providers.testing import seg
+from tiered.providers.wrappers import CALLS
 
 from tiered.errors import InjectedFaultError
 from tiered.errors import SegmentNotFoundError
@@ -119,6 +120,27 @@ def test_metrics_labels_and_failures() -> None:
         )
         == 1
     )
+
+
+def test_errors_are_counted_by_operation_but_not_found_answers() -> None:
+    registry = CollectorRegistry()
+    faults = FaultInjectingProvider(MemoryProvider())
+    provider = MetricsProvider(faults, ProviderMetrics(registry))
+
+    def errors(operation: str) -> float | None:
+        labels = {"provider": "memory", "operation": operation}
+        return registry.get_sample_value("rocketmq_tiered_store_provider_errors_total", labels)
+
+    assert all(errors(op) == 0 for op in CALLS)  # every series from the start
+    with pytest.raises(SegmentNotFoundError):
+        provider.size(seg(1))  # a probe's answer
+    with pytest.raises(SegmentNotFoundError):
+        provider.read(seg(1), 0, 1)  # a fetch that failed
+    faults.set_plan(FaultPlan(rate=1.0, operations={"append", "put"}))
+    for call in (lambda: provider.append(seg(2), b"x", 0), lambda: provider.put("k", b"x")):
+        with pytest.raises(InjectedFaultError):
+            call()
+    assert (errors("size"), errors("read"), errors("write"), errors("delete")) == (0, 1, 2, 0)
 
 
 def test_wrappers_pickle() -> None:

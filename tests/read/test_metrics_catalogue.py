@@ -6,8 +6,10 @@ One run for the module: a generated store offloaded to a posix tier by the real 
 keys put into small index files that seal), an index upload failed on purpose, then every SEALED
 file compacted with numpy and uploaded; the HTTP API on a real uvicorn server answers messages,
 an offset by time, a key query, a health check and a 404; a metadata mirror put fails (fault
-injection); a header byte of a tiered segment is flipped and read through the API (502). Then
-``/metrics`` is scraped and parsed with prometheus_client's text parser.
+injection); a header byte of a tiered segment is flipped and read through the API (502); an
+absent object is read from the backend (a provider error); last, an expiry run past every
+reserve time whose deletes the backend refuses (expiry lag). Then ``/metrics`` is scraped and
+parsed with prometheus_client's text parser.
 """
 
 from __future__ import annotations
@@ -38,6 +40,7 @@ from tiered.broker import message as msgcodec
 from tiered.broker.generator import GenSpec
 from tiered.errors import AccessDeniedError
 from tiered.errors import InjectedFaultError
+from tiered.errors import SegmentNotFoundError
 from tiered.http.app import create_app
 from tiered.http.key_routes import keys_router
 from tiered.http.server import HttpServer
@@ -207,6 +210,15 @@ def run(tmp_path_factory: pytest.TempPathFactory, read_spec: GenSpec) -> Iterato
         topic, qid, offset = DAMAGED
         damaged = f"{server.url}/v1/topics/{topic}/queues/{qid}/messages?offset={offset}"
         out.statuses["damaged"] = get(damaged).status
+        flat = tier.sidecar.flat_store.get(TOPIC, QID)
+        assert flat is not None
+        with pytest.raises(SegmentNotFoundError):  # no segment starts there: a failed fetch
+            tier.provider.read(flat.commitlog.key(1 << 40), 0, 1)
+        # every segment is past its reserve time and the backend refuses the deletes: each
+        # queue's first record goes (its object is orphaned), the rest stay: expiry lag
+        fault.set_plan(FaultPlan(rate=1.0, operations={"delete"}, error=AccessDeniedError))
+        assert tier.sidecar.expire(10**15).behind_segments > 0
+        fault.set_plan(FaultPlan())
         reply = get(f"{server.url}/metrics")
         status, body = reply.status, reply.body
         assert status == 200
@@ -304,6 +316,11 @@ def test_gauges_after_the_run(run: Run) -> None:
     assert total(run.after, "rocketmq_storage_message_reserve_time", **queue) > 0
     assert total(run.after, "rocketmq_tiered_store_dispatch_behind", **queue) == 0  # caught up
     assert total(run.after, "rocketmq_tiered_store_dispatch_standby") == 0
+    assert total(run.after, "rocketmq_tiered_store_dispatch_behind_commitlog_files") == 0
+    for file_type in ("commit_log", "consume_queue"):
+        lag = {**queue, "file_type": file_type}
+        assert total(run.after, "rocketmq_tiered_store_expiry_behind_segments", **lag) > 0
+        assert total(run.after, "rocketmq_tiered_store_expiry_behind_bytes", **lag) > 0
     assert total(run.after, "rocketmq_tiered_store_read_ahead_cache_messages") > 0
     assert total(run.after, "rocketmq_tiered_store_metadata_last_persist_timestamp_seconds") > 0
     assert total(run.after, "rocketmq_tiered_store_metadata_last_mirror_timestamp_seconds") > 0
@@ -317,6 +334,9 @@ def test_injected_failures_are_counted(run: Run) -> None:
     assert grew(run, "rocketmq_tiered_store_read_crc_failures_total", topic=DAMAGED[0]) == 1
     assert grew(run, "rocketmq_tiered_store_index_failures_total", stage="upload") == 1
     assert grew(run, "rocketmq_tiered_store_metadata_mirror_total", result="failed") == 1
+    errors = "rocketmq_tiered_store_provider_errors_total"
+    assert grew(run, errors, operation="read") == 1  # the absent object
+    assert grew(run, errors, operation="delete") == 0  # refused outside the metrics wrapper
 
 
 def test_http_requests_are_counted_by_route_template(run: Run) -> None:

@@ -13,6 +13,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ---------------------------------------------------------------------------------------------------
 ``dispatch_behind``                                   gauge    messages  topic, queue_id, file_type
 ``dispatch_behind_bytes`` (+)                         gauge    bytes     topic, queue_id
+``dispatch_behind_commitlog_files`` (+)               gauge    files
 ``dispatch_latency``                                  gauge    ms        topic, queue_id, file_type
 ``messages_dispatch_total``                           counter  messages  topic, queue_id, file_type
 ``dispatch_bytes_total`` (+)                          counter  bytes     topic, queue_id
@@ -25,6 +26,8 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``read_only`` (+)                                     gauge    0/1
 ``expired_segments_total`` (+)                        counter            file_type
 ``expiry_failures_total`` (+)                         counter            file_type
+``expiry_behind_segments`` (+)                        gauge    segments  topic, queue_id, file_type
+``expiry_behind_bytes`` (+)                           gauge    bytes     topic, queue_id, file_type
 *storage*
 ---------------------------------------------------------------------------------------------------
 ``rocketmq_storage_size``                             gauge    bytes     topic (= path), file_type
@@ -62,6 +65,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``provider_download_bytes``                           hist.    bytes     path, file_type, operation
 ``provider_requests_total`` (+)                       counter  requests  provider, operation
 ``provider_retries_total`` (+)                        counter  requests  provider, reason
+``provider_errors_total`` (+)                         counter  calls     provider, operation
 *quotas and the read queue* (+) (:mod:`tiered.providers.quota`, :mod:`~tiered.read.read_gate`)
 ---------------------------------------------------------------------------------------------------
 ``quota_wait_seconds_total`` (+)                      counter  s         direction
@@ -99,8 +103,15 @@ its values). ``file_type`` is ``commit_log``, ``consume_queue`` or ``index``. ``
 ``numpy``, ``spark`` or ``external`` (a ``spark-submit`` job's result, counted when picked up; its
 duration is not known here). ``expiry_failures_total`` counts the queues' segments (commitlog,
 consumequeue); its ``index`` series stays 0: the key index counts a failed expiry as
-``index_failures_total{stage="expire"}``. ``stage`` is one of :data:`INDEX_STAGES`. ``result``
-is ``ok`` or ``failed``. ``route`` is the path template
+``index_failures_total{stage="expire"}``. ``dispatch_behind_commitlog_files`` counts the
+broker's commitlog files from the one holding the oldest message not yet offloaded to the newest
+(0 when caught up), set after each dispatch round. ``expiry_behind_segments`` and
+``expiry_behind_bytes`` are a queue's segments (not the key index's) past their reserve time
+still in the tier after an expiry run: recorded ones not deleted yet and objects whose delete
+failed (the orphan log); set at each run (never with ``tieredStoreDeleteFileEnable=false``).
+``provider_errors_total`` counts failed provider calls by ``operation`` (as
+``provider_rpc_latency``'s), not a ``size`` or ``delete`` of an absent object. ``stage`` is one of
+:data:`INDEX_STAGES`. ``result`` is ``ok`` or ``failed``. ``route`` is the path template
 (``/v1/topics/{topic}/queues/{queueId}/messages``), ``other`` for paths no route matches, so the
 label stays bounded. ``code`` is the request code's upstream name (``PULL_MESSAGE``, ``OTHER``
 for codes the endpoint does not know), ``result`` the response code's (``SUCCESS``,
@@ -149,6 +160,7 @@ __all__ = [
     "DETAILS",
     "DISPATCH_BEHIND",
     "DISPATCH_BEHIND_BYTES",
+    "DISPATCH_BEHIND_FILES",
     "DISPATCH_BYTES",
     "DISPATCH_ERRORS",
     "DISPATCH_GAP_MESSAGES",
@@ -156,6 +168,8 @@ __all__ = [
     "DISPATCH_ROUNDS",
     "DISPATCH_STANDBY",
     "EXPIRED_SEGMENTS",
+    "EXPIRY_BEHIND_BYTES",
+    "EXPIRY_BEHIND_SEGMENTS",
     "EXPIRY_FAILURES",
     "GET_MESSAGE_FALLBACK",
     "HTTP_REJECTED",
@@ -178,6 +192,8 @@ __all__ = [
     "OTHER_LABEL",
     "QUEUE_BEHIND",
     "QUEUE_BEHIND_BYTES",
+    "QUEUE_EXPIRY_BEHIND",
+    "QUEUE_EXPIRY_BEHIND_BYTES",
     "QUEUE_LATENCY",
     "QUEUE_RESERVE_TIME",
     "QUEUE_STORAGE_SIZE",
@@ -532,6 +548,11 @@ DISPATCH_BEHIND_BYTES = _gauge(
     "Bytes in the local store not yet offloaded (estimated from the units read when large)",
     _QUEUE,
 )
+DISPATCH_BEHIND_FILES = _gauge(
+    "rocketmq_tiered_store_dispatch_behind_commitlog_files",
+    "The broker's commitlog files from the one holding the oldest message not yet offloaded to "
+    "the newest (0 when caught up)",
+)
 DISPATCH_LATENCY = _gauge(
     "rocketmq_tiered_store_dispatch_latency",
     "Age of the oldest message not yet offloaded, milliseconds (0 when caught up)",
@@ -588,6 +609,17 @@ EXPIRY_FAILURES = _counter(
     'index_failures_total{stage="expire"})',
     ["file_type"],
     series=[("commit_log",), ("consume_queue",), ("index",)],  # every series from the start (0)
+)
+EXPIRY_BEHIND_SEGMENTS = _gauge(
+    "rocketmq_tiered_store_expiry_behind_segments",
+    "Segments past their reserve time still in the tier after the last expiry run (not deleted "
+    "yet, or their delete failed)",
+    [*_QUEUE, "file_type"],
+)
+EXPIRY_BEHIND_BYTES = _gauge(
+    "rocketmq_tiered_store_expiry_behind_bytes",
+    "Bytes of the segments of expiry_behind_segments",
+    [*_QUEUE, "file_type"],
 )
 STORAGE_SIZE = _gauge(
     "rocketmq_storage_size",
@@ -689,7 +721,8 @@ def forget_queue(topic: str, queue_id: int, path: str, *, tier: bool = False) ->
     gone, from the storage gauges too); whether any held it."""
     gauges = [QUEUE_BEHIND, QUEUE_BEHIND_BYTES, QUEUE_LATENCY]
     if tier:
-        gauges += [QUEUE_STORAGE_SIZE, QUEUE_RESERVE_TIME]
+        gauges += [QUEUE_STORAGE_SIZE, QUEUE_RESERVE_TIME, QUEUE_EXPIRY_BEHIND]
+        gauges += [QUEUE_EXPIRY_BEHIND_BYTES]
     held = [g.forget(topic, queue_id, path) for g in gauges]
     return any(held)
 
@@ -703,6 +736,8 @@ QUEUE_BEHIND_BYTES = QueueGauge(DISPATCH_BEHIND_BYTES, sum)
 QUEUE_LATENCY = QueueGauge(DISPATCH_LATENCY, _max)
 QUEUE_STORAGE_SIZE = QueueGauge(STORAGE_SIZE, sum)
 QUEUE_RESERVE_TIME = QueueGauge(STORAGE_MESSAGE_RESERVE_TIME, _max)
+QUEUE_EXPIRY_BEHIND = QueueGauge(EXPIRY_BEHIND_SEGMENTS, sum)
+QUEUE_EXPIRY_BEHIND_BYTES = QueueGauge(EXPIRY_BEHIND_BYTES, sum)
 
 # --- the read path (spec §13; the upstream quirks fixed: the cache count is entries, the cache
 # bytes are bytes, access and hit are counted). ``group`` is not a label: the sidecar serves
@@ -961,7 +996,7 @@ def families() -> dict[str, tuple[str, tuple[str, ...]]]:
         m for m in globals().values() if isinstance(m, MetricWrapperBase)
     ]
     found += [provider.rpc_latency, provider.upload_bytes, provider.download_bytes]
-    found += [provider.requests, provider.retries]
+    found += [provider.requests, provider.retries, provider.errors]
     out: dict[str, tuple[str, tuple[str, ...]]] = {}
     for metric in found:
         (family,) = metric.describe()

@@ -408,6 +408,7 @@ class Dispatcher(Closeable):
         self.rounds += 1
         metrics.DISPATCH_ROUNDS.inc()
         self._release_cold(results, now)
+        self._measure_files()
         return results
 
     def _run_wide(self, plans: list[Plan], now: int) -> list[tuple[FlatMessageFile, StepResult]]:
@@ -532,6 +533,7 @@ class Dispatcher(Closeable):
         if self.paused():
             report.paused = True
             self._measure_paused()
+            self._measure_files()
             self._save_state(sync=False)
             return report
         started = time.perf_counter()
@@ -633,6 +635,19 @@ class Dispatcher(Closeable):
             if flat.initialized and self.filter.allows(flat.topic):
                 state = self.state(flat.topic, flat.queue_id)
                 measure(flat, state, self.local, self.limits.count, clock)
+
+    def behind_files(self) -> int:
+        """The broker's commitlog files from the one holding the oldest message not yet
+        offloaded (of the queues stepped or measured) to the newest; 0 when caught up."""
+        states = list(self.states.values())
+        pending = [st.next_physical for st in states if st.next_physical is not None]
+        if not pending:
+            return 0
+        oldest = min(pending)
+        return sum(1 for f in self.local.commitlog.files if f.end > oldest)
+
+    def _measure_files(self) -> None:
+        metrics.DISPATCH_BEHIND_FILES.set(self.behind_files())
 
     # --- page cache and state -------------------------------------------------------------------
 

@@ -621,6 +621,8 @@ def measure(
     except (TieredStoreError, OSError):
         return
     state.local_max = lmax
+    if len(units):
+        state.next_physical = int(units["offset"][0])
     sizes = units["size"].astype(np.int64)
     _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
 
