@@ -151,7 +151,11 @@ def render_cli() -> str:
     ]
 
     def walk(command: click.Command, parent: click.Context | None, path: list[str]) -> None:
-        ctx = click.Context(command, info_name=path[-1], parent=parent, terminal_width=100)
+        # the root context takes the group's own settings (``-h``), as the console script does
+        settings = command.context_settings if parent is None else {}
+        ctx = click.Context(
+            command, info_name=path[-1], parent=parent, terminal_width=100, **settings
+        )
         ctx.max_content_width = 100
         if len(path) > 1:
             lines.extend(["", f"{'#' * min(len(path), 3)} `{' '.join(path)}`", ""])
