@@ -5,8 +5,9 @@ state every crash leaves); ``seal`` consolidates them into the segment's single 
 (:meth:`S3Provider._consolidate`). Own writes are remembered (:meth:`S3Provider._remembered`), so
 the next append to a key sends one conditional PUT instead of a LIST plus a PUT. Reads are in
 :mod:`.s3_reads`. Every request goes through :meth:`S3Provider._call`, which retries and
-translates botocore errors through ``_ERRORS``, the one table that maps them to the error tree;
-only this module sees botocore.
+translates botocore errors through the one table of :mod:`.s3_errors`; only these modules see
+botocore. Every request that writes or reads object bytes carries the encryption settings
+(:mod:`.s3_encryption`: SSE-S3/SSE-KMS, or SSE-C's key).
 """
 
 from __future__ import annotations
@@ -26,15 +27,12 @@ from typing import TypeVar
 
 from cachetools import LRUCache
 
-from tiered.errors import AccessDeniedError
 from tiered.errors import ConfigError
 from tiered.errors import InvalidKeyError
 from tiered.errors import MissingDependencyError
 from tiered.errors import PositionMismatchError
 from tiered.errors import ProviderError
 from tiered.errors import ProviderTimeoutError
-from tiered.errors import ProviderUnavailableError
-from tiered.errors import ReadPastEndError
 from tiered.errors import SegmentExistsError
 from tiered.errors import SegmentNotFoundError
 from tiered.errors import SegmentSealedError
@@ -58,6 +56,11 @@ from .layout import check_key
 from .layout import check_prefix
 from .layout import is_key
 from .object_store import ObjectStoreOptions
+from .s3_encryption import S3Encryption
+from .s3_errors import INSTALL_HINT
+from .s3_errors import boto_errors
+from .s3_errors import not_implemented
+from .s3_errors import translate
 from .s3_reads import S3Reads
 
 if TYPE_CHECKING:
@@ -79,61 +82,9 @@ MAX_KEY_BYTES = 1024
 _DELETE_BATCH = 1000
 _KNOWN_KEYS = 65536
 """How many keys' states of own writes are remembered (least recently used forgotten first)."""
-_INSTALL_HINT = "pip install 'rocketmq-tiered[s3]'"
 
 _SESSIONS: dict[tuple[str | None, str | None, str], Any] = {}
 _SESSIONS_LOCK = threading.Lock()
-
-_ERRORS: dict[str, type[ProviderError]] = {
-    # S3 error codes and HTTP statuses (ClientError)
-    "NoSuchBucket": ProviderError,
-    "NoSuchUpload": ProviderError,
-    "NoSuchKey": SegmentNotFoundError,
-    "NotFound": SegmentNotFoundError,
-    "404": SegmentNotFoundError,
-    "InvalidRange": ReadPastEndError,
-    "416": ReadPastEndError,
-    "PreconditionFailed": SegmentExistsError,
-    "AccessDenied": AccessDeniedError,
-    "AllAccessDisabled": AccessDeniedError,
-    "InvalidAccessKeyId": AccessDeniedError,
-    "SignatureDoesNotMatch": AccessDeniedError,
-    "ExpiredToken": AccessDeniedError,
-    "InvalidToken": AccessDeniedError,
-    "AccountProblem": AccessDeniedError,
-    "RequestTimeTooSkewed": AccessDeniedError,
-    "403": AccessDeniedError,
-    "SlowDown": ThrottledError,
-    "Throttling": ThrottledError,
-    "ThrottlingException": ThrottledError,
-    "RequestLimitExceeded": ThrottledError,
-    "RequestThrottled": ThrottledError,
-    "TooManyRequests": ThrottledError,
-    "429": ThrottledError,
-    "InternalError": ProviderUnavailableError,
-    "ServiceUnavailable": ProviderUnavailableError,
-    "OperationAborted": ProviderUnavailableError,
-    "RequestTimeout": ProviderTimeoutError,
-    # botocore exception classes (BotoCoreError), matched along the exception's MRO
-    "ConnectTimeoutError": ProviderTimeoutError,
-    "ReadTimeoutError": ProviderTimeoutError,
-    "EndpointConnectionError": ProviderUnavailableError,
-    "ConnectionClosedError": ProviderUnavailableError,
-    "ResponseStreamingError": ProviderUnavailableError,
-    "IncompleteReadError": ProviderUnavailableError,
-    "HTTPClientError": ProviderUnavailableError,
-    "NoCredentialsError": AccessDeniedError,
-    "PartialCredentialsError": AccessDeniedError,
-    "CredentialRetrievalError": AccessDeniedError,
-}
-"""The one translation table: S3 error code, HTTP status or botocore class name → our error."""
-
-_HINTS = {
-    "NoSuchBucket": "create the bucket or fix objectStoreBucket",
-    "NoCredentialsError": "set objectStoreAccessKey/objectStoreSecretKey or AWS credentials",
-    "InvalidAccessKeyId": "check objectStoreAccessKey or the AWS credential chain",
-    "SignatureDoesNotMatch": "check objectStoreSecretKey",
-}
 
 
 def _boto() -> Any:
@@ -142,48 +93,8 @@ def _boto() -> Any:
         import boto3
         import botocore.config  # noqa: F401 - fail here, with the hint, if botocore is broken
     except ImportError as e:
-        raise MissingDependencyError(f"the s3 provider needs boto3: {_INSTALL_HINT}") from e
+        raise MissingDependencyError(f"the s3 provider needs boto3: {INSTALL_HINT}") from e
     return boto3
-
-
-@functools.cache
-def _boto_errors() -> tuple[type[Exception], ...]:
-    _boto()
-    import botocore.exceptions as bx
-
-    return (bx.ClientError, bx.BotoCoreError)
-
-
-def _translate(e: Exception, operation: str, name: str, bucket: str, key: str) -> ProviderError:
-    """Map a botocore error on ``name`` (of provider key ``key``) to the error tree through
-    ``_ERRORS`` (the caller chains it)."""
-    response: Any = getattr(e, "response", None)
-    if isinstance(response, dict):
-        error = response.get("Error", {})
-        code = str(error.get("Code", ""))
-        status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-        cls = _ERRORS.get(code) or _ERRORS.get(str(status))
-        if cls is None:
-            cls = ProviderUnavailableError if status >= 500 else ProviderError
-        detail = f"{code or status}: {error.get('Message') or e}"
-    else:
-        names = [t.__name__ for t in type(e).__mro__]
-        code = next((n for n in names if n in _ERRORS), names[0])
-        cls = _ERRORS.get(code, ProviderError)
-        detail = f"{type(e).__name__}: {e}"
-    hint = _HINTS.get(code)
-    message = f"s3 {operation} of {name!r} in bucket {bucket!r} failed with {detail}"
-    return cls(f"{message}; {hint}" if hint else message, key=key)
-
-
-def _condition_unsupported(error: ProviderError) -> bool:
-    """Whether ``error`` says the server does not implement a conditional PUT."""
-    response: Any = getattr(error.__cause__, "response", None)
-    if not isinstance(response, dict):
-        return False
-    code = str(response.get("Error", {}).get("Code", ""))
-    status = int(response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0))
-    return code == "NotImplemented" or status == 501
 
 
 class S3Provider(S3Reads, Provider):
@@ -210,6 +121,7 @@ class S3Provider(S3Reads, Provider):
         max_pool_connections: int = 32,
         read_ahead_bytes: int = 64 * MIB,
         read_ahead_max_bytes: int = 256 * MIB,
+        encryption: S3Encryption | None = None,
     ) -> None:
         super().__init__()
         if not bucket:
@@ -245,6 +157,9 @@ class S3Provider(S3Reads, Provider):
         self._known: LRUCache[str, SegmentState] = LRUCache(_KNOWN_KEYS)
         self._known_lock = threading.Lock()
         self._conditional = True  # False once the server refused If-None-Match
+        self._encryption = encryption or S3Encryption()
+        self._copy_objects = True  # False once the server refused to copy an encrypted object
+        self._unconfirmed_seen = False  # a write's response did not confirm the encryption
         self._listed: LRUCache[str, SegmentState] = LRUCache(_KNOWN_KEYS)
         """States of keys read (not written) by this instance, as last listed."""
         self.read_ahead_bytes = read_ahead_bytes
@@ -255,7 +170,9 @@ class S3Provider(S3Reads, Provider):
     def from_config(cls, cfg: TieredConfig) -> S3Provider:
         """``objectStoreBucket`` under ``objectStorePrefix``, reached with the ``objectStore*``
         keys (:class:`.object_store.ObjectStoreOptions`); read-ahead from
-        ``objectStoreReadAheadSize``/``Memory``."""
+        ``objectStoreReadAheadSize``/``Memory``; encryption at rest from
+        ``objectStoreServerSideEncryption``/``KmsKeyId``/``SseCustomerKeyFile`` (an SSE-C key
+        file is read here: a ConfigError names it when it is unusable)."""
         reach = ObjectStoreOptions.from_config(cfg)
         return cls(
             cfg.object_store_bucket,
@@ -267,12 +184,14 @@ class S3Provider(S3Reads, Provider):
             path_style=reach.path_style,
             read_ahead_bytes=cfg.object_store_read_ahead_size_bytes,
             read_ahead_max_bytes=cfg.object_store_read_ahead_memory_bytes,
+            encryption=S3Encryption.from_config(cfg),
         )
 
     def __repr__(self) -> str:
         return (
             f"S3Provider(bucket={self.bucket!r}, prefix={self.prefix!r}, "
-            f"endpoint={self.endpoint!r}, region={self.region!r})"
+            f"endpoint={self.endpoint!r}, region={self.region!r}, "
+            f"encryption={self._encryption.describe()!r})"
         )
 
     # --- client, requests, errors -----------------------------------------------------------------
@@ -326,7 +245,7 @@ class S3Provider(S3Reads, Provider):
         Each attempt is reported for accounting; throttling, 5xx and timeouts are retried with
         exponential backoff and full jitter (botocore's own retries are off, so each attempt is
         counted)."""
-        errors = _boto_errors()
+        errors = boto_errors()
         attempt = 0
         while True:
             attempt += 1
@@ -334,7 +253,9 @@ class S3Provider(S3Reads, Provider):
             try:
                 return fn()
             except errors as e:
-                err = _translate(e, operation, name, self.bucket, self._key_of(name))
+                err = translate(
+                    e, operation, name, self.bucket, self._key_of(name), self._encryption
+                )
                 if not err.retriable or attempt >= self._max_attempts:
                     raise err from e
                 self._retried(
@@ -422,7 +343,25 @@ class S3Provider(S3Reads, Provider):
         kwargs: dict[str, Any] = {"Bucket": self.bucket, "Key": full, "Body": _whole(body)}
         if if_absent:
             kwargs["IfNoneMatch"] = "*"
-        self._call("PUT", full, functools.partial(self.client.put_object, **kwargs))
+        kwargs |= self._encryption.on_create()
+        response = self._call("PUT", full, functools.partial(self.client.put_object, **kwargs))
+        self._confirm("PUT", full, response)
+
+    def _confirm(self, operation: str, full: str, response: Any) -> None:
+        """Warn (once) when a write's response does not confirm the encryption asked for: a
+        server that ignores the headers (Ceph RGW 16 with AES256) stores the object in clear."""
+        if self._unconfirmed_seen or self._encryption.confirmed(response):
+            return
+        self._unconfirmed_seen = True
+        log.warning(
+            "the S3 server at %s did not confirm encryption at rest (%s) on %s of %r: it may "
+            "store objects unencrypted; check that it implements it",
+            self.endpoint or "AWS",
+            self._encryption.describe(),
+            operation,
+            full,
+            extra={"objectKey": self._key_of(full)},
+        )
 
     def _delete_names(self, names: Iterable[str]) -> None:
         """Delete relative names; the first alone (chunk 0 must go first), the rest in batches."""
@@ -489,7 +428,7 @@ class S3Provider(S3Reads, Provider):
                 self._remember(key, None)  # another write got there first: ask the listing
             except ProviderError as e:
                 self._remember(key, None)
-                if not _condition_unsupported(e):
+                if not not_implemented(e):
                     raise
                 self._conditional = False
                 log.warning(
@@ -597,30 +536,55 @@ class S3Provider(S3Reads, Provider):
     # --- consolidation and uploads ----------------------------------------------------------------
 
     def _consolidate(self, key: str, run: tuple[Chunk, ...]) -> None:
-        """Write the chunks of ``run`` as the segment's single object: a server-side multipart
-        copy (``UploadPartCopy``) for chunks of at least 5 MiB and a bounded-memory re-upload of
-        smaller ones; the caller then deletes the chunks."""
+        """Write the chunks of ``run`` as the segment's single object: one CopyObject for a
+        single chunk, else a server-side multipart copy (``UploadPartCopy``) for chunks of at
+        least 5 MiB and a bounded-memory re-upload of smaller ones (a single chunk too once the
+        server refused to copy an encrypted object: Ceph RGW 16); the caller then deletes the
+        chunks."""
         full = self._full(key)
-        if len(run) == 1:
-            source: CopySourceTypeDef = {"Bucket": self.bucket, "Key": self._root + run[0].name}
-            self._call(
-                "COPY",
-                full,
-                functools.partial(
-                    self.client.copy_object, Bucket=self.bucket, Key=full, CopySource=source
-                ),
-            )
-            return
+        if len(run) == 1 and self._copy_objects:
+            try:
+                self._copy(full, run[0].name)
+                return
+            except ProviderError as e:
+                if not (not_implemented(e) and self._encryption.enabled):
+                    raise
+                self._copy_objects = False
+                log.warning(
+                    "the S3 server at %s cannot copy an encrypted object (CopyObject; Ceph RGW "
+                    "16 cannot): seals of a one-chunk segment copy it as a multipart part or "
+                    "upload it again from now on (%s)",
+                    self.endpoint or "AWS",
+                    e,
+                    extra={"objectKey": key},
+                )
         parts = plan_parts(
             run,
             min_part_bytes=MIN_PART_BYTES,
             part_bytes=self.part_size_bytes,
             max_copy_bytes=MAX_COPY_BYTES,
         )
+        if not parts:  # an empty segment, not copied (see above)
+            self._put_object(full, b"")
+            return
         if len(parts) == 1 and not parts[0].copy:
             self._put_object(full, self._download(parts[0]))
             return
         self._multipart(full, iter(parts), key)
+
+    def _copy(self, full: str, name: str) -> None:
+        """CopyObject of the relative ``name`` to ``full`` (encrypted as configured: a copy does
+        not keep its source's encryption)."""
+        enc = self._encryption
+        copy = functools.partial(
+            self.client.copy_object,
+            Bucket=self.bucket,
+            Key=full,
+            CopySource={"Bucket": self.bucket, "Key": self._root + name},
+            **enc.on_create(),
+            **enc.on_copy_source(),
+        )
+        self._confirm("COPY", full, self._call("COPY", full, copy))
 
     def _download(self, part: Part) -> bytes:
         return b"".join(self._get(p.name, p.start, p.end) for p in part.pieces)
@@ -649,11 +613,14 @@ class S3Provider(S3Reads, Provider):
     def _multipart(self, full: str, parts: Iterator[Part | BytesLike], key: str) -> None:
         """One multipart upload of ``parts`` (planned copies/downloads, or payload pieces)."""
         client = self.client
-        created = self._call(
-            "MPU_CREATE",
-            full,
-            functools.partial(client.create_multipart_upload, Bucket=self.bucket, Key=full),
+        create = functools.partial(
+            client.create_multipart_upload,
+            Bucket=self.bucket,
+            Key=full,
+            **self._encryption.on_create(),
         )
+        created = self._call("MPU_CREATE", full, create)
+        self._confirm("MPU_CREATE", full, created)
         upload_id = created["UploadId"]
         try:
             done: list[CompletedPartTypeDef] = []
@@ -679,7 +646,8 @@ class S3Provider(S3Reads, Provider):
         """Upload or copy one part; returns its ETag and size."""
         client = self.client
         where: dict[str, Any] = {
-            "Bucket": self.bucket, "Key": full, "UploadId": upload_id, "PartNumber": number
+            "Bucket": self.bucket, "Key": full, "UploadId": upload_id, "PartNumber": number,
+            **self._encryption.on_part(),
         }  # fmt: skip
         if isinstance(part, Part) and part.copy:
             piece = part.pieces[0]
@@ -689,6 +657,7 @@ class S3Provider(S3Reads, Provider):
                 **where,
                 CopySource=source,
                 CopySourceRange=f"bytes={piece.start}-{piece.end - 1}",
+                **self._encryption.on_copy_source(),
             )
             return self._call("MPU_PART_COPY", full, copy)["CopyPartResult"]["ETag"], part.size
         body = self._download(part) if isinstance(part, Part) else bytes(part)

@@ -10,6 +10,8 @@ A reader that continues where it stopped gets read-ahead windows (:mod:`.read_ah
 of up to ``read_ahead_bytes`` per window, cut where the chunk object or the object ends, received
 by ``readinto`` straight into the window's buffer (the socket writes into it: no piece of the
 body is allocated on its own), the next window's GET following as soon as one is in.
+
+Every GET carries the SSE-C key when one is set (:meth:`.S3Encryption.on_read`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,8 @@ if TYPE_CHECKING:
     from cachetools import LRUCache
     from mypy_boto3_s3 import S3Client
 
+    from .s3_encryption import S3Encryption
+
 T = TypeVar("T")
 
 WINDOW_PIECE = 1 << 20
@@ -57,6 +61,7 @@ class S3Reads:
         read_ahead_max_bytes: int
         _root: str
         _ahead: ReadAhead | None
+        _encryption: S3Encryption
         _known: LRUCache[str, SegmentState]
         _listed: LRUCache[str, SegmentState]
         _known_lock: threading.Lock
@@ -90,7 +95,10 @@ class S3Reads:
 
         def get() -> bytes:
             response = self.client.get_object(
-                Bucket=self.bucket, Key=full, Range=f"bytes={start}-{end - 1}"
+                Bucket=self.bucket,
+                Key=full,
+                Range=f"bytes={start}-{end - 1}",
+                **self._encryption.on_read(),
             )
             self._learn_size(name, response)
             return response["Body"].read()
@@ -198,7 +206,10 @@ class S3Reads:
             "GET",
             full,
             lambda: self.client.get_object(
-                Bucket=self.bucket, Key=full, Range=f"bytes={start}-{end - 1}"
+                Bucket=self.bucket,
+                Key=full,
+                Range=f"bytes={start}-{end - 1}",
+                **self._encryption.on_read(),
             ),
         )
         self._learn_size(name, response)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import abc
 import os
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import MutableMapping
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -121,14 +122,25 @@ class DictOracle(Oracle):
 
 
 class BotoOracle(Oracle):
-    """Objects in an S3 bucket below a prefix, through a plain boto3 client."""
+    """Objects in an S3 bucket below a prefix, through a plain boto3 client; ``read_args`` go
+    with every GET and HEAD, ``write_args`` with every PUT (an encrypted tier's settings)."""
 
     chunked = True
 
-    def __init__(self, client: S3Client, bucket: str, prefix: str = "") -> None:
+    def __init__(
+        self,
+        client: S3Client,
+        bucket: str,
+        prefix: str = "",
+        *,
+        read_args: Mapping[str, Any] | None = None,
+        write_args: Mapping[str, Any] | None = None,
+    ) -> None:
         self.client = client
         self.bucket = bucket
         self.root = prefix.strip("/") + "/" if prefix.strip("/") else ""
+        self.read_args = dict(read_args or {})
+        self.write_args = dict(write_args or {})
 
     def names(self) -> set[str]:
         found: set[str] = set()
@@ -140,13 +152,24 @@ class BotoOracle(Oracle):
 
     def get(self, name: str) -> bytes | None:
         try:
-            response = self.client.get_object(Bucket=self.bucket, Key=self.root + name)
+            response = self.client.get_object(
+                Bucket=self.bucket, Key=self.root + name, **self.read_args
+            )
         except self.client.exceptions.NoSuchKey:
             return None
         return response["Body"].read()
 
+    def head(self, name: str) -> dict[str, Any]:
+        """The HEAD response of one raw object (its encryption, size, ...)."""
+        response = self.client.head_object(
+            Bucket=self.bucket, Key=self.root + name, **self.read_args
+        )
+        return dict(response)
+
     def put(self, name: str, data: bytes) -> None:
-        self.client.put_object(Bucket=self.bucket, Key=self.root + name, Body=data)
+        self.client.put_object(
+            Bucket=self.bucket, Key=self.root + name, Body=data, **self.write_args
+        )
 
     def multipart_uploads(self) -> list[str]:
         """Keys with an unfinished multipart upload below the prefix."""

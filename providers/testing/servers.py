@@ -6,6 +6,7 @@ needs an S3 endpoint. moto and boto3 are imported only when a server is started.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import functools
 import os
@@ -109,12 +110,52 @@ class FaultRule:
     hits: int = 0
 
 
+@dataclass(frozen=True)
+class SeenRequest:
+    """One request as it reached the server: method, path, query and its ``x-amz-*`` headers
+    (lower-case names)."""
+
+    method: str
+    path: str
+    query: str
+    headers: dict[str, str]
+
+
 @dataclass
 class HttpFaults:
-    """The rules the WSGI layer in front of moto consults, first match wins."""
+    """The rules the WSGI layer in front of moto consults, first match wins; and the requests
+    it was asked to record (:meth:`watch`), so a test sees what went over the wire."""
 
     rules: list[FaultRule] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
+    watches: list[tuple[str, list[SeenRequest]]] = field(default_factory=list)
+
+    def watch(self, path_part: str) -> list[SeenRequest]:
+        """Record every request whose path holds ``path_part`` (until :meth:`clear`)."""
+        seen: list[SeenRequest] = []
+        with self.lock:
+            self.watches.append((path_part, seen))
+        return seen
+
+    def _record(self, environ: Environ) -> None:
+        path = str(environ.get("PATH_INFO", ""))
+        with self.lock:
+            logs = [seen for part, seen in self.watches if part in path]
+        if not logs:
+            return
+        headers = {
+            k[5:].replace("_", "-").lower(): str(v)
+            for k, v in environ.items()
+            if k.startswith("HTTP_X_AMZ_")
+        }
+        request = SeenRequest(
+            str(environ.get("REQUEST_METHOD", "")),
+            path,
+            str(environ.get("QUERY_STRING", "")),
+            headers,
+        )
+        for seen in logs:
+            seen.append(request)
 
     def add(
         self,
@@ -135,6 +176,7 @@ class HttpFaults:
     def clear(self) -> None:
         with self.lock:
             self.rules.clear()
+            self.watches.clear()
 
     def match(self, environ: Environ) -> FaultRule | None:
         with self.lock:
@@ -151,6 +193,7 @@ class HttpFaults:
 
     def wrap(self, app: WsgiApp) -> WsgiApp:
         def faulty(environ: Environ, start_response: StartResponse) -> Iterable[bytes]:
+            self._record(environ)
             rule = self.match(environ)
             if rule is None:
                 return app(environ, start_response)
@@ -222,13 +265,36 @@ def free_port() -> int:
         return port
 
 
+CEPH_KMS_KEY_ID = "testkey-1"
+"""The one key of the test gateway's KMS (``rgw_crypt_s3_kms_backend=testing``), for aws:kms."""
+
+
+def _ceph_args() -> str:
+    """Options for the test gateway (``CEPH_ARGS``): SSE-C over its plain-HTTP loopback endpoint
+    (``rgw_crypt_require_ssl=false``) and a testing KMS holding :data:`CEPH_KMS_KEY_ID`, so
+    encryption at rest is tested against it."""
+    key = base64.b64encode(os.urandom(32)).decode()
+    args = (
+        "--rgw_crypt_require_ssl=false",
+        "--rgw_crypt_s3_kms_backend=testing",
+        f"--rgw_crypt_s3_kms_encryption_keys={CEPH_KMS_KEY_ID}={key}",
+    )
+    return " ".join((os.environ.get("CEPH_ARGS", ""), *args)).strip()
+
+
 class CephStartError(RuntimeError):
     """Raised when the Ceph gateway does not start; the message carries the tool's output."""
 
 
 def start_ceph(tool: Path, directory: Path) -> tuple[S3Endpoint, dict[str, str]]:
-    """Boot a Ceph RADOS Gateway in ``directory`` on free ports; returns it and the tool's env."""
-    env = {**os.environ, "RGW_PORT": str(free_port()), "MON_PORT": str(free_port())}
+    """Boot a Ceph RADOS Gateway in ``directory`` on free ports (with :func:`_ceph_args`);
+    returns it and the tool's env."""
+    env = {
+        **os.environ,
+        "RGW_PORT": str(free_port()),
+        "MON_PORT": str(free_port()),
+        "CEPH_ARGS": _ceph_args(),
+    }
     command = [str(tool), "start", str(directory)]
     try:
         started = subprocess.run(

@@ -53,10 +53,12 @@ from tiered.config.values import Provider
 from tiered.config.values import Rate
 from tiered.config.values import ReserveOverrides
 from tiered.config.values import Role
+from tiered.config.values import ServerSideEncryption
 from tiered.config.values import StartPolicy
 from tiered.config.values import StorageLevel
 from tiered.config.values import Text
 from tiered.config.values import TlsMode
+from tiered.config.values import Token
 from tiered.config.values import _host_name
 from tiered.config.values import _key
 
@@ -154,6 +156,19 @@ class TieredConfig(BaseModel):
     )
     object_store_read_ahead_memory_bytes: IntOrZero = _key(
         "objectStoreReadAheadMemory", "s3: read-ahead windows held at most, bytes", 268435456
+    )
+    object_store_server_side_encryption: ServerSideEncryption = _key(
+        "objectStoreServerSideEncryption",
+        "s3: encryption at rest with a server-held key: AES256 or aws:kms; empty = none",
+        "",
+    )
+    object_store_kms_key_id: Token = _key(
+        "objectStoreKmsKeyId", "s3, aws:kms: the KMS key; empty = the bucket's or AWS's default", ""
+    )
+    object_store_sse_customer_key_file: str = _key(
+        "objectStoreSseCustomerKeyFile",
+        "s3: SSE-C, a file holding your base64 256-bit key; empty = no SSE-C",
+        "",
     )
 
     # dispatch / commit
@@ -413,6 +428,7 @@ class TieredConfig(BaseModel):
                 "tieredBackendServiceProvider=fsspec needs tieredStoreFsspecUrl: set it to a base "
                 "URL such as s3://bucket/prefix or file:///mnt/tiered"
             )
+        problems += self._encryption_problems()
         if self.tiered_acl_enable and not self.tiered_acl_file.strip():
             problems.append(
                 "tieredAclEnable=true needs tieredAclFile: set it to a file in "
@@ -464,6 +480,23 @@ class TieredConfig(BaseModel):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _encryption_problems(self) -> list[str]:
+        """What is wrong with the encryption-at-rest keys together (the SSE-C key file itself
+        is read when the s3 provider starts)."""
+        from tiered.providers.s3_encryption import setting_problems
+
+        mode = self.object_store_server_side_encryption
+        key_file = self.object_store_sse_customer_key_file.strip()
+        problems = setting_problems(mode, self.object_store_kms_key_id, bool(key_file))
+        provider = self.tiered_backend_service_provider
+        if (mode or key_file) and provider != "s3":
+            setting = "objectStoreServerSideEncryption" if mode else "objectStoreSseCustomerKeyFile"
+            problems.append(
+                f"{setting} encrypts at rest with tieredBackendServiceProvider=s3 only, not "
+                f"{provider}: use the s3 provider, or unset it"
+            )
+        return problems
 
     @classmethod
     def model_keys(cls) -> list[str]:

@@ -203,6 +203,30 @@ def _bucket(value: object) -> str:
     )
 
 
+SSE_MODES = ("AES256", "aws:kms")
+
+
+def _sse(value: object) -> str:
+    """``objectStoreServerSideEncryption``: empty, or S3's spelling of a mode (any case)."""
+    text = value.strip() if isinstance(value, str) else None
+    if text == "":
+        return text
+    for mode in SSE_MODES:
+        if text is not None and text.lower() == mode.lower():
+            return mode
+    raise ValueError(
+        f"is not one of {', '.join(SSE_MODES)} (or empty for none; for SSE-C set "
+        "objectStoreSseCustomerKeyFile instead)"
+    )
+
+
+def _token(value: object) -> str:
+    """A value without spaces (a KMS key id, ARN or alias), or empty."""
+    if isinstance(value, str) and not re.search(r"\s", value.strip()):
+        return value.strip()
+    raise ValueError("holds spaces (allowed: a key id, key ARN or alias/name, or empty)")
+
+
 def _globs(value: object) -> tuple[str, ...]:
     items = value.split(",") if isinstance(value, str) else value
     if not isinstance(items, Sequence):
@@ -360,6 +384,8 @@ Provider = Annotated[str, _Before(_provider)]
 MetadataStore = Annotated[str, _Before(_metadata_provider)]
 Endpoint = Annotated[str, _Before(_endpoint)]
 Bucket = Annotated[str, _Before(_bucket)]
+ServerSideEncryption = Annotated[str, _Before(_sse)]
+Token = Annotated[str, _Before(_token)]
 PendingLimit = Annotated[int, _Before(_int(4, INT_MAX))]  # upstream semaphores get 1/4
 IndexItems = Annotated[int, _Before(_int(2, INT_MAX))]  # item 0 is never used
 Rate = Annotated[float, _Before(_rate)]
