@@ -736,3 +736,61 @@ def test_alert_rules_and_dashboard_ship_when_asked(chart: helm.Chart) -> None:
     off = render(chart, {})
     assert not [d for d in off.docs if d["kind"] == "PrometheusRule"]
     assert not [d for d in off.docs if d["metadata"]["name"].endswith("-dashboard")]
+
+
+# --- the read replica (replica.enabled) ----------------------------------------------------------
+
+REPLICA = {
+    "replica": {"enabled": True, "refreshMs": 15000, "peers": ["replica-b:10941"]},
+    "remoting": {"namesrvAddr": "replay-ns:9876", "peers": ["broker-b-0:10941"]},  # the writers'
+}
+
+
+def replica_pod(docs: list[dict[str, Any]]) -> dict[str, Any]:
+    (deployment,) = [d for d in docs if d["kind"] == "Deployment"]
+    assert deployment["metadata"]["name"] == f"{FULLNAME}-replica"
+    spec: dict[str, Any] = deployment["spec"]["template"]["spec"]
+    return spec
+
+
+@pytest.mark.parametrize("mode", [{}, SIDECAR], ids=["statefulset", "sidecar"])
+def test_the_replica_serves_the_tier_with_no_broker_store(
+    chart: helm.Chart, mode: dict[str, Any], tmp_path: Path
+) -> None:
+    rendered = render(chart, merged(mode, KEYS, REPLICA))
+    kube_validate(rendered.docs, tmp_path)
+    pod = replica_pod(rendered.docs)
+    (container,) = pod["containers"]
+    assert container["args"] == ["serve", "--config", "/etc/rmq-tiered/tiered.conf"]
+    assert [v["name"] for v in pod["volumes"]] == [
+        "rmq-tiered-config", "rmq-tiered-data", "rmq-tiered-tmp", "rmq-tiered-acl",
+    ]  # fmt: skip
+    assert pod["volumes"][1] == {"name": "rmq-tiered-data", "emptyDir": {}}  # never the writer's
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    assert not any("store" in m for m in mounts), mounts  # no broker store
+    deployment = next(d for d in rendered.docs if d["kind"] == "Deployment")
+    labels = deployment["spec"]["selector"]["matchLabels"]
+    services = {d["metadata"]["name"]: d for d in rendered.docs if d["kind"] == "Service"}
+    assert services[f"{FULLNAME}-replica"]["spec"]["selector"] == labels
+    assert services[FULLNAME]["spec"]["selector"].items() - labels.items()  # not the writer's
+
+    conf = next(d for d in rendered.docs if d["metadata"]["name"] == f"{FULLNAME}-config")
+    path = tmp_path / "tiered.conf"
+    props = properties(conf["data"]["tiered.conf"])
+    path.write_text("".join(f"{k}={v}\n" for k, v in props.items()))
+    env = {
+        e["name"]: e.get("value", "from-a-secret").replace("$(POD_IP)", "10.1.2.3")
+        for e in container["env"]
+        if e["name"].startswith("RMQ_TIERED_")
+    }
+    cfg = load_config([path], env=env)
+    assert cfg.tiered_replica_refresh_ms == 15000
+    assert cfg.broker_name == chart.values["broker"]["name"].replace("$(POD_INDEX)", "0")
+    assert (cfg.tiered_remoting_peers, cfg.tiered_remoting_namesrv_addr) == (
+        ("replica-b:10941",),
+        (),
+    )
+
+
+def test_no_replica_unless_asked(chart: helm.Chart) -> None:
+    assert not [d for d in render(chart, KEYS).docs if d["kind"] == "Deployment"]

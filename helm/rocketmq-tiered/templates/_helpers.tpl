@@ -347,6 +347,21 @@ flushDiskType={{ .Values.broker.flushDiskType }}
 - name: rmq-tiered-data
   {{- toYaml .Values.data.volume | nindent 2 }}
 {{- end }}
+{{ include "rocketmq-tiered.moreVolumes" . }}
+{{- end }}
+
+{{/* The replica's volumes: the sidecar's, with an emptyDir of its own as its data dir. */}}
+{{- define "rocketmq-tiered.replicaVolumes" -}}
+- name: rmq-tiered-config
+  configMap:
+    name: {{ include "rocketmq-tiered.fullname" . }}-config
+- name: rmq-tiered-data
+  emptyDir: {}
+{{ include "rocketmq-tiered.moreVolumes" . }}
+{{- end }}
+
+{{/* The volumes after the config and data ones: scratch, accounts, certificate, extra. */}}
+{{- define "rocketmq-tiered.moreVolumes" -}}
 - name: rmq-tiered-tmp
   emptyDir:
     sizeLimit: {{ .Values.tmp.sizeLimit }}
