@@ -9,6 +9,7 @@ the writer offloads later within a refresh interval, and send the backend no wri
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -160,3 +161,64 @@ def test_a_replica_refuses_a_writers_data_dir(offload_case: SidecarCase) -> None
     with pytest.raises(ConfigError, match="holds a writing sidecar's metadata"):
         Replica(writer).open()
     assert not (Path(writer.tiered_data_dir) / "rmq-tiered-replica").exists()
+
+
+def test_one_replica_serves_every_broker_of_the_cluster(offload_case: SidecarCase) -> None:
+    work = offload_case.work
+    writers = {}
+    for broker, seed in (("broker-a", 11), ("broker-b", 12)):
+        store = offload_case.store(name=f"store-{broker}", seed=seed)
+        writers[broker] = offload_case.config(
+            store, "posix", brokerName=broker, tieredDataDir=str(work / f"data-{broker}")
+        )
+        offload(writers[broker], 3000)
+    conf = offload_case.conf_file(
+        offload_case.config(work / "no-such-store", "posix", tieredDataDir=str(work / "replica"))
+    )
+    replica = Process(conf, work / "serve", command="serve", args=("--all-brokers",))
+    replica.start()
+    try:
+        log = work / "serve.1.log"
+        deadline = time.monotonic() + 30
+        while "read replica of cluster DefaultCluster" not in log.read_text():
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        text = log.read_text()
+        http = {
+            get(url, "/v1/status", limit=1).json()["broker"]: url
+            for url in re.findall(r"HTTP API listening on (http://\S+)", text)
+        }
+        assert sorted(http) == ["broker-a", "broker-b"]
+        ports = re.findall(r"replay endpoint \(RocketMQ remoting\) listening on \S+:(\d+)", text)
+        for port in ports:  # any port answers the whole cluster
+            with RemotingClient("127.0.0.1", int(port)) as c:
+                route = json.loads(c.call(Req.GET_ROUTEINFO_BY_TOPIC, topic="GenTopic0").body)
+                addresses = {b["brokerName"]: b["brokerAddrs"]["0"] for b in route["brokerDatas"]}
+                assert sorted(addresses) == ["broker-a", "broker-b"], route
+                assert sorted(q["brokerName"] for q in route["queueDatas"]) == sorted(addresses)
+        for broker, cfg in writers.items():
+            want = writer_reads(cfg)
+            assert replica_reads(http[broker], sorted(want)) == want  # byte-identical
+            port = int(addresses[broker].rsplit(":", 1)[1])
+            with RemotingClient("127.0.0.1", port) as c:
+                r = c.call(Req.PULL_MESSAGE, consumerGroup="analysts", topic="GenTopic0",
+                           queueId=1, queueOffset=0, maxMsgNums=32, sysFlag=0, commitOffset=0,
+                           suspendTimeoutMillis=0)  # fmt: skip
+                assert r.code == Res.SUCCESS, r.remark
+                assert split_messages(r.body) == want[("GenTopic0", 1)][:32]
+            assert not set(requests_by_operation(http[broker])) - {"READ", "STAT", "LIST"}
+    finally:
+        replica.stop()
+    assert sorted(p.name for p in (work / "replica").iterdir()) == ["broker-a", "broker-b"]
+
+
+def test_all_brokers_of_a_cluster_the_tier_does_not_hold_is_refused(
+    offload_case: SidecarCase,
+) -> None:
+    work = offload_case.work
+    cfg = offload_case.config(work / "no-such-store", "posix", tieredDataDir=str(work / "replica"))
+    (work / "tier").mkdir()
+    result = CliRunner().invoke(main, ["serve", "--config", str(offload_case.conf_file(cfg)),
+                                       "--all-brokers"])  # fmt: skip
+    assert result.exit_code == 2, (result.output, result.exception)
+    assert "no metadata mirror of brokerClusterName='DefaultCluster'" in result.output

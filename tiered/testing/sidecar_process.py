@@ -31,6 +31,8 @@ class Sidecar:
     """The broker's own broker.conf, read first (``--config broker.conf --config conf``)."""
     command: str = "run"
     """The command: ``run``, or ``serve`` (a read replica)."""
+    args: tuple[str, ...] = ()
+    """More arguments after the ``--config`` ones."""
 
     def start(self, timeout_s: float = 90.0) -> None:
         self.starts += 1
@@ -38,7 +40,7 @@ class Sidecar:
         with log.open("wb") as err:
             first = ["--config", str(self.broker_conf)] if self.broker_conf else []
             self.proc = subprocess.Popen(
-                [RMQ_TIERED, self.command, *first, "--config", str(self.conf)],
+                [RMQ_TIERED, self.command, *first, "--config", str(self.conf), *self.args],
                 stdout=err,
                 stderr=err,
             )
