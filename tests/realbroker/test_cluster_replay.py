@@ -22,6 +22,7 @@ import pytest
 from tiered.providers.registry import from_config
 
 from tiered.config import load_config
+from tiered.testing.http import get
 from tiered.testing.realbroker import Broker
 from tiered.testing.realbroker import NameServer
 from tiered.testing.realbroker import Runtime
@@ -184,3 +185,70 @@ def test_a_sidecar_refuses_the_name_server_its_broker_uses(
     assert f"name server {namesrv} already has broker 'broker-a'" in done.stderr
     assert "dedicated to replay" in done.stderr
     assert time.monotonic() - started < 60
+
+
+def test_java_consumers_replay_both_brokers_through_read_replicas(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """Two ``rmq-tiered serve`` replicas, one per broker's tier (no broker store, data dirs of
+    their own, each other's peers): Java consumers pointed at one replica replay every message of
+    both brokers once, including messages offloaded after the replicas started; the replicas send
+    their tiers reads only. Last in this module: it adds messages to broker-a."""
+    ports = {n: free_port() for n in cluster.brokers}
+    replicas: dict[str, Sidecar] = {}
+    try:
+        for name, owner in cluster.brokers.items():
+            peer = next(p for n, p in ports.items() if n != name)
+            conf = sidecar_conf(
+                tmp_path / f"{name}-replica.conf", cluster.confs[name].parent / f"{name}-tier",
+                tieredDataDir=tmp_path / f"{name}-replica-data",
+                tieredRemotingPort=ports[name],
+                tieredRemotingPeers=f"127.0.0.1:{peer}",
+                tieredRemotingPeerCacheMs=500,
+                tieredReplicaRefreshMs=500,
+            )  # fmt: skip
+            replicas[name] = Sidecar(
+                conf, tmp_path / f"{name}-serve", broker_conf=owner.conf, command="serve"
+            )
+            replicas[name].start()
+        namesrv = replicas["broker-a"].name_server
+        assert_same(consume(cluster, namesrv, "lite", "it-replica-lite"), cluster.reference)
+
+        prod = cluster.brokers["broker-a"].namesrv
+        cluster.rocketmq.driver("bulk", topic=TOPIC, count=500, size=512, seed=77,
+                                broker=cluster.brokers["broker-a"].address, namesrv=prod,
+                                topics={TOPIC: QUEUES})  # fmt: skip
+        on_disk = cluster_messages(cluster.rocketmq.driver(
+            "consume", mode="lite", group="it-replica-ref", topics=[TOPIC], namesrv=prod,
+            maxMs=120_000))  # fmt: skip
+        reference = cluster.reference | on_disk  # the brokers deleted their oldest files
+        assert len(reference) == len(cluster.reference) + 500
+        host = cluster.brokers["broker-a"].address
+        last = {q: o for (h, _, q, o) in sorted(reference) if h == host}
+
+        def followed() -> bool:
+            http = replicas["broker-a"].http
+            return all(
+                get(http, f"/v1/topics/{TOPIC}/queues/{q}/messages", offset=o).json()["messages"]
+                for q, o in last.items()
+            )
+
+        wait_for("broker-a's replica to serve the new messages", followed, 60)
+        assert_same(consume(cluster, namesrv, "lite", "it-replica-after-lite"), reference)
+        pushed = cluster.rocketmq.driver(
+            "consume", mode="push", group="it-replica-after-push", topics=[TOPIC],
+            namesrv=namesrv, maxMs=120_000, stopAfter=len(reference), idleMs=20_000,
+        )  # fmt: skip
+        assert_same(cluster_messages(pushed), reference)
+        for replica in replicas.values():
+            reads = {"READ", "STAT", "LIST"}
+            for op in ("WRITE", "FSYNC", "RENAME", "DELETE"):
+                assert replica.metric("rocketmq_tiered_store_provider_requests_total",
+                                      operation=op) == 0, op  # fmt: skip
+            assert any(
+                replica.metric("rocketmq_tiered_store_provider_requests_total", operation=op)
+                for op in reads
+            )
+    finally:
+        for replica in replicas.values():
+            replica.stop()
