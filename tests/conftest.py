@@ -76,10 +76,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(name)
 
 
-@pytest.fixture(autouse=True, scope="session")
+@pytest.fixture(autouse=True)
 def _queue_metrics() -> None:
     """In-process tests read the per-queue metric families one series per queue (upstream's
-    labels, ``tieredMetricsDetail=queue``); ``run`` sets its process's level from its config."""
+    labels, ``tieredMetricsDetail=queue``). ``run`` and ``serve`` set their process's level from
+    their config, so a test that runs one in-process would change it for the tests after it:
+    every test starts at ``queue``."""
     metrics.set_detail("queue")
 
 
