@@ -391,7 +391,7 @@ def test_posix_tier_is_the_java_layout(offload_case: SidecarCase) -> None:
 def test_commit_listeners_run_on_their_own_thread_within_a_byte_budget(
     offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from tiered.offload import dispatcher as dispatcher_module
+    from tiered.offload import commit_notifier as dispatcher_module
 
     budget = 64 << 10  # a few batches of the test store
     monkeypatch.setattr(dispatcher_module, "NOTIFY_PENDING_BYTES", budget)
