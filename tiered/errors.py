@@ -181,6 +181,14 @@ class ReadBusyError(TieredStoreError):
         self.limit = limit
 
 
+class PopStateFullError(TieredStoreError, RuntimeError):
+    """Raised when a POP consumer would start on a queue while the replay endpoint already keeps
+    POP state for its cap of queues; answered ``SYSTEM_BUSY`` (groups that finish, or whose
+    state is forgotten, make room)."""
+
+    retriable = True
+
+
 class IndexFileError(TieredStoreError, ValueError):
     """Raised when an index file (the broker's or a tiered one) is malformed."""
 
