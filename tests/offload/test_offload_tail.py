@@ -29,6 +29,7 @@ from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
 from tiered.offload import dispatcher as dispatcher_mod
 from tiered.source import local_source as local_mod
+from tiered.source.local_source import BatchRequest
 from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
@@ -378,6 +379,27 @@ def test_the_commitlog_is_listed_again_when_a_file_came_went_or_grew(
     local.refresh()
     offload_case.append(store, seed=3, messages=2000)  # new files
     local.refresh()
+    assert local.commitlog.files[-1].path.name == sorted(os.listdir(store / "commitlog"))[-1]
+
+
+def test_units_in_a_file_the_broker_rolled_to_after_the_listing_are_read(
+    offload_case: SidecarCase, small_spec: GenSpec
+) -> None:
+    """A round lists the commitlog once, then reads the units its queues hold by then: units in
+    a file the broker created since are read (the files are listed again), not taken for units
+    whose file the broker deleted."""
+    store = offload_case.store(_spec(small_spec, topics=1, queues=1, messages=200))
+    local = LocalSource(offload_case.config(store))
+    listed = local.commitlog.files
+    offload_case.append(store, seed=3, messages=2000)  # rolls to new files
+    assert len(os.listdir(store / "commitlog")) > len(listed)
+    assert local.commitlog.files == listed  # nothing listed them yet
+    topic, qid = local.queues()[0]
+    units = local.read_units(topic, qid, 0, 2200)
+    assert int(units["offset"][-1]) >= listed[-1].end
+    batches, _ = local.read_batches([BatchRequest(topic, qid, 0, units)])
+    assert not isinstance(batches[0], Exception), batches[0]
+    assert len(batches[0]) == 2200
     assert local.commitlog.files[-1].path.name == sorted(os.listdir(store / "commitlog"))[-1]
 
 

@@ -442,6 +442,7 @@ class LocalSource:
         offs = [r.units["offset"].astype(np.int64) for r in requests]
         sizes = [r.units["size"].astype(np.int64) for r in requests]
         nexts = [_first_after(r) for r in requests]
+        self._listed_past(offs, sizes)
         got = coalesce.gather(
             self.commitlog,
             offs + [o for o, _ in nexts],
@@ -464,6 +465,17 @@ class LocalSource:
             )
         ]
         return out, times
+
+    def _listed_past(self, offs: list[Int64s], sizes: list[Int64s]) -> None:
+        """Re-list the commitlog files when a unit ends past the last one listed: the broker
+        rolled to a new file after the listing (a round lists once, then reads the units its
+        queues' consumequeues hold by then), which a read must not take for a deleted one.
+        A queue's units ascend, so its last unit is the one to look at."""
+        files = self.commitlog.files
+        listed = files[-1].end if files else 0
+        ends = (int(o[-1]) + int(z[-1]) for o, z in zip(offs, sizes, strict=True) if len(o))
+        if max(ends, default=0) > listed:
+            self.refresh()
 
     def _batch(self, r: BatchRequest, data: bytearray, offs: Int64s, sizes: Int64s) -> MessageBatch:
         checked = check_batch(data, sizes, r.queue_offset, offs)
