@@ -21,6 +21,7 @@ from tiered.providers.base import Provider
 from tiered.testing.realbroker import Broker
 from tiered.testing.realbroker import Runtime
 from tiered.testing.sidecar_process import RMQ_TIERED
+from tiered.testing.tier_check import read_document
 from tiered.testing.tier_check import tier_queue
 
 Key = tuple[str, int, int]
@@ -163,13 +164,14 @@ def wait_for(what: str, check: Callable[[], Any], timeout: float, every: float =
 
 def tier_messages(cfg: TieredConfig, provider: Provider) -> dict[Key, tuple[int, bytes]]:
     """Every message the tier holds, by the queues its posix directory has: (flat offset,
-    stored bytes); bytes 28..35 must hold the flat offset."""
+    stored bytes); bytes 28..35 must hold the flat offset. The metadata file is read once."""
     out: dict[Key, tuple[int, bytes]] = {}
+    doc = read_document(cfg)
     for path in Path(cfg.tiered_store_file_path).glob("*/*/*/*"):
         if not path.name.isdigit() or path.parent.name == "rmq_sys_INDEX":
             continue
         topic, qid = path.parent.name, int(path.name)
-        for offset, (flat, data) in tier_queue(cfg, provider, topic, qid).items():
+        for offset, (flat, data) in tier_queue(cfg, provider, topic, qid, doc).items():
             assert int.from_bytes(data[28:36], "big") == flat, (topic, qid, offset)
             out[(topic, qid, offset)] = (flat, data)
     return out

@@ -143,15 +143,19 @@ class _FlatQueue:
 
 
 def tier_queue(
-    cfg: TieredConfig, provider: Provider, topic: str, queue_id: int
+    cfg: TieredConfig,
+    provider: Provider,
+    topic: str,
+    queue_id: int,
+    doc: MetadataDocument | None = None,
 ) -> dict[int, tuple[int, bytes]]:
     """Queue offset -> (flat offset, stored bytes) of every message the tier holds of one queue,
-    read whole through the metadata and plain provider reads.
+    read whole through the metadata (``doc``, else the file as written) and plain provider reads.
 
     Raises:
         AssertionError: the queue's segments do not walk, or hold an offset twice.
     """
-    flat = _FlatQueue(cfg, provider, read_document(cfg), topic, queue_id)
+    flat = _FlatQueue(cfg, provider, read_document(cfg) if doc is None else doc, topic, queue_id)
     assert not flat.problems and not flat.duplicates, (flat.problems, flat.duplicates[:5])
     return {q: (off, flat.message(off, size)) for q, (off, size, _) in sorted(flat.units.items())}
 

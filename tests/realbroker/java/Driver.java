@@ -21,6 +21,10 @@
  *             broker's commitlog and consume-queue offsets before and after
  *   replay    a timed catch-up of one queue with synchronous pulls (DefaultMQPullConsumer), one
  *             pass per line read on stdin; {"pass": ...} with seconds, messages and bytes
+ *   spread    create `topics` topics of `queues` queues each in one admin request, then send
+ *             `min`..`max` messages of `minSize`..`maxSize` bytes to every queue, in rounds over
+ *             all queues (each round in a new order) from `threads` synchronous senders; one
+ *             {"queue": ...} line per queue with its queue offsets and message ids
  */
 
 import com.alibaba.fastjson.JSON;
@@ -37,6 +41,7 @@ import java.security.MessageDigest;
 import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collection;
+import java.util.Collections;
 import java.util.HashMap;
 import java.util.LinkedHashMap;
 import java.util.List;
@@ -92,6 +97,7 @@ public class Driver {
                 case "admin": admin(a); break;
                 case "load": load(a); break;
                 case "replay": replay(a); break;
+                case "spread": spread(a); break;
                 default: throw new IllegalArgumentException("unknown command " + args[0]);
             }
         } catch (Throwable e) {
@@ -768,6 +774,161 @@ public class Driver {
         o.put("fromDue", latencies(fromDue));
         o.put("lateMaxMs", lateMax.get() / 1e6);
         return o;
+    }
+
+    // --- spread --------------------------------------------------------------------------------
+
+    /** Many topics at once: one UPDATE_AND_CREATE_TOPIC_LIST request creates them all, then the
+     *  route of every one is awaited; then every queue gets `min`..`max` messages (seeded), sent
+     *  round by round over all queues, each round shuffled, so that consecutive messages land in
+     *  different queues as a producer of many topics writes them. */
+    static void spread(JSONObject a) throws Exception {
+        String prefix = a.getString("prefix");
+        int topics = a.getIntValue("topics");
+        int queues = a.getIntValue("queues");
+        String brokerName = a.getString("brokerName");
+        Random rnd = new Random(a.getLongValue("seed"));
+        long t0 = System.nanoTime();
+        DefaultMQAdminExt admin = new DefaultMQAdminExt();
+        admin.setNamesrvAddr(a.getString("namesrv"));
+        admin.setInstanceName("it-spread-admin-" + System.nanoTime());
+        admin.start();
+        try {
+            List<TopicConfig> configs = new ArrayList<>();
+            for (int t = 0; t < topics; t++) {
+                configs.add(new TopicConfig(prefix + t, queues, queues, 6));
+            }
+            admin.createAndUpdateTopicConfigList(a.getString("broker"), configs);
+            long giveUp = System.currentTimeMillis() + 60_000;
+            for (TopicConfig c : configs) {
+                while (true) {
+                    try {
+                        if (admin.examineTopicRouteInfo(c.getTopicName()).getQueueDatas().size() > 0) {
+                            break;
+                        }
+                    } catch (Exception e) {
+                        if (System.currentTimeMillis() > giveUp) {
+                            throw e;
+                        }
+                    }
+                    Thread.sleep(200);
+                }
+            }
+        } finally {
+            admin.shutdown();
+        }
+        emit(Map.of("created", Map.of("topics", topics, "ms", (System.nanoTime() - t0) / 1_000_000)));
+        int min = a.getIntValue("min");
+        int max = a.getIntValue("max");
+        int minSize = a.getIntValue("minSize");
+        int maxSize = a.getIntValue("maxSize");
+        int n = topics * queues;
+        int[] want = new int[n];
+        int rounds = 0;
+        for (int i = 0; i < n; i++) {
+            want[i] = min + rnd.nextInt(max - min + 1);
+            rounds = Math.max(rounds, want[i]);
+        }
+        List<Integer> plan = new ArrayList<>();
+        for (int r = 0; r < rounds; r++) {
+            List<Integer> round = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                if (want[i] > r) {
+                    round.add(i);
+                }
+            }
+            Collections.shuffle(round, rnd);
+            plan.addAll(round);
+        }
+        int[] sizes = new int[plan.size()];
+        for (int i = 0; i < sizes.length; i++) {
+            sizes[i] = minSize + rnd.nextInt(maxSize - minSize + 1);
+        }
+        byte[][] pool = new byte[64][];
+        for (int i = 0; i < pool.length; i++) {
+            pool[i] = body(rnd, maxSize, false);
+        }
+        long[][] offsets = new long[n][];
+        String[][] ids = new String[n][];
+        for (int i = 0; i < n; i++) {
+            offsets[i] = new long[want[i]];
+            ids[i] = new String[want[i]];
+        }
+        int[] filled = new int[n];
+        AtomicInteger next = new AtomicInteger();
+        AtomicInteger failed = new AtomicInteger();
+        DefaultMQProducer p = producer(a, "it-spread");
+        long s0 = System.nanoTime();
+        try {
+            List<Thread> senders = new ArrayList<>();
+            for (int t = 0; t < Math.max(1, a.getIntValue("threads")); t++) {
+                Thread th = new Thread(() -> {
+                    while (true) {
+                        int i = next.getAndIncrement();
+                        if (i >= sizes.length) {
+                            return;
+                        }
+                        int q = plan.get(i);
+                        String topic = prefix + (q / queues);
+                        Message m = new Message(topic, "Spread", Arrays.copyOf(pool[i % pool.length], sizes[i]));
+                        try {
+                            SendResult r = sendRetrying(p, m, new MessageQueue(topic, brokerName, q % queues), 30_000);
+                            if (r.getSendStatus() != SendStatus.SEND_OK) {
+                                failed.incrementAndGet();
+                                continue;
+                            }
+                            synchronized (offsets[q]) {
+                                offsets[q][filled[q]] = r.getQueueOffset();
+                                ids[q][filled[q]] = r.getMsgId() + "/" + r.getOffsetMsgId();
+                                filled[q]++;
+                            }
+                        } catch (Exception e) {
+                            e.printStackTrace();
+                            failed.incrementAndGet();
+                        }
+                    }
+                }, "spread-" + t);
+                th.start();
+                senders.add(th);
+            }
+            for (Thread th : senders) {
+                th.join();
+            }
+        } finally {
+            p.shutdown();
+        }
+        if (failed.get() > 0) {
+            throw new IllegalStateException(failed.get() + " of " + sizes.length + " sends failed");
+        }
+        long bytes = 0;
+        for (int s : sizes) {
+            bytes += s;
+        }
+        emit(Map.of("sent", Map.of("messages", sizes.length, "bodyBytes", bytes,
+            "ms", (System.nanoTime() - s0) / 1_000_000)));
+        for (int i = 0; i < n; i++) {
+            Map<String, Object> o = new LinkedHashMap<>();
+            o.put("topic", prefix + (i / queues));
+            o.put("queueId", i % queues);
+            o.put("offsets", offsets[i]);
+            o.put("ids", ids[i]);
+            emit(Map.of("queue", o));
+        }
+    }
+
+    /** Send to one queue, retrying for up to `retryMs` (see the other sendRetrying). */
+    static SendResult sendRetrying(DefaultMQProducer p, Message m, MessageQueue mq, long retryMs) throws Exception {
+        long giveUp = System.currentTimeMillis() + retryMs;
+        while (true) {
+            try {
+                return p.send(m, mq);
+            } catch (Exception e) {
+                if (System.currentTimeMillis() > giveUp) {
+                    throw e;
+                }
+            }
+            Thread.sleep(200);
+        }
     }
 
     // --- admin ---------------------------------------------------------------------------------
