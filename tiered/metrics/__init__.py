@@ -85,6 +85,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ``remoting_prepared_pulls_total``                     counter  pulls     result
 ``remoting_connections``                              gauge    conns
 ``remoting_messages_served_total``                    counter  messages  tier
+``remoting_pop_messages_total``                       counter  messages  event
 ``remoting_rejected_total``                           counter            reason
 *access* (+) (:mod:`tiered.access`)
 ---------------------------------------------------------------------------------------------------
@@ -208,6 +209,7 @@ __all__ = [
     "REGISTRY",
     "REMOTING_CONNECTIONS",
     "REMOTING_MESSAGES_SERVED",
+    "REMOTING_POP_MESSAGES",
     "REMOTING_PREPARED_PULLS",
     "REMOTING_PULL_LATENCY",
     "REMOTING_REJECTED",
@@ -919,6 +921,13 @@ REMOTING_MESSAGES_SERVED = _counter(
     "rocketmq_tiered_store_remoting_messages_served",
     "Messages returned by pulls, by the tier that served them (tiered or local)",
     ["tier"],
+)
+REMOTING_POP_MESSAGES = _counter(
+    "rocketmq_tiered_store_remoting_pop_messages",
+    "POP consumption: messages delivered (first time), redelivered (an invisible time ran out), "
+    "acked, and dead_lettered (redelivered past the group's retryMaxTimes: recorded, never "
+    "written to the broker)",
+    ["event"],
 )
 REMOTING_REJECTED = _counter(
     "rocketmq_tiered_store_remoting_rejected",

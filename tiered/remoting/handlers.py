@@ -36,6 +36,7 @@ from tiered.errors import BrokerStoreError
 from tiered.errors import IndexFileError
 from tiered.errors import IntegrityError
 from tiered.errors import InvalidRequestError
+from tiered.errors import PopStateFullError
 from tiered.errors import ProviderError
 from tiered.errors import ReadBusyError
 from tiered.index.search import message_keys
@@ -70,6 +71,8 @@ from .groups import ReplayOffsets
 from .locks import RebalanceLocks
 from .naming import Naming
 from .peers import LOCAL_ONLY
+from .pop import Pops
+from .pop_state import PopState
 
 log = logging.getLogger(__name__)
 
@@ -85,13 +88,15 @@ _QUEUE_ID, _QUEUE_OFFSET = 12, 20  # message header positions
 
 @dataclass(frozen=True, slots=True)
 class Suspend:
-    """A pull that found nothing new and may be held (long polling) until ``deadline``."""
+    """A pull (or pop) that found nothing new and may be held (long polling) until
+    ``deadline``; re-run once its queue moved past ``offset`` (a pop: once ``ready()``)."""
 
     request: Command
     topic: str
     queue_id: int
     offset: int
     deadline: float  # time.monotonic()
+    ready: Callable[[], bool] | None = None
 
 
 Response = Command | Suspend
@@ -117,6 +122,7 @@ class Replay:
         security: Security | None = None,
         ready: Callable[[], bool] = lambda: True,
         locks: RebalanceLocks | None = None,
+        pop_state: PopState | None = None,
     ) -> None:
         self.cfg = cfg
         self.ready = ready
@@ -128,6 +134,9 @@ class Replay:
         self.security = security
         self.locks = locks or RebalanceLocks()
         self.admin = Admin(cfg, store, naming, self.clients, offsets)
+        self.pop_state = pop_state or PopState(None)
+        self.pops = Pops(cfg, store, naming, offsets, self.pop_state, _parse_tags)
+        self._refusals_logged: set[int] = set()
         self._handlers: dict[int, Callable[[Command], Response]] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
             RequestCode.GET_BROKER_CLUSTER_INFO: self.cluster_info,
@@ -148,7 +157,17 @@ class Replay:
             RequestCode.LOCK_BATCH_MQ: self.lock_batch,
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
             **self.admin.handlers(),
+            **self.pops.handlers(),
         }
+
+    def flush(self) -> None:
+        """Write the replay groups' offsets and POP state if they changed.
+
+        Raises:
+            OSError: a write failed (retried at the next flush).
+        """
+        self.offsets.flush()
+        self.pop_state.flush()
 
     # --- dispatch ---------------------------------------------------------------------------------
 
@@ -180,13 +199,18 @@ class Replay:
             )
         handler = self._handlers.get(code)
         if handler is None:
-            return request.response(
-                ResponseCode.REQUEST_CODE_NOT_SUPPORTED,
-                f"request code {code} is not supported by the rocketmq-tiered replay endpoint "
-                "(it answers routes, heartbeats, pulls, offsets, orderly-consumer locks, queries "
-                "by key, time and id, and the read-only admin requests of mqadmin clusterList, "
-                "topicList, topicStatus, consumerProgress and queryMsgBy*/printMsg*)",
+            remark = (
+                f"request code {code} ({code_name(code)}) is not supported by the "
+                "rocketmq-tiered replay endpoint: it answers routes, heartbeats, pulls, POP "
+                "(pop, ack, changeInvisibleTime), offsets, orderly-consumer locks, queries by key, "
+                "time and id, and the read-only admin requests of mqadmin clusterList, topicList, "
+                "topicStatus, consumerProgress and queryMsgBy*/printMsg*; consume with one of "
+                "those, or send this request to the broker"
             )
+            if code not in self._refusals_logged and len(self._refusals_logged) < 256:
+                self._refusals_logged.add(code)  # once per code: the next gap shows up
+                log.warning("replay request from %s refused: %s", request.peer, remark)
+            return request.response(ResponseCode.REQUEST_CODE_NOT_SUPPORTED, remark)
         if code not in _BEFORE_READY and not self.ready():
             return request.response(
                 ResponseCode.SYSTEM_BUSY,
@@ -197,6 +221,8 @@ class Replay:
             self._authorize(request)
             if code in _PULLS:
                 return self.pull(request, may_suspend=may_suspend)
+            if code == RequestCode.POP_MESSAGE:
+                return self.pops.pop(request, may_suspend=may_suspend)
             return handler(request)
         except AclError as e:
             return request.response(ResponseCode.NO_PERMISSION, str(e))
@@ -206,6 +232,8 @@ class Replay:
             return request.response(ResponseCode.SYSTEM_ERROR, f"tier data damaged: {e}")
         except ReadBusyError as e:
             metrics.child(metrics.READ_REJECTED, "remoting").inc()
+            return request.response(ResponseCode.SYSTEM_BUSY, f"system busy: {e}")
+        except PopStateFullError as e:
             return request.response(ResponseCode.SYSTEM_BUSY, f"system busy: {e}")
         except ProviderError as e:
             code_out = ResponseCode.SYSTEM_BUSY if e.retriable else ResponseCode.SYSTEM_ERROR
@@ -490,7 +518,10 @@ class Replay:
         return request.response(ResponseCode.PULL_NOT_FOUND, ext_fields=header)
 
     def has_new(self, held: Suspend) -> bool:
-        """Whether a held pull may now find something (the queue's max moved past its offset)."""
+        """Whether a held pull may now find something (the queue's max moved past its offset),
+        or a held pop (its own test)."""
+        if held.ready is not None:
+            return held.ready()
         return self.store.get_max_offset(held.topic, held.queue_id) > held.offset
 
     # --- offsets and times ------------------------------------------------------------------------

@@ -286,6 +286,26 @@ class PopState:
             q = self._queues.get(key)
             return None if q is None else q.progress
 
+    def cursor(self, key: Key) -> int | None:
+        """``key``'s first offset never delivered; None for a queue never popped."""
+        with self._lock:
+            q = self._queues.get(key)
+            return None if q is None else q.cursor
+
+    def due(self, key: Key, now: int, max_offset: int, *, orderly: bool = False) -> bool:
+        """Whether a pop of ``key`` may hand something out now: a lease ran out, or new
+        messages below ``max_offset`` fit the window (a queue never popped: any message), and,
+        ``orderly``, no lease is in flight."""
+        with self._lock:
+            q = self._queues.get(key)
+            if q is None:
+                return max_offset > 0
+            if orderly and any(lease.deadline > now for lease in q.leases.values()):
+                return False
+            if any(lease.deadline <= now for lease in q.leases.values()):
+                return True
+            return q.cursor < max_offset and q.cursor - q.progress < self.window
+
     def in_flight(self, key: Key, now: int) -> int:
         """Offsets of ``key`` leased and not yet visible again."""
         with self._lock:

@@ -10,6 +10,7 @@ from .groups import ReplayOffsets
 from .handlers import Replay
 from .naming import Naming
 from .peers import Peers
+from .pop_state import PopState
 from .registration import Registration
 from .server import RemotingServer
 
@@ -25,6 +26,8 @@ def remoting_service(
         security = Security.from_config(cfg)
     offsets = ReplayOffsets(cfg.tiered_data_dir / "config")
     offsets.load()
+    pop_state = PopState(cfg.tiered_data_dir / "config")
+    pop_state.load()
     server: RemotingServer | None = None
 
     def address() -> str:
@@ -44,6 +47,7 @@ def remoting_service(
         offsets=offsets,
         security=security,
         ready=ready,
+        pop_state=pop_state,
     )
     server = RemotingServer(
         replay,
@@ -52,7 +56,7 @@ def remoting_service(
         max_frame_bytes=cfg.tiered_remoting_max_frame_bytes,
         max_connections=cfg.tiered_remoting_max_connections,
         advertised_address=cfg.tiered_remoting_advertised_address,
-        flush=offsets.flush,
+        flush=replay.flush,
         security=security,
     )
     return server

@@ -1,0 +1,453 @@
+"""POP on the replay endpoint: ``POP_MESSAGE``, ``ACK_MESSAGE``, ``BATCH_ACK_MESSAGE`` and
+``CHANGE_MESSAGE_INVISIBLETIME`` answered as the broker's ``PopMessageProcessor``,
+``AckMessageProcessor`` and ``ChangeInvisibleTimeProcessor`` answer them, over
+:class:`~.pop_state.PopState` (nothing is written to the broker), plus the subscription-group
+config a RocketMQ Proxy asks before it pops.
+
+A pop reads like a pull (the same store, tag filters, byte cap) from one queue or, with queueId
+-1, from every queue of the topic in turn; redelivered messages go out with ``reconsumeTimes`` =
+deliveries - 1 written into a copy of the stored unit (the broker sends a revived copy from its
+retry topic). The response header carries what the clients build the receipt handle from
+(``popTime``, ``invisibleTime``, ``reviveQid`` -- 999 for an orderly pop, as upstream's
+``POP_ORDER_REVIVE_QUEUE`` -- ``startOffsetInfo``, ``msgOffsetInfo``, ``orderCountInfo``). A pop
+that finds nothing is held up to its ``pollTime`` (long polling, as held pulls) and then answered
+``POLLING_TIMEOUT``. A queue's pop progress is committed as the group's consumer offset
+(``QUERY_CONSUMER_OFFSET``, ``consumerProgress``).
+"""
+
+from __future__ import annotations
+
+import base64
+import itertools
+import json
+import logging
+import os
+import struct
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+from typing import Any
+
+from tiered import metrics
+from tiered.broker import message as msgcodec
+from tiered.broker.configjson import SubscriptionGroupConfig
+from tiered.broker.configjson import load_subscription_groups
+from tiered.config import TieredConfig
+from tiered.errors import BrokerStoreError
+from tiered.errors import InvalidRequestError
+from tiered.read.fetcher import GetStatus
+from tiered.read.message_store import MAX_QUEUE_ID
+from tiered.read.message_store import TieredMessageStore
+from tiered.read.tag_filter import TagFilter
+
+from .body import dumps
+from .codes import RETRY_GROUP_TOPIC_PREFIX
+from .codes import RequestCode
+from .codes import ResponseCode
+from .fields import field
+from .fields import int_field
+from .frame import Command
+from .groups import ReplayOffsets
+from .naming import Naming
+from .pop_state import Claim
+from .pop_state import PopState
+
+if TYPE_CHECKING:
+    from .handlers import Response
+
+log = logging.getLogger(__name__)
+
+ORDER_REVIVE_QID = 999
+"""Upstream's ``KeyBuilder.POP_ORDER_REVIVE_QUEUE``: the revive queue id an orderly pop's
+handle names (``ExtraInfoUtil.isOrder``)."""
+MAX_POP_COUNT = 32
+"""Messages one pop hands out at most (upstream's ``MAX_MSG_NUMS_FOR_POP_REQUEST``)."""
+MAX_POLL_MS = 60_000
+MAX_POP_BYTES = 4 << 20
+INIT_MODE_MAX = 1  # ConsumeInitMode.MAX
+NORMAL_TOPIC = "0"  # ExtraInfoUtil's mark of a message of the topic itself (not a retry topic)
+_SEP = " "  # MessageConst.KEY_SEPARATOR
+_I32 = struct.Struct(">i")
+_SYS_FLAG_AT = 36
+
+
+class Pops:
+    """The POP requests of one endpoint (thread-safe)."""
+
+    def __init__(
+        self,
+        cfg: TieredConfig,
+        store: TieredMessageStore,
+        naming: Naming,
+        offsets: ReplayOffsets,
+        state: PopState,
+        parse_tags: Callable[[str], TagFilter],
+    ) -> None:
+        self.cfg = cfg
+        self.store = store
+        self.naming = naming
+        self.offsets = offsets
+        self.state = state
+        self.parse_tags = parse_tags
+        self._turn = itertools.count()
+        self._groups = BrokerGroups(Path(cfg.store_path_root_dir) / "config")
+
+    def handlers(self) -> dict[int, Callable[[Command], Response]]:
+        return {
+            RequestCode.POP_MESSAGE: self.pop,
+            RequestCode.ACK_MESSAGE: self.ack,
+            RequestCode.BATCH_ACK_MESSAGE: self.batch_ack,
+            RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible,
+            RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
+        }
+
+    # --- pop --------------------------------------------------------------------------------------
+
+    def pop(self, request: Command, *, may_suspend: bool = True) -> Response:
+        from .handlers import Suspend  # a cycle: handlers builds this class
+
+        ext = request.ext_fields
+        group, topic = field(ext, "consumerGroup"), field(ext, "topic")
+        queue_id = int_field(ext, "queueId", -1)
+        count = min(max(int_field(ext, "maxMsgNums", MAX_POP_COUNT), 1), MAX_POP_COUNT)
+        invisible = max(int_field(ext, "invisibleTime", 60_000), 0)
+        poll_ms = min(max(int_field(ext, "pollTime", 0), 0), MAX_POLL_MS)
+        init_mode = int_field(ext, "initMode", 0)
+        orderly = (ext.get("order") or "").lower() == "true"
+        kind = (ext.get("expType") or "TAG").upper()
+        if kind != "TAG":
+            return request.response(
+                ResponseCode.SUBSCRIPTION_PARSE_FAILED,
+                f"expressionType {kind} is not supported by the replay endpoint: subscribe with "
+                "tags (TAG expressions such as 'TagA || TagB' or '*')",
+            )
+        tags = self.parse_tags(ext.get("exp") or "*")
+        if not self.store.topics.known(topic):
+            return request.response(
+                ResponseCode.TOPIC_NOT_EXIST,
+                f"topic[{topic}] not exist (neither the tier nor the broker's store holds it"
+                + (
+                    "; the replay endpoint never writes retry topics: redeliveries come from "
+                    "the topic itself)"
+                    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
+                    else ")"
+                ),
+            )
+        if queue_id >= 0:
+            if queue_id > MAX_QUEUE_ID:
+                raise InvalidRequestError(f"queueId={queue_id} of topic {topic} is not a queue")
+            queues = [queue_id]
+        else:
+            found = sorted(self.naming.topic_queues(topic))
+            turn = next(self._turn) % len(found) if found else 0
+            queues = found[turn:] + found[:turn]
+        retries = self._groups.get(group).retry_max_times
+        now = int(time.time() * 1000)
+        out: list[tuple[int, list[tuple[int, int, bytes]]]] = []  # queue -> (offset, times, data)
+        rest, left = 0, count
+        for q in queues:
+            got, rest_q = self._pop_queue(
+                (group, topic, q), left, now, invisible, tags, init_mode, orderly, retries
+            )
+            rest += rest_q
+            if got:
+                out.append((q, got))
+                left -= len(got)
+        self._commit_progress()
+        header = {
+            "popTime": str(now),
+            "invisibleTime": str(invisible),
+            "reviveQid": str(ORDER_REVIVE_QID if orderly else 0),
+            "restNum": str(rest),
+        }
+        if not out:
+            if may_suspend and poll_ms > 0:
+                key_group = group
+                return Suspend(
+                    request,
+                    topic,
+                    queue_id,
+                    0,
+                    time.monotonic() + poll_ms / 1000,
+                    ready=lambda: self._due(key_group, topic, queues, orderly),
+                )
+            return request.response(
+                ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext_fields=header
+            )
+        starts, offsets_info, counts, parts = [], [], [], []
+        delivered = redelivered = 0
+        for q, got in out:
+            got.sort()
+            starts.append(f"{NORMAL_TOPIC}{_SEP}{q}{_SEP}{got[0][0]}")
+            offsets_info.append(
+                f"{NORMAL_TOPIC}{_SEP}{q}{_SEP}" + ",".join(str(o) for o, _, _ in got)
+            )
+            for offset, times, data in got:
+                counts.append(f"{NORMAL_TOPIC}{_SEP}qo{q}%{offset}{_SEP}{times - 1}")
+                parts.append(data)
+                delivered += 1
+                redelivered += times > 1
+        header["startOffsetInfo"] = ";".join(starts)
+        header["msgOffsetInfo"] = ";".join(offsets_info)
+        if orderly:
+            header["orderCountInfo"] = ";".join(counts)
+        metrics.child(metrics.REMOTING_POP_MESSAGES, "delivered").inc(delivered - redelivered)
+        metrics.child(metrics.REMOTING_POP_MESSAGES, "redelivered").inc(redelivered)
+        return request.response(ResponseCode.SUCCESS, "FOUND", ext_fields=header, body_parts=parts)
+
+    def _start(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
+        """Where a queue the group never popped starts: its committed offset, else
+        ``tieredRemotingNewGroupOffset``'s (EARLIEST: the first offset, tier included; CLIENT:
+        the pop's ``initMode``)."""
+        committed = self.offsets.get(group, topic, queue_id)
+        if committed is not None:
+            return committed
+        if self.cfg.tiered_remoting_new_group_offset == "CLIENT" and init_mode == INIT_MODE_MAX:
+            return max(self.store.get_max_offset(topic, queue_id), 0)
+        return max(self.store.get_min_offset(topic, queue_id), 0)
+
+    def _pop_queue(
+        self,
+        key: tuple[str, str, int],
+        count: int,
+        now: int,
+        invisible: int,
+        tags: TagFilter,
+        init_mode: int,
+        orderly: bool,
+        retries: int,
+    ) -> tuple[list[tuple[int, int, bytes]], int]:
+        """What one queue hands out (``(offset, deliveries, unit)``) and how many of its
+        messages are left after it."""
+        group, topic, q = key
+        max_offset = max(self.store.get_max_offset(topic, q), 0)
+        if count <= 0:
+            cursor = self.state.cursor(key)
+            return [], max(max_offset - (cursor if cursor is not None else max_offset), 0)
+        before = self.state.dead_letter_total()
+        claim = self.state.claim(
+            key,
+            start=self._start(group, topic, q, init_mode),
+            now=now,
+            invisible_ms=invisible,
+            max_count=count,
+            max_offset=max_offset,
+            orderly=orderly,
+            max_redeliveries=retries,
+        )
+        dead = self.state.dead_letter_total() - before
+        if dead:
+            metrics.child(metrics.REMOTING_POP_MESSAGES, "dead_lettered").inc(dead)
+            log.warning(
+                "group %s: %d message(s) of %s/%d delivered %d times and never acked are "
+                "dead-lettered (recorded in %s, never written to the broker's %%DLQ%%%s)",
+                group, dead, topic, q, retries + 1, self.state.path, group,
+            )  # fmt: skip
+        if claim is None:
+            cursor = self.state.cursor(key)
+            return [], max(max_offset - (cursor if cursor is not None else max_offset), 0)
+        got = self._again(topic, q, claim)
+        if claim.new_from is not None:
+            got.extend(self._new(topic, q, claim, tags))
+        cursor = self.state.cursor(key)
+        return got, max(max_offset - (cursor if cursor is not None else max_offset), 0)
+
+    def _again(self, topic: str, q: int, claim: Claim) -> list[tuple[int, int, bytes]]:
+        """The redelivered units of ``claim``, read in runs of consecutive offsets."""
+        out = []
+        offsets = sorted(claim.again)
+        runs: list[list[int]] = []
+        for o in offsets:
+            if runs and runs[-1][-1] == o - 1:
+                runs[-1].append(o)
+            else:
+                runs.append([o])
+        for run in runs:
+            result = self.store.get_message(topic, q, run[0], len(run), max_bytes=MAX_POP_BYTES)
+            units = {u.queue_offset: u.data for u in result.units}
+            for o in run:
+                data = units.get(o)
+                if data is None:  # gone from the tier since (expired): nothing to deliver
+                    self.state.ack((claim.key[0], topic, q), o)
+                    continue
+                out.append((o, claim.again[o], with_reconsume_times(data, claim.again[o] - 1)))
+        return out
+
+    def _new(
+        self, topic: str, q: int, claim: Claim, tags: TagFilter
+    ) -> list[tuple[int, int, bytes]]:
+        assert claim.new_from is not None
+        try:
+            result = self.store.get_message(
+                topic, q, claim.new_from, claim.new_max, tags, max_bytes=MAX_POP_BYTES
+            )
+        except BaseException:
+            self.state.release(claim)
+            raise
+        status = result.status
+        if status is GetStatus.FOUND:
+            units = result.units
+            self.state.delivered(claim, [u.queue_offset for u in units], result.next_begin_offset)
+            metrics.child(metrics.REMOTING_MESSAGES_SERVED, result.tier).inc(len(units))
+            return [(u.queue_offset, 1, u.data) for u in units]
+        if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_TOO_SMALL):
+            # filtered out, or gone from both tiers: consumed
+            self.state.delivered(claim, [], result.next_begin_offset)
+        else:
+            self.state.release(claim)
+        return []
+
+    def _due(self, group: str, topic: str, queues: list[int], orderly: bool) -> bool:
+        """Whether a held pop may now find something."""
+        now = int(time.time() * 1000)
+        for q in queues:
+            key = (group, topic, q)
+            max_offset = max(self.store.get_max_offset(topic, q), 0)
+            if self.state.due(key, now, max_offset, orderly=orderly):
+                return True
+        return False
+
+    def _commit_progress(self) -> None:
+        for (group, topic, q), progress in self.state.take_progress().items():
+            self.offsets.commit(group, topic, q, progress)
+
+    # --- ack and invisible time -------------------------------------------------------------------
+
+    def ack(self, request: Command) -> Response:
+        ext = request.ext_fields
+        group, topic = field(ext, "consumerGroup"), field(ext, "topic")
+        queue_id, offset = int_field(ext, "queueId"), int_field(ext, "offset")
+        _handle(ext)
+        if self.state.ack((group, topic, queue_id), offset):
+            metrics.child(metrics.REMOTING_POP_MESSAGES, "acked").inc()
+        self._commit_progress()
+        return request.response(ResponseCode.SUCCESS)
+
+    def batch_ack(self, request: Command) -> Response:
+        """``BatchAckMessageRequestBody``: per ``BatchAck`` the offsets ``startOffset + i`` for
+        each bit ``i`` of its bit set (fastjson writes it as the base64 of
+        ``BitSet.toByteArray``)."""
+        try:
+            body = json.loads(request.body or b"{}")
+            acks = body.get("acks") or []
+            if not isinstance(acks, list):
+                raise TypeError("acks is not a list")
+            done = 0
+            for entry in acks:
+                group = str(entry.get("c") or entry.get("consumerGroup"))
+                topic = str(entry.get("t") or entry.get("topic"))
+                queue_id = int(entry.get("q", entry.get("queueId")))
+                start = int(entry.get("so", entry.get("startOffset")))
+                bits = entry.get("b", entry.get("bitSet"))
+                for i in _bits(bits):
+                    done += self.state.ack((group, topic, queue_id), start + i)
+        except (ValueError, TypeError, AttributeError) as e:
+            raise InvalidRequestError(
+                f"the BATCH_ACK_MESSAGE body is not a BatchAckMessageRequestBody: {e}"
+            ) from e
+        metrics.child(metrics.REMOTING_POP_MESSAGES, "acked").inc(done)
+        self._commit_progress()
+        return request.response(ResponseCode.SUCCESS)
+
+    def change_invisible(self, request: Command) -> Response:
+        """A new invisible time for one message from now; answered with the ``popTime`` and
+        ``invisibleTime`` the client builds its new handle from (an acked message stays acked)."""
+        ext = request.ext_fields
+        group, topic = field(ext, "consumerGroup"), field(ext, "topic")
+        queue_id, offset = int_field(ext, "queueId"), int_field(ext, "offset")
+        invisible = max(int_field(ext, "invisibleTime"), 0)
+        handle = _handle(ext)
+        now = int(time.time() * 1000)
+        self.state.change_invisible((group, topic, queue_id), offset, now, invisible)
+        header = {
+            "popTime": str(now),
+            "invisibleTime": str(invisible),
+            "reviveQid": handle[3] if len(handle) > 3 else "0",
+        }
+        return request.response(ResponseCode.SUCCESS, ext_fields=header)
+
+    # --- subscription groups ----------------------------------------------------------------------
+
+    def group_config(self, request: Command) -> Response:
+        """``SubscriptionGroupConfig`` of a group: the broker's (its ``subscriptionGroup.json``,
+        read-only), else a default one (16 retries, concurrent) -- a proxy that gets no answer
+        takes 0 retries and dead-letters every message it pops."""
+        group = field(request.ext_fields, "group")
+        config = self._groups.get(group)
+        return request.response(
+            ResponseCode.SUCCESS,
+            body=dumps(config.model_dump(by_alias=True, exclude_none=True, mode="json")),
+        )
+
+
+class BrokerGroups:
+    """The broker's ``config/subscriptionGroup.json``, read again when it changes; a group it
+    does not list (or no readable file) gets the broker's defaults."""
+
+    def __init__(self, config_dir: Path) -> None:
+        self.path = config_dir / "subscriptionGroup.json"
+        self._stamp: tuple[int, int] | None = None
+        self._table: dict[str, SubscriptionGroupConfig] = {}
+        self._lock = threading.Lock()
+
+    def get(self, group: str) -> SubscriptionGroupConfig:
+        try:
+            st = os.stat(self.path)
+            stamp: tuple[int, int] | None = (st.st_mtime_ns, st.st_size)
+        except OSError:
+            stamp = None
+        with self._lock:
+            if stamp != self._stamp:
+                self._stamp = stamp
+                self._table = {}
+                if stamp is not None:
+                    try:
+                        loaded = load_subscription_groups(self.path)
+                        self._table = dict(loaded.subscription_group_table)
+                    except (BrokerStoreError, OSError) as e:
+                        log.warning("the broker's %s is not usable: %s", self.path, e)
+            found = self._table.get(group)
+        return found if found is not None else SubscriptionGroupConfig(group_name=group)
+
+
+def with_reconsume_times(data: bytes, times: int) -> bytes:
+    """A copy of a stored unit with its ``RECONSUMETIMES`` field set to ``times`` (the field sits
+    after the born and store hosts, 8 or 20 bytes each by the unit's sysflag)."""
+    sys_flag = _I32.unpack_from(data, _SYS_FLAG_AT)[0]
+    at = (
+        msgcodec.BORN_HOST_POSITION
+        + msgcodec.host_size(sys_flag, msgcodec.BORNHOST_V6_FLAG)
+        + 8
+        + msgcodec.host_size(sys_flag, msgcodec.STOREHOST_V6_FLAG)
+    )
+    out = bytearray(data)
+    _I32.pack_into(out, at, times)
+    return bytes(out)
+
+
+def _handle(ext: dict[str, str]) -> list[str]:
+    """The ``extraInfo`` (receipt handle) of an ack or invisible-time change, split.
+
+    Raises:
+        InvalidRequestError: it is missing or not ``ckOffset popTime invisibleTime reviveQid
+            retry brokerName queueId [offset]``.
+    """
+    parts = field(ext, "extraInfo").split(_SEP)
+    if len(parts) < 7:
+        raise InvalidRequestError(
+            f"extraInfo {ext['extraInfo']!r} is not a POP handle (ckOffset popTime invisibleTime "
+            "reviveQid retry brokerName queueId [offset])"
+        )
+    return parts
+
+
+def _bits(value: Any) -> list[int]:
+    """The set bits of a serialized ``BitSet``: base64 of its little-endian bytes, or a list."""
+    if isinstance(value, list):
+        return [int(x) for x in value]
+    if not isinstance(value, str):
+        raise TypeError(f"bitSet {value!r} is neither base64 nor a list")
+    raw = base64.b64decode(value)
+    return [i * 8 + b for i, byte in enumerate(raw) for b in range(8) if byte >> b & 1]
