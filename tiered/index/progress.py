@@ -6,7 +6,9 @@ indexes ``[indexed offset, commit offset)`` again from the tier at start and the
 (:mod:`tiered.index.catch_up`). The saved value may lag the index files -- the catch-up then puts
 some items twice, which queries collapse -- but never leads them: nothing indexed is lost. A
 durable copy (:meth:`IndexProgress.save`) and a fast one (:meth:`IndexProgress.save_fast`) keep
-the lag small.
+the lag small. Each copy is a snapshot plus a journal of the rows that changed
+(:mod:`.progress_journal`): a save writes in proportion to the queues that moved since the last
+one, not to every queue.
 """
 
 from __future__ import annotations
@@ -19,16 +21,18 @@ from pathlib import Path
 from typing import Any
 from typing import Final
 
+from tiered.index.progress_journal import JournaledCopy
+from tiered.index.progress_journal import Key
+from tiered.index.progress_journal import Snapshot
 from tiered.metadata import mirror_key_for
-from tiered.metadata.state_file import JsonStateFile
 
 log = logging.getLogger(__name__)
 
 PROGRESS_NAME: Final = "progress.json"
 FAST_NAME: Final = "progress.fast.json"
 FAST_SAVE_INTERVAL_S: Final = 0.02
-"""The fast copy is written at most this often -- or, with many queues (a longer write), at
-most 10 % of the time: the interval grows to 10 x the last write's duration."""
+"""The fast copy is written at most this often -- or, when a write takes longer (a snapshot of
+many queues), at most 10 % of the time: the interval grows to 10 x the last write's duration."""
 _VERSION: Final = 1
 _BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 Rows = list[list[Any]]
@@ -74,23 +78,27 @@ class IndexProgress:
     """The indexed offset of each ``(topic, queue id)``; thread-safe."""
 
     def __init__(self, directory: Path) -> None:
-        self._file = JsonStateFile(
+        self._file = JournaledCopy(
             Path(directory) / PROGRESS_NAME,
             _VERSION,
-            _parse,
+            _parse_durable,
             "every queue is indexed again from the tier (keys already indexed are put twice, "
             "which queries collapse)",
+            sync=True,
         )
-        self._fast = JsonStateFile(
+        self._fast = JournaledCopy(
             Path(directory) / FAST_NAME,
             _VERSION,
             _parse_fast,
             "the durable progress.json is used (more keys are indexed twice)",
+            sync=False,
         )
-        self._offsets: dict[tuple[str, int], int] = {}
+        self._offsets: dict[Key, int] = {}
         self._lock = threading.Lock()
         self._dirty = False
         self._fast_dirty = False
+        self._changed: set[Key] = set()  # since the durable copy's last save
+        self._fast_changed: set[Key] = set()  # since the fast copy's last save
         self._fast_saved = 0.0
         self._fast_interval = FAST_SAVE_INTERVAL_S
         self._boot = boot_id()
@@ -105,17 +113,20 @@ class IndexProgress:
     def load(self, *, owner: bool = True) -> bool:
         """Read the saved offsets -- the fast copy when it was written in this boot, else the
         durable one; False (and empty) when there is no usable file (a damaged one is moved
-        aside by the owner, see :class:`JsonStateFile`)."""
-        durable = self._file.load(owner=owner)
+        aside by the owner, see :class:`~tiered.metadata.state_file.JsonStateFile`)."""
+        loaded = self._file.load(owner=owner)
+        durable = loaded.offsets if loaded is not None else None
         fast = self._fast.load(owner=owner)
         offsets = durable
-        if fast is not None and self._boot and fast[0] == self._boot:
-            offsets = fast[1]  # written after the durable copy, in this boot: never behind it
+        if fast is not None and self._boot and fast.boot == self._boot:
+            offsets = fast.offsets  # written after the durable copy, in this boot: never behind
         if offsets is None:
             return False
         with self._lock:
             self._offsets = offsets
-            self._dirty = offsets != durable  # the next checkpoint makes it durable
+            # the next checkpoint makes durable what the durable copy does not hold
+            self._changed = _differ(offsets, durable or {})
+            self._dirty = bool(self._changed)
         return True
 
     def restore(self, rows: Rows) -> None:
@@ -126,11 +137,14 @@ class IndexProgress:
         """
         offsets = _parse({"queues": rows})
         with self._lock:
+            changed = _differ(offsets, self._offsets)
             self._offsets = offsets
-            self._mark_moved()
+            self._mark_moved(changed)
 
-    def _mark_moved(self) -> None:
-        """Offsets changed (the caller holds the lock): both copies are behind."""
+    def _mark_moved(self, keys: set[Key]) -> None:
+        """``keys``' offsets changed (the caller holds the lock): both copies are behind."""
+        self._changed |= keys
+        self._fast_changed |= keys
         self._dirty = self._fast_dirty = True
         self.moved.set()
 
@@ -146,7 +160,7 @@ class IndexProgress:
         with self._lock:
             return self._offsets.get((topic, queue_id))
 
-    def items(self) -> dict[tuple[str, int], int]:
+    def items(self) -> dict[Key, int]:
         """A copy of every queue's indexed offset."""
         with self._lock:
             return dict(self._offsets)
@@ -158,6 +172,8 @@ class IndexProgress:
             if key not in self._offsets:
                 self._offsets[key] = offset
                 self._dirty = True
+                self._changed.add(key)
+                self._fast_changed.add(key)  # goes with the fast copy's next write
             return self._offsets[key]
 
     def advance(self, topic: str, queue_id: int, start: int, end: int) -> bool:
@@ -171,14 +187,15 @@ class IndexProgress:
                 return False
             if current is None or end > current:
                 self._offsets[key] = end
-                self._mark_moved()
+                self._mark_moved({key})
             return True
 
     def forget(self, topic: str, queue_id: int) -> None:
         """Drop a queue (its tiered data was deleted)."""
         with self._lock:
-            if self._offsets.pop((topic, queue_id), None) is not None:
-                self._mark_moved()
+            key = (topic, queue_id)
+            if self._offsets.pop(key, None) is not None:
+                self._mark_moved({key})
 
     @property
     def dirty(self) -> bool:
@@ -186,22 +203,33 @@ class IndexProgress:
         return self._dirty
 
     def save(self) -> None:
-        """Replace ``progress.json`` atomically and durably: the copy that holds after a power
-        loss.
+        """Save the durable copy (``progress.json`` and its journal) atomically and durably:
+        the copy that holds after a power loss.
 
         Call it only after the index files holding the recorded items were flushed (the
         service's checkpoint).
+
+        Raises:
+            OSError: not saved; the offsets stay to be saved.
         """
-        rows = self.rows()
-        with self._lock:
-            self._dirty = False
-        self._file.save({"queues": rows})
+        with self._file.lock:
+            with self._lock:
+                changed, self._changed, self._dirty = self._changed, set(), False
+                w = self._file.prepare(self._offsets, changed, {})
+            try:
+                if w is not None:
+                    self._file.write(w)
+            except BaseException:
+                with self._lock:
+                    self._changed |= changed
+                    self._dirty = True
+                raise
 
     def save_fast(self, *, force: bool = False) -> bool:
-        """Write ``progress.fast.json`` (no fsync) if the offsets moved and the interval passed
-        since the last write (see :data:`FAST_SAVE_INTERVAL_S`; ``force``: whatever the time);
-        returns whether it wrote. Call it only after the items recorded were put into the
-        (mapped) files.
+        """Save the fast copy (``progress.fast.json`` and its journal, no fsync) if the offsets
+        moved and the interval passed since the last write (see :data:`FAST_SAVE_INTERVAL_S`;
+        ``force``: whatever the time); returns whether it wrote. Call it only after the items
+        recorded were put into the (mapped) files.
 
         The copy is stamped with the kernel's boot id. Items are written into the index files
         before the progress moves, and a killed process's writes stay in the page cache, so
@@ -210,15 +238,28 @@ class IndexProgress:
         everything since the last checkpoint.
         """
         now = time.monotonic()
-        with self._lock:
-            if not self._boot or not self._fast_dirty:
-                self.moved.clear()  # nothing to write (or never written: no boot id)
-                return False
-            if not force and now - self._fast_saved < self._fast_interval:
-                return False
-            self._fast_dirty, self._fast_saved = False, now
-            self.moved.clear()
-        self._fast.save({"bootId": self._boot, "queues": self.rows()}, sync=False)
+        if not force and now - self._fast_saved < self._fast_interval and self._fast_dirty:
+            return False  # the common case of a put: no lock taken
+        with self._fast.lock:
+            with self._lock:
+                if not self._boot or not self._fast_dirty:
+                    self.moved.clear()  # nothing to write (or never written: no boot id)
+                    return False
+                if not force and now - self._fast_saved < self._fast_interval:
+                    return False
+                changed, self._fast_changed = self._fast_changed, set()
+                self._fast_dirty, self._fast_saved = False, now
+                self.moved.clear()
+                w = self._fast.prepare(self._offsets, changed, {"bootId": self._boot})
+            try:
+                if w is not None:
+                    self._fast.write(w)
+            except BaseException:
+                with self._lock:
+                    self._fast_changed |= changed
+                    self._fast_dirty = True
+                    self.moved.set()
+                raise
         took = time.monotonic() - now
         self._fast_interval = max(FAST_SAVE_INTERVAL_S, 10 * took)
         return True
@@ -229,7 +270,12 @@ class IndexProgress:
         return self._fast_interval
 
 
-def _parse(document: dict[str, Any]) -> dict[tuple[str, int], int]:
+def _differ(a: dict[Key, int], b: dict[Key, int]) -> set[Key]:
+    """The keys whose offsets differ between ``a`` and ``b`` (present in one only included)."""
+    return {k for k, v in a.items() if b.get(k) != v} | (b.keys() - a.keys())
+
+
+def _parse(document: dict[str, Any]) -> dict[Key, int]:
     out = {}
     for topic, queue_id, offset in document["queues"]:
         if not isinstance(topic, str) or not all(
@@ -240,8 +286,19 @@ def _parse(document: dict[str, Any]) -> dict[tuple[str, int], int]:
     return out
 
 
-def _parse_fast(document: dict[str, Any]) -> tuple[str, dict[tuple[str, int], int]]:
+def _generation(document: dict[str, Any]) -> str:
+    generation = document.get("generation", "")  # none before the journal: matches no line
+    if not isinstance(generation, str):
+        raise TypeError("generation is not a string")
+    return generation
+
+
+def _parse_durable(document: dict[str, Any]) -> Snapshot:
+    return Snapshot(_generation(document), "", _parse(document))
+
+
+def _parse_fast(document: dict[str, Any]) -> Snapshot:
     boot = document["bootId"]
     if not isinstance(boot, str):
         raise TypeError("bootId is not a string")
-    return boot, _parse(document)
+    return Snapshot(_generation(document), boot, _parse(document))
