@@ -75,12 +75,15 @@ class FileSegmentType(IntEnum):
     INDEX = 2
 
 
+_SEGMENT_TYPES: Final = {int(t): t for t in FileSegmentType}
+
+
 def _segment_type(value: object) -> FileSegmentType:
     # Java writes only these three codes; anything else (incl. true, "1") is not its file.
     if isinstance(value, FileSegmentType):
         return value
-    if type(value) is int and value in FileSegmentType._value2member_map_:
-        return FileSegmentType(value)
+    if type(value) is int and value in _SEGMENT_TYPES:
+        return _SEGMENT_TYPES[value]  # a dict look-up: the enum's call costs more, per segment
     raise ValueError(
         f"segment type {value!r} is not 0 (COMMIT_LOG), 1 (CONSUME_QUEUE) or 2 (INDEX)"
     )
@@ -216,6 +219,9 @@ def parse_metadata(text: str, *, source: str) -> MetadataDocument:
     """
     if not text.strip():
         raise MetadataError(f"{source}: metadata file is empty; restore it from its .bak copy")
+    doc = _parse_standard(text)
+    if doc is not None:
+        return doc
     try:
         data: Any = json.loads(text)  # our own files: standard JSON, the C parser
     except ValueError:
@@ -237,6 +243,26 @@ def parse_metadata(text: str, *, source: str) -> MetadataDocument:
         return MetadataDocument.model_validate(data)
     except ValidationError as e:
         raise MetadataError(f"{source}: {_describe(e)}; the file is damaged") from e
+
+
+_REQUIRED_FIELDS: Final = frozenset(
+    field for field in MetadataDocument.model_fields if to_camel(field) in _REQUIRED_KEYS
+)
+
+
+def _parse_standard(text: str) -> MetadataDocument | None:
+    """The document of a file in standard JSON (ours), parsed and validated in one pass of
+    pydantic's JSON parser (no intermediate Python objects); None when that does not give the
+    answer :func:`parse_metadata` would -- fastjson's bare keys, damage, a missing table, or a
+    ``\\u`` escape (Python's parser and pydantic's may differ on a lone surrogate) -- so the
+    general path decides and names the problem."""
+    if "\\u" in text:
+        return None
+    try:
+        doc = MetadataDocument.model_validate_json(text)
+    except ValidationError:
+        return None
+    return doc if doc.model_fields_set >= _REQUIRED_FIELDS else None
 
 
 def _describe(error: ValidationError) -> str:
