@@ -44,6 +44,18 @@ def test_dispatch_does_not_import_the_http_app_or_the_object_store_clients() -> 
     assert _run(code) == ["['none']"]
 
 
+def test_status_loads_neither_the_offload_machinery_nor_rich_for_json() -> None:
+    """``status`` only reads: no dispatcher, sidecar or index service (the data-dir lock's holder
+    is found through :mod:`tiered.core.data_dir_lock`), and rich only for the table."""
+    code = (
+        "import sys; from tiered.cli import main; main.get_command(None, 'status'); "
+        "print(sorted(m for m in ('tiered.core.sidecar', 'tiered.offload.dispatcher', "
+        "'tiered.index.service', 'rich', 'fastapi', 'boto3', 'pyspark') "
+        "if m in sys.modules) or ['none'])"
+    )
+    assert _run(code) == ["['none']"]
+
+
 def test_the_console_script_loads_its_command_without_the_collector_then_turns_it_on() -> None:
     code = (
         "import gc, sys; from tiered.cli import entry; "

@@ -67,3 +67,11 @@ def tags_in(data: Buffer, starts: Buffer, sizes: Buffer, wanted: list[bytes], /)
 WalkStop = Literal["more", "unwritten", "blank", "torn"]
 
 def walk_commitlog(data: Buffer, /) -> tuple[int, int, WalkStop, list[tuple[bytes, int, int]]]: ...
+def queue_bounds(
+    dirs: list[str],
+    file_size: int,
+    commitlog_min_offset: int,
+    hints: Buffer,
+    threads: int,
+    /,
+) -> tuple[bytes, bytes]: ...

@@ -94,6 +94,25 @@ def test_status_picks_topics_lagging_queues_and_a_page(offload_case: SidecarCase
     assert "listed 1 of" in table
 
 
+def test_status_names_a_damaged_queue_and_reads_the_others(offload_case: SidecarCase) -> None:
+    """The queues are read in one call of the kernel; one it cannot answer (here a truncated
+    consumequeue file) is read again by the Python reader, whose error its row shows."""
+    store = offload_case.store()
+    cfg = offload_case.config(store, "posix")
+    conf = offload_case.conf_file(cfg)
+    cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
+    size = cfg.effective_cq_file_size_bytes
+    (cfg.consume_queue_dir / "GenTopic0" / "1" / f"{size:020d}").write_bytes(bytes(180))
+    rows = {
+        (q["topic"], q["queueId"]): q for q in cli_json("status", "-c", conf, "--json")["queues"]
+    }
+    damaged = rows.pop(("GenTopic0", 1))
+    assert damaged["error"].startswith("local store: ") and "size 180" in damaged["error"]
+    assert len(rows) == 5
+    for q in rows.values():
+        assert q["error"] == "" and q["tieredCommit"] == q["localMax"] > 0
+
+
 def test_dispatch_needs_once(offload_case: SidecarCase) -> None:
     conf = offload_case.conf_file(offload_case.config(offload_case.store()))
     assert "pass --once" in cli("dispatch", "--config", conf, code=2)

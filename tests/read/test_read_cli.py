@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tiered.core.sidecar import DataDirLock
+from tiered.core.data_dir_lock import DataDirLock
 from tiered.errors import ConfigError
 from tiered.http.app import message_json
 from tiered.testing.sample_tier import SampleTier

@@ -340,16 +340,20 @@ def list_queues(consumequeue_dir: str | os.PathLike[str]) -> list[tuple[str, int
             f"{root}: no consumequeue directory; point storePathRootDir at the broker's store"
         )
     out: list[tuple[str, int]] = []
-    for topic_dir in root.iterdir():
-        if not topic_dir.is_dir():
-            log.warning("%s: skipping %r, not a topic directory", root, topic_dir.name)
-            continue
-        for queue_dir in topic_dir.iterdir():
-            name = queue_dir.name
-            if not (queue_dir.is_dir() and name.isdecimal() and str(int(name)) == name):
-                log.warning("%s: skipping %r, not a queue id directory", topic_dir, name)
+    # scandir: an entry's type comes with the listing (no stat per queue, thousands of them)
+    with os.scandir(root) as topics:
+        for topic_dir in topics:
+            if not topic_dir.is_dir():
+                log.warning("%s: skipping %r, not a topic directory", root, topic_dir.name)
                 continue
-            out.append((topic_dir.name, int(name)))
+            where = topic_dir.path
+            with os.scandir(where) as queues:
+                for queue_dir in queues:
+                    name = queue_dir.name
+                    if not (queue_dir.is_dir() and name.isdecimal() and str(int(name)) == name):
+                        log.warning("%s: skipping %r, not a queue id directory", where, name)
+                        continue
+                    out.append((topic_dir.name, int(name)))
     out.sort()
     return out
 

@@ -17,7 +17,7 @@ from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.cli.config_option import verbosity
 from tiered.config import TieredConfig
-from tiered.core.sidecar import DataDirLock
+from tiered.core.data_dir_lock import DataDirLock
 from tiered.core.sidecar import index_reader
 from tiered.index.compaction import Engine
 from tiered.index.service import CompactionResult

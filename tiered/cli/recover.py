@@ -14,10 +14,10 @@ from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.cli.config_option import verbosity
+from tiered.core.data_dir_lock import DataDirLock
 from tiered.core.metadata_rebuild import RebuildReport
 from tiered.core.metadata_rebuild import merge_listing
 from tiered.core.metadata_rebuild import rebuild_from_backend
-from tiered.core.sidecar import DataDirLock
 from tiered.errors import MetadataError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.metadata import MetadataStore

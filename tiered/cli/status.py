@@ -6,9 +6,6 @@ import datetime as dt
 from pathlib import Path
 
 import click
-from rich import box
-from rich.console import Console
-from rich.table import Table
 
 from tiered.broker.store_layout import check_store
 from tiered.cli.common import console
@@ -74,6 +71,10 @@ def _size(n: int) -> str:
 
 
 def _print(report: StatusReport) -> None:
+    from rich import box  # the table only: --json does not load rich
+    from rich.console import Console
+    from rich.table import Table
+
     out = console if console.is_terminal else Console(width=160, highlight=False)
     daemon = (
         f"running (pid {report.daemon_pid})"

@@ -26,7 +26,7 @@ from typing import Any
 from tiered.broker.configjson import load_topics
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.config import TieredConfig
-from tiered.core.sidecar import LOCK_NAME
+from tiered.core.data_dir_lock import LOCK_NAME
 from tiered.errors import TieredStoreError
 from tiered.index.format import END_MAGIC_CODE
 from tiered.index.format import HEADER_SIZE
@@ -289,10 +289,15 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
     if query.readable is not None:
         readable = query.readable
         keys = {k for k in keys if readable(k[0])}
-    for topic, qid in sorted(keys):
-        row = QueueStatus(topic, qid, offloaded=filt.allows(topic))
-        _tiered(row, doc, logical_path(cfg.broker_name, topic, qid))
-        _local(row, local)
+    ordered = sorted(keys)
+    rows = [QueueStatus(topic, qid, offloaded=filt.allows(topic)) for topic, qid in ordered]
+    for row in rows:
+        _tiered(row, doc, logical_path(cfg.broker_name, row.topic, row.queue_id))
+    hints = [row.tiered_commit if row.tiered_commit > 0 else None for row in rows]
+    for row, bounds, (topic, qid) in zip(
+        rows, local.many_bounds(ordered, hints), ordered, strict=True
+    ):
+        _local(row, local, bounds)
         state = snapshot.queues.get((topic, qid))
         if state is not None:
             row.gaps = [[g.start, g.end, g.detected_ms] for g in state.gaps]
@@ -394,9 +399,14 @@ def _tiered(row: QueueStatus, doc: MetadataDocument, path: str) -> None:
         row.tiered_commit = (bases[-1] + cq[bases[-1]].size) // CQ_UNIT_SIZE
 
 
-def _local(row: QueueStatus, local: LocalSource) -> None:
+def _local(row: QueueStatus, local: LocalSource, bounds: tuple[int, int] | None) -> None:
+    """The local side of ``row``: its bounds (``bounds``: as :meth:`LocalSource.many_bounds`
+    found them, None to ask :meth:`LocalSource.bounds`), the lag and its bytes."""
     try:
-        row.local_min, row.local_max = local.bounds(row.topic, row.queue_id)
+        if bounds is None:
+            hint = row.tiered_commit if row.tiered_commit > 0 else None
+            bounds = local.bounds(row.topic, row.queue_id, hint)
+        row.local_min, row.local_max = bounds
     except (TieredStoreError, OSError) as e:
         row.error = f"local store: {e}"
         return

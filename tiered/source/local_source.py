@@ -32,6 +32,8 @@ from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker import page_cache
 from tiered.broker.commitlog import CommitLog
+from tiered.broker.cq_bounds import many_bounds
+from tiered.broker.cq_bounds import queue_bounds
 from tiered.broker.page_cache import Residency
 from tiered.broker.page_cache import residency
 from tiered.broker.store_layout import mapped_sizes
@@ -328,17 +330,28 @@ class LocalSource:
         self._live.discard(key)
         return held or any(found)
 
-    def bounds(self, topic: str, queue_id: int) -> tuple[int, int]:
+    def bounds(self, topic: str, queue_id: int, hint: int | None = None) -> tuple[int, int]:
         """``(min_offset, max_offset)`` from one listing of the queue's directory, as a reader
         that looks at each queue once wants them (``status``); ``(-1, -1)`` for an unknown
-        queue. Nothing is remembered."""
-        if not self.has_queue(topic, queue_id):
-            return -1, -1
+        queue. ``hint``: a queue offset written before (the tier's commit offset), from which the
+        max is read (:func:`~tiered.broker.cq_bounds.queue_bounds`). Nothing is remembered."""
         self._fresh()
         clmin = self.commitlog.min_offset
-        cq = self.consume_queue(topic, queue_id)
-        files = cq.files()
-        return cq.min_offset(clmin if clmin >= 0 else None, files=files), cq.max_offset(files=files)
+        directory = os.path.join(self.cq_root, topic, str(queue_id))
+        found = queue_bounds(directory, self.cq_file_size, clmin if clmin >= 0 else None, hint)
+        return (-1, -1) if found is None else found
+
+    def many_bounds(
+        self, queues: Sequence[tuple[str, int]], hints: Sequence[int | None]
+    ) -> list[tuple[int, int] | None]:
+        """:meth:`bounds` of many queues at once (``hints`` as there, one per queue), the usual
+        ones in one call of the kernel; None for a queue to ask :meth:`bounds` about (it names
+        what is unusual about it, or raises)."""
+        self._fresh()
+        clmin = self.commitlog.min_offset
+        root = str(self.cq_root)
+        directories = [os.path.join(root, topic, str(queue_id)) for topic, queue_id in queues]
+        return many_bounds(directories, self.cq_file_size, clmin if clmin >= 0 else None, hints)
 
     def read_units(self, topic: str, queue_id: int, start: int, count: int) -> Units:
         """Up to ``count`` consumequeue units from ``start`` (see ``ConsumeQueue.read_units``).

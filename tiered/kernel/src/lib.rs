@@ -4,6 +4,7 @@
 //! The plain-Rust modules hold the logic and their own tests (`cargo test`); the `python`
 //! feature adds the PyO3 glue that setuptools-rust builds into the extension.
 
+pub mod bounds;
 pub mod gather;
 pub mod java;
 pub mod index_file;
@@ -459,6 +460,38 @@ mod python {
         Ok((consumed, messages, stop, queues))
     }
 
+    /// `queue_bounds(dirs, file_size, commitlog_min_offset, hints, threads) -> (mins, maxs)`:
+    /// the local min and max offset of the queue in each consumequeue directory of `dirs`
+    /// (`bounds::queue_bounds`; `hints`: int64, one per directory, <= 0 for none;
+    /// `commitlog_min_offset` < 0 for none), as int64 bytes in native order: -1 and -1 for a
+    /// missing directory, -2 and -2 for a queue the caller must read itself.
+    #[pyfunction]
+    fn queue_bounds<'py>(
+        py: Python<'py>,
+        dirs: Vec<String>,
+        file_size: u64,
+        commitlog_min_offset: i64,
+        hints: &Bound<'py, PyAny>,
+        threads: usize,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let hints = PyBuffer::<i64>::get(hints)?;
+        let h = items(&hints, "hints")?;
+        same_length(&[("dirs", dirs.len()), ("hints", h.len())])?;
+        let found =
+            py.detach(|| crate::bounds::bounds_many(&dirs, file_size, commitlog_min_offset, h, threads));
+        let (mut mins, mut maxs) = (Vec::with_capacity(found.len()), Vec::with_capacity(found.len()));
+        for b in found {
+            let (lo, hi) = match b {
+                crate::bounds::Bounds::Found(lo, hi) => (lo, hi),
+                crate::bounds::Bounds::Missing => (-1, -1),
+                crate::bounds::Bounds::Other => (-2, -2),
+            };
+            mins.push(lo);
+            maxs.push(hi);
+        }
+        Ok((PyBytes::new(py, as_bytes(&mins)), PyBytes::new(py, as_bytes(&maxs))))
+    }
+
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
@@ -475,6 +508,7 @@ mod python {
         m.add_function(wrap_pyfunction!(crc_mismatches, m)?)?;
         m.add_function(wrap_pyfunction!(tags_in, m)?)?;
         m.add_function(wrap_pyfunction!(walk_commitlog, m)?)?;
+        m.add_function(wrap_pyfunction!(queue_bounds, m)?)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }

@@ -1,0 +1,318 @@
+//! A queue's local bounds, its min and max offset, read from its consumequeue directory, for
+//! many queues in one call: what `status` asks of every queue of a broker once.
+//!
+//! The answer is the reader's (`ConsumeQueue.min_offset` / `max_offset` over one listing): the
+//! min is the first file's first unit when that unit is readable (valid, not a pre-blank fill,
+//! at or above the commitlog's min offset); the max is the first invalid unit (offset < 0 or
+//! size <= 0) of the last file, read from a hint when the unit before the hint is valid. Whatever
+//! is not that usual case -- a name that is not 20 digits, a file of another size, a first unit
+//! that is not readable, an I/O error -- is [`Bounds::Other`]: the caller's reader decides, and
+//! names the problem.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+
+/// Bytes of a consumequeue unit: commitlog offset i64, size i32, tags code i64 (big-endian).
+pub const UNIT: u64 = 20;
+/// Units read after the hint's unit at first: a queue the tier has caught up with ends there.
+pub const PROBE_UNITS: u64 = 64;
+/// Without a hint the last file is read from its start in chunks growing 4x from this.
+pub const FIRST_CHUNK_UNITS: u64 = 4096;
+const BLANK_FILL_SIZE: i32 = 0x7FFF_FFFF;
+
+/// One queue's answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bounds {
+    /// `(min offset, max offset)`.
+    Found(i64, i64),
+    /// No such directory.
+    Missing,
+    /// Not the usual case: the caller reads the queue itself.
+    Other,
+}
+
+fn unit_at(data: &[u8], i: usize) -> (i64, i32, i64) {
+    let u = &data[i * UNIT as usize..(i + 1) * UNIT as usize];
+    let mut o = [0u8; 8];
+    let mut s = [0u8; 4];
+    let mut t = [0u8; 8];
+    o.copy_from_slice(&u[0..8]);
+    s.copy_from_slice(&u[8..12]);
+    t.copy_from_slice(&u[12..20]);
+    (
+        i64::from_be_bytes(o),
+        i32::from_be_bytes(s),
+        i64::from_be_bytes(t),
+    )
+}
+
+fn valid(unit: (i64, i32, i64)) -> bool {
+    unit.0 >= 0 && unit.1 > 0
+}
+
+/// Index of the first invalid unit among the whole units of `data`, or their count.
+pub fn first_invalid(data: &[u8]) -> usize {
+    let n = data.len() / UNIT as usize;
+    (0..n).find(|&i| !valid(unit_at(data, i))).unwrap_or(n)
+}
+
+/// Up to `len` bytes at `pos` (fewer only at the file's end).
+fn read_at(file: &File, len: u64, pos: u64) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0u8; len as usize];
+    let mut got = 0;
+    while got < buf.len() {
+        match file.read_at(&mut buf[got..], pos + got as u64) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(got);
+    Ok(buf)
+}
+
+fn scan(file: &File, base: i64, per_file: u64, mut pos: u64, mut chunk: u64) -> io::Result<i64> {
+    while pos < per_file {
+        let n = chunk.min(per_file - pos);
+        let data = read_at(file, n * UNIT, pos * UNIT)?;
+        let k = first_invalid(&data) as u64;
+        if k < n {
+            return Ok(base + (pos + k) as i64);
+        }
+        pos += n;
+        chunk *= 4;
+    }
+    Ok(base + per_file as i64)
+}
+
+/// The max offset of the last file, starting at queue offset `base`.
+fn max_offset(file: &File, base: i64, per_file: u64, hint: i64) -> io::Result<i64> {
+    if hint > base && hint <= base + per_file as i64 {
+        let pos = (hint - 1 - base) as u64;
+        let n = (1 + PROBE_UNITS).min(per_file - pos);
+        let data = read_at(file, n * UNIT, pos * UNIT)?;
+        let whole = data.len() / UNIT as usize;
+        if whole >= 1 && valid(unit_at(&data, 0)) {
+            if whole < 2 || !valid(unit_at(&data, 1)) {
+                return Ok(hint);
+            }
+            let k = first_invalid(&data) as u64;
+            if k < n {
+                return Ok(base + (pos + k) as i64);
+            }
+            return scan(file, base, per_file, pos + n, 4 * PROBE_UNITS);
+        }
+    }
+    scan(file, base, per_file, 0, FIRST_CHUNK_UNITS)
+}
+
+fn is_offset_name(name: &[u8]) -> bool {
+    name.len() == 20 && name.iter().all(u8::is_ascii_digit)
+}
+
+/// The bounds of the queue in `dir`, of `file_size`-byte files (a whole number of units);
+/// `commitlog_min` < 0 and `hint` <= 0 mean none.
+pub fn queue_bounds(dir: &Path, file_size: u64, commitlog_min: i64, hint: i64) -> Bounds {
+    match try_bounds(dir, file_size, commitlog_min, hint) {
+        Ok(found) => found,
+        Err(_) => Bounds::Other,
+    }
+}
+
+fn try_bounds(dir: &Path, file_size: u64, commitlog_min: i64, hint: i64) -> io::Result<Bounds> {
+    if file_size == 0 || file_size % UNIT != 0 {
+        return Ok(Bounds::Other);
+    }
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Bounds::Missing),
+        Err(e) => return Err(e),
+    };
+    let mut files: Vec<(u64, std::path::PathBuf, u64)> = Vec::new();
+    for entry in entries {
+        let entry = entry?;
+        let name = entry.file_name();
+        let name = name.as_encoded_bytes();
+        if !is_offset_name(name) {
+            return Ok(Bounds::Other);
+        }
+        let Ok(start) = std::str::from_utf8(name).unwrap_or("x").parse::<u64>() else {
+            return Ok(Bounds::Other);
+        };
+        let path = entry.path();
+        let size = std::fs::metadata(&path)?.len(); // follows a symlink, as the reader's stat
+        files.push((start, path, size));
+    }
+    files.sort();
+    if files.last().is_some_and(|f| f.2 == 0) {
+        files.pop();
+    }
+    if files
+        .iter()
+        .any(|f| f.2 != file_size || f.0 % file_size != 0)
+    {
+        return Ok(Bounds::Other);
+    }
+    let (Some(first), Some(last)) = (files.first(), files.last()) else {
+        return Ok(Bounds::Found(0, 0));
+    };
+    let per_file = file_size / UNIT;
+    let head = File::open(&first.1)?;
+    let data = read_at(&head, UNIT, 0)?;
+    if data.len() < UNIT as usize {
+        return Ok(Bounds::Other);
+    }
+    let (offset, size, tags) = unit_at(&data, 0);
+    let blank = offset == 0 && size == BLANK_FILL_SIZE && tags == 0;
+    if offset < 0 || size <= 0 || blank || (commitlog_min >= 0 && offset < commitlog_min) {
+        return Ok(Bounds::Other);
+    }
+    let min = (first.0 / UNIT) as i64;
+    let tail = if last.1 == first.1 {
+        head
+    } else {
+        File::open(&last.1)?
+    };
+    let max = max_offset(&tail, (last.0 / UNIT) as i64, per_file, hint)?;
+    Ok(Bounds::Found(min, max))
+}
+
+/// [`queue_bounds`] of each of `dirs` (with `hints[i]`), on up to `threads` threads.
+pub fn bounds_many(
+    dirs: &[String],
+    file_size: u64,
+    commitlog_min: i64,
+    hints: &[i64],
+    threads: usize,
+) -> Vec<Bounds> {
+    let one = |i: usize| queue_bounds(Path::new(&dirs[i]), file_size, commitlog_min, hints[i]);
+    let threads = threads.clamp(1, 8).min(dirs.len().div_ceil(256).max(1));
+    if threads == 1 {
+        return (0..dirs.len()).map(one).collect();
+    }
+    let per = dirs.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = (0..threads)
+            .map(|t| {
+                let range = t * per..((t + 1) * per).min(dirs.len());
+                let one = &one;
+                (
+                    range.len(),
+                    s.spawn(move || range.map(one).collect::<Vec<_>>()),
+                )
+            })
+            .collect();
+        // a part that panicked is left to the caller, queue by queue
+        parts
+            .into_iter()
+            .flat_map(|(len, part)| part.join().unwrap_or_else(|_| vec![Bounds::Other; len]))
+            .collect()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn units(first_phys: i64, n: usize) -> Vec<u8> {
+        let mut out = Vec::new();
+        for i in 0..n as i64 {
+            out.extend_from_slice(&(first_phys + i * 100).to_be_bytes());
+            out.extend_from_slice(&100i32.to_be_bytes());
+            out.extend_from_slice(&i.to_be_bytes());
+        }
+        out
+    }
+
+    fn queue(files: &[(u64, Vec<u8>)], per_file: u64) -> tempdir::Dir {
+        let dir = tempdir::Dir::new();
+        for (first, content) in files {
+            let mut data = content.clone();
+            data.resize((per_file * UNIT) as usize, 0);
+            std::fs::write(dir.path().join(format!("{:020}", first * UNIT)), data).unwrap();
+        }
+        dir
+    }
+
+    mod tempdir {
+        pub struct Dir(std::path::PathBuf);
+        impl Dir {
+            pub fn new() -> Self {
+                use std::sync::atomic::{AtomicUsize, Ordering};
+                static N: AtomicUsize = AtomicUsize::new(0);
+                let n = N.fetch_add(1, Ordering::SeqCst);
+                let p = std::env::temp_dir().join(format!("cq-bounds-{}-{n}", std::process::id()));
+                std::fs::create_dir_all(&p).unwrap();
+                Dir(p)
+            }
+            pub fn path(&self) -> &std::path::Path {
+                &self.0
+            }
+        }
+        impl Drop for Dir {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_dir_all(&self.0);
+            }
+        }
+    }
+
+    #[test]
+    fn hints_give_the_same_max() {
+        for valid in [0usize, 1, 2, 64, 65, 66, 999, 1000] {
+            let q = queue(
+                &[(1000, units(0, 1000)), (2000, units(100_000, valid))],
+                1000,
+            );
+            let top = 2000 + valid as i64;
+            for hint in [0, 1, top - 1, top, top + 1, 3000, 5000] {
+                let got = queue_bounds(q.path(), 20_000, -1, hint);
+                assert_eq!(got, Bounds::Found(1000, top), "valid {valid} hint {hint}");
+            }
+        }
+    }
+
+    #[test]
+    fn unusual_queues_are_left_to_the_caller() {
+        let q = queue(&[(0, units(500, 10))], 10);
+        assert_eq!(queue_bounds(q.path(), 200, 500, 10), Bounds::Found(0, 10));
+        assert_eq!(queue_bounds(q.path(), 200, 501, 10), Bounds::Other); // below the commitlog
+        assert_eq!(queue_bounds(q.path(), 400, -1, 10), Bounds::Other); // another size
+        std::fs::write(q.path().join(format!("{:020}", 200)), b"").unwrap();
+        assert_eq!(queue_bounds(q.path(), 200, -1, 10), Bounds::Found(0, 10)); // being created
+        std::fs::write(q.path().join("00000000000000000400.tmp"), b"x").unwrap();
+        assert_eq!(queue_bounds(q.path(), 200, -1, 10), Bounds::Other);
+        assert_eq!(
+            queue_bounds(&q.path().join("none"), 200, -1, 0),
+            Bounds::Missing
+        );
+        let empty = queue(&[], 10);
+        assert_eq!(queue_bounds(empty.path(), 200, -1, 0), Bounds::Found(0, 0));
+    }
+
+    #[test]
+    fn many_on_threads_keep_their_order() {
+        let qs: Vec<_> = (0..600)
+            .map(|i| queue(&[(0, units(0, i % 10))], 10))
+            .collect();
+        let dirs: Vec<String> = qs
+            .iter()
+            .map(|q| q.path().to_string_lossy().into())
+            .collect();
+        let hints = vec![0i64; dirs.len()];
+        let got = bounds_many(&dirs, 200, -1, &hints, 3);
+        for (i, b) in got.iter().enumerate() {
+            let n = (i % 10) as i64;
+            assert_eq!(
+                *b,
+                if n == 0 {
+                    Bounds::Other
+                } else {
+                    Bounds::Found(0, n)
+                }
+            );
+        }
+    }
+}
