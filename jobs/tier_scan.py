@@ -58,6 +58,7 @@ from tiered.index.progress import backend_key as progress_key
 from tiered.index.progress import decode_rows
 from tiered.metadata import LONG_MAX
 from tiered.metadata import mirror_key_for
+from tiered.metadata.metadata_store import read_mirror
 from tiered.metadata.models import FileSegmentType
 from tiered.metadata.models import MetadataDocument
 from tiered.metadata.models import parse_metadata
@@ -260,8 +261,7 @@ def _metadata_from_backend(provider: Provider, cluster: str, broker: str) -> Met
             "backend: check brokerName/brokerClusterName, or pass option metadata=<path of its "
             "tieredStoreMetadata.json> (a tier RocketMQ's own plugin wrote has no mirror)"
         )
-    text = provider.read(key, 0, provider.size(key)).decode("utf-8")
-    return parse_metadata(text, source=key)
+    return read_mirror(provider, key)[0]  # the snapshot and the journal chunks extending it
 
 
 def _brokers_under(provider: Provider, cluster: str) -> list[str]:

@@ -8,6 +8,8 @@ each with its own data dir and tier:
 * **follow**: defaults (``run`` learns which queues moved from the commitlog);
 * **every**: ``tieredStoreQueueScanIntervalMs=0`` (every queue's consumequeue at every pass: what
   ``run`` did before).
+* **whole-file**: ``tieredMetadataJournalMinBytes=-1`` (every metadata persist rewrites
+  ``tieredStoreMetadata.json`` whole, no journal).
 
 Measured, one row per mode:
 
@@ -19,7 +21,9 @@ Measured, one row per mode:
   ~60 % of the queues); the seconds until each sidecar's log shows them all offloaded (the sum of
   its passes' own times) and its CPU-seconds meanwhile; peak RSS after;
 * **scrape**: bytes of one ``GET /metrics`` (at the default ``tieredMetricsDetail=broker``);
-* **status**: wall of ``rmq-tiered status --json``.
+* **status**: wall of ``rmq-tiered status --json``;
+* **tail metadata**: KiB the sidecar wrote for its metadata during the spread tail
+  (``metadata_written_bytes_total``: snapshots and journal).
 
 Printed per size: both rows and each figure's ratio every/follow.
 """
@@ -44,7 +48,11 @@ SETTLE_S = 15.0
 IDLE_S = 20.0
 TAIL_TIMEOUT_S = 300.0
 PER_QUEUE = 25
-MODES = {"follow": {}, "every": {"tieredStoreQueueScanIntervalMs": "0"}}
+MODES = {
+    "follow": {},
+    "every": {"tieredStoreQueueScanIntervalMs": "0"},
+    "whole-file": {"tieredMetadataJournalMinBytes": "-1"},
+}
 
 
 @dataclass
@@ -60,6 +68,7 @@ class Row:
     tail_rss_mib: float = 0.0
     status_s: float = 0.0
     scrape_kib: float = 0.0
+    tail_meta_kib: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
 
@@ -160,6 +169,7 @@ def _size(queues: int, root: Path) -> list[Row]:
             row.idle_rss_mib = _rss_mib(pid)
             row.scrape_kib = _scrape_kib(logs[row.mode])
         done_before = {m: _offloaded(logs[m])[0] for m in MODES}
+        meta_before = {m: _metadata_written(logs[m]) for m in MODES}
         cpu_before = {m: _cpu(p.pid) for m, p in procs.items()}
         _gen(store, queues, queues, seed=2, append=True)
         deadline = time.monotonic() + TAIL_TIMEOUT_S
@@ -176,6 +186,8 @@ def _size(queues: int, root: Path) -> list[Row]:
                     earlier = _passes_before(logs[row.mode], done_before[row.mode])
                     row.tail_pass_s = seconds - earlier
                     row.tail_rss_mib = _rss_mib(pid, "VmHWM")
+                    written = _metadata_written(logs[row.mode]) - meta_before[row.mode]
+                    row.tail_meta_kib = written / 1024
                     pending.discard(row.mode)
             time.sleep(0.2)
         assert not pending, "not all offloaded: " + "\n".join(
@@ -196,12 +208,23 @@ def _size(queues: int, root: Path) -> list[Row]:
     return rows
 
 
-def _scrape_kib(log: Path) -> float:
-    """KiB of one scrape of the sidecar's ``/metrics`` (its port from its log)."""
+def _scrape(log: Path) -> str:
+    """One scrape of the sidecar's ``/metrics`` (its port from its log)."""
     found = re.search(r"HTTP API listening on (http://[\d.]+:\d+)", log.read_text(errors="replace"))
     assert found, "no HTTP API address in the log"
     with urllib.request.urlopen(found.group(1) + "/metrics", timeout=30) as answer:
-        return len(answer.read()) / 1024
+        return str(answer.read().decode())
+
+
+def _scrape_kib(log: Path) -> float:
+    """KiB of one scrape of the sidecar's ``/metrics``."""
+    return len(_scrape(log).encode()) / 1024
+
+
+def _metadata_written(log: Path) -> float:
+    """Bytes the sidecar wrote for its metadata so far (snapshots and journal)."""
+    pattern = r"^rocketmq_tiered_store_metadata_written_bytes_total\{[^}]*\} ([0-9.e+]+)$"
+    return sum(float(v) for v in re.findall(pattern, _scrape(log), re.M))
 
 
 def _passes_before(log: Path, messages: int) -> float:
@@ -222,7 +245,7 @@ def _print(queues: int, rows: list[Row]) -> None:
     print(f"\n{queues} queues, {messages} messages, {gib * 1024:.0f} MiB of commitlog")
     head = ("mode", "first wall s", "first CPU-s/GiB", "first CPU-us/msg", "first RSS MiB",
             "idle CPU-ms/s", "idle RSS MiB", "tail pass s", "tail CPU-s", "tail RSS MiB",
-            "status s", "scrape KiB")  # fmt: skip
+            "status s", "scrape KiB", "tail metadata KiB")  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         print(" | ".join([
@@ -230,12 +253,16 @@ def _print(queues: int, rows: list[Row]) -> None:
             f"{r.first_cpu * 1e6 / messages:.0f}", f"{r.first_rss_mib:.0f}",
             f"{r.idle_cpu_ms:.1f}", f"{r.idle_rss_mib:.0f}", f"{r.tail_pass_s:.2f}",
             f"{r.tail_cpu:.2f}", f"{r.tail_rss_mib:.0f}", f"{r.status_s:.2f}",
-            f"{r.scrape_kib:.0f}",
+            f"{r.scrape_kib:.0f}", f"{r.tail_meta_kib:.0f}",
         ]))  # fmt: skip
-    follow, every = rows
+    follow, every, whole = rows
     print(f"every / follow: idle CPU {every.idle_cpu_ms / max(follow.idle_cpu_ms, 0.1):.1f}x, "
           f"tail pass {every.tail_pass_s / max(follow.tail_pass_s, 0.01):.2f}x, "
           f"tail CPU {every.tail_cpu / max(follow.tail_cpu, 0.01):.2f}x")  # fmt: skip
+    print(f"whole-file / follow (journal): tail metadata written "
+          f"{whole.tail_meta_kib / max(follow.tail_meta_kib, 0.1):.1f}x, "
+          f"tail pass {whole.tail_pass_s / max(follow.tail_pass_s, 0.01):.2f}x, "
+          f"tail CPU {whole.tail_cpu / max(follow.tail_cpu, 0.01):.2f}x")  # fmt: skip
 
 
 def test_many_queues() -> None:

@@ -27,6 +27,7 @@ from tiered.errors import MetadataError
 from tiered.errors import ProviderError
 from tiered.errors import ProviderUnavailableError
 from tiered.metadata.metadata_store import FILE_NAME
+from tiered.metadata.metadata_store import JOURNAL_MIN_BYTES
 from tiered.metadata.metadata_store import LoadReport
 from tiered.metadata.metadata_store import MetadataStore
 from tiered.metadata.metadata_store import mirror_key_for
@@ -339,7 +340,7 @@ from tiered import metrics
 from tiered.metadata.metadata_store import MetadataStore
 
 metrics.register()  # as `run` does at start: the metric families are not made inside a persist
-store = MetadataStore(Path(sys.argv[1]))
+store = MetadataStore(Path(sys.argv[1]), journal_min_bytes=int(sys.argv[2]))
 store.load()
 print("ready", flush=True)
 while True:
@@ -354,11 +355,11 @@ while True:
 """
 
 
-def _kill_round(data_dir: Path, acked: int, delay: float) -> int:
+def _kill_round(data_dir: Path, acked: int, delay: float, journal: int) -> int:
     """Start a persisting child, SIGKILL it after ``delay``; return its last acknowledged serial."""
     # cwd: not the repo root, whose unmapped source tree would shadow the installed package
     child = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(data_dir)],
+        [sys.executable, "-c", _CHILD, str(data_dir), str(journal)],
         stdout=subprocess.PIPE,
         text=True,
         cwd=data_dir,
@@ -382,8 +383,10 @@ def _kill_round(data_dir: Path, acked: int, delay: float) -> int:
 
 
 @pytest.mark.slow
-def test_kill_9_at_random_points_never_tears_the_file(tmp_path: Path) -> None:
-    """24 real processes killed with SIGKILL mid-loop (3 lanes at a time, one data dir each)."""
+@pytest.mark.parametrize("journal", [JOURNAL_MIN_BYTES, 0], ids=["whole-file", "journal"])
+def test_kill_9_at_random_points_never_tears_the_file(tmp_path: Path, journal: int) -> None:
+    """24 real processes killed with SIGKILL mid-loop (3 lanes at a time, one data dir each);
+    with the journal, every persist appends to it and compactions come every few persists."""
     rng = random.Random(20261122)
     lanes = [tmp_path / f"lane{n}" for n in range(3)]
     acked = {}
@@ -395,12 +398,12 @@ def test_kill_9_at_random_points_never_tears_the_file(tmp_path: Path) -> None:
         pool = ThreadPoolExecutor(len(lanes))
         with pool:
             rounds = {
-                lane: pool.submit(_kill_round, lane, acked[lane], rng.uniform(0.0, 0.08))
+                lane: pool.submit(_kill_round, lane, acked[lane], rng.uniform(0.0, 0.08), journal)
                 for lane in lanes
             }
         for lane, done in rounds.items():
             last = done.result()
-            store = MetadataStore(lane)
+            store = MetadataStore(lane, journal_min_bytes=journal)
             report = store.load()
             assert (report.used, report.moved_aside, report.problems) == ("main", [], [])
             serial = store.topic_serial_number

@@ -34,9 +34,14 @@ KILLS = 55
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("journal", "kills"), [("262144", KILLS), ("0", 25)], ids=["whole-file", "journal"]
+)
 def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
-    tmp_path: Path, offload_case: SidecarCase
+    tmp_path: Path, offload_case: SidecarCase, journal: str, kills: int
 ) -> None:
+    """With ``journal``, every metadata persist appends to the journal (and a kill lands
+    between appends, compactions and the stop's compaction)."""
     spec = rolling_spec(
         seed=1, queues=4, max_body=900, v2_fraction=0.2, ipv6_fraction=0.2, compress_fraction=0.2
     )
@@ -51,12 +56,13 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
         tieredStoreCommitLogMaxSize=48 << 10,
         tieredStoreConsumeQueueMaxSize=60 * 20,
         tieredStoreDispatchIntervalMs=50,
+        tieredMetadataJournalMinBytes=journal,
     )
     conf = offload_case.conf_file(cfg)
     rng = random.Random(20261122)
     total = spec.messages
     reconciled = 0
-    for kill in range(KILLS):
+    for kill in range(kills):
         log = tmp_path / f"run-{kill}.log"
         with log.open("wb") as err:
             proc = subprocess.Popen([RMQ_TIERED, "run", "--config", conf], stderr=err, cwd=tmp_path)
@@ -96,4 +102,4 @@ def test_kill_9_at_random_moments_loses_and_duplicates_nothing(
     assert check.messages == total and len(check.ranges) == 8
     assert all(first == 0 for first, _ in check.ranges.values())
     assert reconciled > 0  # some kills did leave uploaded-but-unrecorded bytes behind
-    print(f"\n{KILLS} kill -9 points, {total} messages, {reconciled} restarts reconciled")
+    print(f"\n{kills} kill -9 points, {total} messages, {reconciled} restarts reconciled")

@@ -222,3 +222,37 @@ def test_all_brokers_of_a_cluster_the_tier_does_not_hold_is_refused(
                                        "--all-brokers"])  # fmt: skip
     assert result.exit_code == 2, (result.output, result.exception)
     assert "no metadata mirror of brokerClusterName='DefaultCluster'" in result.output
+
+
+def test_a_replica_follows_a_journaled_writer_chunk_by_chunk(offload_case: SidecarCase) -> None:
+    """A writer whose metadata is journaled mirrors chunks between snapshots; the replica reads
+    only the new chunks, and the snapshot again once the writer wrote a new one (at its stop)."""
+    store = offload_case.store()
+    writer_cfg = offload_case.config(store, "posix", tieredMetadataJournalMinBytes="0")
+    work = offload_case.work
+    replica_cfg = offload_case.config(
+        work / "no-such-store", "posix", tieredDataDir=str(work / "replica")
+    )
+    with Sidecar(writer_cfg) as writer:
+        assert writer.dispatcher.run_pass(flush=True).messages == 3000
+        with writer.metadata.mirror_spaced(0.0):
+            pass  # what the pass mirrored and the rest, put now rather than when 5 s are up
+        with Replica(replica_cfg) as replica:
+            assert replica.metadata.document() == writer.metadata.document()
+            snapshot = replica._snapshot
+            assert snapshot and replica._frames > 0
+
+            offload_case.append(store, seed=5, messages=1000)
+            assert writer.dispatcher.run_pass(flush=True).messages == 1000
+            assert writer.metadata.journal.frames > replica._frames
+            with writer.metadata.mirror_spaced(0.0):
+                pass
+            assert replica.refresh()
+            assert replica._snapshot == snapshot  # followed by the chunks alone
+            assert replica.metadata.document() == writer.metadata.document()
+            assert not replica.refresh()  # nothing new: one LIST
+        writer_doc = writer.metadata.document()
+    assert writer.metadata.journal.read().frames == []  # the stop compacted the journal
+    with Replica(replica_cfg) as again:
+        assert again._snapshot != snapshot
+        assert again.metadata.document() == writer_doc

@@ -96,7 +96,12 @@ def _with_lock(
     provider = build_provider(cfg)
     try:
         key = mirror_key_for(cfg.broker_cluster_name, cfg.broker_name)
-        metadata = MetadataStore(cfg.tiered_data_dir, mirror=provider, mirror_key=key)
+        metadata = MetadataStore(
+            cfg.tiered_data_dir,
+            mirror=provider,
+            mirror_key=key,
+            journal_min_bytes=cfg.tiered_metadata_journal_min_bytes,
+        )
         metadata.load()
         service = IndexService(cfg, provider, metadata, engine=cast(Engine, engine))
         with service.start(catch_up=False):

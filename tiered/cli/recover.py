@@ -14,6 +14,7 @@ from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.cli.config_option import verbosity
+from tiered.config import TieredConfig
 from tiered.core.data_dir_lock import DataDirLock
 from tiered.core.metadata_rebuild import RebuildReport
 from tiered.core.metadata_rebuild import merge_listing
@@ -60,14 +61,18 @@ def recover(configs: tuple[Path, ...], from_backend: bool, force: bool, verbose:
     lock.acquire()
     try:
         if from_backend:
-            metadata = _fresh_store(cfg.tiered_data_dir, provider, key, force)
+            metadata = _fresh_store(cfg, provider, key, force)
             report = rebuild_from_backend(
                 provider, metadata, cfg.broker_cluster_name, cfg.broker_name
             )
         else:
             try:
                 metadata = MetadataStore.recover_from_mirror(
-                    cfg.tiered_data_dir, provider, key, force=force
+                    cfg.tiered_data_dir,
+                    provider,
+                    key,
+                    force=force,
+                    journal_min_bytes=cfg.tiered_metadata_journal_min_bytes,
                 )
             except MetadataError as e:
                 fail(f"{e} (or rebuild from the segments with --from-backend)")
@@ -79,6 +84,7 @@ def recover(configs: tuple[Path, ...], from_backend: bool, force: bool, verbose:
             report.queues = len(metadata.queues())
         store = FlatFileStore.from_config(cfg, provider, metadata)
         reconciled = store.load(LocalSource(cfg).units_lookup)
+        metadata.compact()  # the file alone holds it all (for the Java plugin too)
     finally:
         lock.release()
         provider.close()
@@ -96,8 +102,9 @@ def recover(configs: tuple[Path, ...], from_backend: bool, force: bool, verbose:
     )
 
 
-def _fresh_store(data_dir: Path, provider: Provider, key: str, force: bool) -> MetadataStore:
+def _fresh_store(cfg: TieredConfig, provider: Provider, key: str, force: bool) -> MetadataStore:
     """An empty, loaded store; an existing file is kept aside (``--force``) or refused."""
+    data_dir = cfg.tiered_data_dir
     path = Path(data_dir) / "config" / FILE_NAME
     if path.exists():
         if not force:
@@ -108,6 +115,11 @@ def _fresh_store(data_dir: Path, provider: Provider, key: str, force: bool) -> M
         for old in (path, path.with_name(FILE_NAME + ".bak")):
             if old.exists():
                 os.replace(old, old.with_name(f"{old.name}.replaced-{now_ms()}"))
-    store = MetadataStore(data_dir, mirror=provider, mirror_key=key)
+    store = MetadataStore(
+        data_dir,
+        mirror=provider,
+        mirror_key=key,
+        journal_min_bytes=cfg.tiered_metadata_journal_min_bytes,
+    )
     store.load()
     return store

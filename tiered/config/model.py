@@ -41,6 +41,7 @@ from tiered.config.values import LevelOverrides
 from tiered.config.values import LogFormat
 from tiered.config.values import LogLevel
 from tiered.config.values import Long
+from tiered.config.values import LongOrOff
 from tiered.config.values import LongOrZero
 from tiered.config.values import MetadataStore
 from tiered.config.values import MetricsDetail
@@ -117,6 +118,12 @@ class TieredConfig(BaseModel):
     )
     tiered_metadata_service_provider: MetadataStore = _key(
         "tieredMetadataServiceProvider", "metadata store", "default"
+    )
+    tiered_metadata_journal_min_bytes: LongOrOff = _key(
+        "tieredMetadataJournalMinBytes",
+        "from this size of tieredStoreMetadata.json on, a persist appends what changed to a "
+        "journal and the file is rewritten only at compaction, bytes; 0 = always, -1 = never",
+        262_144,
     )
     tiered_store_file_path: str = _key("tieredStoreFilePath", "posix base directory", "")
     tiered_store_fsspec_url: str = _key("tieredStoreFsspecUrl", "fsspec base URL", "")

@@ -359,6 +359,7 @@ Int = Annotated[int, _Before(_int(1, INT_MAX))]  # Java int > 0
 IntOrZero = Annotated[int, _Before(_int(0, INT_MAX))]
 Long = Annotated[int, _Before(_int(1, LONG_MAX))]  # Java long > 0
 LongOrZero = Annotated[int, _Before(_int(0, LONG_MAX))]
+LongOrOff = Annotated[int, _Before(_int(-1, LONG_MAX))]  # -1: off
 Bool = Annotated[bool, _Before(_bool)]
 Text = Annotated[str, _Before(_text)]
 DirPath = Annotated[Path, _Before(_path)]

@@ -12,8 +12,10 @@ The mirror is copied into the replica's own ``tieredDataDir`` (marked as a repli
 sidecar's data dir is never taken) and read again every ``tieredReplicaRefreshMs``; a changed
 mirror replaces the metadata and the queues whole, so readers see the old or the new state, never
 a gap. The writer puts its mirror at most every 5 s while it offloads (and when it stops), so the
-replica follows it within that plus one refresh interval. A refresh costs one HEAD and, when the
-mirror changed, one GET.
+replica follows it within that plus one refresh interval. A refresh costs one LIST of the
+mirror's journal chunks; a writer whose metadata is journaled (``tieredMetadataJournalMinBytes``)
+then costs one GET per new chunk, and the snapshot is read again only when the writer wrote a new
+one; a writer without a journal costs one GET of the whole mirror.
 """
 
 from __future__ import annotations
@@ -29,9 +31,14 @@ from tiered.errors import MetadataError
 from tiered.errors import SegmentNotFoundError
 from tiered.errors import TieredStoreError
 from tiered.index.service import IndexService
+from tiered.metadata import MetadataDocument
+from tiered.metadata import dump_metadata
 from tiered.metadata import mirror_key_for
 from tiered.metadata import parse_metadata
 from tiered.metadata.atomic import AtomicFile
+from tiered.metadata.journal import chunk_prefix
+from tiered.metadata.journal import snapshot_id
+from tiered.metadata.metadata_store import apply_chunks
 from tiered.providers import Provider
 from tiered.providers import build_provider
 from tiered.providers.read_only import ReadOnlyProvider
@@ -72,6 +79,11 @@ class Replica(Sidecar):
         self.mirror_key = mirror_key_for(self.cfg.broker_cluster_name, self.cfg.broker_name)
         self._copy = AtomicFile(self.metadata.path)
         self._seen: bytes | None = None
+        self._listing: list[tuple[str, int]] = []
+        self._doc: MetadataDocument | None = None
+        """The mirror's document as last read, with ``_snapshot`` and ``_frames`` (journaled)."""
+        self._snapshot = ""
+        self._frames = 0
         self._refresh_lock = threading.Lock()
         self.refreshes = 0
         """How many times a changed mirror replaced the metadata (the first load included)."""
@@ -126,8 +138,7 @@ class Replica(Sidecar):
         """
         with self._refresh_lock:
             try:
-                size = self.mirror_reader.size(self.mirror_key)
-                raw = self.mirror_reader.read(self.mirror_key, 0, size) if size else b""
+                data = self._read_mirror()
             except SegmentNotFoundError:
                 log.warning(
                     "no metadata mirror %r in the backend yet (is brokerClusterName/brokerName "
@@ -136,23 +147,48 @@ class Replica(Sidecar):
                     len(self.flat_store),
                 )
                 return False
-            if raw == self._seen:
-                return False
-            try:
-                parse_metadata(raw.decode("utf-8"), source=self.mirror_key)
             except (UnicodeDecodeError, MetadataError) as e:  # a put in progress, or damage
                 log.warning("the metadata mirror %r does not parse (%s): serving the previous "
                             "copy until the next refresh", self.mirror_key, e)  # fmt: skip
                 return False
-            self._copy.write(raw)
+            if data is None:
+                return False
+            self._copy.write(data)
             self.metadata.load()
             self.flat_store.load(reconcile_backend=False)
-            self._seen = raw
             self.refreshes += 1
             log.log(logging.INFO if self.refreshes == 1 else logging.DEBUG,
                     "read the metadata mirror %r: %d queues", self.mirror_key,
                     len(self.flat_store))  # fmt: skip
             return True
+
+    def _read_mirror(self) -> bytes | None:
+        """The mirror's document as a file's bytes when it changed since the last read, else
+        None: the whole mirror when the writer keeps no journal; otherwise the chunks listed
+        since (and the snapshot when a new one was written)."""
+        prefix = chunk_prefix(self.mirror_key)
+        listing = sorted(self.mirror_reader.list_sizes(prefix))
+        if not listing:
+            size = self.mirror_reader.size(self.mirror_key)
+            raw = self.mirror_reader.read(self.mirror_key, 0, size) if size else b""
+            if raw == self._seen:
+                return None
+            parse_metadata(raw.decode("utf-8"), source=self.mirror_key)
+            self._seen, self._doc, self._listing = raw, None, []
+            return raw
+        if listing == self._listing:
+            return None
+        snapshots = {key[len(prefix) :].split("/", 1)[0] for key, _ in listing}
+        if self._doc is None or snapshots != {self._snapshot}:
+            size = self.mirror_reader.size(self.mirror_key)
+            raw = self.mirror_reader.read(self.mirror_key, 0, size) if size else b""
+            self._doc = parse_metadata(raw.decode("utf-8"), source=self.mirror_key)
+            self._snapshot, self._frames, self._seen = snapshot_id(raw), 0, None
+        self._frames = apply_chunks(
+            self._doc, self.mirror_reader, self.mirror_key, self._snapshot, after=self._frames
+        )
+        self._listing = listing
+        return dump_metadata(self._doc).encode("utf-8")
 
     def refresh_job(self) -> None:
         """:meth:`refresh` as a daemon job: a failure is logged, the next run retries."""

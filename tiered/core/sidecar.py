@@ -79,6 +79,7 @@ class Sidecar(Closeable):
             cfg.tiered_data_dir,
             mirror=mirror,
             mirror_key=mirror_key_for(cfg.broker_cluster_name, cfg.broker_name) if mirror else None,
+            journal_min_bytes=cfg.tiered_metadata_journal_min_bytes,
         )
         self.local = LocalSource(cfg)
         self.flat_store = FlatFileStore.from_config(cfg, self.provider, self.metadata)
@@ -157,7 +158,12 @@ class Sidecar(Closeable):
         key = mirror_key_for(self.cfg.broker_cluster_name, self.cfg.broker_name)
         if not self.provider.exists(key):
             return
-        restored = MetadataStore.recover_from_mirror(self.cfg.tiered_data_dir, self.provider, key)
+        restored = MetadataStore.recover_from_mirror(
+            self.cfg.tiered_data_dir,
+            self.provider,
+            key,
+            journal_min_bytes=self.cfg.tiered_metadata_journal_min_bytes,
+        )
         added = merge_listing(
             self.provider, restored, self.cfg.broker_cluster_name, self.cfg.broker_name
         )
@@ -226,10 +232,24 @@ class Sidecar(Closeable):
                 self.index.close()
             if self.uploading:
                 self.flat_store.flush_metadata()
+                self._compact_metadata()
         finally:
             self.provider.close()
             if self._lock is not None:
                 self._lock.release()
+
+    def _compact_metadata(self) -> None:
+        """Leave ``tieredStoreMetadata.json`` whole at stop (the Java plugin, a copy or the next
+        start need no journal); a failure is logged, the journal keeps every change."""
+        try:
+            self.metadata.compact()
+        except (OSError, TieredStoreError) as e:
+            log.error(
+                "cannot compact the metadata journal into %s at stop (the journal keeps every "
+                "change; the next start replays it): %s",
+                self.metadata.path,
+                e,
+            )
 
     def __enter__(self) -> Sidecar:
         return self.open()

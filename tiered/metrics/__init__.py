@@ -55,6 +55,7 @@ name (``rocketmq_tiered_store_`` prefix unless full)  type     unit      labels
 ---------------------------------------------------------------------------------------------------
 ``metadata_persist_total``                            counter            result
 ``metadata_mirror_total``                             counter            result
+``metadata_written_bytes_total``                      counter  bytes     kind
 ``metadata_last_persist_timestamp_seconds``           gauge    s
 ``metadata_last_mirror_timestamp_seconds``            gauge    s
 *provider* (:class:`tiered.providers.wrappers.ProviderMetrics`, recorded by ``MetricsProvider``)
@@ -190,6 +191,7 @@ __all__ = [
     "METADATA_LAST_PERSIST",
     "METADATA_MIRROR",
     "METADATA_PERSIST",
+    "METADATA_WRITTEN",
     "OTHER_LABEL",
     "QUEUE_BEHIND",
     "QUEUE_BEHIND_BYTES",
@@ -859,6 +861,13 @@ METADATA_PERSIST = _counter(
     "Local writes of tieredStoreMetadata.json (result=failed: the write raised, old file kept)",
     ["result"],
     series=[("ok",), ("failed",)],
+)
+METADATA_WRITTEN = _counter(
+    "rocketmq_tiered_store_metadata_written_bytes",
+    "Bytes written locally for the metadata (kind=snapshot: tieredStoreMetadata.json whole; "
+    "kind=journal: changes appended to its journal)",
+    ["kind"],
+    series=[("snapshot",), ("journal",)],
 )
 METADATA_MIRROR = _counter(
     "rocketmq_tiered_store_metadata_mirror",
