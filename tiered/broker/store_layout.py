@@ -89,10 +89,12 @@ def _consume_queue_size(root: Path) -> int | None:
     found: set[int] = set()
     sampled = 0
     try:
-        topics = sorted(p for p in root.iterdir() if p.is_dir())
+        with os.scandir(root) as entries:  # thousands of topics: no Path, no stat, per topic
+            names = sorted(e.name for e in entries if e.is_dir())
     except OSError:
         return None
-    for topic in topics:
+    for name in names:
+        topic = root / name
         for queue in sorted(q for q in topic.iterdir() if q.is_dir()):
             size = file_size_of(_offset_files(queue))
             if size is not None:

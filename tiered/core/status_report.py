@@ -34,6 +34,7 @@ from tiered.index.format import IndexHeader
 from tiered.index.index_store_file import FILE_DIRECTORY_NAME
 from tiered.index.index_store_file import local_index_files
 from tiered.index.progress import IndexProgress
+from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import FileSegmentType
 from tiered.metadata import MetadataDocument
 from tiered.metadata import read_metadata
@@ -291,8 +292,11 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
         keys = {k for k in keys if readable(k[0])}
     ordered = sorted(keys)
     rows = [QueueStatus(topic, qid, offloaded=filt.allows(topic)) for topic, qid in ordered]
+    cq_table = doc.segment_table(FileSegmentType.CONSUME_QUEUE)
+    cl_table = doc.segment_table(FileSegmentType.COMMIT_LOG)
     for row in rows:
-        _tiered(row, doc, logical_path(cfg.broker_name, row.topic, row.queue_id))
+        path = logical_path(cfg.broker_name, row.topic, row.queue_id)
+        _tiered(row, cq_table.get(path, {}), cl_table.get(path, {}))
     hints = [row.tiered_commit if row.tiered_commit > 0 else None for row in rows]
     for row, bounds, (topic, qid) in zip(
         rows, local.many_bounds(ordered, hints), ordered, strict=True
@@ -388,9 +392,10 @@ def _index(
     return report
 
 
-def _tiered(row: QueueStatus, doc: MetadataDocument, path: str) -> None:
-    cq = doc.segment_table(FileSegmentType.CONSUME_QUEUE).get(path, {})
-    cl = doc.segment_table(FileSegmentType.COMMIT_LOG).get(path, {})
+def _tiered(
+    row: QueueStatus, cq: dict[int, FileSegmentMetadata], cl: dict[int, FileSegmentMetadata]
+) -> None:
+    """The tier's side of ``row`` from its consumequeue and commitlog segments (by base)."""
     row.segments = len(cq) + len(cl)
     row.tiered_bytes = sum(s.size for s in cq.values()) + sum(s.size for s in cl.values())
     if cq:

@@ -20,6 +20,8 @@ pub const UNIT: u64 = 20;
 pub const PROBE_UNITS: u64 = 64;
 /// Without a hint the last file is read from its start in chunks growing 4x from this.
 pub const FIRST_CHUNK_UNITS: u64 = 4096;
+/// A queue of one file whose hint is this near its start is read with one read.
+pub const COMBINED_READ_UNITS: i64 = 1024;
 const BLANK_FILL_SIZE: i32 = 0x7FFF_FFFF;
 
 /// One queue's answer.
@@ -89,11 +91,17 @@ fn scan(file: &File, base: i64, per_file: u64, mut pos: u64, mut chunk: u64) -> 
 }
 
 /// The max offset of the last file, starting at queue offset `base`.
-fn max_offset(file: &File, base: i64, per_file: u64, hint: i64) -> io::Result<i64> {
+/// `head`: the file's first bytes, read already (the probe is taken from it when it holds it).
+fn max_offset(file: &File, base: i64, per_file: u64, hint: i64, head: &[u8]) -> io::Result<i64> {
     if hint > base && hint <= base + per_file as i64 {
         let pos = (hint - 1 - base) as u64;
         let n = (1 + PROBE_UNITS).min(per_file - pos);
-        let data = read_at(file, n * UNIT, pos * UNIT)?;
+        let (from, to) = ((pos * UNIT) as usize, ((pos + n) * UNIT) as usize);
+        let data = if to <= head.len() {
+            head[from..to].to_vec()
+        } else {
+            read_at(file, n * UNIT, pos * UNIT)?
+        };
         let whole = data.len() / UNIT as usize;
         if whole >= 1 && valid(unit_at(&data, 0)) {
             if whole < 2 || !valid(unit_at(&data, 1)) {
@@ -143,7 +151,13 @@ fn try_bounds(dir: &Path, file_size: u64, commitlog_min: i64, hint: i64) -> io::
             return Ok(Bounds::Other);
         };
         let path = entry.path();
-        let size = std::fs::metadata(&path)?.len(); // follows a symlink, as the reader's stat
+        // the stat the reader makes (it follows a symlink); a file's is made beside the
+        // directory's open descriptor, without walking the path again
+        let size = if entry.file_type()?.is_symlink() {
+            std::fs::metadata(&path)?.len()
+        } else {
+            entry.metadata()?.len()
+        };
         files.push((start, path, size));
     }
     files.sort();
@@ -160,8 +174,16 @@ fn try_bounds(dir: &Path, file_size: u64, commitlog_min: i64, hint: i64) -> io::
         return Ok(Bounds::Found(0, 0));
     };
     let per_file = file_size / UNIT;
+    let base = (last.0 / UNIT) as i64;
+    // one file, the hint near its start (a small queue): one read for the min and the max
+    let ahead = hint - base + PROBE_UNITS as i64;
+    let head_units = if last.1 == first.1 && hint > base && ahead <= COMBINED_READ_UNITS {
+        (ahead as u64).min(per_file)
+    } else {
+        1
+    };
     let head = File::open(&first.1)?;
-    let data = read_at(&head, UNIT, 0)?;
+    let data = read_at(&head, head_units * UNIT, 0)?;
     if data.len() < UNIT as usize {
         return Ok(Bounds::Other);
     }
@@ -176,7 +198,13 @@ fn try_bounds(dir: &Path, file_size: u64, commitlog_min: i64, hint: i64) -> io::
     } else {
         File::open(&last.1)?
     };
-    let max = max_offset(&tail, (last.0 / UNIT) as i64, per_file, hint)?;
+    let max = max_offset(
+        &tail,
+        base,
+        per_file,
+        hint,
+        if head_units > 1 { &data } else { &[] },
+    )?;
     Ok(Bounds::Found(min, max))
 }
 
@@ -270,6 +298,22 @@ mod tests {
             for hint in [0, 1, top - 1, top, top + 1, 3000, 5000] {
                 let got = queue_bounds(q.path(), 20_000, -1, hint);
                 assert_eq!(got, Bounds::Found(1000, top), "valid {valid} hint {hint}");
+            }
+        }
+    }
+
+    #[test]
+    fn one_file_read_once_or_twice_gives_the_same_bounds() {
+        for per_file in [10u64, 100, 2000] {
+            for valid in [1usize, 2, 9, 10, 64, 65, 66, 99, 100, 1000, 1999, 2000] {
+                let valid = valid.min(per_file as usize);
+                let q = queue(&[(per_file, units(7, valid))], per_file);
+                let top = (per_file as usize + valid) as i64;
+                for hint in [0, top - 1, top, top + 1, top + 70, per_file as i64 * 2] {
+                    let got = queue_bounds(q.path(), per_file * UNIT, 7, hint);
+                    let want = Bounds::Found(per_file as i64, top);
+                    assert_eq!(got, want, "per_file {per_file} valid {valid} hint {hint}");
+                }
             }
         }
     }
