@@ -231,7 +231,10 @@ def test_a_replica_follows_a_journaled_writer_chunk_by_chunk(offload_case: Sidec
     writer_cfg = offload_case.config(store, "posix", tieredMetadataJournalMinBytes="0")
     work = offload_case.work
     replica_cfg = offload_case.config(
-        work / "no-such-store", "posix", tieredDataDir=str(work / "replica")
+        work / "no-such-store",
+        "posix",
+        tieredDataDir=str(work / "replica"),
+        tieredMetadataJournalMinBytes="0",  # its own copy would journal too, if it wrote one
     )
     with Sidecar(writer_cfg) as writer:
         assert writer.dispatcher.run_pass(flush=True).messages == 3000
@@ -256,3 +259,8 @@ def test_a_replica_follows_a_journaled_writer_chunk_by_chunk(offload_case: Sidec
     with Replica(replica_cfg) as again:
         assert again._snapshot != snapshot
         assert again.metadata.document() == writer_doc
+    config = work / "replica" / "config"
+    assert sorted(p.name for p in config.iterdir()) == [
+        "tieredStoreMetadata.json",
+        "tieredStoreMetadata.json.bak",
+    ]  # the replica never writes its own journal

@@ -110,7 +110,9 @@ def _with_lock(
                 if sealed is not None:
                     # with --json, stdout carries only the JSON reports
                     click.echo(f"sealed {sealed.path} ({sealed.item_count} items)", err=as_json)
-            return service.compact_sealed(stage_all=stage)
+            results = service.compact_sealed(stage_all=stage)
+        metadata.compact()  # leave the file whole, as a stopped sidecar does
+        return results
     finally:
         provider.close()
         lock.release()
