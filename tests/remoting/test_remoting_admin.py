@@ -169,7 +169,13 @@ def test_topic_list_names_topics_and_each_replay_groups_retry_topic(
         other = c.call(Req.GET_TOPICS_BY_CLUSTER, cluster="Elsewhere")
         assert loads(other.body) == {"topicList": []}
         route = json.loads(c.call(Req.GET_ROUTEINFO_BY_TOPIC, topic="DefaultCluster").body)
-        assert route["queueDatas"] == [] and route["brokerDatas"][0]["brokerName"] == "broker-a"
+        assert route["brokerDatas"][0]["brokerName"] == "broker-a"
+        (queue,) = route["queueDatas"]  # one empty read-only queue: what a proxy needs
+        assert (queue["readQueueNums"], queue["writeQueueNums"], queue["perm"]) == (1, 0, 4)
+        sync = json.loads(
+            c.call(Req.GET_ROUTEINFO_BY_TOPIC, topic="DefaultHeartBeatSyncerTopic").body
+        )
+        assert sync["queueDatas"] == route["queueDatas"]
         ep.replay.clients.expiry_s = 0.0  # the heartbeating group went away; commits stay
         later = loads(c.call(Req.GET_ALL_TOPIC_LIST_FROM_NAMESERVER).body)["topicList"]
         assert "%RETRY%committed" in later and "%RETRY%beating" not in later

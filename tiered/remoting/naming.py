@@ -5,8 +5,12 @@ read-only queue-data entry (``perm`` = read) with ``readQueueNums`` = highest qu
 one broker-data entry whose master (``brokerAddrs["0"]``) is the sidecar's advertised address.
 A consumer group's retry topic (``%RETRY%<group>``) gets an empty one-queue read-only route, so
 push consumers that subscribe to it start without errors. The cluster name and the broker name
-route to the broker with no queues, as the name server's cluster and broker topics do (``mqadmin
-topicStatus -c`` finds brokers through the cluster's route).
+route to the broker (``mqadmin topicStatus -c`` finds brokers through the cluster's route) with
+one empty read-only queue: a RocketMQ Proxy takes a route without queues for a topic that does
+not exist, and finds the broker of a receipt handle through the broker name's route. So does the
+proxy's heartbeat-sync topic (:data:`PROXY_SYNC_TOPICS`), which a proxy in cluster mode creates
+at start unless its route exists (a read-only endpoint cannot create it; the proxy's sends to it,
+one per client registration, fail in the proxy and are logged there).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from .peers import merge_cluster_infos
 from .peers import merge_routes
 
 _TOPIC = re.compile(TOPIC_PATTERN)
+PROXY_SYNC_TOPICS = frozenset({"DefaultHeartBeatSyncerTopic"})
+"""The RocketMQ Proxy's ``heartbeatSyncerTopicName`` (its default): routed, empty and read-only."""
 
 
 class Naming:
@@ -107,18 +113,19 @@ class Naming:
 
     def _own_route(self, topic: str) -> dict[str, Any] | None:
         count = self.queue_count(topic)
-        if count == 0 and topic not in (self.cfg.broker_cluster_name, self.cfg.broker_name):
+        named = topic in (self.cfg.broker_cluster_name, self.cfg.broker_name)
+        if count == 0 and not named and topic not in PROXY_SYNC_TOPICS:
             return None
         queue = {
             "brokerName": self.cfg.broker_name,
-            "readQueueNums": count,
+            "readQueueNums": max(count, 1),
             "writeQueueNums": 0,
             "perm": PERM_READ,
             "topicSysFlag": 0,
         }
         route: dict[str, Any] = {
             "orderTopicConf": None,
-            "queueDatas": [queue] if count else [],
+            "queueDatas": [queue],
             "brokerDatas": [self._broker_data()],
             "filterServerTable": {},
         }

@@ -140,21 +140,25 @@ class Pops:
                 raise InvalidRequestError(f"queueId={queue_id} of topic {topic} is not a queue")
             queues = [queue_id]
         else:
-            found = sorted(self.naming.topic_queues(topic))
-            turn = next(self._turn) % len(found) if found else 0
-            queues = found[turn:] + found[:turn]
+            listed = sorted(self.naming.topic_queues(topic))
+            turn = next(self._turn) % len(listed) if listed else 0
+            queues = listed[turn:] + listed[:turn]
         retries = self._groups.get(group).retry_max_times
         now = int(time.time() * 1000)
-        out: list[tuple[int, list[tuple[int, int, bytes]]]] = []  # queue -> (offset, times, data)
+        found: dict[int, list[tuple[int, int, bytes]]] = {}  # queue -> (offset, times, unit)
         rest, left = 0, count
-        for q in queues:
-            got, rest_q = self._pop_queue(
-                (group, topic, q), left, now, invisible, tags, init_mode, orderly, retries
-            )
-            rest += rest_q
-            if got:
-                out.append((q, got))
-                left -= len(got)
+        for new in (False, True):  # what ran out of invisible time first, in every queue
+            for q in queues:
+                got, rest_q = self._pop_queue(
+                    (group, topic, q), left, now, invisible, tags, init_mode, orderly, retries,
+                    new=new,
+                )  # fmt: skip
+                if new:
+                    rest += rest_q
+                if got:
+                    found.setdefault(q, []).extend(got)
+                    left -= len(got)
+        out = sorted(found.items())
         self._commit_progress()
         header = {
             "popTime": str(now),
@@ -218,6 +222,8 @@ class Pops:
         init_mode: int,
         orderly: bool,
         retries: int,
+        *,
+        new: bool,
     ) -> tuple[list[tuple[int, int, bytes]], int]:
         """What one queue hands out (``(offset, deliveries, unit)``) and how many of its
         messages are left after it."""
@@ -236,6 +242,7 @@ class Pops:
             max_offset=max_offset,
             orderly=orderly,
             max_redeliveries=retries,
+            new=new,
         )
         dead = self.state.dead_letter_total() - before
         if dead:

@@ -160,13 +160,15 @@ class PopState:
         max_offset: int,
         orderly: bool = False,
         max_redeliveries: int = MAX_REDELIVERIES,
+        new: bool = True,
     ) -> Claim | None:
         """Lease up to ``max_count`` messages of ``key``'s queue (whose messages end before
         ``max_offset``) until ``now + invisible_ms``: the expired leases first (lowest offsets
         first; those past ``max_redeliveries`` dead-lettered instead), then new messages from the
         cursor unless another pop is reading them, the window is full or, ``orderly``, the queue
-        still has a lease in flight (then nothing at all). A queue never popped starts at
-        ``start``. None when there is nothing to hand out.
+        still has a lease in flight (then nothing at all), or not ``new`` (expired leases
+        only). A queue never popped starts at ``start``. None when there is nothing to hand
+        out.
 
         Raises:
             PopStateFullError: the queue is new and :data:`MAX_QUEUES` are tracked.
@@ -204,7 +206,8 @@ class PopState:
             self._advance(key, q)
             room = min(max_count - len(claim.again), self.window - (q.cursor - q.progress))
             if (
-                room > 0
+                new
+                and room > 0
                 and not q.reading
                 and q.cursor < max_offset
                 and not (orderly and claim.again)
