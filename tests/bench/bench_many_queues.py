@@ -24,6 +24,10 @@ Measured, one row per mode:
 * **status**: wall of ``rmq-tiered status --json``;
 * **tail metadata**: KiB the sidecar wrote for its metadata during the spread tail
   (``metadata_written_bytes_total``: snapshots and journal).
+* **start**: seconds from launching the ``run`` processes (side by side) until each logs
+  ``rmq-tiered running`` (metadata loaded, every queue restored).
+
+``RMQ_BENCH_MQ_QUEUES=100000`` builds an LMQ's store instead (:data:`LMQ_FROM`).
 
 Printed per size: both rows and each figure's ratio every/follow.
 """
@@ -48,6 +52,11 @@ SETTLE_S = 15.0
 IDLE_S = 20.0
 TAIL_TIMEOUT_S = 300.0
 PER_QUEUE = 25
+LMQ_FROM = 100_000
+"""From this many queues the store is an LMQ's: :data:`LMQ_PER_QUEUE` messages of 40-120 B per
+queue, and only the follow and whole-file modes run (every queue at every pass would take
+minutes a pass)."""
+LMQ_PER_QUEUE = 4
 MODES = {
     "follow": {},
     "every": {"tieredStoreQueueScanIntervalMs": "0"},
@@ -69,13 +78,15 @@ class Row:
     status_s: float = 0.0
     scrape_kib: float = 0.0
     tail_meta_kib: float = 0.0
+    start_s: float = 0.0
     extra: dict[str, float] = field(default_factory=dict)
 
 
 def _gen(store: Path, queues: int, messages: int, seed: int, append: bool = False) -> None:
+    low, high = ("40", "120") if queues >= LMQ_FROM else ("100", "400")
     args = [RMQ, "gen-store", str(store), "--seed", str(seed), "--topics", str(queues // 8),
-            "--queues", "8", "--messages", str(messages), "--min-body", "100", "--max-body",
-            "400", "--commitlog-file-size", str(64 << 20), "--cq-file-entries", "1000",
+            "--queues", "8", "--messages", str(messages), "--min-body", low, "--max-body",
+            high, "--commitlog-file-size", str(64 << 20), "--cq-file-entries", "1000",
             "--quiet"]  # fmt: skip
     subprocess.run([*args, "--append"] if append else args, check=True)
 
@@ -132,11 +143,20 @@ def _offloaded(log: Path) -> tuple[int, float]:
     return messages, seconds
 
 
+def _per_queue(queues: int) -> int:
+    return LMQ_PER_QUEUE if queues >= LMQ_FROM else PER_QUEUE
+
+
+def _modes(queues: int) -> dict[str, dict[str, str]]:
+    return {m: k for m, k in MODES.items() if queues < LMQ_FROM or m != "every"}
+
+
 def _size(queues: int, root: Path) -> list[Row]:
     store = root / "store"
-    _gen(store, queues, PER_QUEUE * queues, seed=1)
+    _gen(store, queues, _per_queue(queues) * queues, seed=1)
     rows, confs = [], {}
-    for mode, keys in MODES.items():
+    modes = _modes(queues)
+    for mode, keys in modes.items():
         work = root / mode
         work.mkdir()
         confs[mode] = _conf(work / "tiered.conf", store, work, keys)
@@ -148,18 +168,24 @@ def _size(queues: int, root: Path) -> list[Row]:
         )
         row.extra["commitlog_gib"] = json.loads(summary.read_text())["bytes"] / (1 << 30)
         rows.append(row)
-    logs = {mode: root / f"{mode}.log" for mode in MODES}
+    logs = {mode: root / f"{mode}.log" for mode in modes}
     procs = {}
-    for mode in MODES:
+    launched = time.monotonic()
+    for mode in modes:
         with logs[mode].open("wb") as out:
             procs[mode] = subprocess.Popen(
                 [RMQ, "run", "-c", str(confs[mode])], stdout=out, stderr=subprocess.STDOUT
             )
     try:
         deadline = time.monotonic() + 300
-        while not all("HTTP API listening" in logs[m].read_text(errors="replace") for m in MODES):
+        waiting = {row.mode: row for row in rows}
+        while waiting:
             assert time.monotonic() < deadline and all(p.poll() is None for p in procs.values())
-            time.sleep(0.5)
+            for mode, row in list(waiting.items()):
+                if "rmq-tiered running" in logs[mode].read_text(errors="replace"):
+                    row.start_s = time.monotonic() - launched
+                    del waiting[mode]
+            time.sleep(0.1)
         time.sleep(SETTLE_S)
         before = {m: _cpu(p.pid) for m, p in procs.items()}
         time.sleep(IDLE_S)
@@ -168,12 +194,12 @@ def _size(queues: int, root: Path) -> list[Row]:
             row.idle_cpu_ms = (_cpu(pid) - before[row.mode]) * 1000 / IDLE_S
             row.idle_rss_mib = _rss_mib(pid)
             row.scrape_kib = _scrape_kib(logs[row.mode])
-        done_before = {m: _offloaded(logs[m])[0] for m in MODES}
-        meta_before = {m: _metadata_written(logs[m]) for m in MODES}
+        done_before = {m: _offloaded(logs[m])[0] for m in modes}
+        meta_before = {m: _metadata_written(logs[m]) for m in modes}
         cpu_before = {m: _cpu(p.pid) for m, p in procs.items()}
         _gen(store, queues, queues, seed=2, append=True)
         deadline = time.monotonic() + TAIL_TIMEOUT_S
-        pending = set(MODES)
+        pending = set(modes)
         while pending and time.monotonic() < deadline:
             assert all(p.poll() is None for p in procs.values()), "a sidecar exited"
             for row in rows:
@@ -241,11 +267,11 @@ def _passes_before(log: Path, messages: int) -> float:
 
 def _print(queues: int, rows: list[Row]) -> None:
     gib = rows[0].extra["commitlog_gib"]
-    messages = PER_QUEUE * queues
+    messages = _per_queue(queues) * queues
     print(f"\n{queues} queues, {messages} messages, {gib * 1024:.0f} MiB of commitlog")
     head = ("mode", "first wall s", "first CPU-s/GiB", "first CPU-us/msg", "first RSS MiB",
             "idle CPU-ms/s", "idle RSS MiB", "tail pass s", "tail CPU-s", "tail RSS MiB",
-            "status s", "scrape KiB", "tail metadata KiB")  # fmt: skip
+            "status s", "scrape KiB", "tail metadata KiB", "start s")  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         print(" | ".join([
@@ -253,12 +279,15 @@ def _print(queues: int, rows: list[Row]) -> None:
             f"{r.first_cpu * 1e6 / messages:.0f}", f"{r.first_rss_mib:.0f}",
             f"{r.idle_cpu_ms:.1f}", f"{r.idle_rss_mib:.0f}", f"{r.tail_pass_s:.2f}",
             f"{r.tail_cpu:.2f}", f"{r.tail_rss_mib:.0f}", f"{r.status_s:.2f}",
-            f"{r.scrape_kib:.0f}", f"{r.tail_meta_kib:.0f}",
+            f"{r.scrape_kib:.0f}", f"{r.tail_meta_kib:.0f}", f"{r.start_s:.1f}",
         ]))  # fmt: skip
-    follow, every, whole = rows
-    print(f"every / follow: idle CPU {every.idle_cpu_ms / max(follow.idle_cpu_ms, 0.1):.1f}x, "
-          f"tail pass {every.tail_pass_s / max(follow.tail_pass_s, 0.01):.2f}x, "
-          f"tail CPU {every.tail_cpu / max(follow.tail_cpu, 0.01):.2f}x")  # fmt: skip
+    by = {r.mode: r for r in rows}
+    follow, whole = by["follow"], by["whole-file"]
+    if "every" in by:
+        every = by["every"]
+        print(f"every / follow: idle CPU {every.idle_cpu_ms / max(follow.idle_cpu_ms, 0.1):.1f}x, "
+              f"tail pass {every.tail_pass_s / max(follow.tail_pass_s, 0.01):.2f}x, "
+              f"tail CPU {every.tail_cpu / max(follow.tail_cpu, 0.01):.2f}x")  # fmt: skip
     print(f"whole-file / follow (journal): tail metadata written "
           f"{whole.tail_meta_kib / max(follow.tail_meta_kib, 0.1):.1f}x, "
           f"tail pass {whole.tail_pass_s / max(follow.tail_pass_s, 0.01):.2f}x, "
