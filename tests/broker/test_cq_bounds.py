@@ -96,3 +96,34 @@ def test_missing_empty_and_odd_queues(tmp_path: Path, caplog: pytest.LogCaptureF
     (cq.directory / f"{400:020d}").write_bytes(bytes(180))
     with pytest.raises(CorruptStoreFileError, match=r"size 180 .*not the configured size"):
         queue_bounds(str(cq.directory), cq.file_size, None, 13)
+
+
+def test_many_bounds_answers_as_queue_bounds_or_leaves_the_queue_to_it(tmp_path: Path) -> None:
+    """The kernel's answer for each usual queue, (-1, -1) for a missing one, None for those it
+    leaves to ``queue_bounds`` (a pre-blank fill, a first unit below the commitlog's min, a
+    file of another size), in the order given."""
+    blank = encode_units([0] * 3, [BLANK_FILL_SIZE] * 3, [0] * 3)
+    queues = {
+        "usual": {0: seq_units(500, 10)},
+        "two-files": {0: seq_units(500, 10), 10: seq_units(5000, 4)},
+        "blank": {0: blank + seq_units(500, 7)},
+        "below": {0: seq_units(0, 10)},
+        "empty": {},
+    }
+    dirs = []
+    for name, files in queues.items():
+        d = tmp_path / name
+        d.mkdir()
+        for first, content in files.items():
+            (d / f"{first * 20:020d}").write_bytes(content.ljust(200, b"\0"))
+        dirs.append(str(d))
+    (tmp_path / "odd").mkdir()
+    (tmp_path / "odd" / f"{0:020d}").write_bytes(bytes(180))
+    dirs += [str(tmp_path / "odd"), str(tmp_path / "missing")]
+    hints = [10, 14, None, 10, None, 3, None]
+    got = cq_bounds.many_bounds(dirs, 200, 500, hints)
+    assert got == [(0, 10), (0, 14), None, None, (0, 0), None, (-1, -1)]
+    assert queue_bounds(dirs[2], 200, 500) == (3, 10)
+    assert queue_bounds(dirs[3], 200, 500) == (5, 10)
+    with pytest.raises(CorruptStoreFileError):
+        queue_bounds(dirs[5], 200, 500)

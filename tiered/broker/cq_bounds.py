@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import os
 import struct
+import threading
+from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Final
@@ -117,21 +119,51 @@ def many_bounds(
     queue it leaves to :func:`queue_bounds` (a name or size out of the ordinary, a first unit
     that is not readable, an error): the caller asks that, queue by queue, and sees what it
     raises."""
+    return start_many_bounds(directories, file_size, commitlog_min_offset, hints)()
+
+
+def start_many_bounds(
+    directories: Sequence[str],
+    file_size: int,
+    commitlog_min_offset: int | None,
+    hints: Sequence[int | None],
+) -> Callable[[], list[tuple[int, int] | None]]:
+    """:func:`many_bounds` begun on a thread: the kernel reads the queues (without the GIL)
+    while the caller goes on; the function returned waits for the answer (and raises what the
+    kernel raised)."""
     if len(hints) != len(directories):
         raise ValueError(f"{len(hints)} hints for {len(directories)} directories")
     if not directories:
-        return []
-    hinted = np.fromiter((h or 0 for h in hints), dtype=np.int64, count=len(hints))
-    low, high = native.kernel().queue_bounds(
+        return list
+    args = (
         list(directories),
         effective_cq_file_size(file_size),
         -1 if commitlog_min_offset is None else commitlog_min_offset,
-        hinted,
+        np.fromiter((h or 0 for h in hints), dtype=np.int64, count=len(hints)),
         min(len(os.sched_getaffinity(0)), MAX_THREADS),
     )
-    mins = np.frombuffer(low, dtype=np.int64).tolist()
-    maxs = np.frombuffer(high, dtype=np.int64).tolist()
-    return [None if lo == _ASK else (lo, hi) for lo, hi in zip(mins, maxs, strict=True)]
+    done: list[tuple[bytes, bytes]] = []
+    failed: list[BaseException] = []
+
+    def read() -> None:
+        try:
+            done.append(native.kernel().queue_bounds(*args))
+        except BaseException as e:  # handed to the caller
+            failed.append(e)
+
+    thread = threading.Thread(target=read, name="queue-bounds", daemon=True)
+    thread.start()
+
+    def answer() -> list[tuple[int, int] | None]:
+        thread.join()
+        if failed:
+            raise failed[0]
+        low, high = done[0]
+        mins = np.frombuffer(low, dtype=np.int64).tolist()
+        maxs = np.frombuffer(high, dtype=np.int64).tolist()
+        return [None if lo == _ASK else (lo, hi) for lo, hi in zip(mins, maxs, strict=True)]
+
+    return answer
 
 
 def _open(path: str) -> int:

@@ -8,6 +8,8 @@ The key index is summarised from the local index files' headers, ``progress.json
 queue is indexed) and the metadata's INDEX segments.
 The tiered min is the first consumequeue segment's first offset (after expiry removed commitlog
 segments, the first *readable* offset can be higher).
+Every queue's local bounds come from one call of the kernel
+(:func:`~tiered.broker.cq_bounds.start_many_bounds`), which reads while the metadata is parsed.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from dataclasses import field
 from dataclasses import fields
 from pathlib import Path
 from typing import Any
+from typing import Final
 
 from tiered.broker.configjson import load_topics
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
@@ -38,6 +41,7 @@ from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import FileSegmentType
 from tiered.metadata import MetadataDocument
 from tiered.metadata import read_metadata
+from tiered.offload.dispatch_state import QueueState
 from tiered.offload.dispatch_state import StateFile
 from tiered.offload.pause import PauseFile
 from tiered.offload.pause import PauseState
@@ -259,14 +263,23 @@ def daemon_of(data_dir: Path) -> tuple[int | None, bool]:
 def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> StatusReport:
     """What ``status`` shows of the queues ``query`` selects (see the module docstring)."""
     query = query or StatusQuery()
-    doc, source = read_metadata(cfg.tiered_data_dir)
-    pid, running = daemon_of(cfg.tiered_data_dir)
-    replica = (cfg.tiered_data_dir / REPLICA_MARKER).exists()  # rmq-tiered serve's data dir
+    data_dir = cfg.tiered_data_dir
+    pid, running = daemon_of(data_dir)
+    replica = (data_dir / REPLICA_MARKER).exists()  # rmq-tiered serve's data dir
     if replica:
         from tiered.core.replica import replica_config
 
         cfg = replica_config(cfg)
     snapshot = StateFile(cfg.tiered_data_dir).load(owner=False)
+    local = NoLocalStore(cfg) if replica else LocalSource(cfg)
+    filt = TopicFilter.from_config(cfg)
+    everything = local.queues()
+    listed = [k for k in everything if _selects(query, k[0])]
+    # the kernel reads the local queues (without the GIL) while the metadata is parsed; the
+    # dispatcher's last local max of a queue is where its max is read from
+    hints = [_last_max(snapshot.queues.get(k)) for k in listed]
+    local_bounds = local.start_many_bounds(listed, hints)
+    doc, source = read_metadata(data_dir)
     report = StatusReport(
         cluster=cfg.broker_cluster_name,
         broker=cfg.broker_name,
@@ -277,19 +290,12 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
         metadata=source,
         uploads=PauseFile(cfg.tiered_data_dir).read(),
     )
-    local = NoLocalStore(cfg) if replica else LocalSource(cfg)
-    filt = TopicFilter.from_config(cfg)
-    keys = {k for k in local.queues() if filt.allows(k[0])}
+    keys = {k for k in listed if filt.allows(k[0])}
     for topic, by_id in doc.queue_metadata_table.items():
-        keys.update(
-            (topic, qid) for qid, m in by_id.items() if m.queue.broker_name == cfg.broker_name
-        )
-    if query.topic is not None:
-        pattern = query.topic
-        keys = {k for k in keys if fnmatch.fnmatchcase(k[0], pattern)}
-    if query.readable is not None:
-        readable = query.readable
-        keys = {k for k in keys if readable(k[0])}
+        if _selects(query, topic):
+            keys.update(
+                (topic, qid) for qid, m in by_id.items() if m.queue.broker_name == cfg.broker_name
+            )
     ordered = sorted(keys)
     rows = [QueueStatus(topic, qid, offloaded=filt.allows(topic)) for topic, qid in ordered]
     cq_table = doc.segment_table(FileSegmentType.CONSUME_QUEUE)
@@ -297,15 +303,15 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
     for row in rows:
         path = logical_path(cfg.broker_name, row.topic, row.queue_id)
         _tiered(row, cq_table.get(path, {}), cl_table.get(path, {}))
-    hints = [row.tiered_commit if row.tiered_commit > 0 else None for row in rows]
-    for row, bounds, (topic, qid) in zip(
-        rows, local.many_bounds(ordered, hints), ordered, strict=True
-    ):
-        _local(row, local, bounds)
+    found = dict(zip(listed, local_bounds(), strict=True))
+    for row, (topic, qid) in zip(rows, ordered, strict=True):
+        # a queue with no consumequeue directory when the store was listed: none (-1, -1)
+        _local(row, local, found.get((topic, qid), _NO_QUEUE))
         state = snapshot.queues.get((topic, qid))
         if state is not None:
-            row.gaps = [[g.start, g.end, g.detected_ms] for g in state.gaps]
-            row.gap_messages = sum(g.messages for g in state.gaps)
+            if state.gaps:
+                row.gaps = [[g.start, g.end, g.detected_ms] for g in state.gaps]
+                row.gap_messages = sum(g.messages for g in state.gaps)
             row.last_upload_ms = state.last_upload_ms
             row.error = row.error or state.error
         report.queues.append(row)
@@ -317,7 +323,7 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
             "the tier (tieredStorageLevel=FORCE)"
         )
     else:
-        _topics(cfg, report, filt, set(local.queues()) | keys)
+        _topics(cfg, report, filt, set(everything) | keys)
     if query.readable is not None:
         readable = query.readable
         report.topics = [t for t in report.topics if readable(t.topic)]
@@ -328,6 +334,21 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
     report.summary = {**_sums(report.queues), "listed": len(rows[query.offset : end])}
     report.queues, report.offset, report.rows = rows[query.offset : end], query.offset, len(rows)
     return report
+
+
+_NO_QUEUE: Final = (-1, -1)
+
+
+def _selects(query: StatusQuery, topic: str) -> bool:
+    """Whether the queues of ``topic`` are among those ``query`` asks for."""
+    if query.topic is not None and not fnmatch.fnmatchcase(topic, query.topic):
+        return False
+    return query.readable is None or query.readable(topic)
+
+
+def _last_max(state: QueueState | None) -> int | None:
+    """The local max offset the dispatcher last saw of a queue, if any."""
+    return state.local_max if state is not None and state.local_max > 0 else None
 
 
 def _topics(

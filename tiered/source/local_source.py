@@ -20,6 +20,7 @@ import os
 import struct
 import threading
 import time
+from collections.abc import Callable
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -32,8 +33,8 @@ from tiered.broker import consumequeue as cqmod
 from tiered.broker import message as msgcodec
 from tiered.broker import page_cache
 from tiered.broker.commitlog import CommitLog
-from tiered.broker.cq_bounds import many_bounds
 from tiered.broker.cq_bounds import queue_bounds
+from tiered.broker.cq_bounds import start_many_bounds
 from tiered.broker.page_cache import Residency
 from tiered.broker.page_cache import residency
 from tiered.broker.store_layout import mapped_sizes
@@ -347,11 +348,19 @@ class LocalSource:
         """:meth:`bounds` of many queues at once (``hints`` as there, one per queue), the usual
         ones in one call of the kernel; None for a queue to ask :meth:`bounds` about (it names
         what is unusual about it, or raises)."""
+        return self.start_many_bounds(queues, hints)()
+
+    def start_many_bounds(
+        self, queues: Sequence[tuple[str, int]], hints: Sequence[int | None]
+    ) -> Callable[[], list[tuple[int, int] | None]]:
+        """:meth:`many_bounds` begun on a thread; the function returned waits for the answer."""
         self._fresh()
         clmin = self.commitlog.min_offset
         root = str(self.cq_root)
         directories = [os.path.join(root, topic, str(queue_id)) for topic, queue_id in queues]
-        return many_bounds(directories, self.cq_file_size, clmin if clmin >= 0 else None, hints)
+        return start_many_bounds(
+            directories, self.cq_file_size, clmin if clmin >= 0 else None, hints
+        )
 
     def read_units(self, topic: str, queue_id: int, start: int, count: int) -> Units:
         """Up to ``count`` consumequeue units from ``start`` (see ``ConsumeQueue.read_units``).
