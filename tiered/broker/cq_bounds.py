@@ -32,9 +32,10 @@ from tiered.process import native
 
 PROBE_UNITS: Final = 64
 """Units read after a hint's unit at first: a queue the tier has caught up with ends there."""
-FIRST_CHUNK_UNITS: Final = 4096
+FIRST_CHUNK_UNITS: Final = 256
 """Without a hint the last file is read from its start in chunks growing 4x from this many units
-(as :meth:`ConsumeQueue.max_offset`)."""
+(5 KB: a small queue in a 6 MB file costs that, not the 80 KB of
+:meth:`ConsumeQueue.max_offset`'s first chunk)."""
 
 MAX_THREADS: Final = 4
 """Threads the kernel reads the queues on, at most (one per core)."""
