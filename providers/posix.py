@@ -89,6 +89,10 @@ class PosixProvider(Provider):
         self._open: OrderedDict[str, int] = OrderedDict()
         """Idle append descriptors by key (a writer takes its key's out while it uses it)."""
         self._open_lock = threading.Lock()
+        self._unsynced_dirs: dict[str, set[Path]] = {}
+        """Directories whose new entries (a deferred append's new file or directories) wait for
+        the key's :meth:`sync`, or any :meth:`sync_many` that ran ``syncfs`` (under
+        ``_open_lock``)."""
 
     @classmethod
     def from_config(cls, cfg: TieredConfig) -> PosixProvider:
@@ -161,6 +165,19 @@ class PosixProvider(Provider):
         return self._append(key, data, position, durable=False)
 
     def sync(self, key: str) -> None:
+        self._sync_data(key)
+        with self._open_lock:
+            directories = self._unsynced_dirs.pop(key, set())
+        try:
+            with translated(key, "file operation"):
+                for directory in sorted(directories, key=lambda d: -len(d.parts)):
+                    self._fsync_dir(directory)
+        except BaseException:
+            with self._open_lock:  # still to be synced
+                self._unsynced_dirs.setdefault(key, set()).update(directories)
+            raise
+
+    def _sync_data(self, key: str) -> None:
         fd = self._take(key)
         if fd is not None:  # the descriptor the appends wrote through
             try:
@@ -186,11 +203,12 @@ class PosixProvider(Provider):
 
     def sync_many(self, keys: Sequence[str]) -> None:
         """One ``syncfs`` of the tier's file system for :data:`SYNCFS_MIN_KEYS` keys or more
-        (writing back every dirty page of that file system, then one journal commit: for
-        thousands of small appends much faster than their ``fdatasync`` calls, even issued side
-        by side, and cheaper in CPU); fewer are synced one by one. An I/O
-        error of any file of that file system since the tier's directory was opened fails it
-        (Linux >= 5.8 reports them): the caller then syncs key by key, and learns which."""
+        (writing back every dirty page and inode of that file system, the new directory entries
+        of deferred appends included, then one journal commit: for thousands of small appends
+        much faster than their ``fdatasync`` calls, even issued side by side, and cheaper in
+        CPU); fewer are synced one by one. An I/O error of any file of that file system since
+        the tier's directory was opened fails it (Linux >= 5.8 reports them): the caller then
+        syncs key by key, and learns which."""
         if len(keys) < SYNCFS_MIN_KEYS or _syncfs is None:
             super().sync_many(keys)
             return
@@ -199,9 +217,15 @@ class PosixProvider(Provider):
         with translated(str(self.root), "file operation"):
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
+                with self._open_lock:  # what syncfs covers: entries made before it starts
+                    covered = {key: self._unsynced_dirs.pop(key) for key in keys
+                               if key in self._unsynced_dirs}  # fmt: skip
                 self._request("FSYNC")
                 if _syncfs(fd) != 0:
                     err = ctypes.get_errno()
+                    with self._open_lock:
+                        for key, dirs in covered.items():
+                            self._unsynced_dirs.setdefault(key, set()).update(dirs)
                     raise OSError(err, f"syncfs of {self.root}: {os.strerror(err)}")
             finally:
                 os.close(fd)
@@ -226,8 +250,11 @@ class PosixProvider(Provider):
                     fd = self._open_existing(self._file(key), key, position)
                 else:
                     path = self.path(key)
-                    fd, created = self._open_for_append(path, key, position)
+                    fd, created = self._open_for_append(path, key, position, durable)
                     new_in = path.parent if created else None
+        if new_in is not None and not durable:  # the name is made durable with the data
+            self._defer_dir(key, new_in)
+            new_in = None
         try:
             with translated(key, "file operation"):
                 end = self._write_at(fd, key, view, position, new_in, durable=durable, st=st)
@@ -274,12 +301,14 @@ class PosixProvider(Provider):
         state = super().__getstate__()
         state.pop("_open", None)  # descriptors mean nothing in another process
         state.pop("_open_lock", None)
+        state.pop("_unsynced_dirs", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._open = OrderedDict()
         self._open_lock = threading.Lock()
+        self._unsynced_dirs = {}
 
     def _write_at(
         self,
@@ -320,18 +349,21 @@ class PosixProvider(Provider):
                 key=key,
             ) from e
 
-    def _open_for_append(self, path: Path, key: str, position: int) -> tuple[int, bool]:
+    def _open_for_append(
+        self, path: Path, key: str, position: int, durable: bool = True
+    ) -> tuple[int, bool]:
         flags = os.O_WRONLY | os.O_CLOEXEC
         if position != 0:
             return self._open_existing(str(path), key, position), False
-        self._makedirs(path.parent)
+        self._makedirs(path.parent, None if durable else key)
         try:
             return os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o666), True
         except FileExistsError:
             return os.open(path, flags), False
 
-    def _makedirs(self, directory: Path) -> None:
-        """Create ``directory`` and its missing parents, fsyncing each new entry's parent."""
+    def _makedirs(self, directory: Path, deferred_for: str | None = None) -> None:
+        """Create ``directory`` and its missing parents, fsyncing each new entry's parent (or,
+        ``deferred_for`` a key, leaving that to the key's sync)."""
         missing: list[Path] = []
         probe = directory
         while not probe.is_dir():
@@ -342,7 +374,14 @@ class PosixProvider(Provider):
         for new in reversed(missing):
             with contextlib.suppress(FileExistsError):
                 new.mkdir()
-            self._fsync_dir(new.parent)
+            if deferred_for is None:
+                self._fsync_dir(new.parent)
+            else:
+                self._defer_dir(deferred_for, new.parent)
+
+    def _defer_dir(self, key: str, directory: Path) -> None:
+        with self._open_lock:
+            self._unsynced_dirs.setdefault(key, set()).add(directory)
 
     def _fsync_dir(self, directory: Path) -> None:
         self._request("FSYNC")

@@ -14,6 +14,7 @@ from tiered.providers import MetricsProvider
 from tiered.providers import PosixProvider
 from tiered.providers import RequestCounts
 from tiered.providers import WrappedProvider
+from tiered.providers import posix as posix_module
 from tiered.providers import segment_key
 from tiered.providers.testing import HOSTILE_KEYS
 from tiered.providers.testing import DirectoryOracle
@@ -51,6 +52,36 @@ def test_a_deferred_append_leaves_its_fdatasync_to_sync(tmp_path: Path) -> None:
     assert provider.read(key, 0, 100) == b"a" * 20 + b"b" * 40
     with pytest.raises(SegmentNotFoundError):
         provider.sync(segment_key("C", "broker-a", "T", 1, FileType.CONSUME_QUEUE, 0))
+
+
+def test_a_deferred_append_s_new_names_are_synced_with_its_data(tmp_path: Path) -> None:
+    """A deferred append that creates a file (and its directories) leaves their directory syncs
+    to the key's ``sync``; ``sync_many`` of many keys covers them all with its one ``syncfs``."""
+    provider = PosixProvider(tmp_path)
+    requests = RequestCounts()
+    provider.add_request_listener(requests)
+    key = segment_key("C", "broker-a", "T", 0, FileType.COMMIT_LOG, 0)
+    provider.append_deferred(key, b"x" * 20, 0)
+    assert "FSYNC" not in requests.counts  # no directory synced yet
+    provider.sync(key)
+    # the data, then the file's directory and each new directory's parent (deepest first)
+    assert requests.counts["FSYNC"] == 1 + len(Path(key).parts)
+    requests.counts.clear()
+    provider.sync(key)
+    assert requests.counts["FSYNC"] == 1  # the names are durable: only the data again
+
+    requests.counts.clear()
+    keys = [segment_key("C", "broker-a", f"T{t}", q, FileType.COMMIT_LOG, 0)
+            for t in range(40) for q in range(4)]  # fmt: skip
+    for k in keys:
+        provider.append_deferred(k, b"y" * 10, 0)
+    provider.sync_many(keys)
+    if posix_module._syncfs is not None:
+        assert requests.counts["FSYNC"] == 1
+    else:  # key by key: each key's data and the directories it created
+        assert requests.counts["FSYNC"] > len(keys)
+    assert not provider._unsynced_dirs
+    assert all(provider.read(k, 0, 10) == b"y" * 10 for k in keys)
 
 
 def test_which_providers_defer_their_syncs(tmp_path: Path) -> None:
