@@ -202,7 +202,9 @@ class Sidecar(Closeable):
                 pause=self.pause,
             )
             if self.index is not None:
-                self._dispatcher.add_staged_listener(self.index.prepare_commit)
+                self._dispatcher.add_staged_listener(
+                    self.index.prepare_commit, round_scope=self.index.deferred_puts
+                )
         return self._dispatcher
 
     def expire(self, now: int) -> ExpiryReport:

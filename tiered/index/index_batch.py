@@ -103,6 +103,21 @@ class IndexBatch:
             counts,
         )
 
+    @classmethod
+    def concat(cls, batches: Sequence[IndexBatch]) -> IndexBatch:
+        """The rows of ``batches`` one after the other (one put for many queues' batches)."""
+        if len(batches) == 1:
+            return batches[0]
+        return cls(
+            np.concatenate([b.hashes for b in batches]),
+            np.concatenate([b.topic_ids for b in batches]),
+            np.concatenate([b.queue_ids for b in batches]),
+            np.concatenate([b.offsets for b in batches]),
+            np.concatenate([b.sizes for b in batches]),
+            np.concatenate([b.timestamps for b in batches]),
+            np.concatenate([b.key_counts for b in batches]),
+        )
+
     def messages_slice(self, start: int, stop: int | None = None) -> IndexBatch:
         """Messages ``[start, stop)`` of the batch (what is left after a full file)."""
         bounds = np.concatenate(([0], np.cumsum(self.key_counts)))

@@ -190,6 +190,25 @@ class IndexProgress:
                 self._mark_moved({key})
             return True
 
+    def advance_many(self, ranges: list[tuple[str, int, int, int]]) -> list[tuple[str, int, int]]:
+        """:meth:`advance` for each ``(topic, queue id, start, end)`` in order, under one lock;
+        returns ``(topic, queue id, start)`` of the ranges a gap kept from joining."""
+        gaps: list[tuple[str, int, int]] = []
+        moved: set[Key] = set()
+        with self._lock:
+            offsets = self._offsets
+            for topic, queue_id, start, end in ranges:
+                key = (topic, queue_id)
+                current = offsets.get(key)
+                if current is not None and current < start:
+                    gaps.append((topic, queue_id, start))
+                elif current is None or end > current:
+                    offsets[key] = end
+                    moved.add(key)
+            if moved:
+                self._mark_moved(moved)
+        return gaps
+
     def forget(self, topic: str, queue_id: int) -> None:
         """Drop a queue (its tiered data was deleted)."""
         with self._lock:

@@ -12,11 +12,13 @@ query`` beside a running sidecar, and the queries of a read-only sidecar.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,6 +84,9 @@ restarts from the fast copy, :mod:`.progress`)."""
 CHECKPOINT_MAX_ITEMS: Final = 1_000_000
 """... or when this many index items were put since it (a fast tail: ~10 s at 100,000 keys/s),
 which bounds what a power loss makes the catch-up index again."""
+DEFERRED_MAX_ROWS: Final = 1 << 20
+"""Items gathered by :meth:`IndexService.deferred_puts` are put once this many wait (about
+36 MB), whatever the block still does."""
 EXTERNAL_MASTER: Final = "external"
 """``tieredIndexSparkMaster=external``: large files are staged for a ``spark-submit`` job."""
 
@@ -169,6 +174,9 @@ class IndexService(Closeable):
         self._items_since_checkpoint = 0
         self._saver_stop = _Stop(self.progress.moved)
         self._saver: threading.Thread | None = None
+        self._deferring: int | None = None  # the thread whose puts are gathered
+        self._deferred: list[tuple[IndexBatch, str, int, int, int]] = []
+        self._deferred_rows = 0
         self.paused: Callable[[], bool] = lambda: False
         """Whether uploads are paused (:mod:`tiered.offload.pause`): the scheduled compaction
         then waits, as the offload does."""
@@ -324,7 +332,14 @@ class IndexService(Closeable):
         self, batch: IndexBatch, topic: str, queue_id: int, first_offset: int, count: int
     ) -> None:
         """Put ``batch`` (queue offsets ``[first_offset, first_offset + count)`` of the queue)
-        and record the queue's progress."""
+        and record the queue's progress (gathered, on the thread of a :meth:`deferred_puts`
+        block)."""
+        if self._deferring == threading.get_ident():
+            self._deferred.append((batch, topic, queue_id, first_offset, count))
+            self._deferred_rows += len(batch)
+            if self._deferred_rows >= DEFERRED_MAX_ROWS:
+                self._put_deferred()
+            return
         with self._lock:
             if not self._open:
                 return
@@ -335,6 +350,48 @@ class IndexService(Closeable):
             if not self.progress.advance(topic, queue_id, first_offset, first_offset + count):
                 log.info("%s/%d: offsets before %d are not indexed yet: the catch-up will",
                          topic, queue_id, first_offset)  # fmt: skip
+            self.progress.save_fast()
+        if sealed:
+            log.info("%d index file(s) sealed; compacted at the next compaction run", len(sealed))
+
+    @contextlib.contextmanager
+    def deferred_puts(self) -> Iterator[None]:
+        """Gather the puts made on this thread inside the block and put them at its end at once:
+        one put into the index file, one progress move for every queue and one fast save,
+        instead of one each per batch. A wide dispatch round (thousands of queues, a few
+        messages each) tells its batches in such a block. The progress still moves only after
+        the items are in the file; a failed put is logged (the catch-up indexes those batches
+        again), never raised out of the block."""
+        self._deferring = threading.get_ident()
+        try:
+            yield
+        finally:
+            self._deferring = None
+            try:
+                self._put_deferred()
+            except Exception:  # as a commit listener's failure: logged in full, never raised
+                log.exception("index: a gathered put failed (the catch-up indexes its batches)")
+
+    @metrics.counts_index_failures("put")
+    def _put_deferred(self) -> None:
+        """Put what :meth:`deferred_puts` gathered, in the order it was put."""
+        pending, self._deferred, self._deferred_rows = self._deferred, [], 0
+        if not pending:
+            return
+        batch = IndexBatch.concat([b for b, *_ in pending])
+        with self._lock:
+            if not self._open:
+                return
+            sealed = self.local.put(batch)
+            self._items_since_checkpoint += len(batch)
+            for f in sealed:  # everything put before this batch is in files up to f
+                self._keep_seal_progress(f)
+            gaps = self.progress.advance_many(
+                [(topic, qid, first, first + n) for _, topic, qid, first, n in pending]
+            )
+            for topic, queue_id, first in gaps:
+                log.info("%s/%d: offsets before %d are not indexed yet: the catch-up will",
+                         topic, queue_id, first)  # fmt: skip
             self.progress.save_fast()
         if sealed:
             log.info("%d index file(s) sealed; compacted at the next compaction run", len(sealed))

@@ -14,6 +14,7 @@ import threading
 from collections.abc import Callable
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager
 
 import numpy as np
 
@@ -67,6 +68,8 @@ class Notifier:
         """Batches handed over and not yet told (queued or being told)."""
         self._inline = False
         """Whether the batches are told on the thread that commits them (:meth:`inline`)."""
+        self.scopes: list[Callable[[], AbstractContextManager[object]]] = []
+        """Entered around the listeners told inline (e.g. the key index gathers its puts)."""
 
     @property
     def early(self) -> bool:
@@ -157,12 +160,15 @@ class Notifier:
     @contextlib.contextmanager
     def inline(self) -> Iterator[tuple[Notifier, ...]]:
         """Tell the listeners on the calling thread while in the block (after what waits for the
-        commit thread, so a queue's batches stay in order); yields the listeners a step takes
-        (none when there are none)."""
+        commit thread, so a queue's batches stay in order), inside every one of
+        :attr:`scopes`; yields the listeners a step takes (none when there are none)."""
         self.drain()
         self._inline = True
         try:
-            yield (self,) if self.listeners or self.staged else ()
+            with contextlib.ExitStack() as scopes:
+                for scope in self.scopes:
+                    scopes.enter_context(scope())
+                yield (self,) if self.listeners or self.staged else ()
         finally:
             self._inline = False
 

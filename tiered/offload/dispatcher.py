@@ -15,6 +15,7 @@ gauges. See docs/design/offload.md.
 from __future__ import annotations
 
 import contextlib
+import gc
 import logging
 import os
 import threading
@@ -222,7 +223,11 @@ class Dispatcher(Closeable):
         is not told again after the restart."""
         self.commit_listeners.append(listener)
 
-    def add_staged_listener(self, listener: StagedListener) -> None:
+    def add_staged_listener(
+        self,
+        listener: StagedListener,
+        round_scope: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+    ) -> None:
         """Call ``listener(flat, batch, flat_offsets)`` in the worker that uploads each batch,
         before its uploads (the batch is appended: its flat offsets are known), and the step it
         returns (if not None) once both uploads succeeded, as a commit listener is called: on
@@ -231,8 +236,11 @@ class Dispatcher(Closeable):
         holds what the listener took from the batch (e.g. index items), not the batch: with
         only staged listeners, the batch's message bytes are freed as soon as the flat
         commitlog holds them, before its sync (a plain commit listener is handed the batch
-        after the uploads, bytes included)."""
+        after the uploads, bytes included). ``round_scope``: entered around a wide round's
+        steps, which are told on the dispatching thread (e.g. to gather the round's puts)."""
         self.staged_listeners.append(listener)
+        if round_scope is not None:
+            self._notifier.scopes.append(round_scope)
 
     @property
     def role(self) -> str:
@@ -372,6 +380,8 @@ class Dispatcher(Closeable):
         wide = len(flats) >= WIDE_ROUND_QUEUES and self.flat_store.provider.defers_sync
         batches = 1 if wide else self.round_batches
         with contextlib.ExitStack() as held:
+            if wide:
+                held.enter_context(_collector_paused())
             for flat in flats:
                 held.enter_context(flat.lock)
             plans: list[Plan] = []
@@ -648,21 +658,22 @@ class Dispatcher(Closeable):
     # --- page cache and state -------------------------------------------------------------------
 
     def _release_cold(self, results: list[tuple[FlatMessageFile, StepResult]], now: int) -> None:
-        uploaded = [(r.physical, r.timestamps) for _, r in results if r.physical is not None]
+        uploaded = [
+            (r.physical, r.timestamps)
+            for _, r in results
+            if r.physical is not None and r.timestamps is not None
+        ]
         if not uploaded:
             return
         pending = [st.next_physical for st in self.states.values() if st.next_physical is not None]
-        ends = [int(p.max()) for p, _ in uploaded if p is not None and len(p)]
-        frontier = min(pending) if pending else (max(ends) + 1 if ends else 0)
+        # every queue's batch at once: a wide round has thousands of one-message batches
+        phys = np.concatenate([p for p, _ in uploaded])
+        stamps = np.concatenate([t for _, t in uploaded])
+        frontier = min(pending) if pending else (int(phys.max()) + 1 if len(phys) else 0)
         if frontier <= self.released_upto:
             return
-        newest = -1
-        for phys, stamps in uploaded:
-            if phys is None or stamps is None:
-                continue
-            below = phys < frontier
-            if below.any():
-                newest = max(newest, int(np.max(stamps[below])))
+        below = phys < frontier
+        newest = int(stamps[below].max()) if below.any() else -1
         if 0 <= newest < now - COLD_AGE_MS:
             self.released_bytes += self.local.release(self.released_upto, frontier)
             self.released_upto = frontier
@@ -715,6 +726,23 @@ class Dispatcher(Closeable):
             self.state_file.save(snapshot, sync=sync)
         except OSError as e:
             log.warning("cannot write %s: %s", self.state_file.path, e)
+
+
+@contextlib.contextmanager
+def _collector_paused() -> Iterator[None]:
+    """The cyclic garbage collector paused for a wide round: the round's plans, batches and
+    results (thousands of each) live until its end, so every collection meanwhile promotes them,
+    and soon one runs over every object of the process (every queue's records: most of a second
+    at 16,000 queues). What the round leaves is freed by reference counting at its end; any
+    cycle waits for the next collection."""
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
 
 
 def _limits(cfg: TieredConfig, *, objects: bool) -> Limits:

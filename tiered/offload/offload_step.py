@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Concatenate
 from typing import ParamSpec
 from typing import Protocol
+from typing import cast
 from typing import runtime_checkable
 
 import numpy as np
@@ -320,10 +321,11 @@ def _prepare_early(
     them now and leave the rest to the commit that completes the batch
     (:meth:`FlatMessageFile.after_commit`); whether so (then nothing needs the batch's bytes
     once they are written)."""
-    if not all(isinstance(n, EarlyListener) and n.early for n in listeners):
+    # by attribute: an isinstance check against a runtime-checkable protocol walks its members,
+    # a cost paid per batch
+    if not all(getattr(n, "early", False) is True and hasattr(n, "prepare") for n in listeners):
         return False
-    for listener in listeners:
-        assert isinstance(listener, EarlyListener)
+    for listener in cast("Sequence[EarlyListener]", listeners):
         try:
             flat.after_commit(listener.prepare(flat, batch, offsets))
         except Exception:  # a listener's bug must not fail the upload; logged in full
