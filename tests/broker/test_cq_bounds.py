@@ -99,7 +99,7 @@ def test_missing_empty_and_odd_queues(tmp_path: Path, caplog: pytest.LogCaptureF
 
 
 def test_many_bounds_answers_as_queue_bounds_or_leaves_the_queue_to_it(tmp_path: Path) -> None:
-    """The kernel's answer for each usual queue, (-1, -1) for a missing one, None for those it
+    """The kernel's answer for each usual queue, (-1, -1, -1) for a missing one, None for those it
     leaves to ``queue_bounds`` (a pre-blank fill, a first unit below the commitlog's min, a
     file of another size), in the order given."""
     blank = encode_units([0] * 3, [BLANK_FILL_SIZE] * 3, [0] * 3)
@@ -120,9 +120,10 @@ def test_many_bounds_answers_as_queue_bounds_or_leaves_the_queue_to_it(tmp_path:
     (tmp_path / "odd").mkdir()
     (tmp_path / "odd" / f"{0:020d}").write_bytes(bytes(180))
     dirs += [str(tmp_path / "odd"), str(tmp_path / "missing")]
-    hints = [10, 14, None, 10, None, 3, None]
+    hints = [4, 14, None, 10, None, 3, None]
     got = cq_bounds.many_bounds(dirs, 200, 500, hints)
-    assert got == [(0, 10), (0, 14), None, None, (0, 0), None, (-1, -1)]
+    # the third figure: the bytes of the units from the hint on (six of 100 bytes past 4)
+    assert got == [(0, 10, 600), (0, 14, 0), None, None, (0, 0, -1), None, (-1, -1, -1)]
     assert queue_bounds(dirs[2], 200, 500) == (3, 10)
     assert queue_bounds(dirs[3], 200, 500) == (5, 10)
     with pytest.raises(CorruptStoreFileError):

@@ -16,6 +16,7 @@ import pytest
 from click.testing import CliRunner
 from tiered.providers import build_provider
 
+from tiered.broker.consumequeue import ConsumeQueue
 from tiered.cli import main
 from tiered.metadata import mirror_key_for
 from tiered.testing.sample_tier import SidecarCase
@@ -72,12 +73,19 @@ def test_status_picks_topics_lagging_queues_and_a_page(offload_case: SidecarCase
     """``--topic`` (a glob), ``--lagging`` (most behind first) and ``--limit``: the summary line
     and the totals always count every queue matched; what is listed is chosen among them."""
     store = offload_case.store()  # 2 topics x 3 queues, 3000 messages
-    conf = offload_case.conf_file(offload_case.config(store, "posix"))
+    cfg = offload_case.config(store, "posix")
+    conf = offload_case.conf_file(cfg)
     cli_json("dispatch", "--config", conf, "--once", "--flush", "--json")
     offload_case.append(store, seed=9, messages=90)
     every = cli_json("status", "--config", conf, "--json")
     behind = {(q["topic"], q["queueId"]): q["lagMessages"] for q in every["queues"]}
     assert sum(behind.values()) == 90 and every["totals"]["laggingQueues"] >= 2
+    size = cfg.effective_cq_file_size_bytes
+    for q in every["queues"]:  # the lag's bytes: the kernel's, from the dispatcher's last max
+        cq = ConsumeQueue.for_queue(cfg.consume_queue_dir, q["topic"], q["queueId"], file_size=size)
+        units = cq.read_units(q["tieredCommit"], q["lagMessages"])
+        assert len(units) == q["lagMessages"]
+        assert q["lagBytes"] == int(units["size"].astype("int64").sum())
     lagging = cli_json("status", "--config", conf, "--json", "--lagging", "--limit", "2")
     rows = [q["lagMessages"] for q in lagging["queues"]]
     assert rows == sorted((v for v in behind.values() if v), reverse=True)[:2]

@@ -114,12 +114,13 @@ def many_bounds(
     file_size: int,
     commitlog_min_offset: int | None,
     hints: Sequence[int | None],
-) -> list[tuple[int, int] | None]:
+) -> list[tuple[int, int, int] | None]:
     """:func:`queue_bounds` of each of ``directories`` (with ``hints``), the usual queues in one
-    call of the kernel (on a few threads): ``(-1, -1)`` for a missing directory, and None for a
-    queue it leaves to :func:`queue_bounds` (a name or size out of the ordinary, a first unit
-    that is not readable, an error): the caller asks that, queue by queue, and sees what it
-    raises."""
+    call of the kernel (on a few threads), and a third figure: the bytes of the queue's units
+    from its hint to its max (the sizes in the units added up), -1 when the max was not read
+    from the hint. ``(-1, -1, -1)`` for a missing directory, and None for a queue the kernel
+    leaves to :func:`queue_bounds` (a name or size out of the ordinary, a first unit that is not
+    readable, an error): the caller asks that, queue by queue, and sees what it raises."""
     return start_many_bounds(directories, file_size, commitlog_min_offset, hints)()
 
 
@@ -128,7 +129,7 @@ def start_many_bounds(
     file_size: int,
     commitlog_min_offset: int | None,
     hints: Sequence[int | None],
-) -> Callable[[], list[tuple[int, int] | None]]:
+) -> Callable[[], list[tuple[int, int, int] | None]]:
     """:func:`many_bounds` begun on a thread: the kernel reads the queues (without the GIL)
     while the caller goes on; the function returned waits for the answer (and raises what the
     kernel raised)."""
@@ -143,7 +144,7 @@ def start_many_bounds(
         np.fromiter((h or 0 for h in hints), dtype=np.int64, count=len(hints)),
         min(len(os.sched_getaffinity(0)), MAX_THREADS),
     )
-    done: list[tuple[bytes, bytes]] = []
+    done: list[tuple[bytes, bytes, bytes]] = []
     failed: list[BaseException] = []
 
     def read() -> None:
@@ -155,14 +156,15 @@ def start_many_bounds(
     thread = threading.Thread(target=read, name="queue-bounds", daemon=True)
     thread.start()
 
-    def answer() -> list[tuple[int, int] | None]:
+    def answer() -> list[tuple[int, int, int] | None]:
         thread.join()
         if failed:
             raise failed[0]
-        low, high = done[0]
-        mins = np.frombuffer(low, dtype=np.int64).tolist()
-        maxs = np.frombuffer(high, dtype=np.int64).tolist()
-        return [None if lo == _ASK else (lo, hi) for lo, hi in zip(mins, maxs, strict=True)]
+        mins, maxs, tails = (np.frombuffer(b, dtype=np.int64).tolist() for b in done[0])
+        return [
+            None if lo == _ASK else (lo, hi, tail)
+            for lo, hi, tail in zip(mins, maxs, tails, strict=True)
+        ]
 
     return answer
 

@@ -304,9 +304,10 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
         path = logical_path(cfg.broker_name, row.topic, row.queue_id)
         _tiered(row, cq_table.get(path, {}), cl_table.get(path, {}))
     found = dict(zip(listed, local_bounds(), strict=True))
+    hinted = dict(zip(listed, hints, strict=True))
     for row, (topic, qid) in zip(rows, ordered, strict=True):
         # a queue with no consumequeue directory when the store was listed: none (-1, -1)
-        _local(row, local, found.get((topic, qid), _NO_QUEUE))
+        _local(row, local, found.get((topic, qid), _NO_QUEUE), hinted.get((topic, qid)))
         state = snapshot.queues.get((topic, qid))
         if state is not None:
             if state.gaps:
@@ -336,7 +337,7 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
     return report
 
 
-_NO_QUEUE: Final = (-1, -1)
+_NO_QUEUE: Final = (-1, -1, -1)
 
 
 def _selects(query: StatusQuery, topic: str) -> bool:
@@ -425,14 +426,22 @@ def _tiered(
         row.tiered_commit = (bases[-1] + cq[bases[-1]].size) // CQ_UNIT_SIZE
 
 
-def _local(row: QueueStatus, local: LocalSource, bounds: tuple[int, int] | None) -> None:
+def _local(
+    row: QueueStatus,
+    local: LocalSource,
+    bounds: tuple[int, int, int] | None,
+    hint: int | None,
+) -> None:
     """The local side of ``row``: its bounds (``bounds``: as :meth:`LocalSource.many_bounds`
-    found them, None to ask :meth:`LocalSource.bounds`), the lag and its bytes."""
+    found them from ``hint``, None to ask :meth:`LocalSource.bounds`), the lag and its bytes
+    (the kernel's bytes from the hint when the lag starts there, else read)."""
+    tail = -1
     try:
         if bounds is None:
-            hint = row.tiered_commit if row.tiered_commit > 0 else None
-            bounds = local.bounds(row.topic, row.queue_id, hint)
-        row.local_min, row.local_max = bounds
+            commit = row.tiered_commit if row.tiered_commit > 0 else None
+            row.local_min, row.local_max = local.bounds(row.topic, row.queue_id, commit)
+        else:
+            row.local_min, row.local_max, tail = bounds
     except (TieredStoreError, OSError) as e:
         row.error = f"local store: {e}"
         return
@@ -440,6 +449,9 @@ def _local(row: QueueStatus, local: LocalSource, bounds: tuple[int, int] | None)
     if not row.offloaded or start >= row.local_max:
         return
     row.lag_messages = row.local_max - start
+    if tail >= 0 and start == hint:
+        row.lag_bytes = tail
+        return
     q = start
     with contextlib.suppress(TieredStoreError, OSError):
         while q < row.local_max:

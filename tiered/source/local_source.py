@@ -344,15 +344,16 @@ class LocalSource:
 
     def many_bounds(
         self, queues: Sequence[tuple[str, int]], hints: Sequence[int | None]
-    ) -> list[tuple[int, int] | None]:
+    ) -> list[tuple[int, int, int] | None]:
         """:meth:`bounds` of many queues at once (``hints`` as there, one per queue), the usual
-        ones in one call of the kernel; None for a queue to ask :meth:`bounds` about (it names
-        what is unusual about it, or raises)."""
+        ones in one call of the kernel, with the bytes from the hint to the max (see
+        :func:`~tiered.broker.cq_bounds.many_bounds`); None for a queue to ask :meth:`bounds`
+        about (it names what is unusual about it, or raises)."""
         return self.start_many_bounds(queues, hints)()
 
     def start_many_bounds(
         self, queues: Sequence[tuple[str, int]], hints: Sequence[int | None]
-    ) -> Callable[[], list[tuple[int, int] | None]]:
+    ) -> Callable[[], list[tuple[int, int, int] | None]]:
         """:meth:`many_bounds` begun on a thread; the function returned waits for the answer."""
         self._fresh()
         clmin = self.commitlog.min_offset

@@ -28,8 +28,10 @@ const BLANK_FILL_SIZE: i32 = 0x7FFF_FFFF;
 /// One queue's answer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Bounds {
-    /// `(min offset, max offset)`.
-    Found(i64, i64),
+    /// `(min offset, max offset, bytes)`: `bytes`, the sizes of the units from the hint to the
+    /// max added up (what the queue holds past the hint), or -1 when the max was not read from
+    /// the hint.
+    Found(i64, i64, i64),
     /// No such directory.
     Missing,
     /// Not the usual case: the caller reads the queue itself.
@@ -77,23 +79,44 @@ fn read_at(file: &File, len: u64, pos: u64) -> io::Result<Vec<u8>> {
     Ok(buf)
 }
 
-fn scan(file: &File, base: i64, per_file: u64, mut pos: u64, mut chunk: u64) -> io::Result<i64> {
+/// The sizes of units `from..to` of `data` added up.
+fn sizes(data: &[u8], from: usize, to: usize) -> i64 {
+    (from..to).map(|i| i64::from(unit_at(data, i).1)).sum()
+}
+
+/// The first invalid unit from `pos` on, and the sizes of the valid units read added up.
+fn scan(
+    file: &File,
+    base: i64,
+    per_file: u64,
+    mut pos: u64,
+    mut chunk: u64,
+) -> io::Result<(i64, i64)> {
+    let mut bytes = 0;
     while pos < per_file {
         let n = chunk.min(per_file - pos);
         let data = read_at(file, n * UNIT, pos * UNIT)?;
-        let k = first_invalid(&data) as u64;
-        if k < n {
-            return Ok(base + (pos + k) as i64);
+        let k = first_invalid(&data);
+        bytes += sizes(&data, 0, k);
+        if (k as u64) < n {
+            return Ok((base + (pos + k as u64) as i64, bytes));
         }
         pos += n;
         chunk *= 4;
     }
-    Ok(base + per_file as i64)
+    Ok((base + per_file as i64, bytes))
 }
 
-/// The max offset of the last file, starting at queue offset `base`.
+/// The max offset of the last file, starting at queue offset `base`, and the bytes of the units
+/// from the hint to it (-1 when it was not read from the hint).
 /// `head`: the file's first bytes, read already (the probe is taken from it when it holds it).
-fn max_offset(file: &File, base: i64, per_file: u64, hint: i64, head: &[u8]) -> io::Result<i64> {
+fn max_offset(
+    file: &File,
+    base: i64,
+    per_file: u64,
+    hint: i64,
+    head: &[u8],
+) -> io::Result<(i64, i64)> {
     if hint > base && hint <= base + per_file as i64 {
         let pos = (hint - 1 - base) as u64;
         let n = (1 + PROBE_UNITS).min(per_file - pos);
@@ -106,16 +129,18 @@ fn max_offset(file: &File, base: i64, per_file: u64, hint: i64, head: &[u8]) -> 
         let whole = data.len() / UNIT as usize;
         if whole >= 1 && valid(unit_at(&data, 0)) {
             if whole < 2 || !valid(unit_at(&data, 1)) {
-                return Ok(hint);
+                return Ok((hint, 0));
             }
-            let k = first_invalid(&data) as u64;
-            if k < n {
-                return Ok(base + (pos + k) as i64);
+            let k = first_invalid(&data);
+            let bytes = sizes(&data, 1, k);
+            if (k as u64) < n {
+                return Ok((base + (pos + k as u64) as i64, bytes));
             }
-            return scan(file, base, per_file, pos + n, 4 * PROBE_UNITS);
+            let (max, more) = scan(file, base, per_file, pos + n, 4 * PROBE_UNITS)?;
+            return Ok((max, bytes + more));
         }
     }
-    scan(file, base, per_file, 0, FIRST_CHUNK_UNITS)
+    Ok((scan(file, base, per_file, 0, FIRST_CHUNK_UNITS)?.0, -1))
 }
 
 fn is_offset_name(name: &[u8]) -> bool {
@@ -172,7 +197,7 @@ fn try_bounds(dir: &Path, file_size: u64, commitlog_min: i64, hint: i64) -> io::
         return Ok(Bounds::Other);
     }
     let (Some(first), Some(last)) = (files.first(), files.last()) else {
-        return Ok(Bounds::Found(0, 0));
+        return Ok(Bounds::Found(0, 0, -1));
     };
     let per_file = file_size / UNIT;
     let base = (last.0 / UNIT) as i64;
@@ -199,14 +224,14 @@ fn try_bounds(dir: &Path, file_size: u64, commitlog_min: i64, hint: i64) -> io::
     } else {
         File::open(&last.1)?
     };
-    let max = max_offset(
+    let (max, bytes) = max_offset(
         &tail,
         base,
         per_file,
         hint,
         if head_units > 1 { &data } else { &[] },
     )?;
-    Ok(Bounds::Found(min, max))
+    Ok(Bounds::Found(min, max, bytes))
 }
 
 /// [`queue_bounds`] of each of `dirs` (with `hints[i]`), on up to `threads` threads.
@@ -288,6 +313,14 @@ mod tests {
         }
     }
 
+    /// The min and max of a found queue.
+    fn range(b: Bounds) -> Option<(i64, i64)> {
+        match b {
+            Bounds::Found(lo, hi, _) => Some((lo, hi)),
+            _ => None,
+        }
+    }
+
     #[test]
     fn hints_give_the_same_max() {
         for valid in [0usize, 1, 2, 64, 65, 66, 999, 1000] {
@@ -298,7 +331,12 @@ mod tests {
             let top = 2000 + valid as i64;
             for hint in [0, 1, top - 1, top, top + 1, 3000, 5000] {
                 let got = queue_bounds(q.path(), 20_000, -1, hint);
-                assert_eq!(got, Bounds::Found(1000, top), "valid {valid} hint {hint}");
+                assert_eq!(range(got), Some((1000, top)), "valid {valid} hint {hint}");
+                if let Bounds::Found(_, _, bytes) = got {
+                    // units of 100 bytes from the hint on, when the max was read from it
+                    let from_hint = hint > 2000 && hint <= top;
+                    assert_eq!(bytes, if from_hint { 100 * (top - hint) } else { -1 });
+                }
             }
         }
     }
@@ -312,8 +350,12 @@ mod tests {
                 let top = (per_file as usize + valid) as i64;
                 for hint in [0, top - 1, top, top + 1, top + 70, per_file as i64 * 2] {
                     let got = queue_bounds(q.path(), per_file * UNIT, 7, hint);
-                    let want = Bounds::Found(per_file as i64, top);
-                    assert_eq!(got, want, "per_file {per_file} valid {valid} hint {hint}");
+                    let want = Some((per_file as i64, top));
+                    assert_eq!(
+                        range(got),
+                        want,
+                        "per_file {per_file} valid {valid} hint {hint}"
+                    );
                 }
             }
         }
@@ -322,11 +364,17 @@ mod tests {
     #[test]
     fn unusual_queues_are_left_to_the_caller() {
         let q = queue(&[(0, units(500, 10))], 10);
-        assert_eq!(queue_bounds(q.path(), 200, 500, 10), Bounds::Found(0, 10));
+        assert_eq!(
+            queue_bounds(q.path(), 200, 500, 10),
+            Bounds::Found(0, 10, 0)
+        );
         assert_eq!(queue_bounds(q.path(), 200, 501, 10), Bounds::Other); // below the commitlog
         assert_eq!(queue_bounds(q.path(), 400, -1, 10), Bounds::Other); // another size
         std::fs::write(q.path().join(format!("{:020}", 200)), b"").unwrap();
-        assert_eq!(queue_bounds(q.path(), 200, -1, 10), Bounds::Found(0, 10)); // being created
+        assert_eq!(
+            queue_bounds(q.path(), 200, -1, 4),
+            Bounds::Found(0, 10, 600)
+        ); // being created
         std::fs::write(q.path().join("00000000000000000400.tmp"), b"x").unwrap();
         assert_eq!(queue_bounds(q.path(), 200, -1, 10), Bounds::Other);
         assert_eq!(
@@ -334,7 +382,10 @@ mod tests {
             Bounds::Missing
         );
         let empty = queue(&[], 10);
-        assert_eq!(queue_bounds(empty.path(), 200, -1, 0), Bounds::Found(0, 0));
+        assert_eq!(
+            queue_bounds(empty.path(), 200, -1, 0),
+            Bounds::Found(0, 0, -1)
+        );
     }
 
     #[test]
@@ -355,7 +406,7 @@ mod tests {
                 if n == 0 {
                     Bounds::Other
                 } else {
-                    Bounds::Found(0, n)
+                    Bounds::Found(0, n, -1)
                 }
             );
         }

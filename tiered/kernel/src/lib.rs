@@ -460,8 +460,9 @@ mod python {
         Ok((consumed, messages, stop, queues))
     }
 
-    /// `queue_bounds(dirs, file_size, commitlog_min_offset, hints, threads) -> (mins, maxs)`:
-    /// the local min and max offset of the queue in each consumequeue directory of `dirs`
+    /// `queue_bounds(dirs, file_size, commitlog_min_offset, hints, threads) -> (mins, maxs,
+    /// bytes)`: the local min and max offset of the queue in each consumequeue directory of
+    /// `dirs` and the bytes of its units from the hint to the max (-1: not read from the hint)
     /// (`bounds::queue_bounds`; `hints`: int64, one per directory, <= 0 for none;
     /// `commitlog_min_offset` < 0 for none), as int64 bytes in native order: -1 and -1 for a
     /// missing directory, -2 and -2 for a queue the caller must read itself.
@@ -473,23 +474,29 @@ mod python {
         commitlog_min_offset: i64,
         hints: &Bound<'py, PyAny>,
         threads: usize,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let hints = PyBuffer::<i64>::get(hints)?;
         let h = items(&hints, "hints")?;
         same_length(&[("dirs", dirs.len()), ("hints", h.len())])?;
         let found =
             py.detach(|| crate::bounds::bounds_many(&dirs, file_size, commitlog_min_offset, h, threads));
         let (mut mins, mut maxs) = (Vec::with_capacity(found.len()), Vec::with_capacity(found.len()));
+        let mut tails = Vec::with_capacity(found.len());
         for b in found {
-            let (lo, hi) = match b {
-                crate::bounds::Bounds::Found(lo, hi) => (lo, hi),
-                crate::bounds::Bounds::Missing => (-1, -1),
-                crate::bounds::Bounds::Other => (-2, -2),
+            let (lo, hi, tail) = match b {
+                crate::bounds::Bounds::Found(lo, hi, tail) => (lo, hi, tail),
+                crate::bounds::Bounds::Missing => (-1, -1, -1),
+                crate::bounds::Bounds::Other => (-2, -2, -1),
             };
             mins.push(lo);
             maxs.push(hi);
+            tails.push(tail);
         }
-        Ok((PyBytes::new(py, as_bytes(&mins)), PyBytes::new(py, as_bytes(&maxs))))
+        Ok((
+            PyBytes::new(py, as_bytes(&mins)),
+            PyBytes::new(py, as_bytes(&maxs)),
+            PyBytes::new(py, as_bytes(&tails)),
+        ))
     }
 
     #[pymodule]
