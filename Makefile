@@ -70,7 +70,15 @@ $(RMQ_LIB)/.copied: tests/realbroker/pom.xml
 	  org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
 	  -DoutputDirectory=$(CURDIR)/$(RMQ_LIB) -DincludeScope=runtime
 	@touch $@
-rmq: $(RMQ_LIB)/.copied
+# RocketMQ 5's gRPC Java client, in a lib directory of its own (see its pom.xml)
+GRPC_CLIENT_LIB := .rmq/grpc-client/lib
+$(GRPC_CLIENT_LIB)/.copied: tests/realbroker/grpc-client/pom.xml
+	rm -rf $(GRPC_CLIENT_LIB)
+	mvn -B -q -f tests/realbroker/grpc-client/pom.xml \
+	  org.apache.maven.plugins:maven-dependency-plugin:3.6.1:copy-dependencies \
+	  -DoutputDirectory=$(CURDIR)/$(GRPC_CLIENT_LIB) -DincludeScope=runtime
+	@touch $@
+rmq: $(RMQ_LIB)/.copied $(GRPC_CLIENT_LIB)/.copied
 
 venv: $(VENV)/.installed
 

@@ -1,0 +1,351 @@
+"""RocketMQ 5's gRPC clients replay the tier through a real RocketMQ Proxy (5.3.3, cluster mode)
+whose name server is the sidecar's replay port: every receive reaches the sidecar as POP.
+
+One history for the module: the Java producer sends :data:`COUNT` messages to :data:`TOPIC`, a
+reference consumer reads them from the broker, the sidecar offloads them and the broker deletes
+its old commitlog files (the oldest messages are then only in the tier). The proxy starts
+against the sidecar alone (its heartbeat-sync topic, the cluster's and the broker's routes, the
+group configs it asks for are the sidecar's); the tests then consume through it with
+``rocketmq-client-java`` and compare with the reference.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from dataclasses import field
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tiered.providers.registry import from_config
+
+from tiered.config import load_config
+from tiered.remoting.client import RemotingClient
+from tiered.testing.http import get
+from tiered.testing.realbroker import CLIENT_FLAGS
+from tiered.testing.realbroker import REPO
+from tiered.testing.realbroker import SERVER_FLAGS
+from tiered.testing.realbroker import Broker
+from tiered.testing.realbroker import JavaServer
+from tiered.testing.realbroker import NameServer
+from tiered.testing.realbroker import Runtime
+from tiered.testing.realbroker import free_port
+from tiered.testing.replay_check import delete_old_commitlog
+from tiered.testing.replay_check import messages
+from tiered.testing.replay_check import sidecar_conf
+from tiered.testing.replay_check import wait_for
+from tiered.testing.sidecar_process import Sidecar
+from tiered.testing.tier_check import check_tier
+
+TOPIC = "GrpcMain"
+QUEUES = 4
+COUNT = 2400  # 4000-byte bodies (not compressed): ~9.6 MiB, the broker's commitlog rolls twice
+GRPC_DRIVER = REPO / "tests" / "realbroker" / "java" / "GrpcDriver.java"
+PROXY_FLAGS = ("-Dtls.server.mode=disabled",)
+"""The proxy's remoting port without TLS: its TLS engine would want netty's OpenSSL classes,
+left off the broker's classpath (see pom.xml); the gRPC port keeps its own."""
+PYTHON_CONSUMER = Path(__file__).parent / "grpc_python_consume.py"
+GRPC_LIB = REPO / ".rmq" / "grpc-client" / "lib"
+"""rocketmq-client-java and what the driver needs, apart from the broker's jars (``make rmq``)."""
+
+
+@dataclass
+class Proxy(JavaServer):
+    """A RocketMQ Proxy in cluster mode whose name server is ``namesrv``."""
+
+    namesrv: str = ""
+    cluster: str = ""
+    grpc_port: int = 0
+    remoting_port: int = 0
+
+    def __post_init__(self) -> None:
+        self.grpc_port = self.grpc_port or free_port()
+        self.remoting_port = self.remoting_port or free_port()
+
+    def command(self) -> list[str]:
+        conf = self.workdir / "rmq-proxy.json"
+        settings = {
+            "rocketMQClusterName": self.cluster,
+            "namesrvAddr": self.namesrv,
+            "grpcServerPort": self.grpc_port,
+            "remotingListenPort": self.remoting_port,
+            "minInvisibleTimeMillsForRecv": 1000,
+        }
+        conf.write_text(json.dumps(settings))
+        return self.runtime.java(
+            "org.apache.rocketmq.proxy.ProxyStartup", "-pc", str(conf), "-pm", "cluster",
+            role="proxy", flags=(*SERVER_FLAGS, "-Xms128m", "-Xmx512m", *PROXY_FLAGS),
+        )  # fmt: skip
+
+    def ready_line(self) -> bytes:
+        return b"rocketmq-proxy startup successfully"
+
+    @property
+    def endpoint(self) -> str:
+        return f"127.0.0.1:{self.grpc_port}"
+
+
+@dataclass
+class GrpcHistory:
+    broker: Broker
+    namesrv: str
+    rocketmq: Runtime
+    sidecar: Sidecar
+    proxy: Proxy
+    classes: Path
+    reference: dict[str, dict[str, Any]]  # msgId -> the reference consumer's message
+    local_min: dict[int, int] = field(default_factory=dict)
+
+    def grpc(self, command: str, timeout: float = 180, **args: Any) -> list[dict[str, Any]]:
+        """Run ``GrpcDriver <command>`` against the proxy; its JSON lines."""
+        cmd = self.rocketmq.java(
+            "GrpcDriver", command, json.dumps({"endpoint": self.proxy.endpoint, **args}),
+            role="client", flags=CLIENT_FLAGS,
+        )  # fmt: skip
+        cmd[cmd.index("-cp") + 1] = f"{self.classes}:{GRPC_LIB}/*"
+        done = subprocess.run(
+            cmd, capture_output=True, text=True, timeout=timeout, env=self.rocketmq.env(),
+            check=False,
+        )  # fmt: skip
+        lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+        assert done.returncode == 0 and lines and lines[-1].get("done"), (
+            f"GrpcDriver {command} exited {done.returncode}:\n{done.stdout[-3000:]}\n"
+            f"{done.stderr[-6000:]}\n--- proxy ---\n{self.proxy.tail()}"
+        )
+        return lines
+
+    def tier_only(self, msg_id: str) -> bool:
+        m = self.reference[msg_id]
+        return bool(m["queueOffset"] < self.local_min[m["queueId"]])
+
+    def committed(self, group: str) -> dict[int, int]:
+        """The group's consumer offset per queue, as the sidecar answers it."""
+        out = {}
+        with RemotingClient("127.0.0.1", self.sidecar.port) as c:
+            for q in range(QUEUES):
+                r = c.call(14, consumerGroup=group, topic=TOPIC, queueId=q)
+                assert r.code == 0, r.remark
+                out[q] = int(r.ext_fields["offset"])
+        return out
+
+
+def compile_grpc_driver(out: Path) -> Path:
+    javac = shutil.which("javac")
+    assert javac is not None, "javac (JDK 17) must be on the PATH"
+    assert (GRPC_LIB / "rocketmq-client-java-5.0.7.jar").is_file(), "run `make rmq`"
+    subprocess.run(
+        [javac, "-nowarn", "-encoding", "UTF-8", "-d", out, "-cp", f"{GRPC_LIB}/*", GRPC_DRIVER],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return out
+
+
+@pytest.fixture(scope="module")
+def grpc_history(
+    broker: Broker, namesrv: NameServer, rocketmq: Runtime, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[GrpcHistory]:
+    work = tmp_path_factory.mktemp("grpc")
+    conf = sidecar_conf(
+        work / "sidecar.conf", work, tieredStoreTopicInclude=TOPIC, tieredRemotingPort=free_port()
+    )
+    car = Sidecar(conf, work / "run", broker_conf=broker.conf)
+    car.start()
+    proxy = Proxy(rocketmq, "proxy", work / "proxy")
+    try:
+        classes = compile_grpc_driver(work / "classes")
+        common: dict[str, Any] = {"namesrv": namesrv.address, "broker": broker.address}
+        rocketmq.driver(
+            "bulk", seed=47, topic=TOPIC, count=COUNT, size=4000, keyEvery=7, tag="grpc",
+            topics={TOPIC: QUEUES}, **common,
+        )  # fmt: skip
+        ref = messages(rocketmq.driver("consume", mode="lite", group="grpc-reference",
+                                       topics=[TOPIC], maxMs=120_000, **common))  # fmt: skip
+        assert len(ref) == COUNT
+        cfg = load_config([broker.conf, conf])
+        provider = from_config(cfg)
+        wait_for(
+            "the tier to catch up",
+            lambda: check_tier(cfg, provider, topics={TOPIC}).problems == [],
+            60,
+        )
+        delete_old_commitlog(rocketmq, namesrv.address, broker)
+        proxy.workdir.mkdir()
+        proxy.namesrv, proxy.cluster = f"127.0.0.1:{car.port}", cfg.broker_cluster_name
+        proxy.start(timeout=120)
+        h = GrpcHistory(
+            broker,
+            namesrv.address,
+            rocketmq,
+            car,
+            proxy,
+            classes,
+            {m["msgId"]: m for m in ref.values()},
+        )
+        for q in range(QUEUES):
+            reply = get(car.http, f"/v1/topics/{TOPIC}/queues/{q}/offsets").json()
+            h.local_min[q] = reply["localMin"]
+        yield h
+    finally:
+        proxy.stop(grace=5)
+        car.stop()
+
+
+def _same_as_reference(h: GrpcHistory, got: dict[str, Any]) -> None:
+    ref = h.reference[got["msgId"]]
+    assert (got["bodySha256"], got["bodyLength"], got["tag"]) == (
+        ref["bodySha256"], ref["bodyLength"], ref["tags"],
+    )  # fmt: skip
+    assert got["keys"] == " ".join(sorted((ref.get("keys") or "").split())), got
+
+
+def test_java_simple_consumer_acks_every_message_once(grpc_history: GrpcHistory) -> None:
+    h = grpc_history
+    lines = h.grpc(
+        "simple", group="grpc-simple", topic=TOPIC, expect=COUNT, batch=32,
+        invisibleMs=30_000, maxMs=150_000,
+    )  # fmt: skip
+    got = [line["msg"] for line in lines if "msg" in line]
+    ids = [m["msgId"] for m in got]
+    assert len(ids) == len(set(ids)) == COUNT, "a message was received twice, or not at all"
+    assert set(ids) == set(h.reference)
+    assert all(m["attempt"] == 1 for m in got)
+    for m in got:
+        _same_as_reference(h, m)
+    assert sum(h.tier_only(i) for i in ids) > 0, "no message only the tier holds was read"
+    done = lines[-1]
+    assert (done["received"], done["acked"]) == (COUNT, COUNT)
+    ends = {q: max(m["queueOffset"] for m in h.reference.values() if m["queueId"] == q) + 1
+            for q in range(QUEUES)}  # fmt: skip
+    wait_for("the acks to reach the sidecar", lambda: h.committed("grpc-simple") == ends, 10)
+
+
+def test_java_unacked_batch_comes_back_with_delivery_attempt_2(grpc_history: GrpcHistory) -> None:
+    h = grpc_history
+    lines = h.grpc(
+        "redeliver", group="grpc-again", topic=TOPIC, batch=4, invisibleMs=2000,
+        postponeMs=6000, maxMs=60_000,
+    )  # fmt: skip
+    got = [line["msg"] for line in lines if "msg" in line]
+    first = [m for m in got if m["event"] == "notAcked"]
+    again = [m for m in got if m["event"] == "again"]
+    (postponed,) = [line["postponed"] for line in lines if "postponed" in line]
+    assert len(first) == 4 and lines[-1]["stillWaiting"] == 0
+    assert {m["msgId"] for m in again} == {m["msgId"] for m in first}
+    assert all(m["attempt"] == 2 for m in again)
+    assert not any(m.get("early") for m in again), "a postponed message came back early"
+    late = next(m for m in again if m["msgId"] == postponed)
+    others = [m["at"] for m in again if m["msgId"] != postponed]
+    assert late["at"] > max(others), "changeInvisibleDuration did not postpone the message"
+    for m in got:
+        _same_as_reference(h, m)
+
+
+def test_java_push_consumer_consumes_every_message_once(grpc_history: GrpcHistory) -> None:
+    h = grpc_history
+    lines = h.grpc(
+        "push", group="grpc-push", topic=TOPIC, expect=COUNT, settleMs=3000, maxMs=150_000
+    )
+    got = [line["msg"] for line in lines if "msg" in line]
+    ids = [m["msgId"] for m in got]
+    assert len(ids) == len(set(ids)) == COUNT and set(ids) == set(h.reference)
+    assert all(m["attempt"] == 1 for m in got)
+    for m in got:
+        _same_as_reference(h, m)
+    ends = {q: max(m["queueOffset"] for m in h.reference.values() if m["queueId"] == q) + 1
+            for q in range(QUEUES)}  # fmt: skip
+    wait_for("the acks to reach the sidecar", lambda: h.committed("grpc-push") == ends, 10)
+
+
+def test_java_fifo_group_receives_each_queue_in_order(grpc_history: GrpcHistory) -> None:
+    """A group created orderly on the broker (``mqadmin updateSubGroup -o true``): the sidecar
+    serves the broker's config, the proxy pops orderly, each queue comes in offset order."""
+    h = grpc_history
+    out = h.rocketmq.mqadmin(h.namesrv, ["updateSubGroup", "-b", h.broker.address,
+                                         "-g", "grpc-fifo", "-o", "true"])  # fmt: skip
+    assert "success" in out[0], out
+    lines = h.grpc(
+        "simple", group="grpc-fifo", topic=TOPIC, expect=COUNT, batch=32, invisibleMs=30_000,
+        maxMs=150_000,
+    )  # fmt: skip
+    got = [line["msg"] for line in lines if "msg" in line]
+    assert sorted(m["msgId"] for m in got) == sorted(h.reference)
+    per_queue: dict[int, list[int]] = {}
+    for m in got:
+        ref = h.reference[m["msgId"]]
+        per_queue.setdefault(ref["queueId"], []).append(ref["queueOffset"])
+    for offsets in per_queue.values():
+        assert offsets == sorted(offsets) and len(set(offsets)) == len(offsets)
+
+
+def test_python_simple_consumer_acks_every_message_once(grpc_history: GrpcHistory) -> None:
+    """``rocketmq-python-client`` (pinned in the dev extra) through the same proxy."""
+    h = grpc_history
+    args = {"endpoint": h.proxy.endpoint, "group": "grpc-python", "topic": TOPIC,
+            "expect": COUNT, "batch": 32}  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, str(PYTHON_CONSUMER), json.dumps(args)],
+        capture_output=True, text=True, timeout=200, check=False,
+    )  # fmt: skip
+    lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
+    assert done.returncode == 0 and lines and lines[-1].get("done"), done.stderr[-6000:]
+    got = [line["msg"] for line in lines if "msg" in line]
+    ids = [m["msgId"] for m in got]
+    assert len(ids) == len(set(ids)) == COUNT and set(ids) == set(h.reference)
+    assert all(m["attempt"] == 1 for m in got)
+    for m in got:
+        _same_as_reference(h, m)
+    assert (lines[-1]["received"], lines[-1]["acked"]) == (COUNT, COUNT)
+
+
+def test_the_proxy_started_against_the_sidecar_alone(grpc_history: GrpcHistory) -> None:
+    """What the proxy asked and how it was answered: POP and its acks, the group configs, the
+    routes; nothing it sent was refused but its writes (heartbeat-sync topic messages)."""
+    h = grpc_history
+    asked: dict[tuple[str, str], float] = {}
+    text = get(h.sidecar.http, "/metrics").body.decode()
+    for line in text.splitlines():
+        if line.startswith("rocketmq_tiered_store_remoting_requests_total{"):
+            labels = dict(
+                part.split("=", 1)
+                for part in line[line.index("{") + 1 : line.index("}")].split(",")
+            )
+            key = (labels["code"].strip('"'), labels["result"].strip('"'))
+            asked[key] = float(line.rsplit(" ", 1)[1])
+    print("requests the proxy sent the sidecar:", json.dumps({f"{c} {r}": n
+          for (c, r), n in sorted(asked.items())}))  # fmt: skip
+    for code in ("POP_MESSAGE", "ACK_MESSAGE", "GET_SUBSCRIPTIONGROUP_CONFIG"):
+        assert asked.get((code, "SUCCESS"), 0) > 0, (code, asked)
+    refused = {k: n for k, n in asked.items() if k[1] == "REQUEST_CODE_NOT_SUPPORTED"}
+    assert not refused, refused
+    assert h.proxy.proc is not None and h.proxy.proc.poll() is None  # still up
+
+
+def test_a_sidecar_restart_keeps_acks_and_redelivers_what_was_in_flight(
+    grpc_history: GrpcHistory,
+) -> None:
+    h = grpc_history
+    first = h.grpc(
+        "simple", group="grpc-restart", topic=TOPIC, expect=COUNT, batch=32, stopAfter=COUNT // 2,
+        leaveInFlight=True, invisibleMs=3000, maxMs=120_000,
+    )  # fmt: skip
+    msgs = [line["msg"] for line in first if "msg" in line]
+    acked = {m["msgId"] for m in msgs if m["event"] == "received"}
+    in_flight = {m["msgId"] for m in msgs if m["event"] == "notAcked"}
+    assert len(acked) >= COUNT // 2 and in_flight and not acked & in_flight
+    h.sidecar.stop()  # SIGTERM: the POP state is written
+    h.sidecar.start()  # the same replay port: the proxy reconnects
+    second = h.grpc(
+        "simple", group="grpc-restart", topic=TOPIC, expect=COUNT - len(acked), batch=32,
+        invisibleMs=30_000, maxMs=150_000,
+    )  # fmt: skip
+    again = [line["msg"] for line in second if "msg" in line]
+    ids = [m["msgId"] for m in again]
+    assert len(ids) == len(set(ids)) and not set(ids) & acked, "an acked message came back"
+    assert set(ids) | acked == set(h.reference)
+    assert {m["msgId"] for m in again if m["attempt"] == 2} == in_flight
+    print(f"restart: {len(acked)} acked before, {len(in_flight)} in flight, {len(ids)} after")
