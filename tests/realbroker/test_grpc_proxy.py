@@ -302,6 +302,27 @@ def test_python_simple_consumer_acks_every_message_once(grpc_history: GrpcHistor
     assert (lines[-1]["received"], lines[-1]["acked"]) == (COUNT, COUNT)
 
 
+def test_remoting_push_consumer_switched_to_pop(grpc_history: GrpcHistory) -> None:
+    """A 5.x remoting DefaultMQPushConsumer whose group was switched to POP with ``mqadmin
+    setConsumeMode`` against the sidecar (no proxy): the sidecar assigns it the topic's queues
+    in POP mode, and it pops and acks every message once."""
+    h = grpc_history
+    sidecar = f"127.0.0.1:{h.sidecar.port}"
+    out = h.rocketmq.mqadmin(sidecar, ["setConsumeMode", "-b", sidecar, "-t", TOPIC,
+                                       "-g", "remoting-pop", "-m", "POP", "-q", "0"])  # fmt: skip
+    assert "success" in out[0], out
+    lines = h.rocketmq.driver(
+        "consume", mode="push", group="remoting-pop", topics=[TOPIC], namesrv=sidecar,
+        serverRebalance=True, stopAfter=COUNT, idleMs=20_000, maxMs=150_000,
+    )  # fmt: skip
+    got = messages(lines)  # fails on a message consumed twice
+    assert {m["msgId"] for m in got.values()} == set(h.reference)
+    assert all(m["reconsumeTimes"] == 0 for m in got.values())
+    ends = {q: max(m["queueOffset"] for m in h.reference.values() if m["queueId"] == q) + 1
+            for q in range(QUEUES)}  # fmt: skip
+    wait_for("the acks to reach the sidecar", lambda: h.committed("remoting-pop") == ends, 10)
+
+
 def test_the_proxy_started_against_the_sidecar_alone(grpc_history: GrpcHistory) -> None:
     """What the proxy asked and how it was answered: POP and its acks, the group configs, the
     routes; nothing it sent was refused but its writes (heartbeat-sync topic messages)."""
@@ -318,7 +339,7 @@ def test_the_proxy_started_against_the_sidecar_alone(grpc_history: GrpcHistory) 
             asked[key] = float(line.rsplit(" ", 1)[1])
     print("requests the proxy sent the sidecar:", json.dumps({f"{c} {r}": n
           for (c, r), n in sorted(asked.items())}))  # fmt: skip
-    for code in ("POP_MESSAGE", "ACK_MESSAGE", "GET_SUBSCRIPTIONGROUP_CONFIG"):
+    for code in ("POP_MESSAGE", "ACK_MESSAGE", "GET_SUBSCRIPTIONGROUP_CONFIG", "QUERY_ASSIGNMENT"):
         assert asked.get((code, "SUCCESS"), 0) > 0, (code, asked)
     refused = {k: n for k, n in asked.items() if k[1] == "REQUEST_CODE_NOT_SUPPORTED"}
     assert not refused, refused

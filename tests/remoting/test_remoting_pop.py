@@ -221,7 +221,10 @@ def test_sql_and_unknown_topics_refused(history: SampleTier, endpoint: EndpointF
         retry = "%RETRY%g_" + TOPIC
         r = c.call(Req.POP_MESSAGE, consumerGroup="g", topic=retry, queueId=-1, maxMsgNums=1,
                    invisibleTime=1000, pollTime=0, bornTime=0, initMode=0)  # fmt: skip
-        assert r.code == Res.TOPIC_NOT_EXIST and "never writes retry topics" in str(r.remark)
+        assert r.code == Res.POLLING_TIMEOUT  # a retry topic: never written, always empty
+        r = c.call(Req.POP_MESSAGE, consumerGroup="g", topic="NoSuchTopic", queueId=-1,
+                   maxMsgNums=1, invisibleTime=1000, pollTime=0, initMode=0)  # fmt: skip
+        assert r.code == Res.TOPIC_NOT_EXIST
 
 
 def test_subscription_group_config(history: SampleTier, endpoint: EndpointFactory) -> None:
@@ -327,3 +330,45 @@ def test_a_restart_keeps_acks_and_redelivers_what_was_in_flight(restartable: obj
             (3, 1), (4, 1), (5, 1), (6, 0), (7, 0), (8, 0),
         ]  # fmt: skip
         assert committed(c, "restart", 1) == 3
+
+
+def _beat(c: RemotingClient, client: str, group: str) -> None:
+    data = {"clientID": client, "consumerDataSet": [{"groupName": group,
+            "subscriptionDataSet": [{"topic": TOPIC, "subString": "*"}]}]}  # fmt: skip
+    assert c.call(Req.HEART_BEAT, json.dumps(data).encode()).code == Res.SUCCESS
+
+
+def _assigned(c: RemotingClient, group: str, client: str) -> list[tuple[int, str]]:
+    body = {"topic": TOPIC, "consumerGroup": group, "clientId": client,
+            "strategyName": "AVG", "messageModel": "CLUSTERING"}  # fmt: skip
+    r = c.call(Req.QUERY_ASSIGNMENT, json.dumps(body).encode())
+    assert r.code == Res.SUCCESS, r.remark
+    found = json.loads(r.body)["messageQueueAssignments"]
+    return sorted((a["messageQueue"]["queueId"], a["mode"]) for a in found)
+
+
+def test_set_consume_mode_and_query_assignment(
+    history: SampleTier, endpoint: EndpointFactory, tmp_path: Path
+) -> None:
+    ep = endpoint(history)
+    with ep.client() as c:
+        _beat(c, "a@1", "modes")
+        _beat(c, "b@1", "modes")
+        assert _assigned(c, "modes", "a@1") == [(0, "PULL"), (1, "PULL")]  # averagely
+        assert _assigned(c, "modes", "b@1") == [(2, "PULL"), (3, "PULL")]
+        assert _assigned(c, "modes", "stranger") == []
+        mode = {"topic": TOPIC, "consumerGroup": "modes", "mode": "POP", "popShareQueueNum": 0}
+        r = c.call(Req.SET_MESSAGE_REQUEST_MODE, json.dumps(mode).encode())
+        assert r.code == Res.SUCCESS, r.remark
+        assert _assigned(c, "modes", "a@1") == [(-1, "POP")]  # every queue, popped in turn
+        bad = c.call(Req.SET_MESSAGE_REQUEST_MODE, json.dumps({**mode, "topic": "Nope"}).encode())
+        assert bad.code == Res.TOPIC_NOT_EXIST
+    state = ep.replay.pop_state
+    state.flush()
+    assert state.path is None  # the fixture's endpoint keeps its state in memory
+    kept = PopState(tmp_path)
+    kept.set_request_mode(TOPIC, "modes", "POP", 1)
+    kept.flush()
+    again = PopState(tmp_path)
+    again.load()
+    assert again.request_mode(TOPIC, "modes") == ("POP", 1)

@@ -1,11 +1,11 @@
 """The sidecar's small JSON state files: one way to write, read and lose them.
 
-Five files hold state of the sidecar's own (not upstream's): the orphan log
+Six files hold state of the sidecar's own (not upstream's): the orphan log
 (``config/tieredOrphanObjects.json``), the dispatcher's status file (``status/dispatcher.json``),
 the key index's progress (``tiered_index_file/progress.json``), the replay groups' offsets
-(``config/replayConsumerOffset.json``) and the pause switch
-(``config/tieredUploadsPaused.json``). Each is ``{"version": N, ...}`` and goes through a
-:class:`JsonStateFile`:
+(``config/replayConsumerOffset.json``), their POP state (``config/replayPopState.json``) and the
+pause switch (``config/tieredUploadsPaused.json``). Each is ``{"version": N, ...}`` and goes
+through a :class:`JsonStateFile`:
 
 * written atomically (:class:`~tiered.metadata.atomic.AtomicFile`: temp file, rename, the previous
   version kept as ``.bak``; fsync'd unless the owner says the file may lag after a power loss);

@@ -48,6 +48,7 @@ from tiered.read.message_store import TieredMessageStore
 from tiered.read.tag_filter import TagFilter
 
 from .admin import Admin
+from .assignment import Assignments
 from .body import dumps
 from .body import message_queue
 from .codes import CLIENT_CALLBACKS
@@ -136,6 +137,7 @@ class Replay:
         self.admin = Admin(cfg, store, naming, self.clients, offsets)
         self.pop_state = pop_state or PopState(None)
         self.pops = Pops(cfg, store, naming, offsets, self.pop_state, _parse_tags)
+        self.assignments = Assignments(cfg, naming, self.clients, self.pop_state)
         self._refusals_logged: set[int] = set()
         self._handlers: dict[int, Callable[[Command], Response]] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
@@ -158,6 +160,7 @@ class Replay:
             RequestCode.UNLOCK_BATCH_MQ: self.unlock_batch,
             **self.admin.handlers(),
             **self.pops.handlers(),
+            **self.assignments.handlers(),
         }
 
     def flush(self) -> None:

@@ -124,16 +124,13 @@ class Pops:
                 "tags (TAG expressions such as 'TagA || TagB' or '*')",
             )
         tags = self.parse_tags(ext.get("exp") or "*")
+        if topic.startswith(RETRY_GROUP_TOPIC_PREFIX) and not self.store.topics.known(topic):
+            # never written here: redeliveries come from the topic itself
+            return self._nothing(request, may_suspend, poll_ms, invisible, orderly)
         if not self.store.topics.known(topic):
             return request.response(
                 ResponseCode.TOPIC_NOT_EXIST,
-                f"topic[{topic}] not exist (neither the tier nor the broker's store holds it"
-                + (
-                    "; the replay endpoint never writes retry topics: redeliveries come from "
-                    "the topic itself)"
-                    if topic.startswith(RETRY_GROUP_TOPIC_PREFIX)
-                    else ")"
-                ),
+                f"topic[{topic}] not exist (neither the tier nor the broker's store holds it)",
             )
         if queue_id >= 0:
             if queue_id > MAX_QUEUE_ID:
@@ -200,6 +197,25 @@ class Pops:
         metrics.child(metrics.REMOTING_POP_MESSAGES, "delivered").inc(delivered - redelivered)
         metrics.child(metrics.REMOTING_POP_MESSAGES, "redelivered").inc(redelivered)
         return request.response(ResponseCode.SUCCESS, "FOUND", ext_fields=header, body_parts=parts)
+
+    def _nothing(
+        self, request: Command, may_suspend: bool, poll_ms: int, invisible: int, orderly: bool
+    ) -> Response:
+        """An empty pop: held until its ``pollTime``, then ``POLLING_TIMEOUT``."""
+        from .handlers import Suspend
+
+        if may_suspend and poll_ms > 0:
+            deadline = time.monotonic() + poll_ms / 1000
+            return Suspend(request, "", -1, 0, deadline, ready=lambda: False)
+        header = {
+            "popTime": str(int(time.time() * 1000)),
+            "invisibleTime": str(invisible),
+            "reviveQid": str(ORDER_REVIVE_QID if orderly else 0),
+            "restNum": "0",
+        }
+        return request.response(
+            ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext_fields=header
+        )
 
     def _start(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
         """Where a queue the group never popped starts: its committed offset, else

@@ -25,7 +25,8 @@ Deadlines are wall-clock milliseconds (``popTime`` is, and they survive a restar
 jumps forward makes leases run out early (delivered again: at least once), one that jumps back
 holds them longer; neither ever redelivers an acked message.
 
-The state is written to ``{tieredDataDir}/config/replayPopState.json`` as the other state files
+The state (and the request modes ``mqadmin setConsumeMode`` sets, :mod:`.assignment`) is written
+to ``{tieredDataDir}/config/replayPopState.json`` as the other state files
 (:class:`~tiered.metadata.state_file.JsonStateFile`: atomic, ``.bak``, a damaged pair moved
 aside) by :meth:`PopState.flush`, which ``run`` calls every second and at shutdown: a restart
 keeps every ack written and leases in flight run out as they would have (delivered again); a
@@ -52,6 +53,8 @@ WINDOW = 4096
 """Offsets at most between a queue's progress and its cursor (acked or leased)."""
 MAX_QUEUES = 65_536
 """``(group, topic, queue)`` states at most."""
+MAX_REQUEST_MODES = 4096
+"""(topic, group) request modes at most (``SET_MESSAGE_REQUEST_MODE``)."""
 DLQ_KEPT = 256
 """Dead-lettered offsets remembered per group and topic (the count is kept in full)."""
 MAX_REDELIVERIES = 16
@@ -139,6 +142,7 @@ class PopState:
         self._queues: dict[Key, _Queue] = {}
         self._dlq: dict[tuple[str, str], DeadLetters] = {}
         self._moved: dict[Key, int] = {}
+        self._modes: dict[tuple[str, str], tuple[str, int]] = {}
         self._lock = threading.Lock()
         self._write_lock = threading.Lock()
         self._dirty = False
@@ -342,6 +346,21 @@ class PopState:
         with self._lock:
             return sum(x.count for x in self._dlq.values())
 
+    def set_request_mode(self, topic: str, group: str, mode: str, share: int) -> None:
+        """``group`` reads ``topic`` by ``mode`` (PULL or POP) with ``popShareQueueNum``
+        ``share``; at most :data:`MAX_REQUEST_MODES` pairs (the oldest forgotten)."""
+        with self._lock:
+            self._modes.pop((topic, group), None)
+            self._modes[(topic, group)] = (mode, share)
+            while len(self._modes) > MAX_REQUEST_MODES:
+                del self._modes[next(iter(self._modes))]
+            self._dirty = True
+
+    def request_mode(self, topic: str, group: str) -> tuple[str, int] | None:
+        """``(mode, popShareQueueNum)`` set for ``group`` on ``topic``, or None."""
+        with self._lock:
+            return self._modes.get((topic, group))
+
     def forget(self, group: str) -> None:
         """Drop every queue of ``group`` (its progress stays its committed offset)."""
         with self._lock:
@@ -360,9 +379,9 @@ class PopState:
         if self._file is None:
             return
         loaded = self._file.load(owner=owner)
-        queues, dlq = loaded if loaded is not None else ({}, {})
+        queues, dlq, modes = loaded if loaded is not None else ({}, {}, {})
         with self._lock:
-            self._queues, self._dlq = queues, dlq
+            self._queues, self._dlq, self._modes = queues, dlq, modes
             self._dirty = False
 
     def flush(self) -> bool:
@@ -377,7 +396,7 @@ class PopState:
             with self._lock:
                 if not self._dirty:
                     return False
-                body = _dump(self._queues, self._dlq)
+                body = _dump(self._queues, self._dlq, self._modes)
                 self._dirty = False
             try:
                 self._file.save(body)
@@ -399,7 +418,11 @@ def _runs(offsets: list[int]) -> list[list[int]]:
     return out
 
 
-def _dump(queues: dict[Key, _Queue], dlq: dict[tuple[str, str], DeadLetters]) -> dict[str, Any]:
+def _dump(
+    queues: dict[Key, _Queue],
+    dlq: dict[tuple[str, str], DeadLetters],
+    modes: dict[tuple[str, str], tuple[str, int]],
+) -> dict[str, Any]:
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for (group, topic, queue_id), q in sorted(queues.items()):
         table.setdefault(f"{topic}@{group}", {})[str(queue_id)] = {
@@ -412,7 +435,8 @@ def _dump(queues: dict[Key, _Queue], dlq: dict[tuple[str, str], DeadLetters]) ->
         f"{topic}@{group}": {"count": d.count, "latest": [list(x) for x in d.latest]}
         for (group, topic), d in sorted(dlq.items())
     }
-    return {"queues": table, "deadLetters": letters}
+    request_modes = [[t, g, m, n] for (t, g), (m, n) in modes.items()]
+    return {"queues": table, "deadLetters": letters, "requestModes": request_modes}
 
 
 def _int(value: object, what: str) -> int:
@@ -428,9 +452,12 @@ def _split(name: str) -> tuple[str, str]:
     return topic, group
 
 
-def _parse(
-    document: dict[str, Any],
-) -> tuple[dict[Key, _Queue], dict[tuple[str, str], DeadLetters]]:
+_State = tuple[
+    dict[Key, _Queue], dict[tuple[str, str], DeadLetters], dict[tuple[str, str], tuple[str, int]]
+]
+
+
+def _parse(document: dict[str, Any]) -> _State:
     queues: dict[Key, _Queue] = {}
     for name, rows in document["queues"].items():
         topic, group = _split(name)
@@ -454,7 +481,10 @@ def _parse(
         letters = DeadLetters(_int(row["count"], "count"))
         letters.latest.extend((_int(a, "queue"), _int(b, "offset")) for a, b in row["latest"])
         dlq[(group, topic)] = letters
-    return queues, dlq
+    modes: dict[tuple[str, str], tuple[str, int]] = {}
+    for topic, group, mode, share in document.get("requestModes", []):
+        modes[(str(topic), str(group))] = (str(mode), _int(share, "popShareQueueNum"))
+    return queues, dlq, modes
 
 
 __all__ = ["Claim", "Lease", "PopState"]

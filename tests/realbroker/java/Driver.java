@@ -546,7 +546,8 @@ public class Driver {
     }
 
     /** A push consumer from the first offset, stopped after `stopAfter` messages (or `idleMs`
-     *  without one); `delayMs` per message consumed; with `watchAssignment`, one
+     *  without one); `delayMs` per message consumed; with `serverRebalance`, the broker assigns
+     *  the queues and says whether to pull or pop them (QUERY_ASSIGNMENT); with `watchAssignment`, one
      *  {"assigned": n, "ms": since start} line each time the number of queues rebalancing gave
      *  it (retry topics left out) changes. */
     static void push(JSONObject a, boolean orderly) throws Exception {
@@ -560,6 +561,7 @@ public class Driver {
         c.setConsumeMessageBatchMaxSize(1);
         c.setPollNameServerInterval(1000);
         c.setPersistConsumerOffsetInterval(1000);
+        c.setClientRebalance(!a.getBooleanValue("serverRebalance"));
         for (Object t : a.getJSONArray("topics")) {
             c.subscribe((String) t, a.getString("expression") == null ? "*" : a.getString("expression"));
         }
