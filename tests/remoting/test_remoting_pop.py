@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tiered.access.security import Security
 from tiered.broker import message as msgcodec
 from tiered.remoting.client import RemotingClient
 from tiered.remoting.client import split_messages
@@ -372,3 +373,31 @@ def test_set_consume_mode_and_query_assignment(
     again = PopState(tmp_path)
     again.load()
     assert again.request_mode(TOPIC, "modes") == ("POP", 1)
+
+
+def test_pops_and_acks_need_sub_on_the_topic_and_group(
+    history: SampleTier, endpoint: EndpointFactory, tmp_path: Path
+) -> None:
+    accounts = tmp_path / "plain_acl.yml"
+    accounts.write_text(
+        "accounts:\n"
+        "  - {accessKey: reader, secretKey: reader-secret, defaultTopicPerm: DENY,\n"
+        f"     defaultGroupPerm: SUB, topicPerms: ['{TOPIC}=SUB']}}\n"
+        "  - {accessKey: other, secretKey: other-secret, defaultTopicPerm: DENY}\n"
+    )
+    ep = endpoint(history, security=Security(accounts_file=accounts, failed_auth_delay_s=0.0))
+    reader = RemotingClient("127.0.0.1", ep.server.port, credentials=("reader", "reader-secret"))
+    other = RemotingClient("127.0.0.1", ep.server.port, credentials=("other", "other-secret"))
+    with reader as c, other as o:
+        _, got = pop(c, "acl", queue_id=0, nums=2)
+        assert len(got) == 2
+        refused = o.call(
+            Req.POP_MESSAGE, consumerGroup="acl", topic=TOPIC, queueId=0, maxMsgNums=2,
+            invisibleTime=1000, pollTime=0, initMode=0,
+        )  # fmt: skip
+        assert refused.code == Res.NO_PERMISSION and "SUB permission" in str(refused.remark)
+        body = json.dumps({"acks": [{"c": "acl", "t": TOPIC, "so": 0, "q": 0, "b": [0, 1]}]})
+        assert o.call(Req.BATCH_ACK_MESSAGE, body.encode()).code == Res.NO_PERMISSION
+        assert ep.replay.pop_state.progress(("acl", TOPIC, 0)) == 0  # nothing acked
+        assert c.call(Req.BATCH_ACK_MESSAGE, body.encode()).code == Res.SUCCESS
+        assert ep.replay.pop_state.progress(("acl", TOPIC, 0)) == 2

@@ -73,6 +73,7 @@ from .locks import RebalanceLocks
 from .naming import Naming
 from .peers import LOCAL_ONLY
 from .pop import Pops
+from .pop import batch_ack_targets
 from .pop_state import PopState
 
 log = logging.getLogger(__name__)
@@ -260,7 +261,11 @@ class Replay:
         guard, peer = security.guard, request.peer
         address = peer.rpartition(":")[0].strip("[]") or peer
         try:
-            acl.check(ext, request.body, topic, group)
+            account = acl.check(ext, request.body, topic, group)
+            if request.code == RequestCode.BATCH_ACK_MESSAGE:  # the acks name their own
+                for entry_topic, entry_group in batch_ack_targets(request.body):
+                    topic, group = entry_topic, entry_group
+                    acl.authorize(account, entry_topic, entry_group)
         except AclError as e:
             reason = e.reason
             if reason == BAD_CREDENTIALS:

@@ -466,6 +466,19 @@ def _handle(ext: dict[str, str]) -> list[str]:
     return parts
 
 
+def batch_ack_targets(body: bytes) -> list[tuple[str, str]]:
+    """The ``(topic, group)`` pairs a ``BatchAckMessageRequestBody`` acks (none when it does
+    not parse: the handler refuses it)."""
+    try:
+        acks = json.loads(body or b"{}").get("acks") or []
+        return sorted(
+            {(str(a.get("t") or a.get("topic")), str(a.get("c") or a.get("consumerGroup")))
+             for a in acks}
+        )  # fmt: skip
+    except (UnicodeDecodeError, ValueError, TypeError, AttributeError):
+        return []
+
+
 def _bits(value: Any) -> list[int]:
     """The set bits of a serialized ``BitSet``: base64 of its little-endian bytes, or a list."""
     if isinstance(value, list):
