@@ -59,19 +59,22 @@ class PopMachine(RuleBasedStateMachine):
 
     # --- one pop ----------------------------------------------------------------------------------
 
-    def _pop(self, key: Key, count: int, invisible: int, data: st.DataObject | None) -> None:
+    def _pop(
+        self, key: Key, count: int, invisible: int, data: st.DataObject | None, new: bool = True
+    ) -> None:
         orderly = GROUPS[key[0]]
         in_flight = self.state.in_flight(key, self.now)
         dead_before = self.state.dead_letters(key[0], key[1])[0]
         claim = self.state.claim(
             key, start=STARTS[key[2]], now=self.now, invisible_ms=invisible, max_count=count,
-            max_offset=ENDS[key[2]], orderly=orderly, max_redeliveries=MAX_REDELIVERIES,
+            max_offset=ENDS[key[2]], orderly=orderly, max_redeliveries=MAX_REDELIVERIES, new=new,
         )  # fmt: skip
         self._dead_lettered(key, dead_before)
         if claim is None:
             return
         assert not (orderly and in_flight), "an orderly queue handed out a second batch"
         assert len(claim.again) + claim.new_max <= count
+        assert new or claim.new_from is None, "an expired-only pop read new messages"
         for offset, times in claim.again.items():
             self._receive(key, offset, times)
         if claim.new_from is not None:
@@ -125,6 +128,16 @@ class PopMachine(RuleBasedStateMachine):
     )
     def pop(self, group: str, q: int, count: int, invisible: int, data: st.DataObject) -> None:
         self._pop((group, "T", q), count, invisible, data)
+
+    @rule(
+        group=st.sampled_from(sorted(GROUPS)),
+        q=st.sampled_from(sorted(ENDS)),
+        count=st.integers(1, 6),
+        invisible=st.integers(0, 30_000),
+    )
+    def pop_expired(self, group: str, q: int, count: int, invisible: int) -> None:
+        """The first pass of a pop: only what ran out of invisible time."""
+        self._pop((group, "T", q), count, invisible, None, new=False)
 
     @precondition(lambda self: bool(self.handles))
     @rule(data=st.data())
