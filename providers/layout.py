@@ -15,6 +15,7 @@ another control character, and is at most 255 UTF-8 bytes, so no topic name can 
 from __future__ import annotations
 
 import enum
+import functools
 import hashlib
 import re
 from dataclasses import dataclass
@@ -46,7 +47,9 @@ class FileType(enum.Enum):
         return self.value.lower()
 
 
+@functools.lru_cache(maxsize=1 << 16)
 def _md5_prefix(text: str) -> str:
+    # cached: a queue's keys hash the same cluster name and base offsets at every call
     return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
 
 
@@ -72,6 +75,23 @@ def cluster_dir_name(cluster: str) -> str:
 
 def check_component(value: str, what: str = "key component") -> str:
     """Return ``value`` if it is a safe key component, else raise :class:`InvalidKeyError`."""
+    if isinstance(value, str) and value and _safe_component(value):
+        return value
+    return _check_component(value, what)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def _safe_component(value: str) -> bool:
+    """Whether ``value`` passes :func:`_check_component` (cached: every key of a queue repeats
+    its broker, topic and directory names)."""
+    try:
+        _check_component(value, "")
+    except InvalidKeyError:
+        return False
+    return True
+
+
+def _check_component(value: str, what: str) -> str:
     if not isinstance(value, str) or not value:
         raise InvalidKeyError(f"{what} {value!r} is empty or not a string")
     if value.startswith("."):

@@ -462,11 +462,13 @@ class PosixProvider(Provider):
         check_prefix(prefix)
         base = prefix.rpartition("/")[0]
         removed = 0
+        skip = len(os.path.join(self._root, ""))  # walked paths start so (no relpath each)
         for dirpath, _, filenames in os.walk(self.root / base if base else self.root):
             self._request("LIST")
-            rel = os.path.relpath(dirpath, self.root)
-            rel = "" if rel == "." else rel + "/"
+            rel = dirpath[skip:] + "/" if dirpath != self._root else ""
             for name in filenames:
+                if name[:1] != ".":  # a temporary name starts with a dot
+                    continue
                 match = _TEMP_NAME.fullmatch(name)
                 if match and (rel + match.group(1)).startswith(prefix):
                     self._request("DELETE")

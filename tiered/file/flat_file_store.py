@@ -36,6 +36,8 @@ LocalLookup = Callable[[str, int], LocalUnits | None]
 """``(topic, queue id)`` -> the local consumequeue lookup of that queue, if the broker has it."""
 
 _MAX_LOAD_WORKERS = 16
+_LOAD_CHUNK = 64
+"""Queues reconciled by one task of the load's pool (at most; fewer with fewer queues)."""
 
 
 @dataclass(eq=False, kw_only=True)
@@ -102,13 +104,17 @@ class FlatFileStore(BrokerTier):
                     files.append(flat)
             self._files = loaded  # swapped whole: a reader (a replica's refresh) never sees a gap
 
-        def one(flat: FlatMessageFile) -> ReconcileReport:
-            return reconcile(flat, local(flat.topic, flat.queue_id) if local else None)
+        def some(chunk: list[FlatMessageFile]) -> list[ReconcileReport]:
+            return [reconcile(f, local(f.topic, f.queue_id) if local else None) for f in chunk]
 
         if not files or not reconcile_backend:
             return []
-        with ThreadPoolExecutor(max(1, min(workers, len(files))), "tiered-load") as pool:
-            reports = list(pool.map(one, files))
+        count = max(1, min(workers, len(files)))
+        # a few queues a task: one task per queue costs more in hand-overs than a check
+        step = max(1, min(_LOAD_CHUNK, -(-len(files) // count)))
+        chunks = [files[i : i + step] for i in range(0, len(files), step)]
+        with ThreadPoolExecutor(count, "tiered-load") as pool:
+            reports = [r for done in pool.map(some, chunks) for r in done]
         log.info("restored %d queues of broker %s from metadata", len(files), self.broker)
         return reports
 

@@ -233,7 +233,8 @@ class IndexService(Closeable):
                 log.info("no index progress: every queue is indexed from the tier")
             if self.flat_store is not None:
                 for flat in self.flat_store.files():
-                    if flat.initialized:
+                    # min_offset reads the tier: only for a queue the progress does not know
+                    if flat.initialized and self.progress.get(flat.topic, flat.queue_id) is None:
                         start = flat.min_offset()
                         self.progress.set_default(flat.topic, flat.queue_id, max(start, 0))
             self._open = True
