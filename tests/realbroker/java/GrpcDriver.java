@@ -10,7 +10,10 @@
  *   simple      a SimpleConsumer receives `batch` messages at a time with `invisibleMs` and acks
  *               each, until `expect` were acked and a receive came back empty; with `stopAfter`
  *               it stops once that many were acked, and with `leaveInFlight` it then receives one
- *               more batch and acks none of it
+ *               more batch and acks none of it; with `quiet` no line per message, and the last
+ *               line has `elapsedMs`, from the first receive to the last ack (the benchmark's); with
+ *               `ackAsync` a batch's acks are sent together (ackAsync) and awaited before the
+ *               next receive
  *   redeliver   a SimpleConsumer receives one batch and acks none of it; postpones the first
  *               message of it with changeInvisibleDuration(`postponeMs`); then receives and acks
  *               everything until the rest of that batch came back (deliveryAttempt 2), and the
@@ -24,6 +27,7 @@ import com.alibaba.fastjson.JSONObject;
 import java.nio.ByteBuffer;
 import java.security.MessageDigest;
 import java.time.Duration;
+import java.util.ArrayList;
 import java.util.Collections;
 import java.util.HashSet;
 import java.util.LinkedHashMap;
@@ -32,6 +36,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.TreeSet;
+import java.util.concurrent.CompletableFuture;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicLong;
 import org.apache.rocketmq.client.apis.ClientConfiguration;
@@ -121,7 +126,12 @@ public class GrpcDriver {
         int received = 0;
         int acked = 0;
         int empty = 0;
+        boolean quiet = a.getBooleanValue("quiet");
+        boolean ackAsync = a.getBooleanValue("ackAsync");
+        long started = 0;
+        long lastAck = 0;
         try (SimpleConsumer c = simpleConsumer(a)) {
+            started = System.nanoTime();
             while (System.currentTimeMillis() < deadline && (stopAfter == 0 || acked < stopAfter)) {
                 List<MessageView> got = c.receive(batch, invisible);
                 if (got.isEmpty()) {
@@ -131,12 +141,24 @@ public class GrpcDriver {
                     }
                     continue;
                 }
+                List<CompletableFuture<Void>> acks = new ArrayList<>();
                 for (MessageView m : got) {
                     received++;
-                    emit(Map.of("msg", describe(m, "received")));
-                    c.ack(m);
+                    if (!quiet) {
+                        emit(Map.of("msg", describe(m, "received")));
+                    }
+                    if (ackAsync) {
+                        acks.add(c.ackAsync(m));
+                    } else {
+                        c.ack(m);
+                        acked++;
+                    }
+                }
+                for (CompletableFuture<Void> f : acks) {
+                    f.get();
                     acked++;
                 }
+                lastAck = System.nanoTime();
             }
             if (a.getBooleanValue("leaveInFlight")) {
                 for (MessageView m : c.receive(batch, invisible)) {
@@ -145,7 +167,8 @@ public class GrpcDriver {
                 }
             }
         }
-        emit(Map.of("done", true, "received", received, "acked", acked, "emptyReceives", empty));
+        emit(Map.of("done", true, "received", received, "acked", acked, "emptyReceives", empty,
+            "elapsedMs", (lastAck - started) / 1e6));
     }
 
     static void redeliver(JSONObject a) throws Exception {
