@@ -38,7 +38,7 @@ from tiered.metadata import parse_metadata
 from tiered.metadata.atomic import AtomicFile
 from tiered.metadata.journal import chunk_prefix
 from tiered.metadata.journal import snapshot_id
-from tiered.metadata.metadata_store import apply_chunks
+from tiered.metadata.metadata_read import apply_chunks
 from tiered.providers import Provider
 from tiered.providers import build_provider
 from tiered.providers.read_only import ReadOnlyProvider
