@@ -71,6 +71,8 @@ def collector_paused() -> Iterator[None]:
 
 TOPICS_SHOWN = 50
 """Topics the broker-topics line names (the rest are counted)."""
+POP_LATEST_SHOWN = 5
+"""Latest dead-lettered offsets shown per group and topic (``--json`` has them all)."""
 
 
 def _when(ms: int) -> str:
@@ -149,6 +151,8 @@ def _print(report: StatusReport) -> None:
     if indexed:
         out.print(_index_line(report.index))
     out.print(_topics_line(report))
+    for line in _pop_lines(report):
+        out.print(line)
 
 
 def _paused_line(report: StatusReport) -> str:
@@ -185,6 +189,23 @@ def _topics_line(report: StatusReport) -> str:
         f"broker topics ({report.topics_source}): {len(report.topics)}, {offloaded} offloaded: "
         + " ".join(shown)
     )
+
+
+def _pop_lines(report: StatusReport) -> list[str]:
+    """POP dead letters per group and topic (none: no line), or why the state was not read."""
+    if report.pop_state_error:
+        return [f"POP state not read: {report.pop_state_error}"]
+    if not report.pop_dead_letters:
+        return []
+    head = (
+        "POP dead letters (delivered retryMaxTimes + 1 times, never acked; recorded by the "
+        "replay port, not written to the broker's %DLQ%):"
+    )
+    lines = [head]
+    for d in report.pop_dead_letters:
+        latest = " ".join(f"{q}/{o}" for q, o in d.latest[-POP_LATEST_SHOWN:])
+        lines.append(f"  group {d.group} topic {d.topic}: {d.count} (latest queue/offset {latest})")
+    return lines
 
 
 def _index_line(index: IndexStatusReport) -> str:

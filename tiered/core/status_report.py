@@ -4,6 +4,7 @@ Read-only and lock-free, so it works while ``run`` is running: the metadata file
 directly (falling back to ``.bak``; nothing is moved or rewritten), the broker store is read
 through :mod:`tiered.broker`, and the dispatcher's state file gives gaps and upload times; whether
 uploads are paused comes from the pause file (:mod:`tiered.offload.pause`).
+POP dead letters per group and topic come from the replay port's ``config/replayPopState.json``.
 The key index is summarised from the local index files' headers, ``progress.json`` (how far each
 queue is indexed) and the metadata's INDEX segments.
 The tiered min is the first consumequeue segment's first offset (after expiry removed commitlog
@@ -47,6 +48,7 @@ from tiered.offload.pause import PauseFile
 from tiered.offload.pause import PauseState
 from tiered.providers.layout import index_logical_path
 from tiered.providers.layout import logical_path
+from tiered.remoting.pop_state import PopState
 from tiered.source.local_source import LocalSource
 from tiered.source.no_local_store import REPLICA_MARKER
 from tiered.source.no_local_store import NoLocalStore
@@ -117,6 +119,19 @@ class BrokerTopic:
     """Queues of the topic with a consumequeue in the store or a flat file in the tier."""
 
 
+@dataclass
+class PopDeadLetters:
+    """A group's POP messages of one topic delivered ``retryMaxTimes`` + 1 times and never acked:
+    the replay port records them in ``config/replayPopState.json`` (a read-only tier never
+    writes the broker's ``%DLQ%`` topic) and counts them as consumed."""
+
+    group: str
+    topic: str
+    count: int
+    latest: list[list[int]]
+    """The latest ``[queue id, offset]`` of them, oldest first (a bounded number)."""
+
+
 @dataclass(frozen=True)
 class StatusQuery:
     """Which queues ``status`` lists: those of topics matching ``topic`` (a glob; None: all)
@@ -155,6 +170,10 @@ class StatusReport:
     """Rows the query selected before paging (-1: :attr:`queues` is all of them)."""
     uploads: PauseState = field(default_factory=PauseState)
     """Whether uploads are paused, since when, by whom (``rmq-tiered pause``)."""
+    pop_dead_letters: list[PopDeadLetters] = field(default_factory=list)
+    """POP dead letters per group and topic (of the topics the query selects)."""
+    pop_state_error: str = ""
+    """Why the POP state could not be read (empty when it was, or there is none)."""
 
     def totals(self) -> dict[str, int]:
         """Sums over every queue the query matched (over :attr:`queues` when not collected by
@@ -188,6 +207,8 @@ class StatusReport:
             "index": _camel_tree(asdict(self.index), camel),
             "topicsSource": self.topics_source,
             "topics": [{camel(k): v for k, v in asdict(t).items()} for t in self.topics],
+            "popDeadLetters": [asdict(d) for d in self.pop_dead_letters],
+            "popStateError": self.pop_state_error,
         }
 
 
@@ -325,9 +346,12 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
         )
     else:
         _topics(cfg, report, filt, set(everything) | keys)
+    report.pop_dead_letters, report.pop_state_error = _pop_dead_letters(cfg.tiered_data_dir)
+    report.pop_dead_letters = [d for d in report.pop_dead_letters if _selects(query, d.topic)]
     if query.readable is not None:
         readable = query.readable
         report.topics = [t for t in report.topics if readable(t.topic)]
+        report.pop_dead_letters = [d for d in report.pop_dead_letters if readable(d.topic)]
     rows = report.queues
     if query.lagging:
         rows = sorted((q for q in rows if _behind(q)), key=lambda q: -q.lag_messages)
@@ -338,6 +362,20 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
 
 
 _NO_QUEUE: Final = (-1, -1, -1)
+
+
+def _pop_dead_letters(data_dir: Path) -> tuple[list[PopDeadLetters], str]:
+    """The dead letters of the POP state the replay port persists (read as a reader beside
+    ``run``: a damaged file is left as it is), and why it could not be read."""
+    state = PopState(Path(data_dir) / "config")
+    try:
+        state.load(owner=False)
+    except OSError as e:
+        return [], f"{state.path}: {e}"
+    return [
+        PopDeadLetters(group, topic, count, [[q, o] for q, o in latest])
+        for group, topic, count, latest in state.dead_letter_table()
+    ], ""
 
 
 def _selects(query: StatusQuery, topic: str) -> bool:

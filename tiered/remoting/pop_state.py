@@ -342,6 +342,15 @@ class PopState:
             letters = self._dlq.get((group, topic))
             return (0, []) if letters is None else (letters.count, list(letters.latest))
 
+    def dead_letter_table(self) -> list[tuple[str, str, int, list[tuple[int, int]]]]:
+        """Every ``(group, topic, count, latest (queue id, offset))`` with dead letters, sorted."""
+        with self._lock:
+            return [
+                (group, topic, x.count, list(x.latest))
+                for (group, topic), x in sorted(self._dlq.items())
+                if x.count
+            ]
+
     def dead_letter_total(self) -> int:
         with self._lock:
             return sum(x.count for x in self._dlq.values())
