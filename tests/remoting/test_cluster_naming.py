@@ -78,6 +78,18 @@ def test_registration_refuses_a_name_server_holding_the_broker_elsewhere(
     assert {"DefaultCluster", "broker-a"} <= set(table)  # never a lone topic
 
 
+def test_registration_routes_what_a_proxy_of_the_replay_name_server_needs(
+    history: SampleTier, endpoint: EndpointFactory
+) -> None:
+    """A RocketMQ Proxy whose name server is the replay one finds a broker through the cluster's
+    route (queue data needed) and fails to start without its heartbeat-sync topic's route."""
+    reg = Registration(history.cfg, endpoint(history).replay.naming, lambda: "127.0.0.1:1")
+    table = json.loads(reg.body())["topicConfigSerializeWrapper"]["topicConfigTable"]
+    for topic in ("DefaultCluster", "broker-a", "DefaultHeartBeatSyncerTopic"):
+        assert (table[topic]["readQueueNums"], table[topic]["writeQueueNums"]) == (1, 0), topic
+        assert table[topic]["perm"] == 4, topic
+
+
 def test_a_slaves_sidecar_stands_by(history: SampleTier, endpoint: EndpointFactory) -> None:
     holder = endpoint(history)
     cfg = history.cfg.model_copy(

@@ -39,6 +39,7 @@ from .codes import MASTER_ID
 from .codes import PERM_READ
 from .codes import RequestCode
 from .codes import ResponseCode
+from .naming import PROXY_SYNC_TOPICS
 from .naming import Naming
 
 log = logging.getLogger(__name__)
@@ -172,9 +173,12 @@ class Registration:
         queues = self.naming.queues()
         counts = {topic: self.naming.queue_count(topic, queues) for topic in queues}
         # a name server refuses a first registration of one topic: a broker always sends its
-        # cluster's and its own name as topics too (no queues here)
-        for topic in (self.cfg.broker_cluster_name, self.cfg.broker_name):
-            counts.setdefault(topic, 0)
+        # cluster's and its own name as topics too; with the proxy's heartbeat-sync topic they
+        # get one empty read-only queue, as in the sidecar's own routes (a RocketMQ Proxy whose
+        # name server is the replay one finds a broker through the cluster's route, and creates
+        # the sync topic at start -- and fails to start -- unless its route exists)
+        for topic in (self.cfg.broker_cluster_name, self.cfg.broker_name, *PROXY_SYNC_TOPICS):
+            counts.setdefault(topic, 1)
         if counts != self._topics:
             self._topics = counts
             self._version["counter"] += 1
