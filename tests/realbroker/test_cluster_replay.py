@@ -1,12 +1,13 @@
 """A topic on two real brokers (broker-a and broker-b of this module, behind their own name server)
-replayed whole
-through their two sidecars: both register with a real RocketMQ name server dedicated to replay
-(``tieredRemotingNamesrvAddr``), and each also knows the other as a peer
+replayed whole through their two sidecars: both register with a real RocketMQ name server
+dedicated to replay (``tieredRemotingNamesrvAddr``), and each also knows the other as a peer
 (``tieredRemotingPeers``). Both brokers delete their old commitlog files first, so the history
 comes from the tiers. Java consumers pointed at the replay name server -- and, apart, at one
 sidecar's own name-server half -- replay every message of both brokers exactly once; mqadmin
-sees both sidecars; a restarted sidecar registers again and consumers go on; a sidecar pointed
-at the production name server, where its broker is registered, refuses to start."""
+sees both sidecars; a RocketMQ Proxy whose name server is the replay one serves a gRPC
+SimpleConsumer every message of both brokers once, by POP from each broker's sidecar; a restarted
+sidecar registers again and consumers go on; a sidecar pointed at the production name server,
+where its broker is registered, refuses to start."""
 
 from __future__ import annotations
 
@@ -22,6 +23,10 @@ import pytest
 from tiered.providers.registry import from_config
 
 from tiered.config import load_config
+from tiered.remoting.client import RemotingClient
+from tiered.testing.grpc_proxy import Proxy
+from tiered.testing.grpc_proxy import compile_grpc_driver
+from tiered.testing.grpc_proxy import run_grpc_driver
 from tiered.testing.http import get
 from tiered.testing.realbroker import Broker
 from tiered.testing.realbroker import NameServer
@@ -130,6 +135,50 @@ def test_consumers_of_the_replay_name_server_read_both_brokers_once(cluster: Clu
         got = consume(cluster, cluster.replay.address, mode, f"it-cluster-{mode}")
         assert_same(got, cluster.reference)
     print(f"replayed through the replay name server, per broker: {per_broker}")
+
+
+def test_a_grpc_simple_consumer_through_a_proxy_of_the_replay_name_server(
+    cluster: Cluster, tmp_path: Path
+) -> None:
+    """A real RocketMQ Proxy (cluster mode) whose name server is the replay name server: the
+    proxy routes POP to each broker's sidecar, and a Java gRPC SimpleConsumer receives and acks
+    every message of both brokers, tier-only ones included, exactly once."""
+    c = cluster
+    pop = "rocketmq_tiered_store_remoting_pop_messages_total"
+    events = ("delivered", "acked", "redelivered")
+    before = {n: {e: car.metric(pop, event=e) for e in events} for n, car in c.cars.items()}
+    proxy = Proxy(c.rocketmq, "proxy", tmp_path / "proxy")
+    proxy.workdir.mkdir()
+    proxy.namesrv, proxy.cluster = c.replay.address, "ReplayCluster"
+    try:
+        classes = compile_grpc_driver(tmp_path / "classes")
+        proxy.start(timeout=120)
+        done = run_grpc_driver(
+            c.rocketmq, classes, proxy, "simple", group="grpc-cluster", topic=TOPIC,
+            expect=len(c.reference), batch=32, invisibleMs=30_000, maxMs=150_000, quiet=True,
+        )[-1]  # fmt: skip
+    finally:
+        proxy.stop(grace=5)
+    assert (done["received"], done["acked"]) == (len(c.reference), len(c.reference)), done
+    counts = {
+        n: {e: car.metric(pop, event=e) - before[n][e] for e in events} for n, car in c.cars.items()
+    }
+    for name, car in c.cars.items():
+        host = c.brokers[name].address
+        keys = [k for k in c.reference if k[0] == host]
+        assert counts[name] == {"delivered": len(keys), "acked": len(keys), "redelivered": 0}
+        ends = {q: max(o for (_, _, qq, o) in keys if qq == q) + 1 for q in range(QUEUES)}
+        with RemotingClient("127.0.0.1", car.port) as rc:
+            for q, end in ends.items():
+                r = rc.call(14, consumerGroup="grpc-cluster", topic=TOPIC, queueId=q)
+                assert (r.code, int(r.ext_fields["offset"])) == (0, end), (name, q, r.remark)
+        local_min = {
+            q: get(car.http, f"/v1/topics/{TOPIC}/queues/{q}/offsets").json()["localMin"]
+            for q in range(QUEUES)
+        }
+        tier_only = sum(1 for (_, _, q, o) in keys if o < local_min[q])
+        assert tier_only > 0, f"no message only {name}'s tier holds was read"
+        print(f"grpc via replay name server, {name}: {counts[name]}, {tier_only} tier-only")
 
 
 def _on(c: Cluster, key: ClusterKey, broker: str) -> bool:

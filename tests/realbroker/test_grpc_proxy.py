@@ -12,7 +12,6 @@ group configs it asks for are the sidecar's); the tests then consume through it 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -26,12 +25,11 @@ from tiered.providers.registry import from_config
 
 from tiered.config import load_config
 from tiered.remoting.client import RemotingClient
+from tiered.testing.grpc_proxy import Proxy
+from tiered.testing.grpc_proxy import compile_grpc_driver
+from tiered.testing.grpc_proxy import run_grpc_driver
 from tiered.testing.http import get
-from tiered.testing.realbroker import CLIENT_FLAGS
-from tiered.testing.realbroker import REPO
-from tiered.testing.realbroker import SERVER_FLAGS
 from tiered.testing.realbroker import Broker
-from tiered.testing.realbroker import JavaServer
 from tiered.testing.realbroker import NameServer
 from tiered.testing.realbroker import Runtime
 from tiered.testing.realbroker import free_port
@@ -45,49 +43,7 @@ from tiered.testing.tier_check import check_tier
 TOPIC = "GrpcMain"
 QUEUES = 4
 COUNT = 2400  # 4000-byte bodies (not compressed): ~9.6 MiB, the broker's commitlog rolls twice
-GRPC_DRIVER = REPO / "tests" / "realbroker" / "java" / "GrpcDriver.java"
-PROXY_FLAGS = ("-Dtls.server.mode=disabled",)
-"""The proxy's remoting port without TLS: its TLS engine would want netty's OpenSSL classes,
-left off the broker's classpath (see pom.xml); the gRPC port keeps its own."""
 PYTHON_CONSUMER = Path(__file__).parent / "grpc_python_consume.py"
-GRPC_LIB = REPO / ".rmq" / "grpc-client" / "lib"
-"""rocketmq-client-java and what the driver needs, apart from the broker's jars (``make rmq``)."""
-
-
-@dataclass
-class Proxy(JavaServer):
-    """A RocketMQ Proxy in cluster mode whose name server is ``namesrv``."""
-
-    namesrv: str = ""
-    cluster: str = ""
-    grpc_port: int = 0
-    remoting_port: int = 0
-
-    def __post_init__(self) -> None:
-        self.grpc_port = self.grpc_port or free_port()
-        self.remoting_port = self.remoting_port or free_port()
-
-    def command(self) -> list[str]:
-        conf = self.workdir / "rmq-proxy.json"
-        settings = {
-            "rocketMQClusterName": self.cluster,
-            "namesrvAddr": self.namesrv,
-            "grpcServerPort": self.grpc_port,
-            "remotingListenPort": self.remoting_port,
-            "minInvisibleTimeMillsForRecv": 1000,
-        }
-        conf.write_text(json.dumps(settings))
-        return self.runtime.java(
-            "org.apache.rocketmq.proxy.ProxyStartup", "-pc", str(conf), "-pm", "cluster",
-            role="proxy", flags=(*SERVER_FLAGS, "-Xms128m", "-Xmx512m", *PROXY_FLAGS),
-        )  # fmt: skip
-
-    def ready_line(self) -> bytes:
-        return b"rocketmq-proxy startup successfully"
-
-    @property
-    def endpoint(self) -> str:
-        return f"127.0.0.1:{self.grpc_port}"
 
 
 @dataclass
@@ -103,21 +59,7 @@ class GrpcHistory:
 
     def grpc(self, command: str, timeout: float = 180, **args: Any) -> list[dict[str, Any]]:
         """Run ``GrpcDriver <command>`` against the proxy; its JSON lines."""
-        cmd = self.rocketmq.java(
-            "GrpcDriver", command, json.dumps({"endpoint": self.proxy.endpoint, **args}),
-            role="client", flags=CLIENT_FLAGS,
-        )  # fmt: skip
-        cmd[cmd.index("-cp") + 1] = f"{self.classes}:{GRPC_LIB}/*"
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=timeout, env=self.rocketmq.env(),
-            check=False,
-        )  # fmt: skip
-        lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
-        assert done.returncode == 0 and lines and lines[-1].get("done"), (
-            f"GrpcDriver {command} exited {done.returncode}:\n{done.stdout[-3000:]}\n"
-            f"{done.stderr[-6000:]}\n--- proxy ---\n{self.proxy.tail()}"
-        )
-        return lines
+        return run_grpc_driver(self.rocketmq, self.classes, self.proxy, command, timeout, **args)
 
     def tier_only(self, msg_id: str) -> bool:
         m = self.reference[msg_id]
@@ -132,17 +74,6 @@ class GrpcHistory:
                 assert r.code == 0, r.remark
                 out[q] = int(r.ext_fields["offset"])
         return out
-
-
-def compile_grpc_driver(out: Path) -> Path:
-    javac = shutil.which("javac")
-    assert javac is not None, "javac (JDK 17) must be on the PATH"
-    assert (GRPC_LIB / "rocketmq-client-java-5.0.7.jar").is_file(), "run `make rmq`"
-    subprocess.run(
-        [javac, "-nowarn", "-encoding", "UTF-8", "-d", out, "-cp", f"{GRPC_LIB}/*", GRPC_DRIVER],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return out
 
 
 @pytest.fixture(scope="module")
