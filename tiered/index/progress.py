@@ -180,15 +180,7 @@ class IndexProgress:
         """``[start, end)`` was indexed: move the queue's offset to ``end`` if the range joins
         it (or the queue is new); returns False when a gap before ``start`` remains (an earlier
         batch was not indexed: the catch-up indexes it)."""
-        with self._lock:
-            key = (topic, queue_id)
-            current = self._offsets.get(key)
-            if current is not None and current < start:
-                return False
-            if current is None or end > current:
-                self._offsets[key] = end
-                self._mark_moved({key})
-            return True
+        return not self.advance_many([(topic, queue_id, start, end)])
 
     def advance_many(self, ranges: list[tuple[str, int, int, int]]) -> list[tuple[str, int, int]]:
         """:meth:`advance` for each ``(topic, queue id, start, end)`` in order, under one lock;

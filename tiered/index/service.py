@@ -341,6 +341,11 @@ class IndexService(Closeable):
             if self._deferred_rows >= DEFERRED_MAX_ROWS:
                 self._put_deferred()
             return
+        self._put_ranges(batch, [(topic, queue_id, first_offset, first_offset + count)])
+
+    def _put_ranges(self, batch: IndexBatch, ranges: list[tuple[str, int, int, int]]) -> None:
+        """Put ``batch`` into the index file, then move each ``(topic, queue, first, end)``
+        range's progress and save the fast copy once."""
         with self._lock:
             if not self._open:
                 return
@@ -348,9 +353,9 @@ class IndexService(Closeable):
             self._items_since_checkpoint += len(batch)
             for f in sealed:  # everything put before this batch is in files up to f
                 self._keep_seal_progress(f)
-            if not self.progress.advance(topic, queue_id, first_offset, first_offset + count):
+            for topic, queue_id, first in self.progress.advance_many(ranges):
                 log.info("%s/%d: offsets before %d are not indexed yet: the catch-up will",
-                         topic, queue_id, first_offset)  # fmt: skip
+                         topic, queue_id, first)  # fmt: skip
             self.progress.save_fast()
         if sealed:
             log.info("%d index file(s) sealed; compacted at the next compaction run", len(sealed))
@@ -380,22 +385,7 @@ class IndexService(Closeable):
         if not pending:
             return
         batch = IndexBatch.concat([b for b, *_ in pending])
-        with self._lock:
-            if not self._open:
-                return
-            sealed = self.local.put(batch)
-            self._items_since_checkpoint += len(batch)
-            for f in sealed:  # everything put before this batch is in files up to f
-                self._keep_seal_progress(f)
-            gaps = self.progress.advance_many(
-                [(topic, qid, first, first + n) for _, topic, qid, first, n in pending]
-            )
-            for topic, queue_id, first in gaps:
-                log.info("%s/%d: offsets before %d are not indexed yet: the catch-up will",
-                         topic, queue_id, first)  # fmt: skip
-            self.progress.save_fast()
-        if sealed:
-            log.info("%d index file(s) sealed; compacted at the next compaction run", len(sealed))
+        self._put_ranges(batch, [(t, q, first, first + n) for _, t, q, first, n in pending])
 
     def seal(self) -> IndexStoreFile | None:
         """Seal the UNSEALED file now (it is compacted at the next run); None if none."""
