@@ -32,11 +32,8 @@ Goal (issue 47): sidecar msgs/s >= 0.7 of the broker's.
 
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import statistics
-import subprocess
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,11 +42,10 @@ import pytest
 from tiered.providers.registry import from_config
 
 from tiered.config import load_config
-from tiered.testing.realbroker import CLIENT_FLAGS
-from tiered.testing.realbroker import REPO
-from tiered.testing.realbroker import SERVER_FLAGS
+from tiered.testing.grpc_proxy import Proxy
+from tiered.testing.grpc_proxy import compile_grpc_driver
+from tiered.testing.grpc_proxy import run_grpc_driver
 from tiered.testing.realbroker import Broker
-from tiered.testing.realbroker import JavaServer
 from tiered.testing.realbroker import NameServer
 from tiered.testing.realbroker import Runtime
 from tiered.testing.realbroker import free_port
@@ -65,40 +61,9 @@ BODY = 1024
 BATCH = 32
 REPEAT = 3
 GOAL = 0.7
-GRPC_DRIVER = REPO / "tests" / "realbroker" / "java" / "GrpcDriver.java"
-GRPC_LIB = REPO / ".rmq" / "grpc-client" / "lib"
 GIB = 1 << 30
 WARM_UP = 2000
 SERVED = "rocketmq_tiered_store_remoting_messages_served_total"
-
-
-@dataclass
-class Proxy(JavaServer):
-    """A RocketMQ Proxy in cluster mode whose name server is ``namesrv`` (as the real-broker
-    gRPC tests start it)."""
-
-    namesrv: str = ""
-    cluster: str = ""
-    grpc_port: int = 0
-
-    def command(self) -> list[str]:
-        self.grpc_port = self.grpc_port or free_port()
-        conf = self.workdir / "rmq-proxy.json"
-        settings = {
-            "rocketMQClusterName": self.cluster,
-            "namesrvAddr": self.namesrv,
-            "grpcServerPort": self.grpc_port,
-            "remotingListenPort": free_port(),
-        }
-        conf.write_text(json.dumps(settings))
-        return self.runtime.java(
-            "org.apache.rocketmq.proxy.ProxyStartup", "-pc", str(conf), "-pm", "cluster",
-            role="proxy",
-            flags=(*SERVER_FLAGS, "-Xms128m", "-Xmx512m", "-Dtls.server.mode=disabled"),
-        )  # fmt: skip
-
-    def ready_line(self) -> bytes:
-        return b"rocketmq-proxy startup successfully"
 
 
 def cpu_seconds(pid: int) -> float:
@@ -119,22 +84,11 @@ class Setup:
         """One SimpleConsumer run through ``side``'s proxy that acks ``count`` messages (the
         whole topic by default): its elapsed seconds."""
         proxy = self.proxies[side]
-        args = {"endpoint": f"127.0.0.1:{proxy.grpc_port}", "group": group, "topic": TOPIC,
-                "expect": count, "stopAfter": count, "batch": BATCH, "invisibleMs": 60_000,
-                "maxMs": 300_000, "quiet": True, "ackAsync": ack_async}  # fmt: skip
-        cmd = self.rocketmq.java(
-            "GrpcDriver", "simple", json.dumps(args), role="client", flags=CLIENT_FLAGS
-        )
-        cmd[cmd.index("-cp") + 1] = f"{self.classes}:{GRPC_LIB}/*"
-        done = subprocess.run(
-            cmd, capture_output=True, text=True, timeout=400, env=self.rocketmq.env(),
-            check=False,
+        lines = run_grpc_driver(
+            self.rocketmq, self.classes, proxy, "simple", timeout=400, group=group, topic=TOPIC,
+            expect=count, stopAfter=count, batch=BATCH, invisibleMs=60_000, maxMs=300_000,
+            quiet=True, ackAsync=ack_async,
         )  # fmt: skip
-        lines = [json.loads(x) for x in done.stdout.splitlines() if x.startswith("{")]
-        assert done.returncode == 0 and lines and lines[-1].get("done"), (
-            f"GrpcDriver exited {done.returncode}:\n{done.stdout[-2000:]}\n"
-            f"{done.stderr[-4000:]}\n--- proxy ---\n{proxy.tail()}"
-        )
         last = lines[-1]
         assert last["acked"] >= count, (side, last)
         if count == COUNT:
@@ -149,15 +103,7 @@ def setup(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setup]:
         rocketmq = Runtime.prepare(work / "rmq-home")
     except RuntimeError as e:
         pytest.fail(str(e))
-    assert (GRPC_LIB / "rocketmq-client-java-5.0.7.jar").is_file(), "run `make rmq`"
-    classes = work / "classes"
-    javac = shutil.which("javac")
-    assert javac is not None, "javac (JDK 17) must be on the PATH"
-    subprocess.run(
-        [javac, "-nowarn", "-encoding", "UTF-8", "-d", classes, "-cp", f"{GRPC_LIB}/*",
-         GRPC_DRIVER],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    classes = compile_grpc_driver(work / "classes")
     namesrv = NameServer(rocketmq, "namesrv", work / "namesrv")
     broker = Broker(
         rocketmq, "broker", work / "broker", namesrv=namesrv.address,
