@@ -168,21 +168,7 @@ public class Driver {
             }
             // the broker registers the topic with the name server on its own schedule: wait for
             // the route, or the first send fails with "No route info of this topic"
-            long giveUp = System.currentTimeMillis() + 60_000;
-            for (String t : topics.keySet()) {
-                while (true) {
-                    try {
-                        if (!admin.examineTopicRouteInfo(t).getQueueDatas().isEmpty()) {
-                            break;
-                        }
-                    } catch (Exception e) {
-                        if (System.currentTimeMillis() > giveUp) {
-                            throw e;
-                        }
-                    }
-                    Thread.sleep(200);
-                }
-            }
+            awaitRoutes(admin, topics.keySet());
         } finally {
             admin.shutdown();
         }
@@ -801,21 +787,11 @@ public class Driver {
                 configs.add(new TopicConfig(prefix + t, queues, queues, 6));
             }
             admin.createAndUpdateTopicConfigList(a.getString("broker"), configs);
-            long giveUp = System.currentTimeMillis() + 60_000;
+            List<String> names = new ArrayList<>();
             for (TopicConfig c : configs) {
-                while (true) {
-                    try {
-                        if (admin.examineTopicRouteInfo(c.getTopicName()).getQueueDatas().size() > 0) {
-                            break;
-                        }
-                    } catch (Exception e) {
-                        if (System.currentTimeMillis() > giveUp) {
-                            throw e;
-                        }
-                    }
-                    Thread.sleep(200);
-                }
+                names.add(c.getTopicName());
             }
+            awaitRoutes(admin, names);
         } finally {
             admin.shutdown();
         }
@@ -955,6 +931,25 @@ public class Driver {
             o.put("command", List.of(argv));
             o.put("output", buf.toString(StandardCharsets.UTF_8));
             emit(Map.of("admin", o));
+        }
+    }
+
+    /** Wait (at most 60 s) until every topic's route has queue data, or the first send fails. */
+    static void awaitRoutes(DefaultMQAdminExt admin, Iterable<String> topics) throws Exception {
+        long giveUp = System.currentTimeMillis() + 60_000;
+        for (String t : topics) {
+            while (true) {
+                try {
+                    if (!admin.examineTopicRouteInfo(t).getQueueDatas().isEmpty()) {
+                        break;
+                    }
+                } catch (Exception e) {
+                    if (System.currentTimeMillis() > giveUp) {
+                        throw e;
+                    }
+                }
+                Thread.sleep(200);
+            }
         }
     }
 }
