@@ -451,6 +451,8 @@ class PosixProvider(Provider):
     def delete(self, key: str) -> None:
         path = self.path(key)
         self._drop(key)
+        with self._open_lock:  # a deleted key's new names need no sync any more
+            self._unsynced_dirs.pop(key, None)
         self._request("DELETE")
         with (
             translated(key, "file operation"),

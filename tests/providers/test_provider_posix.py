@@ -83,6 +83,11 @@ def test_a_deferred_append_s_new_names_are_synced_with_its_data(tmp_path: Path) 
     assert not provider._unsynced_dirs
     assert all(provider.read(k, 0, 10) == b"y" * 10 for k in keys)
 
+    gone = segment_key("C", "broker-a", "Gone", 0, FileType.COMMIT_LOG, 0)
+    provider.append_deferred(gone, b"z", 0)
+    provider.delete(gone)  # never synced: nothing of it is kept
+    assert not provider._unsynced_dirs
+
 
 def test_which_providers_defer_their_syncs(tmp_path: Path) -> None:
     """Only a file backend defers; a wrapper defers as its inner provider does, unless it
