@@ -281,11 +281,16 @@ def test_refused_codes_logged_once(
     ep = endpoint(history)
     with caplog.at_level(logging.WARNING, "tiered.remoting.handlers"), ep.client() as c:
         for _ in range(3):
-            r = c.call(Req.NOTIFICATION, consumerGroup="g", topic=TOPIC)
+            r = c.call(Req.POP_ROLLBACK)
             assert r.code == Res.REQUEST_CODE_NOT_SUPPORTED
-            assert "request code 200054 (NOTIFICATION)" in str(r.remark)
+            assert "request code 200056 (POP_ROLLBACK)" in str(r.remark)
+            assert "replayPopState.json" in str(r.remark)
+            assert "send it to the broker" in str(r.remark)
+            r = c.call(200999)
+            assert r.code == Res.REQUEST_CODE_NOT_SUPPORTED
             assert "send this request to the broker" in str(r.remark)
-    assert sum("200054" in m for m in caplog.messages) == 1
+    assert sum("200056" in m for m in caplog.messages) == 1
+    assert sum("200999" in m for m in caplog.messages) == 1
 
 
 @pytest.fixture

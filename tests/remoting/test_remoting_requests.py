@@ -477,7 +477,7 @@ def test_heartbeats_list_consumers_until_they_unregister(
     assert ep.replay.clients.clients("G") == []
 
 
-@pytest.mark.parametrize("code", [Req.SEND_MESSAGE_V2, Req.CONSUMER_SEND_MSG_BACK])
+@pytest.mark.parametrize("code", [Req.SEND_MESSAGE_V2, Req.UPDATE_AND_CREATE_TOPIC])
 def test_writes_are_refused_and_unknown_codes_named(
     history: SampleTier, endpoint: EndpointFactory, code: int
 ) -> None:

@@ -60,6 +60,7 @@ from tiered.config.values import StorageLevel
 from tiered.config.values import Text
 from tiered.config.values import TlsMode
 from tiered.config.values import Token
+from tiered.config.values import TopicNames
 from tiered.config.values import _host_name
 from tiered.config.values import _key
 
@@ -349,6 +350,12 @@ class TieredConfig(BaseModel):
         "tieredRemotingNewGroupOffset",
         "offset answered to a group the sidecar never saw: EARLIEST or CLIENT",
         "EARLIEST",
+    )
+    tiered_remoting_proxy_sync_topics: TopicNames = _key(
+        "tieredRemotingProxySyncTopics",
+        "RocketMQ Proxy heartbeat-sync topics (heartbeatSyncerTopicName) routed empty and "
+        "read-only",
+        ("DefaultHeartBeatSyncerTopic",),
     )
     # access control and TLS of both ports (HTTP API and replay endpoint)
     tiered_acl_enable: Bool = _key(

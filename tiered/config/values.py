@@ -240,6 +240,22 @@ def _globs(value: object) -> tuple[str, ...]:
     return out
 
 
+_TOPIC_NAME = re.compile(r"[A-Za-z0-9%|_\-]{1,127}")
+
+
+def _topic_names(value: object) -> tuple[str, ...]:
+    items = value.split(",") if isinstance(value, str) else value
+    if not isinstance(items, Sequence):
+        raise ValueError("is not a comma-separated list of topic names")
+    out = tuple(str(p).strip() for p in items if str(p).strip())
+    for name in out:
+        if not _TOPIC_NAME.fullmatch(name):
+            raise ValueError(
+                f"holds {name!r}, not a topic name (letters, digits, %|_- ; 127 at most)"
+            )
+    return out
+
+
 def _hours(entry: str, text: str) -> int | None:
     if not text.isdigit():
         return None
@@ -369,6 +385,7 @@ Role = Annotated[BrokerRole, _Before(_choice(list(BrokerRole)))]
 MetricsLevel = Annotated[MetricsDetail, _Before(_choice(list(MetricsDetail)))]
 StartPolicy = Annotated[DispatchStartPolicy, _Before(_choice(list(DispatchStartPolicy)))]
 Globs = Annotated[tuple[str, ...], _Before(_globs)]
+TopicNames = Annotated[tuple[str, ...], _Before(_topic_names)]
 ReserveOverrides = Annotated[tuple[TopicOverride[int], ...], _Before(_reserve_overrides)]
 LevelOverrides = Annotated[tuple[TopicOverride[StorageLevel], ...], _Before(_level_overrides)]
 Port = Annotated[int, _Before(_int(0, 65535))]

@@ -934,8 +934,8 @@ REMOTING_MESSAGES_SERVED = _counter(
 REMOTING_POP_MESSAGES = _counter(
     "rocketmq_tiered_store_remoting_pop_messages",
     "POP consumption: messages delivered (first time), redelivered (an invisible time ran out), "
-    "acked, and dead_lettered (redelivered past the group's retryMaxTimes: recorded, never "
-    "written to the broker)",
+    "acked, and dead_lettered (redelivered past the group's retryMaxTimes, or given up by the "
+    "consumer: CONSUMER_SEND_MSG_BACK; recorded, never written to the broker)",
     ["event"],
 )
 REMOTING_REJECTED = _counter(

@@ -102,6 +102,7 @@ class Admin:
     def handlers(self) -> dict[int, Callable[[Command], Command]]:
         """Request code -> handler, for :class:`~.handlers.Replay`."""
         return {
+            RequestCode.UPDATE_AND_CREATE_TOPIC: self.create_topic,
             RequestCode.GET_BROKER_RUNTIME_INFO: self.runtime_info,
             RequestCode.GET_ALL_TOPIC_LIST_FROM_NAMESERVER: self.topic_list,
             RequestCode.GET_TOPICS_BY_CLUSTER: self.topics_by_cluster,
@@ -111,6 +112,25 @@ class Admin:
             RequestCode.GET_CONSUMER_CONNECTION_LIST: self.connections,
             RequestCode.QUERY_TOPIC_CONSUME_BY_WHO: self.consumed_by,
         }
+
+    # --- topics -----------------------------------------------------------------------------------
+
+    def create_topic(self, request: Command) -> Command:
+        """``UPDATE_AND_CREATE_TOPIC`` (a RocketMQ Proxy creating its heartbeat-sync topic at
+        start, ``mqadmin updateTopic``): SUCCESS for a ``tieredRemotingProxySyncTopics`` name
+        (routed already, empty and read-only); any other is refused (no topic is created)."""
+        topic = field(request.ext_fields, "topic")
+        if topic in self.naming.sync_topics:
+            return request.response(ResponseCode.SUCCESS)
+        return request.response(
+            ResponseCode.NO_PERMISSION,
+            f"UPDATE_AND_CREATE_TOPIC of {topic} refused: this is a read-only replay endpoint "
+            "(rocketmq-tiered) that creates no topics; create topics on the broker. A RocketMQ "
+            "Proxy creating its heartbeat-sync topic (its heartbeatSyncerTopicName) at start: "
+            f"add {topic} to the sidecar's tieredRemotingProxySyncTopics (now "
+            f"{','.join(sorted(self.naming.sync_topics)) or 'empty'}), which routes it as an "
+            "empty read-only topic",
+        )
 
     # --- broker runtime ---------------------------------------------------------------------------
 

@@ -1,5 +1,6 @@
 """The remoting consumers' POP switch: ``SET_MESSAGE_REQUEST_MODE`` (``mqadmin setConsumeMode``)
-and ``QUERY_ASSIGNMENT``, answered as the broker's ``QueryAssignmentProcessor`` answers them.
+and ``QUERY_ASSIGNMENT``, answered as the broker's ``QueryAssignmentProcessor`` answers them,
+and ``GET_ALL_MESSAGE_REQUEST_MODE`` (every mode set, as a master broker answers its slave).
 
 A 5.x remoting push consumer built with ``setClientRebalance(false)`` asks the broker which
 queues it gets and how to read them (PULL or POP). A (topic, group) switched to POP gets, as
@@ -50,6 +51,7 @@ class Assignments:
         return {
             RequestCode.SET_MESSAGE_REQUEST_MODE: self.set_mode,
             RequestCode.QUERY_ASSIGNMENT: self.query,
+            RequestCode.GET_ALL_MESSAGE_REQUEST_MODE: self.all_modes,
         }
 
     def set_mode(self, request: Command) -> Response:
@@ -107,6 +109,18 @@ class Assignments:
         return request.response(
             ResponseCode.SUCCESS, body=dumps({"messageQueueAssignments": assignments})
         )
+
+    def all_modes(self, request: Command) -> Response:
+        """``MessageRequestModeSerializeWrapper``: topic -> group -> the mode set for it."""
+        table: dict[str, dict[str, dict[str, Any]]] = {}
+        for topic, group, mode, share in self.state.request_modes():
+            table.setdefault(topic, {})[group] = {
+                "topic": topic,
+                "consumerGroup": group,
+                "mode": mode,
+                "popShareQueueNum": share,
+            }
+        return request.response(ResponseCode.SUCCESS, body=dumps({"messageRequestModeMap": table}))
 
 
 def averagely(queues: int, clients: int, index: int) -> list[int]:

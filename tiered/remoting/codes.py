@@ -67,6 +67,7 @@ class RequestCode(enum.IntEnum):
     CHANGE_MESSAGE_INVISIBLETIME = 200053
     NOTIFICATION = 200054
     POLLING_INFO = 200055
+    POP_ROLLBACK = 200056
     BATCH_ACK_MESSAGE = 200151
 
 
@@ -75,12 +76,12 @@ WRITES = frozenset(
         RequestCode.SEND_MESSAGE,
         RequestCode.SEND_MESSAGE_V2,
         RequestCode.SEND_BATCH_MESSAGE,
-        RequestCode.CONSUMER_SEND_MSG_BACK,
         RequestCode.END_TRANSACTION,
-        RequestCode.UPDATE_AND_CREATE_TOPIC,
     }
 )
-"""Requests that would write to the broker: refused (the endpoint is read-only)."""
+"""Requests that would write to the broker: refused (the endpoint is read-only). A consumer's
+``CONSUMER_SEND_MSG_BACK`` and ``UPDATE_AND_CREATE_TOPIC`` have handlers of their own (a POP
+group's dead letter; a proxy's heartbeat-sync topic), which refuse the rest."""
 
 CONFIG_WRITES = frozenset(
     {
@@ -108,6 +109,16 @@ CLIENT_CALLBACKS = frozenset(
 """Requests a broker answers by asking a consumer over its connection and waiting for its answer
 (mqadmin consumerStatus, consumerProgress -s, queryMsgById -g -d): refused, the endpoint never
 waits on its clients (it only tells them, one way, to rebalance: NOTIFY_CONSUMER_IDS_CHANGED)."""
+
+
+REFUSED: dict[int, str] = {
+    RequestCode.POP_ROLLBACK: (
+        "it moves the broker's POP checkpoint records between its stores (mqadmin "
+        "exportPopRecord), and the replay endpoint keeps its POP state in its own "
+        "replayPopState.json (rmq-tiered status lists it); send it to the broker"
+    ),
+}
+"""Requests refused by name, with why (the remark names what to do instead)."""
 
 
 class ResponseCode(enum.IntEnum):

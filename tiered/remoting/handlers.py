@@ -57,6 +57,7 @@ from .codes import FLAG_COMMIT_OFFSET
 from .codes import FLAG_SUBSCRIPTION
 from .codes import FLAG_SUSPEND
 from .codes import ONEWAY_FLAG
+from .codes import REFUSED
 from .codes import UNIQUE_KEY_QUERY
 from .codes import WRITES
 from .codes import RequestCode
@@ -75,6 +76,7 @@ from .peers import LOCAL_ONLY
 from .pop import Pops
 from .pop import batch_ack_targets
 from .pop_state import PopState
+from .pop_watch import PopWatch
 
 log = logging.getLogger(__name__)
 
@@ -139,6 +141,9 @@ class Replay:
         self.pop_state = pop_state or PopState(None)
         self.pops = Pops(cfg, store, naming, offsets, self.pop_state, _parse_tags)
         self.assignments = Assignments(cfg, naming, self.clients, self.pop_state)
+        self.held: Callable[[], list[Suspend]] = list
+        """The requests the server holds now (long polling; it sets this)."""
+        self.watch = PopWatch(self.pops, self.held_requests)
         self._refusals_logged: set[int] = set()
         self._handlers: dict[int, Callable[[Command], Response]] = {
             RequestCode.GET_ROUTEINFO_BY_TOPIC: self.route,
@@ -162,7 +167,11 @@ class Replay:
             **self.admin.handlers(),
             **self.pops.handlers(),
             **self.assignments.handlers(),
+            **self.watch.handlers(),
         }
+
+    def held_requests(self) -> list[Suspend]:
+        return self.held()
 
     def flush(self) -> None:
         """Write the replay groups' offsets and POP state if they changed.
@@ -203,13 +212,16 @@ class Replay:
             )
         handler = self._handlers.get(code)
         if handler is None:
-            remark = (
-                f"request code {code} ({code_name(code)}) is not supported by the "
-                "rocketmq-tiered replay endpoint: it answers routes, heartbeats, pulls, POP "
-                "(pop, ack, changeInvisibleTime), offsets, orderly-consumer locks, queries by key, "
-                "time and id, and the read-only admin requests of mqadmin clusterList, topicList, "
+            reason = REFUSED.get(code) or (
+                "it answers routes, heartbeats, pulls, POP (pop, ack, changeInvisibleTime, "
+                "notification, peek), offsets, orderly-consumer locks, queries by key, time and "
+                "id, and the read-only admin requests of mqadmin clusterList, topicList, "
                 "topicStatus, consumerProgress and queryMsgBy*/printMsg*; consume with one of "
                 "those, or send this request to the broker"
+            )
+            remark = (
+                f"request code {code} ({code_name(code)}) is not supported by the "
+                f"rocketmq-tiered replay endpoint: {reason}"
             )
             if code not in self._refusals_logged and len(self._refusals_logged) < 256:
                 self._refusals_logged.add(code)  # once per code: the next gap shows up
@@ -227,6 +239,8 @@ class Replay:
                 return self.pull(request, may_suspend=may_suspend)
             if code == RequestCode.POP_MESSAGE:
                 return self.pops.pop(request, may_suspend=may_suspend)
+            if code == RequestCode.NOTIFICATION:
+                return self.watch.notification(request, may_suspend=may_suspend)
             return handler(request)
         except AclError as e:
             return request.response(ResponseCode.NO_PERMISSION, str(e))
@@ -258,6 +272,8 @@ class Replay:
         if request.code == RequestCode.GET_ROUTEINFO_BY_TOPIC:
             topic = None  # a route reveals queue counts only; reads are checked
         group = ext.get("consumerGroup")
+        if request.code == RequestCode.CONSUMER_SEND_MSG_BACK:
+            topic, group = ext.get("originTopic"), ext.get("group")
         guard, peer = security.guard, request.peer
         address = peer.rpartition(":")[0].strip("[]") or peer
         try:

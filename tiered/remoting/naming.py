@@ -7,10 +7,10 @@ A consumer group's retry topic (``%RETRY%<group>``) gets an empty one-queue read
 push consumers that subscribe to it start without errors. The cluster name and the broker name
 route to the broker (``mqadmin topicStatus -c`` finds brokers through the cluster's route) with
 one empty read-only queue: a RocketMQ Proxy takes a route without queues for a topic that does
-not exist, and finds the broker of a receipt handle through the broker name's route. So does the
-proxy's heartbeat-sync topic (:data:`PROXY_SYNC_TOPICS`), which a proxy in cluster mode creates
-at start unless its route exists (a read-only endpoint cannot create it; the proxy's sends to it,
-one per client registration, fail in the proxy and are logged there).
+not exist, and finds the broker of a receipt handle through the broker name's route. So do the
+proxies' heartbeat-sync topics (``tieredRemotingProxySyncTopics``), which a proxy in cluster mode
+creates at start unless its route exists (a read-only endpoint cannot create it; the proxy's
+sends to it, one per client registration, fail in the proxy and are logged there).
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ from .peers import merge_cluster_infos
 from .peers import merge_routes
 
 _TOPIC = re.compile(TOPIC_PATTERN)
-PROXY_SYNC_TOPICS = frozenset({"DefaultHeartBeatSyncerTopic"})
-"""The RocketMQ Proxy's ``heartbeatSyncerTopicName`` (its default): routed, empty and read-only."""
 
 
 class Naming:
@@ -52,6 +50,8 @@ class Naming:
         self.store = store
         self.address = address
         self.peers = peers
+        self.sync_topics = frozenset(cfg.tiered_remoting_proxy_sync_topics)
+        """The RocketMQ Proxies' heartbeat-sync topics: routed, empty and read-only."""
 
     def close(self) -> None:
         """Close the connections to the peers."""
@@ -114,7 +114,7 @@ class Naming:
     def _own_route(self, topic: str) -> dict[str, Any] | None:
         count = self.queue_count(topic)
         named = topic in (self.cfg.broker_cluster_name, self.cfg.broker_name)
-        if count == 0 and not named and topic not in PROXY_SYNC_TOPICS:
+        if count == 0 and not named and topic not in self.sync_topics:
             return None
         queue = {
             "brokerName": self.cfg.broker_name,

@@ -13,6 +13,12 @@ retry topic). The response header carries what the clients build the receipt han
 that finds nothing is held up to its ``pollTime`` (long polling, as held pulls) and then answered
 ``POLLING_TIMEOUT``. A queue's pop progress is committed as the group's consumer offset
 (``QUERY_CONSUMER_OFFSET``, ``consumerProgress``).
+
+``CONSUMER_SEND_MSG_BACK`` of a message a POP group has in flight -- what a proxy sends when a
+gRPC client gives up on a message (``forwardMessageToDeadLetterQueue``, the 5.x PushConsumer
+after its last delivery attempt) or pops one past the retry limit -- dead-letters it (recorded,
+never written: :mod:`.pop_state`); any other send-back is a pull consumer's and is refused (the
+tier is read-only; the client consumes the message again itself).
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ INIT_MODE_MAX = 1  # ConsumeInitMode.MAX
 NORMAL_TOPIC = "0"  # ExtraInfoUtil's mark of a message of the topic itself (not a retry topic)
 _SEP = " "  # MessageConst.KEY_SEPARATOR
 _I32 = struct.Struct(">i")
+_I64 = struct.Struct(">q")
 _SYS_FLAG_AT = 36
 
 
@@ -101,6 +108,7 @@ class Pops:
             RequestCode.BATCH_ACK_MESSAGE: self.batch_ack,
             RequestCode.CHANGE_MESSAGE_INVISIBLETIME: self.change_invisible,
             RequestCode.GET_SUBSCRIPTIONGROUP_CONFIG: self.group_config,
+            RequestCode.CONSUMER_SEND_MSG_BACK: self.send_back,
         }
 
     # --- pop --------------------------------------------------------------------------------------
@@ -172,7 +180,7 @@ class Pops:
                     queue_id,
                     0,
                     time.monotonic() + poll_ms / 1000,
-                    ready=lambda: self._due(key_group, topic, queues, orderly),
+                    ready=lambda: self.due(key_group, topic, queues, orderly),
                 )
             return request.response(
                 ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext_fields=header
@@ -217,7 +225,7 @@ class Pops:
             ResponseCode.POLLING_TIMEOUT, "NO_MESSAGE_IN_QUEUE", ext_fields=header
         )
 
-    def _start(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
+    def start_of(self, group: str, topic: str, queue_id: int, init_mode: int) -> int:
         """Where a queue the group never popped starts: its committed offset, else
         ``tieredRemotingNewGroupOffset``'s (EARLIEST: the first offset, tier included; CLIENT:
         the pop's ``initMode``)."""
@@ -251,7 +259,7 @@ class Pops:
         before = self.state.dead_letter_total()
         claim = self.state.claim(
             key,
-            start=self._start(group, topic, q, init_mode),
+            start=self.start_of(group, topic, q, init_mode),
             now=now,
             invisible_ms=invisible,
             max_count=count,
@@ -312,7 +320,12 @@ class Pops:
         status = result.status
         if status is GetStatus.FOUND:
             units = result.units
-            self.state.delivered(claim, [u.queue_offset for u in units], result.next_begin_offset)
+            self.state.delivered(
+                claim,
+                [u.queue_offset for u in units],
+                result.next_begin_offset,
+                [_I64.unpack_from(u.data, msgcodec.PHYSICAL_OFFSET_POSITION)[0] for u in units],
+            )
             metrics.child(metrics.REMOTING_MESSAGES_SERVED, result.tier).inc(len(units))
             return [(u.queue_offset, 1, u.data) for u in units]
         if status in (GetStatus.NO_MATCHED_MESSAGE, GetStatus.OFFSET_TOO_SMALL):
@@ -322,7 +335,7 @@ class Pops:
             self.state.release(claim)
         return []
 
-    def _due(self, group: str, topic: str, queues: list[int], orderly: bool) -> bool:
+    def due(self, group: str, topic: str, queues: list[int], orderly: bool) -> bool:
         """Whether a held pop may now find something."""
         now = int(time.time() * 1000)
         for q in queues:
@@ -390,6 +403,47 @@ class Pops:
             "reviveQid": handle[3] if len(handle) > 3 else "0",
         }
         return request.response(ResponseCode.SUCCESS, ext_fields=header)
+
+    # --- dead letters -----------------------------------------------------------------------------
+
+    def send_back(self, request: Command) -> Response:
+        """``CONSUMER_SEND_MSG_BACK``: the message at commitlog offset ``offset`` that ``group``
+        has in flight (popped from ``originTopic``) is dead-lettered -- whatever ``delayLevel``
+        and ``maxReconsumeTimes`` say (a proxy sends -1 and 0: straight to the DLQ) -- and
+        answered SUCCESS (the proxy then acks it: a no-op). A POP group without that message
+        in flight (acked or dead-lettered already: a send-back sent again) is answered SUCCESS
+        too. A group that never popped the topic is a pull consumer's: refused."""
+        ext = request.ext_fields
+        group, phys = field(ext, "group"), int_field(ext, "offset")
+        topic = ext.get("originTopic") or None
+        found = self.state.find(group, topic, phys)
+        if found is not None:
+            (_, topic_of, q), offset = found
+            if self.state.dead_letter(*found):
+                metrics.child(metrics.REMOTING_POP_MESSAGES, "dead_lettered").inc()
+                log.info(
+                    "group %s gave up on %s/%d offset %d (commitlog offset %d): dead-lettered "
+                    "(recorded in %s, never written to the broker's %%DLQ%%%s)",
+                    group, topic_of, q, offset, phys, self.state.path, group,
+                )  # fmt: skip
+            self._commit_progress()
+            return request.response(ResponseCode.SUCCESS)
+        if self.state.popped(group, topic):
+            return request.response(
+                ResponseCode.SUCCESS,
+                f"group {group} has no message in flight at commitlog offset {phys}: acked or "
+                "dead-lettered already",
+            )
+        return request.response(
+            ResponseCode.NO_PERMISSION,
+            f"CONSUMER_SEND_MSG_BACK refused: this is a read-only replay endpoint "
+            f"(rocketmq-tiered) and group {group} does not consume {topic or 'this topic'} by "
+            f"POP here, so the message at commitlog offset {phys} cannot go to %RETRY%{group} "
+            "or the DLQ: the client consumes it again itself (a DefaultMQPushConsumer retries "
+            "it locally and does not commit its offset past it). Return CONSUME_SUCCESS for a "
+            "message to skip, or replay the group by POP (a RocketMQ 5 gRPC client through a "
+            "proxy, or mqadmin setConsumeMode -m POP) to have given-up messages dead-lettered",
+        )
 
     # --- subscription groups ----------------------------------------------------------------------
 

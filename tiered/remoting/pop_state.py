@@ -19,7 +19,9 @@ queues are kept (pops of a queue beyond that are refused, see :class:`PopStateFu
 
 A message delivered ``max_redeliveries + 1`` times and still not acked when its lease runs out is
 dead-lettered: the broker would write it to ``%DLQ%group``; here it is recorded (the latest
-:data:`DLQ_KEPT` per group and topic, and a count), never written, and counts as consumed.
+:data:`DLQ_KEPT` per group and topic, and a count), never written, and counts as consumed. So is a
+message in flight that the consumer gives up on (``CONSUMER_SEND_MSG_BACK``, which names it by
+its commitlog offset: each lease keeps the one of its message, :meth:`PopState.find`).
 
 Deadlines are wall-clock milliseconds (``popTime`` is, and they survive a restart): a clock that
 jumps forward makes leases run out early (delivered again: at least once), one that jumps back
@@ -66,10 +68,12 @@ Key = tuple[str, str, int]
 
 @dataclass(slots=True)
 class Lease:
-    """An offset delivered and not acked: visible again at ``deadline`` (epoch ms)."""
+    """An offset delivered and not acked: visible again at ``deadline`` (epoch ms); ``phys`` is
+    its message's commitlog offset (-1: not known)."""
 
     deadline: int
     deliveries: int
+    phys: int = -1
 
 
 @dataclass(slots=True)
@@ -195,12 +199,7 @@ class PopState:
             for offset in expired:
                 lease = q.leases[offset]
                 if lease.deliveries > max_redeliveries:
-                    del q.leases[offset]
-                    q.acked.add(offset)
-                    letters = self._dlq.setdefault((key[0], key[1]), DeadLetters())
-                    letters.count += 1
-                    letters.latest.append((key[2], offset))
-                    self._dirty = True
+                    self._letter(key, q, offset)
                     continue
                 if len(claim.again) < max_count:
                     lease.deliveries += 1
@@ -222,19 +221,24 @@ class PopState:
                 return None
             return claim
 
-    def delivered(self, claim: Claim, offsets: list[int], next_offset: int) -> None:
-        """The new messages ``claim`` read: ``offsets`` handed out (leased), the ones between
-        ``claim.new_from`` and ``next_offset`` not among them filtered out (consumed)."""
+    def delivered(
+        self, claim: Claim, offsets: list[int], next_offset: int, phys: list[int] | None = None
+    ) -> None:
+        """The new messages ``claim`` read: ``offsets`` handed out (leased; ``phys`` their
+        commitlog offsets), the ones between ``claim.new_from`` and ``next_offset`` not among
+        them filtered out (consumed)."""
         assert claim.new_from is not None
         with self._lock:
             q = self._queues[claim.key]
             q.reading = False
             if next_offset <= q.cursor:
                 return
-            chosen = set(offsets)
+            at_phys = phys if phys is not None else [-1] * len(offsets)
+            chosen = dict(zip(offsets, at_phys, strict=True))
             for offset in range(q.cursor, next_offset):
-                if offset in chosen:
-                    q.leases[offset] = Lease(claim.deadline, 1)
+                at = chosen.get(offset)
+                if at is not None:
+                    q.leases[offset] = Lease(claim.deadline, 1, at)
                 else:
                     q.acked.add(offset)
             q.cursor = next_offset
@@ -259,6 +263,41 @@ class PopState:
             self._advance(key, q)
             self._dirty = True
             return True
+
+    def find(self, group: str, topic: str | None, phys: int) -> tuple[Key, int] | None:
+        """The queue and offset of ``group``'s message in flight (leased) whose commitlog offset
+        is ``phys``, in ``topic`` (None: any topic); None when no lease holds it."""
+        with self._lock:
+            for key, q in self._queues.items():
+                if key[0] != group or (topic is not None and key[1] != topic):
+                    continue
+                for offset, lease in q.leases.items():
+                    if lease.phys == phys:
+                        return key, offset
+        return None
+
+    def popped(self, group: str, topic: str | None) -> bool:
+        """Whether ``group`` popped ``topic`` (None: any topic) since its state was kept."""
+        with self._lock:
+            return any(k[0] == group and (topic is None or k[1] == topic) for k in self._queues)
+
+    def dead_letter(self, key: Key, offset: int) -> bool:
+        """Dead-letter ``offset`` now (its consumer gave up on it); whether it was leased."""
+        with self._lock:
+            q = self._queues.get(key)
+            if q is None or offset not in q.leases:
+                return False
+            self._letter(key, q, offset)
+            self._advance(key, q)
+            return True
+
+    def _letter(self, key: Key, q: _Queue, offset: int) -> None:
+        del q.leases[offset]
+        q.acked.add(offset)
+        letters = self._dlq.setdefault((key[0], key[1]), DeadLetters())
+        letters.count += 1
+        letters.latest.append((key[2], offset))
+        self._dirty = True
 
     def change_invisible(self, key: Key, offset: int, now: int, invisible_ms: int) -> bool:
         """Make ``offset`` visible again at ``now + invisible_ms`` (0: at once); whether it is
@@ -323,7 +362,7 @@ class PopState:
         with self._lock:
             q = self._queues.get(key)
             lease = None if q is None else q.leases.get(offset)
-            return None if lease is None else Lease(lease.deadline, lease.deliveries)
+            return None if lease is None else Lease(lease.deadline, lease.deliveries, lease.phys)
 
     def entries(self) -> int:
         """Offsets held over every queue (acked above progress, and leased)."""
@@ -369,6 +408,11 @@ class PopState:
         """``(mode, popShareQueueNum)`` set for ``group`` on ``topic``, or None."""
         with self._lock:
             return self._modes.get((topic, group))
+
+    def request_modes(self) -> list[tuple[str, str, str, int]]:
+        """Every ``(topic, group, mode, popShareQueueNum)`` set, sorted."""
+        with self._lock:
+            return sorted((t, g, m, n) for (t, g), (m, n) in self._modes.items())
 
     def forget(self, group: str) -> None:
         """Drop every queue of ``group`` (its progress stays its committed offset)."""
@@ -438,7 +482,7 @@ def _dump(
             "progress": q.progress,
             "cursor": q.cursor,
             "acked": _runs(sorted(q.acked)),
-            "leases": [[o, x.deadline, x.deliveries] for o, x in sorted(q.leases.items())],
+            "leases": [[o, x.deadline, x.deliveries, x.phys] for o, x in sorted(q.leases.items())],
         }
     letters = {
         f"{topic}@{group}": {"count": d.count, "latest": [list(x) for x in d.latest]}
@@ -476,9 +520,11 @@ def _parse(document: dict[str, Any]) -> _State:
                 raise ValueError(f"{name}/{queue_id}: cursor {q.cursor} < progress {q.progress}")
             for first, last in row["acked"]:
                 q.acked.update(range(_int(first, "acked"), _int(last, "acked") + 1))
-            for offset, deadline, deliveries in row["leases"]:
+            for offset, deadline, deliveries, *phys in row["leases"]:
                 q.leases[_int(offset, "lease")] = Lease(
-                    _int(deadline, "deadline"), _int(deliveries, "deliveries")
+                    _int(deadline, "deadline"),
+                    _int(deliveries, "deliveries"),
+                    _int(phys[0], "phys") if phys else -1,
                 )
             inside = all(q.progress <= o < q.cursor for o in (*q.acked, *q.leases))
             if not inside or q.acked & q.leases.keys():

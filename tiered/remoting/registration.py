@@ -39,7 +39,6 @@ from .codes import MASTER_ID
 from .codes import PERM_READ
 from .codes import RequestCode
 from .codes import ResponseCode
-from .naming import PROXY_SYNC_TOPICS
 from .naming import Naming
 
 log = logging.getLogger(__name__)
@@ -177,7 +176,8 @@ class Registration:
         # get one empty read-only queue, as in the sidecar's own routes (a RocketMQ Proxy whose
         # name server is the replay one finds a broker through the cluster's route, and creates
         # the sync topic at start -- and fails to start -- unless its route exists)
-        for topic in (self.cfg.broker_cluster_name, self.cfg.broker_name, *PROXY_SYNC_TOPICS):
+        named = (self.cfg.broker_cluster_name, self.cfg.broker_name, *self.naming.sync_topics)
+        for topic in named:
             counts.setdefault(topic, 1)
         if counts != self._topics:
             self._topics = counts

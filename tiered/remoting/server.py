@@ -282,6 +282,7 @@ class RemotingServer:
         self._lock = threading.Lock()
         self._open: set[_Connection] = set()
         self._held: list[tuple[Suspend, _Connection]] = []
+        replay.held = self.held_requests
         self._wake = threading.Event()
         self._answered = False  # a request was answered since the replay offsets were written
         self._threads: list[threading.Thread] = []
@@ -408,6 +409,11 @@ class RemotingServer:
         if pool is not None and not self._stop.is_set():
             with contextlib.suppress(RuntimeError):  # the pool shut down meanwhile
                 pool.submit(fn, command)
+
+    def held_requests(self) -> list[Suspend]:
+        """The pulls, pops and notifications held right now (long polling)."""
+        with self._lock:
+            return [suspend for suspend, _ in self._held]
 
     # --- requests ---------------------------------------------------------------------------------
 
