@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from collections.abc import Sequence
+from typing import Any
 from typing import Final
 
 import numpy as np
@@ -83,7 +84,8 @@ def arrow_schema(columns: Sequence[str]) -> pa.Schema:
     return pa.schema([pa.field(c, arrow_type(c)) for c in columns])
 
 
-def _constant(value: str, n: int) -> pa.Array:
+def constant_strings(value: str, n: int) -> pa.Array:
+    """``value`` ``n`` times, as a string array."""
     raw = value.encode("utf-8")
     offsets = np.arange(n + 1, dtype=np.int32) * len(raw)
     return pa.StringArray.from_buffers(n, pa.py_buffer(offsets), pa.py_buffer(raw * n))
@@ -210,14 +212,25 @@ def _bodies(
     compressed = np.flatnonzero(sys_flag & msgcodec.COMPRESSED_FLAG)
     if not compressed.size:
         return stored
+    return decompressed(stored, compressed, sys_flag[compressed], where)
+
+
+def decompressed(
+    stored: pa.Array,
+    rows: npt.NDArray[Any],
+    sys_flags: npt.NDArray[Any],
+    where: Callable[[int], str],
+) -> pa.Array:
+    """``stored`` bodies with those of ``rows`` (compressed, as their ``sys_flags`` say)
+    decompressed, one codec call each; ``where(row)`` names a row for an error."""
     plain = []
-    for i in compressed.tolist():
+    for i, flag in zip(rows.tolist(), sys_flags.tolist(), strict=True):
         try:
-            plain.append(msgcodec.decompress_body(stored[i].as_py(), int(sys_flag[i])))
+            plain.append(msgcodec.decompress_body(stored[i].as_py(), flag))
         except Exception as e:  # CorruptStoreFileError or an unknown compression type
             raise type(e)(f"{where(i)}: {e}") from e
-    mask = np.zeros(len(lengths), dtype=bool)
-    mask[compressed] = True
+    mask = np.zeros(len(stored), dtype=bool)
+    mask[rows] = True
     return pc.replace_with_mask(stored, pa.array(mask), pa.array(plain, type=pa.binary()))
 
 
@@ -259,11 +272,11 @@ def decode_batch(
         return pa.array(gather_be(buf, pos, 8) * 1000, type=TIMESTAMP)
 
     if "topic" in want:
-        out["topic"] = _constant(topic, n)
+        out["topic"] = constant_strings(topic, n)
     if "broker" in want:
-        out["broker"] = _constant(broker, n)
+        out["broker"] = constant_strings(broker, n)
     if "cluster" in want:
-        out["cluster"] = _constant(cluster, n)
+        out["cluster"] = constant_strings(cluster, n)
     if "queueId" in want:
         out["queueId"] = ints(starts + 12, 4, pa.int32())
     if "flag" in want:

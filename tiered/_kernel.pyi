@@ -1,4 +1,5 @@
 # Type stub of the compiled kernel (tiered/kernel/src/lib.rs, PyO3).
+from typing import Any
 from typing import Literal
 
 from typing_extensions import Buffer
@@ -75,3 +76,20 @@ def queue_bounds(
     threads: int,
     /,
 ) -> tuple[bytes, bytes, bytes]: ...
+
+class Owned:
+    """A read-only buffer the kernel made (bytes, int32 or int64 in native order)."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+def decode_units(
+    data: Buffer,
+    starts: Buffer,
+    sizes: Buffer,
+    first_queue_offset: int,
+    flat_offsets: Buffer,
+    bounds: tuple[int, int, int, int],
+    columns: list[str],
+    /,
+) -> tuple[Owned, Owned, dict[str, tuple[Any, ...]], Owned]: ...

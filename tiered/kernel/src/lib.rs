@@ -5,6 +5,7 @@
 //! feature adds the PyO3 glue that setuptools-rust builds into the extension.
 
 pub mod bounds;
+pub mod decode;
 pub mod gather;
 pub mod java;
 pub mod index_file;
@@ -516,6 +517,7 @@ mod python {
         m.add_function(wrap_pyfunction!(tags_in, m)?)?;
         m.add_function(wrap_pyfunction!(walk_commitlog, m)?)?;
         m.add_function(wrap_pyfunction!(queue_bounds, m)?)?;
+        crate::decode::python::register(m)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
     }
