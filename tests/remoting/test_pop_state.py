@@ -1,7 +1,8 @@
-"""POP state under random pops, acks, invisible-time changes, clock jumps and restarts: every
-message is acked exactly once (or dead-lettered once, or filtered out) in the end, nothing acked
-is delivered again, deliveries count up by one per redelivery, orderly queues hand out one batch
-at a time, and memory stays within the window."""
+"""POP state under random pops, acks, invisible-time changes, send-backs (a consumer giving up on a
+message, named by its commitlog offset), clock jumps and restarts: every message is acked exactly
+once (or dead-lettered once, or filtered out) in the end, nothing acked is delivered again,
+deliveries count up by one per redelivery, orderly queues hand out one batch at a time, and memory
+stays within the window."""
 
 from __future__ import annotations
 
@@ -29,6 +30,11 @@ STARTS = {0: 0, 1: 3}
 MAX_REDELIVERIES = 2
 GROUPS = {"plain": False, "fifo": True}  # group -> orderly
 Key = tuple[str, str, int]
+
+
+def phys(q: int, offset: int) -> int:
+    """A message's commitlog offset (unique over the queues)."""
+    return 4096 + q * 100_000 + offset * 10
 
 
 class PopMachine(RuleBasedStateMachine):
@@ -106,7 +112,7 @@ class PopMachine(RuleBasedStateMachine):
         offsets = [claim.new_from + i for i in range(n) if i not in skip]
         for i in skip & set(range(n)):
             self.filtered[key].add(claim.new_from + i)
-        self.state.delivered(claim, offsets, claim.new_from + n)
+        self.state.delivered(claim, offsets, claim.new_from + n, [phys(key[2], o) for o in offsets])
         for offset in offsets:
             self._receive(key, offset, 1)
 
@@ -157,6 +163,21 @@ class PopMachine(RuleBasedStateMachine):
         key, offset = data.draw(st.sampled_from(sorted(self.handles)))
         ok = self.state.change_invisible(key, offset, self.now, invisible)
         assert ok == (offset not in self.acked[key] and offset not in self.dead[key])
+
+    @precondition(lambda self: bool(self.handles))
+    @rule(data=st.data())
+    def give_up(self, data: st.DataObject) -> None:
+        """``CONSUMER_SEND_MSG_BACK``: found by its commitlog offset while leased, then
+        dead-lettered (not delivered again, counted once)."""
+        key, offset = data.draw(st.sampled_from(sorted(self.handles)))
+        found = self.state.find(key[0], key[1], phys(key[2], offset))
+        done = offset in self.acked[key] or offset in self.dead[key]
+        assert (found is None) == done and (found is None or found == (key, offset))
+        if found is not None:
+            assert self.state.dead_letter(key, offset)
+            self.dead[key].add(offset)
+            self.dlq_count += 1
+        self.handles.discard((key, offset))
 
     @rule(delta=st.integers(-60_000, 120_000))
     def clock(self, delta: int) -> None:
