@@ -132,6 +132,30 @@ class Provider(Closeable, abc.ABC):
             ProviderError: the backend failed; ``retriable`` says whether to try again.
         """
 
+    def read_view(self, key: str, position: int, length: int) -> BytesLike:
+        """:meth:`read`, where the answer may be a read-only view of memory the provider holds
+        (a read-ahead window: no copy of its bytes), valid for as long as the caller holds it.
+        The memory stays the provider's to reuse once every view of it is gone: hold a view
+        only as long as its bytes are needed. By default :meth:`read`.
+
+        Raises:
+            As :meth:`read`.
+        """
+        return self.read(key, position, length)
+
+    def readinto(self, key: str, position: int, into: memoryview) -> int:
+        """Read up to ``len(into)`` bytes from ``position`` into the caller's buffer ``into`` (a
+        writable byte view); returns how many, fewer only where the object ends. By default
+        :meth:`read_view`, copied in once.
+
+        Raises:
+            As :meth:`read`.
+        """
+        data = self.read_view(key, position, len(into))
+        n = len(data)
+        into[:n] = data
+        return n
+
     @abc.abstractmethod
     def append(self, key: str, data: BytesLike, position: int) -> int:
         """Write ``data`` at ``position``, which must be the object's current size.

@@ -65,6 +65,20 @@ class MemoryProvider(Provider):
                 )
             return bytes(memoryview(data)[position : position + length])
 
+    def readinto(self, key: str, position: int, into: memoryview) -> int:
+        check_key(key)
+        check_range(position, len(into), key=key)
+        with self._lock:
+            self._request("GET")
+            data = self._get(key)
+            if position >= len(data):
+                raise ReadPastEndError(
+                    f"read of {key!r} at {position} is past its end ({len(data)} bytes)", key=key
+                )
+            piece = memoryview(data)[position : position + len(into)]
+            into[: len(piece)] = piece
+            return len(piece)
+
     def append(self, key: str, data: BytesLike, position: int) -> int:
         check_key(key)
         check_range(position, key=key)

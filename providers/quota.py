@@ -158,15 +158,34 @@ class QuotaProvider(WrappedProvider):
                 self._waited("upload", waited)
 
     def read(self, key: str, position: int, length: int) -> bytes:
-        bucket = self.reads
-        if bucket is None:
-            return self.inner.read(key, position, length)
-        waited = bucket.take(length)
-        if waited:
-            self._waited("read", waited)
+        self._reserve(length)
         data = self.inner.read(key, position, length)
-        bucket.give_back(length - len(data))
+        self._unused(length - len(data))
         return data
+
+    def read_view(self, key: str, position: int, length: int) -> BytesLike:
+        self._reserve(length)
+        data = self.inner.read_view(key, position, length)
+        self._unused(length - len(data))
+        return data
+
+    def readinto(self, key: str, position: int, into: memoryview) -> int:
+        self._reserve(len(into))
+        n = self.inner.readinto(key, position, into)
+        self._unused(len(into) - n)
+        return n
+
+    def _reserve(self, length: int) -> None:
+        """Hold a read of ``length`` bytes to the read quota."""
+        if self.reads is not None:
+            waited = self.reads.take(length)
+            if waited:
+                self._waited("read", waited)
+
+    def _unused(self, n: int) -> None:
+        """Give back what a read reserved and the object did not hold."""
+        if self.reads is not None:
+            self.reads.give_back(n)
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         self._upload(as_bytes_view(data).nbytes)

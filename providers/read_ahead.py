@@ -9,6 +9,10 @@ Windows only hold bytes already written, and a written byte never changes (objec
 append-only; ``forget`` drops a key's windows when it is deleted or replaced). A window stays
 until a read *starts* past it, so a reader that reads some bytes again is still answered from
 memory. Every buffer counts against ``objectStoreReadAheadMemory`` (see :class:`ReadAhead`).
+
+A read that lies in one window may be answered with a *view* of it (:meth:`ReadAhead.view`): the
+window's buffer is then lent to the reader until its last view is gone, and only then received
+into again.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import logging
 import mmap
 import threading
 import time
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -25,6 +30,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field
 from typing import NamedTuple
+
+import numpy as np
 
 log = logging.getLogger(__name__)
 
@@ -109,7 +116,12 @@ class _Window:
     """a full-size window (its buffer is the read-ahead's capacity)"""
     received: int = 0
     pins: int = 1
-    """copies being made out of the buffer, plus one for the fetch until it has stopped"""
+    """copies being made out of the buffer and views of it held by readers, plus one for the
+    fetch until it has stopped"""
+    views: int = 0
+    """views of the buffer held by readers"""
+    lent: bool = False
+    """dropped while viewed: its buffer counts as lent, not as held"""
     started: bool = False
     done: bool = False
     """the whole window arrived, or the fetch failed, stopped or was never made"""
@@ -142,7 +154,13 @@ class ReadAhead:
     :data:`DEPTH` after them. A window that does not fit drops the windows of keys done with
     them, then kept buffers, then shrinks (down to :data:`SMALLEST_FRACTION`), then is not
     fetched: readers that share the memory are not made to drop each other's windows. A read
-    copies its bytes out once (the contract returns ``bytes``)."""
+    copies its bytes out once (:meth:`read`), or takes a view of its window (:meth:`view`).
+
+    Views: a window dropped while readers hold views of it is *lent*: its buffer no longer
+    counts as held (new windows are not kept waiting for readers' views to go), and is taken
+    back (kept for the next window, or let go) when the last view is gone. Buffers viewed at
+    once are bounded by ``max_bytes`` too: past that a read is a copy, so the read-ahead's
+    memory is at most twice ``max_bytes`` whatever readers hold."""
 
     def __init__(
         self,
@@ -168,7 +186,11 @@ class ReadAhead:
         self._continues: OrderedDict[str, None] = OrderedDict()
         self._free: list[Buffer] = []
         self._held = 0  # bytes of every buffer held: windows (fetched or on their way) and kept
-        self._lock = threading.Lock()
+        self._lent = 0  # bytes of the buffers of dropped windows readers still view
+        self._viewed = 0  # bytes of the buffers readers hold views of (lent or not)
+        # reentrant: a view's finalizer (:meth:`_unview`) may run wherever its last reference
+        # goes, this thread's own code under the lock included (the cyclic collector)
+        self._lock = threading.RLock()
         self._arrived = threading.Condition(self._lock)
         self._pool: ThreadPoolExecutor | None = None
         self._threads = threads
@@ -179,11 +201,29 @@ class ReadAhead:
         with self._lock:
             return self._held
 
+    @property
+    def lent_bytes(self) -> int:
+        """Bytes of the buffers of dropped windows that readers still hold views of."""
+        with self._lock:
+            return self._lent
+
     def read(self, key: str, position: int, length: int) -> bytes | None:
         """``[position, position + length)`` from the key's windows, or ``None``: not a
         sequential read (or the window failed), so the caller reads it from the backend. Shorter
         only where the object ends."""
-        parts: list[bytes] = []
+        got = self._read(key, position, length, view=False)
+        assert got is None or isinstance(got, bytes)
+        return got
+
+    def view(self, key: str, position: int, length: int) -> bytes | memoryview | None:
+        """:meth:`read`, answered with a read-only view of the window when the bytes lie in one
+        (its buffer is lent to the caller until every view of it is gone), else a copy."""
+        return self._read(key, position, length, view=True)
+
+    def _read(
+        self, key: str, position: int, length: int, *, view: bool
+    ) -> bytes | memoryview | None:
+        parts: list[bytes | memoryview] = []
         at, stop = position, position + length
         large = length >= self.large_read  # a consumer's read-ahead: sequential from here
         with self._lock:
@@ -220,14 +260,27 @@ class ReadAhead:
                     self._forget(key)
                     return None
                 window.pins += 1
-            try:  # copied out of the lock: the buffer is pinned, and these bytes are in
-                view = memoryview(window.buffer)
-                parts.append(bytes(view[at - window.start : end - window.start]))
-                view.release()
-            finally:
-                with self._lock:
-                    window.pins -= 1
-                    self._release(window)
+                lend = (
+                    view
+                    and at == position
+                    and (end == stop or (not window.more and end == window.end))
+                    and self._may_lend(window)
+                )
+                if lend:
+                    window.views += 1
+                    if window.views == 1:
+                        self._viewed += len(window.buffer)
+            if lend:  # the pin is the view's until it is gone
+                parts.append(self._lease(window, at - window.start, end - window.start))
+            else:
+                try:  # copied out of the lock: the buffer is pinned, and these bytes are in
+                    mv = memoryview(window.buffer)
+                    parts.append(bytes(mv[at - window.start : end - window.start]))
+                    mv.release()
+                finally:
+                    with self._lock:
+                        window.pins -= 1
+                        self._release(window)
             at = end
             with self._lock:
                 stream.last_end = at
@@ -261,6 +314,34 @@ class ReadAhead:
         with self._lock:  # the buffers they wrote into were kept: let them go too
             self._held -= sum(len(b) for b in self._free)
             self._free.clear()
+
+    # --- views ---------------------------------------------------------------------------------
+
+    def _may_lend(self, window: _Window) -> bool:
+        """Whether a view of ``window`` may be handed out: it is viewed already, or the buffers
+        viewed stay within ``max_bytes`` (under the lock)."""
+        return window.views > 0 or self._viewed + len(window.buffer) <= self.max_bytes
+
+    def _lease(self, window: _Window, start: int, end: int) -> memoryview:
+        """A read-only view of ``window.buffer[start:end]`` whose last reference, once gone,
+        gives the view's pin back (:meth:`_unview`); the pin and the view are counted already."""
+        try:
+            array = np.frombuffer(window.buffer, np.uint8, end - start, start)
+            array.flags.writeable = False
+            weakref.finalize(array, self._unview, window)
+        except BaseException:
+            self._unview(window)
+            raise
+        return array.data  # (a view that holds the array)
+
+    def _unview(self, window: _Window) -> None:
+        """A view of ``window`` is gone (from any thread)."""
+        with self._lock:
+            window.views -= 1
+            window.pins -= 1
+            if window.views == 0:
+                self._viewed -= len(window.buffer)
+            self._release(window)
 
     # --- under the lock -------------------------------------------------------------------------
 
@@ -434,6 +515,10 @@ class ReadAhead:
     def _drop(self, stream: _Stream, count: int) -> None:
         for window in stream.windows[:count]:
             window.dropped = True
+            if window.views and not window.lent:  # readers hold it: lent, no longer held
+                window.lent = True
+                self._held -= len(window.buffer)
+                self._lent += len(window.buffer)
             if not window.started:  # never to be fetched: nothing writes into it
                 window.done = True
                 window.pins -= 1
@@ -445,7 +530,13 @@ class ReadAhead:
         made out of it and its fetch has stopped writing into it."""
         if window.dropped and window.pins == 0:
             window.pins = -1  # released once
-            if self._kept(len(window.buffer)):
+            size = len(window.buffer)
+            if window.lent:  # back from its readers: held again, unless that is too much
+                self._lent -= size
+                if self._held + size > self.max_bytes:
+                    return
+                self._held += size
+            if self._kept(size):
                 self._free.append(window.buffer)
                 if len(self._free) > FREE_BUFFERS:  # the least recently kept goes
                     self._held -= len(self._free.pop(0))

@@ -126,6 +126,16 @@ class S3Reads:
                 return got
         return self._read(key, full, position, length)
 
+    def read_view(self, key: str, position: int, length: int) -> bytes | memoryview:
+        """:meth:`read`; a read answered from a read-ahead window is a view of it (no copy)."""
+        check_range(position, length, key=key)
+        full = self._full(key)
+        if self._ahead is not None and length > 0:
+            got = self._ahead.view(key, position, length)
+            if got is not None:
+                return got
+        return self._read(key, full, position, length)
+
     def _window_bounds(self, key: str, start: int, size: int) -> Extent:
         """Where a read-ahead window from ``start`` ends (at most ``size`` bytes, within the
         chunk object holding ``start``; the rest of the object or chunk too when less than an

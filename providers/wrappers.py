@@ -87,6 +87,24 @@ class WrappedProvider(Provider):
     def read(self, key: str, position: int, length: int) -> bytes:
         return self._around("read", key, functools.partial(self.inner.read, key, position, length))
 
+    def read_view(self, key: str, position: int, length: int) -> BytesLike:
+        cls = type(self)
+        if cls.read is not WrappedProvider.read and cls.read_view is WrappedProvider.read_view:
+            return self.read(key, position, length)  # a subclass watches reads: it sees this
+        return self._around(
+            "read", key, functools.partial(self.inner.read_view, key, position, length)
+        )
+
+    def readinto(self, key: str, position: int, into: memoryview) -> int:
+        cls = type(self)
+        if cls.readinto is WrappedProvider.readinto and (
+            cls.read is not WrappedProvider.read or cls.read_view is not WrappedProvider.read_view
+        ):
+            return Provider.readinto(self, key, position, into)  # through the watched reads
+        return self._around(
+            "read", key, functools.partial(self.inner.readinto, key, position, into)
+        )
+
     def append(self, key: str, data: BytesLike, position: int) -> int:
         return self._around(
             "append", key, functools.partial(self.inner.append, key, data, position)
@@ -321,9 +339,22 @@ class MetricsProvider(WrappedProvider):
 
     def read(self, key: str, position: int, length: int) -> bytes:
         data = super().read(key, position, length)
-        path, file_type = _labels(key)
-        self._child(self.metrics.download_bytes, (path, file_type, "read")).observe(len(data))
+        self._downloaded(key, len(data))
         return data
+
+    def read_view(self, key: str, position: int, length: int) -> BytesLike:
+        data = super().read_view(key, position, length)
+        self._downloaded(key, len(data))
+        return data
+
+    def readinto(self, key: str, position: int, into: memoryview) -> int:
+        n = super().readinto(key, position, into)
+        self._downloaded(key, n)
+        return n
+
+    def _downloaded(self, key: str, n: int) -> None:
+        path, file_type = _labels(key)
+        self._child(self.metrics.download_bytes, (path, file_type, "read")).observe(n)
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         size = super().append(key, data, position)

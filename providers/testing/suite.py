@@ -203,6 +203,32 @@ class ProviderTests:
                 provider.read(key, position, 1)
             assert isinstance(info.value, EOFError)
 
+    def test_read_view_and_readinto_answer_what_read_does(self, provider: Provider) -> None:
+        """A view (of a read-ahead window, where the provider has one) and a read into the
+        caller's buffer hold the bytes ``read`` does, short at the end, and fail past it."""
+        key = seg(6, 1)
+        content = fill(provider, key, (3000, 1, 4000, 2999))
+        views = []
+        for position in range(0, len(content), 1000):  # sequential: read-ahead where there is
+            view = provider.read_view(key, position, 1000)
+            assert bytes(view) == content[position : position + 1000]
+            views.append((position, view))
+        for position, view in views:  # still the same bytes after the reads that followed
+            assert bytes(view) == content[position : position + 1000]
+        into = bytearray(b"\xff" * 1500)
+        assert provider.readinto(key, 9500, memoryview(into)) == 500
+        assert into[:500] == content[9500:] and into[500:] == b"\xff" * 1000
+        assert provider.readinto(key, 17, memoryview(into)) == 1500
+        assert into == content[17:1517]
+        assert provider.readinto(key, 5, memoryview(into)[:0]) == 0
+        for position in (len(content), 10**12):
+            with pytest.raises(ReadPastEndError):
+                provider.read_view(key, position, 1)
+            with pytest.raises(ReadPastEndError):
+                provider.readinto(key, position, memoryview(into))
+        with pytest.raises(InvalidRangeError):
+            provider.readinto(key, -1, memoryview(into))
+
     def test_empty_object(self, provider: Provider, oracle: Oracle) -> None:
         key = seg(7)
         assert provider.append(key, b"", 0) == 0

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from typing import ClassVar
 from typing import TypeVar
+from typing import cast
 
 from tiered.errors import IntegrityError
 from tiered.errors import PositionMismatchError
@@ -43,6 +44,7 @@ from tiered.metadata import MetadataStore
 from tiered.metadata import now_ms
 from tiered.metadata.models import STATUS_NEW
 from tiered.metadata.models import STATUS_SEALED
+from tiered.providers.base import BytesLike
 from tiered.providers.base import Provider
 from tiered.providers.layout import FileType
 from tiered.providers.layout import logical_path
@@ -513,6 +515,27 @@ class FlatAppendFile:
         Raises:
             ReadPastEndError: ``offset`` is below the first segment or at/after the commit end.
         """
+        return cast(bytes, self._read(offset, length, self.provider.read))
+
+    def read_view(self, offset: int, length: int) -> BytesLike:
+        """:meth:`read`, maybe answered with a read-only view of the provider's memory
+        (:meth:`~tiered.providers.Provider.read_view`: no copy of a read-ahead window's bytes;
+        hold it only while its bytes are needed). A read that spans two segments is one joined
+        copy.
+
+        Raises:
+            ReadPastEndError: ``offset`` is below the first segment or at/after the commit end.
+        """
+        return self._read(offset, length, self.provider.read_view)
+
+    def _read(
+        self, offset: int, length: int, read: Callable[[str, int, int], BytesLike]
+    ) -> BytesLike:
+        """Bytes ``[offset, offset + length)`` read with ``read`` (see :meth:`read`).
+
+        Raises:
+            ReadPastEndError: ``offset`` is below the first segment or at/after the commit end.
+        """
         segs = self._segments
         index = next((i for i in range(len(segs) - 1, -1, -1) if segs[i].base <= offset), -1)
         if index < 0 or offset >= segs[index].commit_offset or length <= 0:
@@ -522,13 +545,13 @@ class FlatAppendFile:
             )
         first = segs[index]
         take = min(length, first.commit_offset - offset)
-        out = retrying(lambda: self.provider.read(self.key(first.base), offset - first.base, take))
+        out = retrying(lambda: read(self.key(first.base), offset - first.base, take))
         rest = length - len(out)
         if rest > 0 and index + 1 < len(segs):
             nxt = segs[index + 1]
             if nxt.base == first.commit_offset and nxt.size > 0:
                 n = min(rest, nxt.size)
-                out += retrying(lambda: self.provider.read(self.key(nxt.base), 0, n))
+                out = b"".join((out, retrying(lambda: read(self.key(nxt.base), 0, n))))
         return out
 
     # --- recovery and deletion ----------------------------------------------------------------

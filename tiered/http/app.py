@@ -38,6 +38,9 @@ from prometheus_client import CONTENT_TYPE_LATEST
 from prometheus_client import REGISTRY
 from prometheus_client import CollectorRegistry
 from prometheus_client import generate_latest
+from starlette.types import Receive
+from starlette.types import Scope
+from starlette.types import Send
 
 from tiered import metrics as tiered_metrics
 from tiered.access.accounts import Account
@@ -56,6 +59,7 @@ from tiered.read.fetcher import GetResult
 from tiered.read.message_store import MAX_QUEUE_ID
 from tiered.read.message_store import TOPIC_PATTERN
 from tiered.read.message_store import TieredMessageStore
+from tiered.read.read_unit import Buffer
 from tiered.read.tag_filter import TagFilter
 
 from .accounting import RequestAccounting
@@ -292,9 +296,8 @@ def create_app(
             topic, queue_id, offset, max_count, subscription, max_bytes=max_response_bytes
         )
         headers = _headers(result)
-        if fmt == "raw":  # the stored units back to back: a view of the read, no copy
-            body = result.body()
-            return Response(body, media_type="application/octet-stream", headers=headers)
+        if fmt == "raw":  # the stored units back to back: views of the reads, no copy
+            return RawResponse(result.body_parts(), headers)
         return JSONResponse(
             {
                 "status": result.status.value,
@@ -355,6 +358,28 @@ def create_app(
     for router in extra_routers:
         app.include_router(router)
     return app
+
+
+class RawResponse(Response):
+    """A ``format=raw`` answer: the stored units sent as the buffers they were read into, one
+    after the other (views of read-ahead windows: never joined into one copy)."""
+
+    media_type = "application/octet-stream"
+
+    def __init__(self, parts: Sequence[Buffer], headers: dict[str, str]) -> None:
+        self.parts = parts
+        length = str(sum(len(p) for p in parts))
+        super().__init__(None, headers={**headers, "content-length": length})
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {"type": "http.response.start", "status": self.status_code, "headers": self.raw_headers}
+        )
+        last = len(self.parts) - 1
+        for i, part in enumerate(self.parts):  # a part per read window, not per message
+            await send({"type": "http.response.body", "body": part, "more_body": i < last})
+        if last < 0:
+            await send({"type": "http.response.body", "body": b""})
 
 
 def raw_units(data: bytes) -> list[bytes]:

@@ -188,7 +188,7 @@ class TieredReader:
         if backwards.size:
             keep = int(backwards[0]) + 1
         length = int(offs[keep - 1] + sizes[keep - 1]) - first
-        data = flat.commitlog.read(first, length)
+        data = flat.commitlog.read_view(first, length)  # a read-ahead window's bytes: no copy
         if len(data) < length:  # the read stops at the second segment's end: keep what came
             keep = max(1, int(np.searchsorted(ends[:keep], len(data), side="right")))
         offs, sizes, tags = offs[:keep], sizes[:keep], units["tags_code"][:keep].astype(np.int64)
@@ -217,7 +217,7 @@ class TieredReader:
         return Run(data, rel, sizes, tags, qoffs[: len(rel)])
 
     @staticmethod
-    def _skip_codas(data: bytes, rel: Int64s) -> Int64s:
+    def _skip_codas(data: Buffer, rel: Int64s) -> Int64s:
         if not len(rel):
             return rel
         buf = as_uint8(data)
@@ -408,6 +408,10 @@ class Fetcher:
                 run = self.reader.run(flat, start, span)
         else:
             run = self.reader.run(flat, start, span, report=False)
+        if isinstance(run.data, memoryview) and start + len(run) >= flat.commit_offset:
+            # the queue's last window may be kept long after its reader is done (nothing
+            # passes it): a copy, not a view that holds the provider's whole window
+            run = Run(bytes(run.data), run.rel, run.sizes, run.tags, run.qoffs)
         self.cache.put_window(flat.topic, flat.queue_id, start, run)
 
     def _prefetch(self, flat: FlatMessageFile, start: int, span: int) -> None:
