@@ -531,7 +531,9 @@ class Dispatcher(Closeable):
         """Rounds until no queue has ready work (or ``stop`` is set); see the module docstring.
         The first round looks at every local queue, or with ``follow`` (``run``'s passes) only
         at those :class:`~.pass_queues.PassQueues` chooses; each further round at the queues
-        the round before sent from or must retry."""
+        the round before sent from or must retry. A following pass goes on only with the queues
+        whose batch left more ready work: what reaches a queue meanwhile is the next pass's (the
+        commitlog shows it), so a wide pass does not look at every queue it moved twice."""
         report = PassReport(role=self.role)
         if not self.uploading:
             self._save_state(sync=False)
@@ -561,7 +563,9 @@ class Dispatcher(Closeable):
                     st = self.state(*key)
                     busy = flat.has_pending or st.held is not None or bool(st.error)
                     progress[key] = QueueProgress(flat.commit_offset, st.local_max, busy)
-                    if r.more or r.messages or (r.failed and st.failures < MAX_FAILURES):
+                    if r.more or (r.failed and st.failures < MAX_FAILURES):
+                        again.append(key)
+                    elif r.messages and not follow:  # (following: the commitlog shows it)
                         again.append(key)
                     if r.messages:
                         report.queues.add(key)
@@ -582,7 +586,7 @@ class Dispatcher(Closeable):
                     on_progress(sum(r.messages for _, r in results))
                 gap = any(r.gap is not None for _, r in results)
                 self._save_state(sync=gap, touched=results)
-                if not progressed and not retry:
+                if not again or (not progressed and not retry):
                     break
                 if retry and not progressed:
                     time.sleep(_BACKOFF_S * min(report.rounds, 20))
