@@ -1,5 +1,9 @@
 """Message units to Arrow: the rows of the ``rocketmq_tiered`` table, decoded a batch at a time.
 
+The table's columns and types. The reader decodes with the compiled kernel
+(:mod:`tiered.jobs.tier_decode`); :func:`decode_batch`, written with numpy and Arrow compute, is
+the reference its tests hold it to.
+
 The units of one read lie in one buffer; every column is built from the whole batch with numpy
 gathers and Arrow compute kernels (properties split on ``\\x02`` then ``\\x01``, ``KEYS`` split on
 spaces, hosts decoded once per distinct address). Python touches single messages only to

@@ -30,7 +30,7 @@ import numpy.typing as npt
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.compute as pc  # type: ignore[import-untyped]
 from tiered.jobs.tier_batch import COLUMNS
-from tiered.jobs.tier_batch import decode_batch
+from tiered.jobs.tier_decode import decode_read
 from tiered.providers import Provider
 from tiered.providers.layout import INDEX_TOPIC
 from tiered.providers.layout import FileType
@@ -44,9 +44,7 @@ from tiered.broker.consumequeue import CQ_UNIT_DTYPE
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.broker.javautil import to_i32
 from tiered.broker.unit_fields import as_uint8
-from tiered.broker.unit_fields import check_units
 from tiered.broker.unit_fields import gather_be
-from tiered.broker.unit_fields import property_spans
 from tiered.config import TieredConfig
 from tiered.config import load_config
 from tiered.errors import ConfigError
@@ -62,7 +60,6 @@ from tiered.metadata.metadata_store import read_mirror
 from tiered.metadata.models import FileSegmentType
 from tiered.metadata.models import MetadataDocument
 from tiered.metadata.models import parse_metadata
-from tiered.read.fetcher import crc_mismatches
 
 log = logging.getLogger(__name__)
 
@@ -799,67 +796,32 @@ class PartitionReader:
         first_q: int | None,
         flat: Int64s,
     ) -> pa.RecordBatch | None:
-        """Check the units at ``rel`` of ``data``, drop what the bounds exclude, decode."""
+        """Check the units at ``rel`` of ``data``, drop what the bounds exclude, decode (one
+        kernel call: :func:`tiered.jobs.tier_decode.decode_read`)."""
         q, b = part.queue, part.bounds
-        n = len(rel)
-        buf = as_uint8(data)
-        rel = _skip_codas(buf, rel)
-        if first_q is None:
-            qoffs = gather_be(buf, rel + msgcodec.QUEUE_OFFSET_POSITION, 8)
-        else:
-            qoffs = first_q + np.arange(n, dtype=np.int64)
-        ok = np.ones(n, dtype=bool)
-        why = np.zeros(n, dtype=np.int8)  # index into _WHY
-        good = check_units(data, rel, sizes, qoffs, flat[:n])
-        while good < n:  # the first disagreeing unit, then the next after it
-            ok[good] = False
-            why[good] = 1
-            if good + 1 >= n:
-                break
-            good += 1 + check_units(
-                data, rel[good + 1 :], sizes[good + 1 :], qoffs[good + 1 :], flat[good + 1 : n]
-            )
-        if ok.any():
-            _, plen = property_spans(data, rel[ok], sizes[ok])
-            torn = np.flatnonzero(ok)[plen < 0]
-            ok[torn], why[torn] = False, 2
-        keep = ok & (qoffs >= b.q_lo) & (qoffs < b.q_hi)
-        if b.t_lo > 0 or b.t_hi < LONG_MAX:
-            times = np.zeros(n, dtype=np.int64)
-            times[ok] = _store_times(buf, rel[ok])
-            keep &= (times >= b.t_lo) & (times < b.t_hi)
-        idx = np.flatnonzero(keep)
-        bad_crc = crc_mismatches(data, rel[idx])
-        if bad_crc:
-            ok[idx[bad_crc]] = False
-            keep[idx[bad_crc]] = False
-            why[idx[bad_crc]] = 3
-        bad = np.flatnonzero(~ok)
-        if bad.size:
-            self._corrupt(q, key, flat[bad], qoffs[bad], why[bad])
-        idx = np.flatnonzero(keep)
-        if not idx.size:
-            return None
         columns = list(self.columns)
         if b.keys is not None or b.uniq_keys is not None:
             columns += [c for c in ("keys", "uniqKey") if c not in columns]
-        batch = decode_batch(
-            data,
-            rel[idx],
-            sizes[idx],
-            columns,
-            topic=q.topic,
-            broker=q.broker,
-            cluster=q.cluster,
-            where=lambda i: f"object {key} flat offset {int(flat[idx[i]])}",
-        )
+        flat = flat[: len(rel)]
+        got = decode_read(
+            data, rel, sizes, flat, columns,
+            first_queue_offset=first_q, bounds=(b.q_lo, b.q_hi, b.t_lo, b.t_hi),
+            topic=q.topic, broker=q.broker, cluster=q.cluster,
+            where=lambda i: f"object {key} flat offset {int(flat[i])}",
+        )  # fmt: skip
+        bad = got.damaged
+        if bad.size:
+            self._corrupt(q, key, flat[bad], got.queue_offsets[bad], got.verdicts[bad])
+        batch = got.batch
+        if not batch.num_rows:
+            return None
         if b.keys is not None or b.uniq_keys is not None:
             batch = _key_filter(batch, b).select(self.columns)
         self.stats.messages += batch.num_rows
         return batch
 
     def _corrupt(
-        self, q: QueueTier, key: str, flat: Int64s, qoffs: Int64s, why: npt.NDArray[np.int8]
+        self, q: QueueTier, key: str, flat: Int64s, qoffs: Int64s, why: npt.NDArray[np.uint8]
     ) -> None:
         where = ", ".join(
             f"queue offset {int(a)} at flat offset {int(f)}: {_WHY[int(w)]}"
@@ -887,7 +849,7 @@ class PartitionReader:
         name.write_text(json.dumps(self.stats.as_json(partition)), encoding="utf-8")
 
 
-_WHY: Final = (
+_WHY: Final = (  # by verdict (tiered.jobs.tier_decode: BAD_HEADER, BAD_LENGTHS, BAD_CRC)
     "damaged",
     "its header disagrees with its consumequeue unit (TOTALSIZE, magic or offsets)",
     "its field lengths do not add up to TOTALSIZE",
@@ -938,22 +900,6 @@ class _CqCursor:
         self.offs, self.sizes = self.offs[inside:], self.sizes[inside:]
         self.start += inside
         return offs, sizes
-
-
-def _skip_codas(buf: npt.NDArray[np.uint8], rel: Int64s) -> Int64s:
-    """Step over a legacy 16-byte coda a consumequeue unit points at (spec §5.2)."""
-    if not len(rel):
-        return rel
-    inside = rel + 8 <= len(buf)
-    coda = np.zeros(len(rel), dtype=bool)
-    coda[inside] = gather_be(buf, rel[inside] + 4, 4) == msgcodec.BLANK_MAGIC
-    return np.where(coda, rel + 16, rel)
-
-
-def _store_times(buf: npt.NDArray[np.uint8], rel: Int64s) -> Int64s:
-    sys_flag = gather_be(buf, rel + msgcodec.SYSFLAG_POSITION, 4)
-    v6 = (sys_flag & msgcodec.BORNHOST_V6_FLAG) != 0
-    return gather_be(buf, rel + msgcodec.BORN_HOST_POSITION + 8 + np.where(v6, 12, 0), 8)
 
 
 def _key_filter(batch: pa.RecordBatch, b: Bounds) -> pa.RecordBatch:
