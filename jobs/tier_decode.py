@@ -5,7 +5,9 @@ as the read path does (header against its consumequeue unit, field lengths, body
 ones inside the partition's bounds and builds their columns as Arrow buffers, which are wrapped
 here without a copy. Properties are split as Java's ``string2messageProperties`` splits them,
 exactly as :func:`tiered.jobs.tier_batch.decode_batch` (the reference the tests hold this to)
-does. Python touches single messages only to decompress a compressed body (one codec call each).
+does; compressed bodies are decompressed there too (zlib, LZ4, ZSTD). Python touches a single
+message only for a body the kernel could not decompress (an unknown codec, or bytes that do not
+decompress whole): Python's codecs then decompress it or raise, as ``fetch`` does.
 """
 
 from __future__ import annotations

@@ -31,6 +31,7 @@ from tiered.broker import message as msgcodec
 from tiered.broker.unit_fields import property_spans
 from tiered.errors import CorruptStoreFileError
 from tiered.metadata import LONG_MAX
+from tiered.process.native import kernel
 
 ALL = [name for name, _ in COLUMNS]
 BASE_FLAT = 1 << 20
@@ -289,3 +290,39 @@ def test_a_column_the_kernel_does_not_know_is_refused() -> None:
         decode_read(data, np.array(starts, dtype=np.int64), np.array(sizes, dtype=np.int64),
                     np.array(flat, dtype=np.int64), ["nope"], first_queue_offset=0, topic="T",
                     broker="b", cluster="c")  # fmt: skip
+
+
+def _crc_fixed(data: bytearray, start: int) -> None:
+    """Give the unit at ``start`` (IPv4 hosts) the CRC of the body it now holds."""
+    n = i32(data, start + 84)
+    struct.pack_into(
+        ">i", data, start + 8, zlib.crc32(data[start + 88 : start + 88 + n]) & 0x7FFFFFFF
+    )
+
+
+def test_the_kernel_decompresses_and_leaves_python_what_does_not_decompress() -> None:
+    base = {
+        "props": b"", "born": (b"\1\2\3\4", 1), "store": (b"\1\2\3\4", 2), "v2": False,
+        "topic": "T", "body": b"a body " * 40, "dt": 0, "reconsume": 0, "flag": 0,
+    }  # fmt: skip
+    codecs = ["ZLIB", "LZ4", "ZSTD"]
+    data, starts, sizes, flat = build([{**base, "zip": z} for z in codecs])
+    columns = (data, np.array(starts), np.array(sizes), 7, np.array(flat), (0, 99, 0, LONG_MAX))
+    _, _, built, left = kernel().decode_units(*columns, ["body"])
+    assert np.frombuffer(left, dtype=np.int64).size == 0  # all three in the kernel
+    assert len(built["body"][1]) == 3 * len(base["body"])
+    # a ZSTD frame cut short (CRC made to match): Python's decompressobj returns what it has
+    cut = msgcodec.compress_body(b"z" * 300, "ZSTD")[:-4]
+    data, starts, sizes, flat = build([{**base, "zip": "ZSTD"}, {**base, "zip": None}])
+    unit = msgcodec.encode(
+        topic="T", queue_id=3, queue_offset=9, physical_offset=BASE_FLAT + len(data), body=cut,
+        properties=b"", born_timestamp=T0, store_timestamp=T0, born_host=b"\1\2\3\4\0\0\0\1",
+        store_host=b"\1\2\3\4\0\0\0\2", sys_flag=msgcodec.compression_bits("ZSTD"),
+    )  # fmt: skip
+    starts.append(len(data))
+    sizes.append(len(unit))
+    flat.append(BASE_FLAT + len(data))
+    data += unit
+    _crc_fixed(data, starts[2])
+    _, batch = compare(data, starts, sizes, flat, ["body", "queueOffset"])
+    assert batch is not None and batch.column(0)[2].as_py() == msgcodec.decompress_body(cut, 0x201)

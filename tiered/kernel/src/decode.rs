@@ -6,7 +6,9 @@
 //! Properties are read as Java's `string2messageProperties` reads them: items cut at `\x02`,
 //! each cut at its first `\x01`, an item without a name or a value dropped; every item kept
 //! (the map keeps a repeated name, a lookup takes the last). Properties that are not UTF-8 are
-//! decoded with U+FFFD for each maximal invalid subpart, as Python's `"replace"` does.
+//! decoded with U+FFFD for each maximal invalid subpart, as Python's `"replace"` does. Compressed
+//! bodies are decompressed (zlib, LZ4 frames, ZSTD frames); one that does not decompress is left
+//! as stored and named, for Python to decompress and report.
 
 use std::borrow::Cow;
 
@@ -16,6 +18,7 @@ use crate::unit::{BORNHOST_V6_FLAG, PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSIT
 /// The magic of a legacy 16-byte coda a consumequeue unit may point at (spec §5.2).
 const BLANK_MAGIC: i32 = -875_286_124; // 0xCBD43194
 const COMPRESSED_FLAG: i32 = 0x1;
+const COMPRESSION_TYPE_MASK: i32 = 0x700;
 const BORN_HOST_AT: usize = 48;
 const HEX: &[u8; 16] = b"0123456789ABCDEF";
 
@@ -138,7 +141,8 @@ pub struct Decoded {
     pub keys: Option<Nested>,
     /// `properties` (map) when asked for.
     pub properties: Option<Nested>,
-    /// Rows whose body is compressed (the `body` column holds it as stored).
+    /// Rows whose body is compressed and was not decompressed here (an unknown codec, or bytes
+    /// that do not decompress): the `body` column holds it as stored.
     pub compressed: Vec<i64>,
 }
 
@@ -374,10 +378,16 @@ pub fn decode(
             h.push(store_host)?;
         }
         if let Some(b) = bodies.as_mut() {
-            if u.sys_flag & COMPRESSED_FLAG != 0 {
-                out.compressed.push(b.rows() as i64);
+            if u.sys_flag & COMPRESSED_FLAG == 0 {
+                b.push(u.body)?;
+            } else {
+                b.mark(true);
+                if !decompress(u.body, u.sys_flag, &mut b.data) {
+                    out.compressed.push(b.rows() as i64);
+                    b.data.extend_from_slice(u.body);
+                }
+                b.close()?;
             }
-            b.push(u.body)?;
         }
         if !read_props {
             continue;
@@ -445,6 +455,26 @@ pub fn decode(
     out.keys = keys;
     out.properties = props;
     Ok(out)
+}
+
+/// Append the producer's body of a compressed unit to `out`, decompressed with the codec its
+/// sysflag names (bits 8-10: 1 LZ4, 2 ZSTD, 3 or, in old units, 0 ZLIB), as Python's codecs read
+/// it: the first frame or stream, what follows ignored. False (`out` as it was) for an unknown
+/// codec or bytes that do not decompress whole: Python decompresses those, and raises what it
+/// raises.
+fn decompress(body: &[u8], sys_flag: i32, out: &mut Vec<u8>) -> bool {
+    use std::io::Read;
+    let start = out.len();
+    let done = match (sys_flag & COMPRESSION_TYPE_MASK) >> 8 {
+        0 | 3 => flate2::read::ZlibDecoder::new(body).read_to_end(out).is_ok(),
+        1 => lz4_flex::frame::FrameDecoder::new(body).read_to_end(out).is_ok(),
+        2 => ruzstd::decoding::StreamingDecoder::new(body).is_ok_and(|mut d| d.read_to_end(out).is_ok()),
+        _ => false,
+    };
+    if !done {
+        out.truncate(start);
+    }
+    done
 }
 
 fn count(rows: usize) -> Result<i32, Overflow> {
@@ -585,12 +615,32 @@ mod tests {
     }
 
     #[test]
-    fn compressed_bodies_are_named_and_reads_past_2_gib_are_refused() {
-        let a = encode(&Spec { sys_flag: COMPRESSED_FLAG, ..Spec::default() });
-        let (data, starts, sizes, flat) = batch(&[encode(&Spec::default()), a]);
+    fn bodies_are_decompressed_and_what_does_not_decompress_is_named() {
+        let mut zlib = Vec::new();
+        let mut z = flate2::write::ZlibEncoder::new(&mut zlib, flate2::Compression::default());
+        std::io::Write::write_all(&mut z, b"hello, compressed").unwrap();
+        z.finish().unwrap();
+        zlib.extend(b"ignored");
+        let lz4 = lz4_flex::frame::FrameEncoder::new(Vec::new());
+        let mut lz4 = {
+            let mut e = lz4;
+            std::io::Write::write_all(&mut e, b"hello, lz4").unwrap();
+            e.finish().unwrap()
+        };
+        lz4.extend(lz4.clone()); // a second frame: not read
+        let units = [
+            encode(&Spec::default()),
+            encode(&Spec { sys_flag: COMPRESSED_FLAG, body: b"not zlib", ..Spec::default() }),
+            encode(&Spec { sys_flag: COMPRESSED_FLAG | 3 << 8, body: &zlib, ..Spec::default() }),
+            encode(&Spec { sys_flag: COMPRESSED_FLAG | 1 << 8, body: &lz4, ..Spec::default() }),
+            encode(&Spec { sys_flag: COMPRESSED_FLAG | 7 << 8, ..Spec::default() }),
+        ];
+        let (data, starts, sizes, flat) = batch(&units);
         let d = decode(&data, &starts, &sizes, -1, &flat, Bounds::ALL, &["body"]).unwrap();
-        assert_eq!(d.compressed, vec![1]);
-        assert_eq!(strings(column(&d, "body")), vec![Some("hello".into()); 2]);
+        assert_eq!(d.compressed, vec![1, 4]);
+        let bodies = strings(column(&d, "body"));
+        let want = ["hello", "not zlib", "hello, compressed", "hello, lz4", "hello"];
+        assert_eq!(bodies, want.map(|b| Some(b.to_string())));
         let mut s = Strings::new(1, 0, false);
         s.data = vec![0; i32::MAX as usize + 1]; // calloc'd: its pages are never touched
         assert_eq!(s.close(), Err(Overflow(i32::MAX as usize + 1)));
