@@ -186,7 +186,11 @@ def plan(
         or limits.timeout_ms == 0
     )
     if not ready:
-        first = held.first_time if held is not None else local.store_time(topic, qid, current)
+        first = (  # (without held, the unit at `current` was just read)
+            held.first_time
+            if held is not None
+            else local.store_time_at(got.first_offset, int(got.sizes[0]))
+        )
         ready = first is None or first + limits.timeout_ms <= now
         _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
         if not ready:
@@ -262,7 +266,9 @@ def _read_from(
     the broker, or a pre-blank fill)."""
     try:
         if held is None:
-            units = local.read_units(topic, qid, current, count)
+            units = local.tail_units(topic, qid, current, count)  # what the max offset read
+            if units is None:
+                units = local.read_units(topic, qid, current, count)
             if not len(units):
                 return _Read(np.zeros(0, np.int64), -1, units)
             first = units[0]  # by field: units spanning two files come in a promoted dtype

@@ -399,10 +399,17 @@ class LocalSource:
         there."""
         try:
             unit = self.read_units(topic, queue_id, queue_offset, 1)
-            if not len(unit):
-                return None
-            phys, size = int(unit["offset"][0]), int(unit["size"][0])
-            head = self.commitlog.read(phys, min(size, _HEADER_BYTES))
+        except (OffsetNotInStoreError, StoreFileNotFoundError):
+            return None
+        if not len(unit):
+            return None
+        return self.store_time_at(int(unit["offset"][0]), int(unit["size"][0]))
+
+    def store_time_at(self, physical: int, size: int) -> int | None:
+        """Store time of the message at commitlog offset ``physical`` (``size`` bytes, from its
+        consumequeue unit); ``None`` if it is no longer there."""
+        try:
+            head = self.commitlog.read(physical, min(size, _HEADER_BYTES))
         except (OffsetNotInStoreError, StoreFileNotFoundError, CorruptStoreFileError):
             return None
         return msgcodec.store_timestamp_of(head)
