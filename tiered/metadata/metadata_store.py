@@ -665,10 +665,8 @@ class MetadataStore:
             self._check_loaded()
             by_base = self._doc.segment_table(meta.type).setdefault(meta.path, {})
             old = by_base.get(meta.base_offset)
-            stored = meta.model_copy()
-            if old is not None:
-                stored.create_timestamp = old.create_timestamp
-            by_base[meta.base_offset] = stored
+            keep = {"create_timestamp": old.create_timestamp} if old is not None else None
+            by_base[meta.base_offset] = meta.model_copy(update=keep)  # (valid: not validated)
             self._changes.segments.add((meta.type, meta.path, meta.base_offset))
             self._changed()
 
