@@ -21,10 +21,12 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import BinaryIO
+from typing import Final
 from typing import Literal
 from typing import TypeVar
 
 from tiered.errors import InjectedFaultError
+from tiered.errors import InvalidKeyError
 from tiered.errors import ProviderError
 from tiered.errors import SegmentNotFoundError
 
@@ -33,7 +35,8 @@ from .base import BytesLike
 from .base import Payload
 from .base import Provider
 from .base import RequestListener
-from .layout import SegmentAddress
+from .layout import FileType
+from .layout import cluster_dir_name
 
 if TYPE_CHECKING:
     from prometheus_client import CollectorRegistry
@@ -241,7 +244,6 @@ def set_path_label(label: Callable[[str], str]) -> None:
     sidecar's ``tieredMetricsDetail``: one series per queue, per topic or for the broker); the
     logical path itself until set."""
     _path_label[0] = label
-    _address.cache_clear()
 
 
 def _labels(key: str) -> tuple[str, str]:
@@ -250,13 +252,21 @@ def _labels(key: str) -> tuple[str, str]:
     return _path_label[0](path), file_type
 
 
-@functools.lru_cache(maxsize=4096)
+_TYPE_LABELS: Final = {t.value: t.label for t in FileType}
+
+
 def _address(key: str) -> tuple[str, str]:
-    """``(logical path, file type label)`` of a segment key (a handful of keys repeat: cached)."""
-    address = SegmentAddress.parse(key)
-    if address is None:
+    """``(logical path, file type label)`` of a segment key; ``("", "other")`` for a key outside
+    the layout. Read off the key's components (a label, not a check: see
+    :meth:`~.layout.SegmentAddress.parse`), without a cache: a broker's keys are many."""
+    parts = key.split("/")
+    label = _TYPE_LABELS.get(parts[4]) if len(parts) == 6 else None
+    try:
+        if label is None or parts[0] != cluster_dir_name(parts[0].partition("_")[2]):
+            return "", "other"
+    except InvalidKeyError:  # not a cluster name
         return "", "other"
-    return address.logical_path, address.file_type.label
+    return "/".join(parts[1:4]), label
 
 
 class _CountingReader:
