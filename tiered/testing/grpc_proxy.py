@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,8 @@ class Proxy(JavaServer):
 
     namesrv: str = ""
     cluster: str = ""
+    sync_topic: str = ""
+    """Its ``heartbeatSyncerTopicName`` (empty: the proxy's default)."""
     grpc_port: int = 0
     remoting_port: int = 0
 
@@ -48,6 +51,8 @@ class Proxy(JavaServer):
             "remotingListenPort": self.remoting_port,
             "minInvisibleTimeMillsForRecv": 1000,
         }
+        if self.sync_topic:
+            settings["heartbeatSyncerTopicName"] = self.sync_topic
         conf.write_text(json.dumps(settings))
         return self.runtime.java(
             "org.apache.rocketmq.proxy.ProxyStartup", "-pc", str(conf), "-pm", "cluster",
@@ -63,14 +68,27 @@ class Proxy(JavaServer):
 
 
 def compile_grpc_driver(out: Path) -> Path:
+    """``GrpcDriver`` compiled into ``out``."""
+    return compiling_grpc_driver(out)()
+
+
+def compiling_grpc_driver(out: Path) -> Callable[[], Path]:
+    """Start compiling ``GrpcDriver`` into ``out``; the returned call waits for it (and fails
+    with javac's output if it failed) and gives ``out``."""
     javac = shutil.which("javac")
     assert javac is not None, "javac (JDK 17) must be on the PATH"
     assert (GRPC_LIB / "rocketmq-client-java-5.0.7.jar").is_file(), "run `make rmq`"
-    subprocess.run(
+    proc = subprocess.Popen(
         [javac, "-nowarn", "-encoding", "UTF-8", "-d", out, "-cp", f"{GRPC_LIB}/*", GRPC_DRIVER],
-        check=True, capture_output=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
-    return out
+
+    def done() -> Path:
+        output, _ = proc.communicate()
+        assert proc.returncode == 0, f"javac GrpcDriver.java failed:\n{output.decode()}"
+        return out
+
+    return done
 
 
 def run_grpc_driver(

@@ -212,6 +212,11 @@ class JavaServer:
         raise NotImplementedError
 
     def start(self, timeout: float = 90.0) -> None:
+        self.launch()
+        self.wait_ready(timeout)
+
+    def launch(self) -> None:
+        """Start the JVM without waiting for it (then :meth:`wait_ready`)."""
         assert self.proc is None, f"{self.name} is already running"
         self.starts += 1
         with self.log.open("wb") as out:
@@ -219,6 +224,10 @@ class JavaServer:
                 self.command(), stdout=out, stderr=subprocess.STDOUT, env=self.runtime.env(),
                 cwd=self.workdir, start_new_session=True,
             )  # fmt: skip
+
+    def wait_ready(self, timeout: float = 90.0) -> None:
+        """Wait until the server printed its readiness line (fail if it exits first)."""
+        assert self.proc is not None, f"{self.name} was not launched"
         deadline = time.monotonic() + timeout
         while self.ready_line() not in self.log.read_bytes():
             if self.proc.poll() is not None:

@@ -19,7 +19,9 @@
  *               everything until the rest of that batch came back (deliveryAttempt 2), and the
  *               postponed one after it (it must not come back before its new time)
  *   push        a PushConsumer consumes until `expect` messages were consumed and `settleMs`
- *               passed without another
+ *               passed without another; the messages whose ids `fail` lists fail every time
+ *               (ConsumeResult.FAILURE: the client retries them up to the group's max delivery
+ *               attempts, then forwards them to the DLQ), until `expectFailures` failures
  */
 
 import com.alibaba.fastjson.JSON;
@@ -211,7 +213,13 @@ public class GrpcDriver {
         int expect = a.getIntValue("expect");
         long settle = a.getLongValue("settleMs");
         long deadline = System.currentTimeMillis() + a.getLongValue("maxMs");
+        Set<String> fail = new HashSet<>();
+        if (a.getJSONArray("fail") != null) {
+            fail.addAll(a.getJSONArray("fail").toJavaList(String.class));
+        }
+        int expectFailures = a.getIntValue("expectFailures");
         AtomicInteger consumed = new AtomicInteger();
+        AtomicInteger failures = new AtomicInteger();
         AtomicLong last = new AtomicLong(System.currentTimeMillis());
         PushConsumer c = ClientServiceProvider.loadService().newPushConsumerBuilder()
             .setClientConfiguration(configuration(a))
@@ -219,19 +227,21 @@ public class GrpcDriver {
             .setSubscriptionExpressions(subscription(a))
             .setConsumptionThreadCount(4)
             .setMessageListener(m -> {
+                boolean failing = fail.contains(m.getMessageId().toString());
                 try {
-                    emit(Map.of("msg", describe(m, "consumed")));
+                    emit(Map.of("msg", describe(m, failing ? "failed" : "consumed")));
                 } catch (Exception e) {
                     throw new RuntimeException(e);
                 }
-                consumed.incrementAndGet();
+                (failing ? failures : consumed).incrementAndGet();
                 last.set(System.currentTimeMillis());
-                return ConsumeResult.SUCCESS;
+                return failing ? ConsumeResult.FAILURE : ConsumeResult.SUCCESS;
             })
             .build();
         try {
             while (System.currentTimeMillis() < deadline) {
-                if (consumed.get() >= expect && System.currentTimeMillis() - last.get() > settle) {
+                if (consumed.get() >= expect && failures.get() >= expectFailures
+                    && System.currentTimeMillis() - last.get() > settle) {
                     break;
                 }
                 Thread.sleep(100);
@@ -239,6 +249,6 @@ public class GrpcDriver {
         } finally {
             c.close();
         }
-        emit(Map.of("done", true, "consumed", consumed.get()));
+        emit(Map.of("done", true, "consumed", consumed.get(), "failures", failures.get()));
     }
 }
