@@ -15,8 +15,8 @@ that finds nothing is held up to its ``pollTime`` (long polling, as held pulls) 
 (``QUERY_CONSUMER_OFFSET``, ``consumerProgress``).
 
 ``CONSUMER_SEND_MSG_BACK`` of a message a POP group has in flight -- what a proxy sends when a
-gRPC client gives up on a message (``forwardMessageToDeadLetterQueue``, the 5.x PushConsumer
-after its last delivery attempt) or pops one past the retry limit -- dead-letters it (recorded,
+gRPC client gives up on a message (``forwardMessageToDeadLetterQueue``: a FIFO PushConsumer after
+its last delivery attempt) or pops one past the retry limit -- dead-letters it (recorded,
 never written: :mod:`.pop_state`); any other send-back is a pull consumer's and is refused (the
 tier is read-only; the client consumes the message again itself).
 """

@@ -20,8 +20,9 @@
  *               postponed one after it (it must not come back before its new time)
  *   push        a PushConsumer consumes until `expect` messages were consumed and `settleMs`
  *               passed without another; the messages whose ids `fail` lists fail every time
- *               (ConsumeResult.FAILURE: the client retries them up to the group's max delivery
- *               attempts, then forwards them to the DLQ), until `expectFailures` failures
+ *               (ConsumeResult.FAILURE: in a FIFO group the client consumes them again up to the
+ *               group's max delivery attempts, then forwards them to the DLQ; in a concurrent one
+ *               it makes them invisible for its backoff), until `expectFailures` failures
  */
 
 import com.alibaba.fastjson.JSON;
