@@ -17,7 +17,6 @@ into again.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import mmap
 import threading
@@ -64,16 +63,15 @@ _STREAMS = 4096
 
 
 def _mapped(size: int) -> mmap.mmap:
-    """A large window's buffer: a private anonymous mapping in transparent huge pages where the
-    kernel has them. Its pages are zeroed by the kernel as the window is received into them,
-    not all at once by a bytearray's memset first; private, since a shared anonymous mapping is
-    shmem, whose every 4 KiB page faults through the shmem page cache, and huge pages fault far
-    less often (a catch-up receives every byte it reads into a window)."""
-    buf = mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        with contextlib.suppress(OSError):  # a kernel without transparent huge pages
-            buf.madvise(mmap.MADV_HUGEPAGE)
-    return buf
+    """A large window's buffer: a private anonymous mapping. Its pages are zeroed by the kernel
+    as the window is received into them, not all at once by a bytearray's memset first;
+    private, since a shared anonymous mapping is shmem, whose every 4 KiB page faults through
+    the shmem page cache. Not advised into transparent huge pages: where the kernel compacts
+    memory for a huge page on a fault (``defrag`` of ``madvise``, the default), a long-running
+    machine's fragmented memory makes each fault cost far more than the 4 KiB faults it saves
+    (kept buffers are received into again, so a reader pays the faults of its first few windows
+    only)."""
+    return mmap.mmap(-1, size, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
 
 
 def large_read_bytes(window_bytes: int) -> int:
