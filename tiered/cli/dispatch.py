@@ -66,8 +66,9 @@ def dispatch(
                 f"brokerRole={cfg.broker_role} brokerId={cfg.broker_id}: standing by, nothing "
                 "uploaded (only a master uploads; tieredStoreUploadOnSlave=true overrides)"
             )
-        total = dispatcher.backlog() if dispatcher.uploading and not dispatcher.paused() else 0
-        show = not quiet and not as_json and total > 0
+        bar = not quiet and not as_json and dispatcher.uploading and not dispatcher.paused()
+        total = dispatcher.backlog() if bar else 0  # (every queue's bounds: for the bar only)
+        show = total > 0
         with _progress_bar(show, total) as advance:
             report = dispatcher.run_pass(flush=flush, on_progress=advance)
     _summary(report, requests, as_json)

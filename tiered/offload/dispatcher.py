@@ -108,6 +108,10 @@ last upload, error or gaps) or the role, else at most this often while local off
 local offsets, round count and time): a write per idle pass would cost more than the pass."""
 STATE_IDLE_REFRESH_S = 60.0
 """... and at most this often when nothing moved (the round count and the time)."""
+LEARN_BOUNDS_QUEUES = 64
+"""New queues (not yet in the tier) in a round from which their local bounds are read all at
+once (:meth:`~tiered.source.local_source.LocalSource.learn_bounds`) before each is given its
+start; fewer are read queue by queue."""
 WIDE_ROUND_QUEUES = 256
 """A round of at least this many queues on a backend that defers syncs (posix) is *wide*: one
 batch per queue, every queue's commitlog bytes written before any is synced, all of them made
@@ -309,6 +313,9 @@ class Dispatcher(Closeable):
             self.flat_store.metadata
         ):  # topic and queue records of new queues: one persist
             flats = [self.flat_store.get_or_create(topic, qid) for topic, qid in wanted]
+        new = [(f.topic, f.queue_id) for f in flats if not f.initialized]
+        if len(new) >= LEARN_BOUNDS_QUEUES:  # their bounds at once, not a listing each
+            self.local.learn_bounds(new)
         for flat in flats:
             if not flat.initialized:
                 start = self._start_offset(flat.topic, flat.queue_id)
@@ -563,9 +570,9 @@ class Dispatcher(Closeable):
                     st = self.state(*key)
                     busy = flat.has_pending or st.held is not None or bool(st.error)
                     progress[key] = QueueProgress(flat.commit_offset, st.local_max, busy)
-                    if r.more or (r.failed and st.failures < MAX_FAILURES):
-                        again.append(key)
-                    elif r.messages and not follow:  # (following: the commitlog shows it)
+                    # (following, what reached a queue meanwhile shows in the commitlog)
+                    retries = r.failed and st.failures < MAX_FAILURES
+                    if r.more or retries or (r.messages and not follow):
                         again.append(key)
                     if r.messages:
                         report.queues.add(key)

@@ -363,6 +363,21 @@ class LocalSource:
             directories, self.cq_file_size, clmin if clmin >= 0 else None, hints
         )
 
+    def learn_bounds(self, queues: Sequence[tuple[str, int]]) -> None:
+        """Read the min and max offset of many queues at once (:meth:`many_bounds`, one call of
+        the kernel) into what :meth:`min_offset` and :meth:`max_offset` remember, so that their
+        next answers for these queues take no listing each (the first offload of thousands of
+        new queues). A queue the kernel leaves to the per-queue methods is left to them."""
+        if not queues:
+            return
+        found = self.many_bounds(queues, [None] * len(queues))
+        now, clmin = time.monotonic(), self.commitlog.min_offset
+        for key, got in zip(queues, found, strict=True):
+            if got is None or got[0] < 0:
+                continue
+            self._max_hint[key] = got[1]
+            self._min_memo[key] = (now + MIN_OFFSET_TTL_S, clmin, got[0])
+
     def read_units(self, topic: str, queue_id: int, start: int, count: int) -> Units:
         """Up to ``count`` consumequeue units from ``start`` (see ``ConsumeQueue.read_units``).
 
