@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
+import functools
 import mmap
 import os
 from dataclasses import dataclass
@@ -24,20 +24,29 @@ from pathlib import Path
 
 from tiered.broker.commitlog import CommitLog
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-_libc.mmap.restype = ctypes.c_void_p
-_libc.mmap.argtypes = (
-    ctypes.c_void_p,
-    ctypes.c_size_t,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_int,
-    ctypes.c_long,
-)
-_libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
-_libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte))
 _MAP_FAILED = ctypes.c_void_p(-1).value
 PAGE = mmap.PAGESIZE
+
+
+@functools.cache
+def _libc() -> ctypes.CDLL:
+    """The C library's ``mmap``, ``munmap`` and ``mincore``, loaded on the first
+    :func:`residency` (``find_library`` runs ``ldconfig``: not at every command's import)."""
+    import ctypes.util
+
+    libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = (
+        ctypes.c_void_p,
+        ctypes.c_size_t,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_int,
+        ctypes.c_long,
+    )
+    libc.munmap.argtypes = (ctypes.c_void_p, ctypes.c_size_t)
+    libc.mincore.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte))
+    return libc
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,20 +73,21 @@ def residency(path: Path, position: int, length: int) -> Residency:
     start = position - position % PAGE
     span = position + length - start
     pages = -(-span // PAGE)
+    libc = _libc()
     fd = os.open(path, os.O_RDONLY)
     try:
-        addr = _libc.mmap(None, span, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
+        addr = libc.mmap(None, span, mmap.PROT_READ, mmap.MAP_SHARED, fd, start)
         if addr == _MAP_FAILED or addr is None:
             err = ctypes.get_errno()
             raise OSError(err, f"mmap failed: {os.strerror(err)}", str(path))
         try:
             vec = (ctypes.c_ubyte * pages)()
-            if _libc.mincore(addr, span, vec) != 0:
+            if libc.mincore(addr, span, vec) != 0:
                 err = ctypes.get_errno()
                 raise OSError(err, f"mincore failed: {os.strerror(err)}", str(path))
             resident = sum(b & 1 for b in bytes(vec))
         finally:
-            _libc.munmap(addr, span)
+            libc.munmap(addr, span)
     finally:
         os.close(fd)
     return Residency(resident, pages)
