@@ -125,10 +125,16 @@ def _dump(obj: Any, level: int, pretty: bool, out: list[str]) -> None:
 
 
 class _FastjsonModel(BaseModel):
-    """camelCase on disk, snake_case in code; unknown properties kept (newer brokers add some)."""
+    """camelCase on disk, snake_case in code; unknown properties kept (newer brokers add some).
+    Each model's validator is built when it is first used: most commands read none of these
+    files (``dispatch`` imports this module for :func:`parse_fastjson` alone)."""
 
     model_config = ConfigDict(
-        alias_generator=to_camel, populate_by_name=True, extra="allow", frozen=True
+        alias_generator=to_camel,
+        populate_by_name=True,
+        extra="allow",
+        frozen=True,
+        defer_build=True,
     )
 
 

@@ -23,7 +23,6 @@ from tiered.broker.store_layout import check_store
 from tiered.closeable import Closeable
 from tiered.config import TieredConfig
 from tiered.core.data_dir_lock import DataDirLock
-from tiered.core.metadata_rebuild import merge_listing
 from tiered.errors import TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.restart_reconcile import ReconcileReport
@@ -36,7 +35,6 @@ from tiered.offload.dispatcher import Dispatcher
 from tiered.offload.expiry import ExpiryReport
 from tiered.offload.expiry import expire
 from tiered.offload.pause import PauseFile
-from tiered.offload.topic_retire import retire_deleted
 from tiered.providers import Provider
 from tiered.providers import build_provider
 from tiered.providers.read_only import ReadOnlyProvider
@@ -164,6 +162,8 @@ class Sidecar(Closeable):
             key,
             journal_min_bytes=self.cfg.tiered_metadata_journal_min_bytes,
         )
+        from tiered.core.metadata_rebuild import merge_listing  # only when metadata was lost
+
         added = merge_listing(
             self.provider, restored, self.cfg.broker_cluster_name, self.cfg.broker_name
         )
@@ -213,6 +213,8 @@ class Sidecar(Closeable):
             return ExpiryReport()
         report = expire(self.cfg, self.flat_store, now)
         if self.cfg.tiered_store_delete_file_enable:
+            from tiered.offload.topic_retire import retire_deleted  # reads topics.json
+
             retire_deleted(self.cfg, self.flat_store, self.local, self._release)
         return report
 

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 from typing import Any
 from typing import Final
 
@@ -55,9 +56,6 @@ from tiered.index.progress import Rows
 from tiered.index.progress import backend_key
 from tiered.index.progress import decode_rows
 from tiered.index.progress import encode_rows
-from tiered.index.search import Collector
-from tiered.index.search import KeyHit
-from tiered.index.search import newest_first
 from tiered.index.staging import Staging
 from tiered.index.uploaded import UploadedIndex
 from tiered.metadata import HOUR_MS
@@ -70,6 +68,9 @@ from tiered.process.logs import error_fields
 from tiered.process.logs import traceback_if_debug
 from tiered.process.offload_priority import lower_thread_priority
 from tiered.providers.base import Provider
+
+if TYPE_CHECKING:
+    from tiered.index.search import KeyHit
 
 log = logging.getLogger(__name__)
 
@@ -679,6 +680,9 @@ class IndexService(Closeable):
             raise _invalid(f"maxCount={max_count!r} must be at least 1", "maxCount")
         if begin_ms > end_ms:
             raise _invalid(f"begin={begin_ms!r} is after end={end_ms!r}", "begin")
+        from tiered.index.search import Collector  # queries only: not a one-shot dispatch's
+        from tiered.index.search import newest_first
+
         started = time.monotonic()
         topic_id = self.topic_id(topic)
         collector = Collector(topic, key, max_count, self._read)
