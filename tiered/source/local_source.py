@@ -269,7 +269,7 @@ class LocalSource:
         if n > 1:  # the unit at hint and a chunk after it: the end may be in it
             units = cqmod.decode_units(head)
             k = cqmod.first_invalid(units)
-            self._tail[key] = (hint, units[:k])
+            self._tail[key] = (hint, units[:k].copy())  # (not the chunk's buffer: kept)
             if k < n:
                 return hint + k
             head, chunk = b"", 4 * TAIL_CHUNK_UNITS
@@ -282,7 +282,7 @@ class LocalSource:
             units = cqmod.decode_units(head + raw)
             k = cqmod.first_invalid(units) - len(head) // unit
             if head:  # the probe's unit and this chunk's
-                self._tail[key] = (hint, units[: len(head) // unit + k])
+                self._tail[key] = (hint, units[: len(head) // unit + k].copy())
             if k < n:
                 return base + pos + k
             head = b""
