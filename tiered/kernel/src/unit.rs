@@ -9,8 +9,9 @@ pub const PHYSICAL_OFFSET_POSITION: usize = 28;
 pub const SYSFLAG_POSITION: usize = 36;
 pub const BORNHOST_V6_FLAG: i32 = 0x10;
 pub const STOREHOST_V6_FLAG: i32 = 0x20;
-/// TOTALSIZE .. a one-byte topic length and a two-byte properties length, hosts of 8 bytes.
-pub const MIN_UNIT_SIZE: i64 = 97;
+/// TOTALSIZE .. a one-byte topic length and a two-byte properties length, hosts of 8 bytes:
+/// 91, the Python side's `MIN_UNIT_SIZE` (an empty topic, body and properties).
+pub const MIN_UNIT_SIZE: i64 = 91;
 /// The body length field of a unit whose hosts are IPv4 (each IPv6 host adds 12 bytes).
 const BODY_LENGTH_V4: usize = 84;
 const V6_EXTRA: usize = 12;
@@ -163,7 +164,8 @@ mod tests {
         assert_eq!(properties(&long), None);
         assert_eq!(unit_slice(&[0u8; 200], -1, 100), None);
         assert_eq!(unit_slice(&[0u8; 200], 150, 100), None);
-        assert_eq!(unit_slice(&[0u8; 200], 0, 96), None);
+        assert_eq!(unit_slice(&[0u8; 200], 0, MIN_UNIT_SIZE - 1), None);
+        assert!(unit_slice(&[0u8; 200], 0, MIN_UNIT_SIZE).is_some());
         assert_eq!(unit_slice(&[0u8; 200], i64::MAX, 100), None);
     }
 }
