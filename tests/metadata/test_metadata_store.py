@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import json
 import os
 import random
@@ -16,76 +15,32 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
-from tiered.providers.layout import check_key
-from tiered.providers.memory import MemoryProvider
-from tiered.providers.wrappers import FaultInjectingProvider
-from tiered.providers.wrappers import FaultPlan
 
 from tiered.broker.configjson import dumps_fastjson
-from tiered.errors import InvalidKeyError
 from tiered.errors import MetadataError
-from tiered.errors import ProviderError
-from tiered.errors import ProviderUnavailableError
 from tiered.metadata.metadata_store import FILE_NAME
 from tiered.metadata.metadata_store import JOURNAL_MIN_BYTES
 from tiered.metadata.metadata_store import LoadReport
 from tiered.metadata.metadata_store import MetadataStore
-from tiered.metadata.metadata_store import mirror_key_for
 from tiered.metadata.models import LONG_MAX
-from tiered.metadata.models import FileSegmentMetadata
 from tiered.metadata.models import FileSegmentType
-from tiered.metadata.models import MessageQueue
 from tiered.metadata.models import MetadataDocument
 from tiered.metadata.models import QueueMetadata
 from tiered.metadata.models import TopicMetadata
 from tiered.metadata.models import dump_metadata
 from tiered.metadata.models import parse_metadata
 
-CL, CQ, INDEX = FileSegmentType.COMMIT_LOG, FileSegmentType.CONSUME_QUEUE, FileSegmentType.INDEX
-KEY = mirror_key_for("DefaultCluster", "broker-a")
-T0 = 1700000000000
-
-
-def _clock() -> Callable[[], int]:
-    counter = itertools.count(T0)
-    return lambda: next(counter)
-
-
-def _store(data_dir: Path, **kwargs: object) -> MetadataStore:
-    store = MetadataStore(data_dir, clock=_clock(), **kwargs)  # type: ignore[arg-type]
-    store.load()
-    return store
-
-
-def _mq(topic: str = "TopicTest", queue_id: int = 0) -> MessageQueue:
-    return MessageQueue(broker_name="broker-a", queue_id=queue_id, topic=topic)
-
-
-def _seg(
-    kind: FileSegmentType = CL, path: str = "broker-a/TopicTest/0", base: int = 0, size: int = 0
-) -> FileSegmentMetadata:
-    return FileSegmentMetadata(
-        path=path, type=kind, base_offset=base, size=size, create_timestamp=T0 - 1
-    )
-
-
-def _fill(store: MetadataStore, version: int) -> None:
-    """A recognisable document: ``version`` topics, each with two queues and segments."""
-    with store.batch():
-        for n in range(version):
-            store.add_topic(f"T{n}")
-            for q in range(2):
-                store.add_queue(_mq(f"T{n}", q))
-                path = f"broker-a/T{n}/{q}"
-                store.update_segment(_seg(CL, path, 0, size=100 * n))
-                store.update_segment(_seg(CQ, path, 0, size=20 * n))
-
-
-def _disk(store: MetadataStore) -> MetadataDocument:
-    return parse_metadata(store.path.read_text("utf-8"), source=str(store.path))
-
-
 # --- load / persist ------------------------------------------------------------------------------
+from .conftest import CL
+from .conftest import CQ
+from .conftest import INDEX
+from .conftest import T0
+from .conftest import clock
+from .conftest import disk_document
+from .conftest import fill
+from .conftest import mq
+from .conftest import open_store
+from .conftest import segment
 
 
 def test_missing_both_starts_empty_and_writes_nothing(tmp_path: Path) -> None:
@@ -98,8 +53,8 @@ def test_missing_both_starts_empty_and_writes_nothing(tmp_path: Path) -> None:
 
 
 def test_persist_load_round_trip(tmp_path: Path) -> None:
-    store = _store(tmp_path)
-    _fill(store, 3)
+    store = open_store(tmp_path)
+    fill(store, 3)
     again = MetadataStore(tmp_path)
     assert again.load().used == "main"
     assert again.document() == store.document()
@@ -109,7 +64,7 @@ def test_persist_load_round_trip(tmp_path: Path) -> None:
 
 
 def test_bak_holds_the_previous_version(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     store.add_topic("A")
     assert not store.bak_path.exists()
     first = store.path.read_bytes()
@@ -118,7 +73,7 @@ def test_bak_holds_the_previous_version(tmp_path: Path) -> None:
     second = store.path.read_bytes()
     store.add_topic("C")
     assert store.bak_path.read_bytes() == second
-    assert [t.topic for t in _disk(store).topic_metadata_table.values()] == ["A", "B", "C"]
+    assert [t.topic for t in disk_document(store).topic_metadata_table.values()] == ["A", "B", "C"]
 
 
 def test_bak_without_hard_links_is_a_synced_copy(
@@ -128,7 +83,7 @@ def test_bak_without_hard_links_is_a_synced_copy(
         raise PermissionError(1, "Operation not permitted (no hard links here)")
 
     monkeypatch.setattr(os, "link", no_links)
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     store.add_topic("A")
     first = store.path.read_bytes()
     store.add_topic("B")
@@ -137,8 +92,8 @@ def test_bak_without_hard_links_is_a_synced_copy(
 
 
 def test_writes_standard_json_readable_without_the_fastjson_dialect(tmp_path: Path) -> None:
-    store = _store(tmp_path)
-    _fill(store, 1)
+    store = open_store(tmp_path)
+    fill(store, 1)
     data = json.loads(store.path.read_bytes())
     assert data["commitLogFileSegmentTable"]["broker-a/T0/0"]["0"]["size"] == 0
     assert data["queueMetadataTable"]["T0"]["1"]["queue"]["queueId"] == 1
@@ -156,13 +111,13 @@ def _java_text(doc: MetadataDocument) -> str:
 
 
 def test_loads_a_file_written_by_a_java_broker(tmp_path: Path) -> None:
-    source = _store(tmp_path / "src")
-    _fill(source, 1)
+    source = open_store(tmp_path / "src")
+    fill(source, 1)
     java = _java_text(source.document())
     assert "{0:{" in java
     (tmp_path / "config").mkdir()
     (tmp_path / "config" / FILE_NAME).write_text(java, "utf-8")
-    store = MetadataStore(tmp_path, clock=_clock())
+    store = MetadataStore(tmp_path, clock=clock())
     assert store.load().used == "main"
     assert store.document() == source.document()
     assert store.add_topic("Second").topic_id == 1
@@ -197,8 +152,8 @@ CORRUPTIONS = [_garbage, _truncated, _wrong_shape, _empty, _bad_value]
 def test_corrupt_main_falls_back_to_bak_and_is_moved_aside(
     tmp_path: Path, corrupt: Callable[[bytes], bytes], caplog: pytest.LogCaptureFixture
 ) -> None:
-    store = _store(tmp_path)
-    _fill(store, 2)
+    store = open_store(tmp_path)
+    fill(store, 2)
     previous = store.document()
     store.add_topic("Newest")
     damaged = corrupt(store.path.read_bytes())
@@ -218,13 +173,13 @@ def test_corrupt_main_falls_back_to_bak_and_is_moved_aside(
     assert f"damaged file moved to {report.moved_aside[0]}" in warnings[0].getMessage()
     # the next persist restores the main file; the .bak is still the good old one
     again.add_topic("After")
-    assert _disk(again).topic_metadata_table.keys() == {"T0", "T1", "After"}
+    assert disk_document(again).topic_metadata_table.keys() == {"T0", "T1", "After"}
     assert parse_metadata(store.bak_path.read_text("utf-8"), source="bak") == previous
 
 
 def test_moving_aside_never_overwrites_an_earlier_corrupt_file(tmp_path: Path) -> None:
-    store = _store(tmp_path)
-    _fill(store, 1)
+    store = open_store(tmp_path)
+    fill(store, 1)
     store.add_topic("X")
     moved = []
     for _ in range(2):
@@ -236,8 +191,8 @@ def test_moving_aside_never_overwrites_an_earlier_corrupt_file(tmp_path: Path) -
 
 
 def test_both_corrupt_raises_naming_both_files_and_the_fix(tmp_path: Path) -> None:
-    store = _store(tmp_path)
-    _fill(store, 2)
+    store = open_store(tmp_path)
+    fill(store, 2)
     store.path.write_bytes(b"{broken")
     store.bak_path.write_bytes(b"[]")
     with pytest.raises(MetadataError) as info:
@@ -255,7 +210,7 @@ def test_both_corrupt_raises_naming_both_files_and_the_fix(tmp_path: Path) -> No
 
 
 def test_corrupt_main_without_bak_raises(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     store.add_topic("A")
     store.path.write_bytes(b"nope")
     with pytest.raises(MetadataError, match=r"is missing.*`rmq-tiered recover` \(keeps topic"):
@@ -264,7 +219,7 @@ def test_corrupt_main_without_bak_raises(tmp_path: Path) -> None:
 
 
 def test_missing_main_with_corrupt_bak_raises(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     store.add_topic("A")
     store.add_topic("B")
     store.path.unlink()
@@ -274,7 +229,7 @@ def test_missing_main_with_corrupt_bak_raises(tmp_path: Path) -> None:
 
 
 def test_missing_main_uses_bak(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     store.add_topic("A")
     store.add_topic("B")
     store.path.unlink()
@@ -286,14 +241,14 @@ def test_missing_main_uses_bak(tmp_path: Path) -> None:
 
 
 def test_never_loaded_store_refuses_to_write(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     store.add_topic("A")
     fresh = MetadataStore(tmp_path)
     with pytest.raises(MetadataError, match="call load"):
         fresh.add_topic("B")
     with pytest.raises(MetadataError, match="call load"):
         fresh.persist()
-    assert [t.topic for t in _disk(store).topic_metadata_table.values()] == ["A"]
+    assert [t.topic for t in disk_document(store).topic_metadata_table.values()] == ["A"]
 
 
 # --- crash safety --------------------------------------------------------------------------------
@@ -310,8 +265,8 @@ class _Crash(BaseException):
 def test_crash_between_persist_steps_leaves_old_or_new(
     tmp_path: Path, step: str, survivor: str
 ) -> None:
-    store = _store(tmp_path)
-    _fill(store, 2)
+    store = open_store(tmp_path)
+    fill(store, 2)
     old = store.document()
 
     def hook(name: str) -> None:
@@ -329,7 +284,7 @@ def test_crash_between_persist_steps_leaves_old_or_new(
     assert again.document() == (old if survivor == "old" else new)
     assert not list(store.path.parent.glob("*.tmp"))  # a stale temp file is cleaned up
     again.add_topic("Later")
-    assert "Later" in _disk(again).topic_metadata_table
+    assert "Later" in disk_document(again).topic_metadata_table
 
 
 _CHILD = """
@@ -391,7 +346,7 @@ def test_kill_9_at_random_points_never_tears_the_file(tmp_path: Path, journal: i
     lanes = [tmp_path / f"lane{n}" for n in range(3)]
     acked = {}
     for lane in lanes:
-        _store(lane).add_topic("T0")  # version 0: the main file exists from the start
+        open_store(lane).add_topic("T0")  # version 0: the main file exists from the start
         acked[lane] = 0
     seen: set[int] = set()
     for _ in range(8):
@@ -417,214 +372,11 @@ def test_kill_9_at_random_points_never_tears_the_file(tmp_path: Path, journal: i
     assert len(seen) > 10  # the children really made progress between kills
 
 
-# --- mirror --------------------------------------------------------------------------------------
-
-
-def test_mirror_key_layout() -> None:
-    assert KEY == "212d6b50_DefaultCluster/broker-a/config/tieredStoreMetadata.json"
-    assert check_key(KEY) == KEY
-    with pytest.raises(InvalidKeyError):
-        mirror_key_for("DefaultCluster", "a/b")
-    with pytest.raises(InvalidKeyError):
-        mirror_key_for("", "broker-a")
-
-
-def test_mirror_needs_a_key(tmp_path: Path) -> None:
-    with pytest.raises(MetadataError, match="mirror_key"):
-        MetadataStore(tmp_path, mirror=MemoryProvider())
-    with pytest.raises(InvalidKeyError):
-        MetadataStore(tmp_path, mirror=MemoryProvider(), mirror_key="../escape")
-
-
-def test_mirror_equals_the_local_file_after_each_persist(tmp_path: Path) -> None:
-    mirror = MemoryProvider()
-    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
-    for step in range(4):
-        store.add_topic(f"T{step}")
-        local = store.path.read_bytes()
-        assert mirror.read(KEY, 0, mirror.size(KEY)) == local
-    _fill(store, 6)
-    assert mirror.read(KEY, 0, mirror.size(KEY)) == store.path.read_bytes()
-    assert store.mirror_count == store.persist_count == 5
-    assert list(mirror.list()) == [KEY]
-
-
-def test_mirror_spaced_puts_at_the_interval_and_at_the_end_once_due(tmp_path: Path) -> None:
-    mirror = MemoryProvider()
-    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
-
-    def mirrored() -> bytes:
-        return mirror.read(KEY, 0, mirror.size(KEY))
-
-    store.add_topic("Before")  # mirrored as every persist outside the block
-    with store.mirror_spaced(3600):
-        for step in range(3):
-            store.add_topic(f"T{step}")
-            assert store.path.read_bytes() != mirrored()
-        assert (store.persist_count, store.mirror_count) == (4, 1)
-    assert store.mirror_count == 1  # the interval has not passed: still behind after the block
-    with store.batch():  # a batch outside a block (as at close) puts a mirror left behind
-        pass
-    assert store.mirror_count == 2 and mirrored() == store.path.read_bytes()
-    with store.mirror_spaced(0.05):
-        store.add_topic("Soon")
-        assert store.mirror_count == 2
-        time.sleep(0.06)
-    assert store.mirror_count == 3 and mirrored() == store.path.read_bytes()  # due at the end
-    with store.mirror_spaced(0):  # no interval: every persist mirrors
-        store.add_topic("Each")
-        assert store.mirror_count == 4
-    store.add_topic("After")
-    assert (store.persist_count, store.mirror_count) == (7, 5)
-    assert mirrored() == store.path.read_bytes()
-
-
-def test_mirror_spaced_end_failure_is_retried_by_the_next_persist(tmp_path: Path) -> None:
-    inner = MemoryProvider()
-    mirror = FaultInjectingProvider(inner)
-    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
-    store.add_topic("First")
-    spaced = store.mirror_spaced(0.05)
-    spaced.__enter__()
-    store.add_topic("Second")  # not mirrored: the interval has not passed
-    mirror.set_plan(FaultPlan(rate=1.0, operations={"put"}, error=ProviderUnavailableError))
-    time.sleep(0.06)  # due at the end
-    with pytest.raises(ProviderUnavailableError):
-        spaced.__exit__(None, None, None)
-    assert store.mirror_failures == 1
-    assert inner.read(KEY, 0, inner.size(KEY)) != store.path.read_bytes()
-    mirror.set_plan(FaultPlan())
-    store.add_topic("Third")
-    assert inner.read(KEY, 0, inner.size(KEY)) == store.path.read_bytes()
-
-
-def test_mirror_spaced_never_puts_an_older_document_after_a_failed_put(tmp_path: Path) -> None:
-    inner = MemoryProvider()
-    mirror = FaultInjectingProvider(inner)
-    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
-    store.add_topic("First")
-    with store.mirror_spaced(0.05):
-        store.add_topic("Deferred")  # not due: left behind
-        time.sleep(0.06)
-        mirror.set_plan(FaultPlan(rate=1.0, operations={"put"}, error=ProviderUnavailableError))
-        with pytest.raises(ProviderUnavailableError):
-            store.add_topic("Newest")  # due, and its put fails
-        mirror.set_plan(FaultPlan())
-        time.sleep(0.06)
-    assert inner.read(KEY, 0, inner.size(KEY)) == store.path.read_bytes()  # the newest
-
-
-def test_recover_from_mirror_rebuilds_identical_documents(tmp_path: Path) -> None:
-    mirror = MemoryProvider()
-    store = _store(tmp_path / "a", mirror=mirror, mirror_key=KEY)
-    _fill(store, 5)
-    store.update_topic(store.add_topic("Reserved").model_copy(update={"reserve_time": 24}))
-
-    rebuilt = MetadataStore.recover_from_mirror(tmp_path / "b", mirror, KEY)
-    assert rebuilt.document() == store.document()
-    assert rebuilt.path.read_bytes() == store.path.read_bytes()
-    assert rebuilt.mirror is mirror
-    rebuilt.add_topic("Continues")  # a loaded store, mirrored again
-    assert rebuilt.get_topic("Continues") is not None
-    assert rebuilt.topic_serial_number == 6
-    assert mirror.read(KEY, 0, mirror.size(KEY)) == rebuilt.path.read_bytes()
-
-
-def test_recover_refuses_a_valid_local_file_unless_forced(tmp_path: Path) -> None:
-    mirror = MemoryProvider()
-    remote = _store(tmp_path / "remote", mirror=mirror, mirror_key=KEY)
-    _fill(remote, 3)
-    local = _store(tmp_path / "local")
-    local.add_topic("LocalOnly")
-    before = local.path.read_bytes()
-    with pytest.raises(MetadataError, match=r"exists and is valid.*force"):
-        MetadataStore.recover_from_mirror(tmp_path / "local", mirror, KEY)
-    assert local.path.read_bytes() == before
-
-    forced = MetadataStore.recover_from_mirror(tmp_path / "local", mirror, KEY, force=True)
-    assert forced.document() == remote.document()
-    assert forced.bak_path.read_bytes() == before  # the replaced local copy is kept
-
-
-def test_recover_moves_a_damaged_local_file_aside(tmp_path: Path) -> None:
-    mirror = MemoryProvider()
-    remote = _store(tmp_path / "remote", mirror=mirror, mirror_key=KEY)
-    _fill(remote, 2)
-    damaged = tmp_path / "local" / "config" / FILE_NAME
-    damaged.parent.mkdir(parents=True)
-    damaged.write_bytes(b"\x00torn")
-    rebuilt = MetadataStore.recover_from_mirror(tmp_path / "local", mirror, KEY)
-    assert rebuilt.document() == remote.document()
-    aside = list(damaged.parent.glob(f"{FILE_NAME}.corrupt-*"))
-    assert len(aside) == 1
-    assert aside[0].read_bytes() == b"\x00torn"
-
-
-def test_the_advised_recover_restores_when_both_files_are_damaged(tmp_path: Path) -> None:
-    mirror = MemoryProvider()
-    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
-    _fill(store, 3)
-    store.path.write_bytes(b"{broken")
-    store.bak_path.write_bytes(b"[]")
-    with pytest.raises(MetadataError, match=r"`rmq-tiered recover` \(keeps topic ids\)"):
-        MetadataStore(tmp_path).load()
-    rebuilt = MetadataStore.recover_from_mirror(tmp_path, mirror, KEY)  # what `recover` runs
-    assert rebuilt.document() == store.document()
-    assert MetadataStore(tmp_path).load().used == "main"
-    assert [p.read_bytes() for p in tmp_path.glob(f"config/{FILE_NAME}.corrupt-*")] == [b"{broken"]
-
-
-def test_recover_without_a_mirror_object_fails_clearly(tmp_path: Path) -> None:
-    with pytest.raises(MetadataError, match=r"no metadata mirror .*brokerClusterName"):
-        MetadataStore.recover_from_mirror(tmp_path, MemoryProvider(), KEY)
-    assert not (tmp_path / "config" / FILE_NAME).exists()
-
-
-def test_recover_rejects_a_damaged_mirror(tmp_path: Path) -> None:
-    mirror = MemoryProvider()
-    mirror.put(KEY, b'{"not":"metadata"}')
-    with pytest.raises(MetadataError, match=f"memory:{KEY}: missing top-level keys"):
-        MetadataStore.recover_from_mirror(tmp_path, mirror, KEY)
-    mirror.put(KEY, b"", overwrite=True)
-    with pytest.raises(MetadataError, match="empty"):
-        MetadataStore.recover_from_mirror(tmp_path, mirror, KEY)
-    assert not (tmp_path / "config" / FILE_NAME).exists()
-
-
-def test_failing_mirror_keeps_the_local_file_persisted_and_raises(tmp_path: Path) -> None:
-    inner = MemoryProvider()
-    mirror = FaultInjectingProvider(inner)
-    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
-    store.add_topic("A")
-    mirror.set_plan(FaultPlan(rate=1.0, operations={"put"}, error=ProviderUnavailableError))
-
-    with pytest.raises(ProviderUnavailableError) as info:
-        store.add_topic("B")
-    assert info.value.retriable
-    assert "B" in _disk(store).topic_metadata_table  # durable locally
-    assert not store.dirty
-    assert store.mirror_failures == 1
-    mirrored = parse_metadata(inner.read(KEY, 0, inner.size(KEY)).decode(), source="m")
-    assert list(mirrored.topic_metadata_table) == ["A"]
-
-    with pytest.raises(ProviderError), store.batch():  # nothing changed, the mirror is retried
-        pass
-    assert store.mirror_failures == 2
-
-    mirror.set_plan(FaultPlan())
-    with store.batch():
-        pass
-    assert inner.read(KEY, 0, inner.size(KEY)) == store.path.read_bytes()
-    with store.batch():  # up to date: no request at all
-        pass
-    assert mirror.calls == 1
-
-
 # --- topics, queues, segments --------------------------------------------------------------------
 
 
 def test_topic_ids_increment_from_zero_and_add_is_idempotent(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     assert [store.add_topic(t).topic_id for t in ("A", "B", "C")] == [0, 1, 2]
     writes = store.persist_count
     again = store.add_topic("B", reserve_time=99)
@@ -638,9 +390,9 @@ def test_topic_ids_increment_from_zero_and_add_is_idempotent(tmp_path: Path) -> 
 
 
 def test_update_and_delete_topic(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     meta = store.add_topic("A")
-    store.add_queue(_mq("A", 0))
+    store.add_queue(mq("A", 0))
     meta.reserve_time = 48
     store.update_topic(meta)
     got = store.get_topic("A")
@@ -653,18 +405,18 @@ def test_update_and_delete_topic(tmp_path: Path) -> None:
     store.delete_topic("A")
     assert store.get_topic("A") is None
     assert store.get_queue("A", 0) is not None  # as upstream: queues stay
-    assert "A" not in _disk(store).topic_metadata_table
+    assert "A" not in disk_document(store).topic_metadata_table
 
 
 def test_queues_add_update_delete(tmp_path: Path) -> None:
-    store = _store(tmp_path)
-    created = store.add_queue(_mq("T", 1))
-    assert created == QueueMetadata(queue=_mq("T", 1), update_timestamp=T0)
+    store = open_store(tmp_path)
+    created = store.add_queue(mq("T", 1))
+    assert created == QueueMetadata(queue=mq("T", 1), update_timestamp=T0)
     writes = store.persist_count
-    assert store.add_queue(_mq("T", 1)) == created
+    assert store.add_queue(mq("T", 1)) == created
     assert store.persist_count == writes
-    store.add_queue(_mq("T", 0))
-    store.add_queue(_mq("A", 3))
+    store.add_queue(mq("T", 0))
+    store.add_queue(mq("A", 3))
     assert [(q.queue.topic, q.queue.queue_id) for q in store.queues()] == [
         ("A", 3),
         ("T", 0),
@@ -685,31 +437,31 @@ def test_queues_add_update_delete(tmp_path: Path) -> None:
     store.delete_queue("nope", 0)
     assert store.get_queue("T", 1) is None
     store.delete_queue("A", 3)
-    assert "A" not in _disk(store).queue_metadata_table
+    assert "A" not in disk_document(store).queue_metadata_table
     assert store.get_queue("T", 0) is not None
 
 
 def test_segments_by_type_sorted_and_create_timestamp_kept(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     path = "broker-a/TopicTest/0"
     for base in (2000, 0, 1000):
-        store.update_segment(_seg(CL, path, base, size=10))
-    store.update_segment(_seg(CQ, path, 40))
-    store.update_segment(_seg(INDEX, "broker-a/rmq_sys_INDEX/0", 0))
+        store.update_segment(segment(CL, path, base, size=10))
+    store.update_segment(segment(CQ, path, 40))
+    store.update_segment(segment(INDEX, "broker-a/rmq_sys_INDEX/0", 0))
     assert [s.base_offset for s in store.segments(CL, path)] == [0, 1000, 2000]
     assert [s.base_offset for s in store.segments(CQ, path)] == [40]
     assert store.segments(INDEX, path) == []
     assert store.get_segment(CQ, path, 0) is None
 
-    update = _seg(CL, path, 1000, size=99)
+    update = segment(CL, path, 1000, size=99)
     update.create_timestamp = 5
     update.begin_timestamp, update.end_timestamp = 10, 20
     store.update_segment(update)
     got = store.get_segment(CL, path, 1000)
     assert got is not None
     assert (got.size, got.create_timestamp, got.begin_timestamp) == (99, T0 - 1, 10)
-    assert store.get_segment(CL, path, 0) == _seg(CL, path, 0, size=10)
-    assert _seg().begin_timestamp == LONG_MAX
+    assert store.get_segment(CL, path, 0) == segment(CL, path, 0, size=10)
+    assert segment().begin_timestamp == LONG_MAX
 
     store.delete_segment(CL, path, 1000)
     store.delete_segment(CL, path, 1000)
@@ -717,17 +469,17 @@ def test_segments_by_type_sorted_and_create_timestamp_kept(tmp_path: Path) -> No
     store.delete_segments(CL, path)
     store.delete_segments(CL, path)
     assert store.segments(CL, path) == []
-    on_disk = _disk(store)
+    on_disk = disk_document(store)
     assert path not in on_disk.commit_log_file_segment_table
     assert list(on_disk.consume_queue_file_segment_table[path]) == [40]
     store.delete_segment(CQ, path, 40)
-    assert path not in _disk(store).consume_queue_file_segment_table
+    assert path not in disk_document(store).consume_queue_file_segment_table
 
 
 def test_getters_and_document_return_copies(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     store.add_topic("A").reserve_time = 5
-    seg = _seg(size=1)
+    seg = segment(size=1)
     store.update_segment(seg)
     seg.size = 2
     got = store.get_segment(CL, seg.path, 0)
@@ -743,10 +495,10 @@ def test_getters_and_document_return_copies(tmp_path: Path) -> None:
 
 def test_reload_restores_topics_queues_and_segments(tmp_path: Path) -> None:
     """Upstream DefaultMetadataStoreTest: a new store over the same file sees everything."""
-    store = _store(tmp_path)
-    _fill(store, 4)
-    store.update_segment(_seg(INDEX, "broker-a/rmq_sys_INDEX/0", 0, size=77))
-    again = _store(tmp_path)
+    store = open_store(tmp_path)
+    fill(store, 4)
+    store.update_segment(segment(INDEX, "broker-a/rmq_sys_INDEX/0", 0, size=77))
+    again = open_store(tmp_path)
     assert [t.topic_id for t in again.topics()] == [0, 1, 2, 3]
     assert len(again.queues()) == 8
     assert again.segments(CQ, "broker-a/T3/1")[0].size == 60
@@ -761,29 +513,29 @@ def _is_dirty(store: MetadataStore) -> bool:
 
 
 def test_batch_persists_once_at_the_end(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     store.add_topic("first")
     writes, inode = store.persist_count, store.path.stat().st_ino
     with store.batch():
         for q in range(50):
-            store.add_queue(_mq("T", q))
-            store.update_segment(_seg(CL, f"broker-a/T/{q}", 0, size=q))
+            store.add_queue(mq("T", q))
+            store.update_segment(segment(CL, f"broker-a/T/{q}", 0, size=q))
         with store.batch():  # nested: still nothing written
             store.add_topic("T")
         assert _is_dirty(store)
         assert store.persist_count == writes
         assert store.path.stat().st_ino == inode
-        assert "T" not in _disk(store).topic_metadata_table
+        assert "T" not in disk_document(store).topic_metadata_table
     assert store.persist_count == writes + 1
     assert not store.dirty
-    assert len(_disk(store).queue_metadata_table["T"]) == 50
+    assert len(disk_document(store).queue_metadata_table["T"]) == 50
     with store.batch():  # nothing changed: nothing written
         store.add_topic("T")
     assert store.persist_count == writes + 1
 
 
 def test_batch_persists_even_when_the_body_fails(tmp_path: Path) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
 
     def round_that_fails() -> None:
         with store.batch():
@@ -792,17 +544,17 @@ def test_batch_persists_even_when_the_body_fails(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError, match="boom"):
         round_that_fails()
-    assert "kept" in _disk(store).topic_metadata_table
+    assert "kept" in disk_document(store).topic_metadata_table
 
 
 def test_explicit_persist_inside_a_batch_makes_removals_durable(tmp_path: Path) -> None:
-    store = _store(tmp_path)
-    store.update_segment(_seg(CL, "b/t/0", 0))
+    store = open_store(tmp_path)
+    store.update_segment(segment(CL, "b/t/0", 0))
     with store.batch():
         store.delete_segment(CL, "b/t/0", 0)
-        assert "b/t/0" in _disk(store).commit_log_file_segment_table
+        assert "b/t/0" in disk_document(store).commit_log_file_segment_table
         store.persist()  # metadata removed before the data is deleted
-        assert "b/t/0" not in _disk(store).commit_log_file_segment_table
+        assert "b/t/0" not in disk_document(store).commit_log_file_segment_table
     assert store.persist_count == 2
 
 
@@ -811,7 +563,7 @@ def test_explicit_persist_inside_a_batch_makes_removals_durable(tmp_path: Path) 
 
 @pytest.mark.parametrize("batched", [True, False])
 def test_concurrent_writers_lose_nothing(tmp_path: Path, batched: bool) -> None:
-    store = _store(tmp_path)
+    store = open_store(tmp_path)
     per_thread = 60 if batched else 12
     errors: list[BaseException] = []
     start = threading.Barrier(6)
@@ -822,8 +574,8 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, batched: bool) -> None:
             topic = f"T{worker}"
             store.add_topic(topic)
             for q in range(per_thread):
-                store.add_queue(_mq(topic, q))
-                store.update_segment(_seg(CQ, f"broker-a/{topic}/{q}", q * 20, size=q))
+                store.add_queue(mq(topic, q))
+                store.update_segment(segment(CQ, f"broker-a/{topic}/{q}", q * 20, size=q))
                 store.get_segment(CQ, f"broker-a/{topic}/{q}", q * 20)
                 store.queues()
         except BaseException as e:  # surfaced below
@@ -842,7 +594,7 @@ def test_concurrent_writers_lose_nothing(tmp_path: Path, batched: bool) -> None:
         for t in threads:
             t.join()
     assert errors == []
-    for doc in (store.document(), _disk(store)):
+    for doc in (store.document(), disk_document(store)):
         assert sorted(t.topic_id for t in doc.topic_metadata_table.values()) == list(range(6))
         assert sum(len(q) for q in doc.queue_metadata_table.values()) == 6 * per_thread
         assert len(doc.consume_queue_file_segment_table) == 6 * per_thread
