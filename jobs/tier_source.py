@@ -61,13 +61,13 @@ from pyspark.sql.types import StructType
 from tiered.jobs.tier_batch import COLUMNS
 from tiered.jobs.tier_batch import SCHEMA_DDL
 from tiered.jobs.tier_batch import arrow_schema
+from tiered.jobs.tier_read import PartitionReader
 from tiered.jobs.tier_scan import DEFAULT_READ_BYTES
 from tiered.jobs.tier_scan import DEFAULT_SPLIT_BYTES
 from tiered.jobs.tier_scan import FORMAT_NAME
 from tiered.jobs.tier_scan import Bounds
 from tiered.jobs.tier_scan import Options
 from tiered.jobs.tier_scan import Partition
-from tiered.jobs.tier_scan import PartitionReader
 from tiered.jobs.tier_scan import Source
 from tiered.jobs.tier_scan import load_sources
 from tiered.jobs.tier_scan import plan

@@ -57,6 +57,7 @@ from typing import Any
 from typing import TypeVar
 
 import pytest
+from tiered.jobs import tier_read
 from tiered.jobs import tier_scan
 from tiered.jobs.tier_scan import Bounds
 from tiered.jobs.tier_scan import load_sources
@@ -608,7 +609,7 @@ def per_partition(t: Tier, parts: list[tier_scan.Partition]) -> str:
         counts = RequestCounts()
         with src[0].provider() as provider:
             provider.add_request_listener(counts)
-            reader = tier_scan.PartitionReader(provider, ["tags"])
+            reader = tier_read.PartitionReader(provider, ["tags"])
             for _ in reader.read(part):
                 pass
         ops = " ".join(f"{k} {v}" for k, v in sorted(counts.counts.items()))

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tiered.jobs import tier_read
 from tiered.jobs import tier_scan
 from tiered.providers.registry import from_config
 
@@ -344,7 +345,7 @@ def test_the_sql_source_reads_the_plugin_tier_as_the_java_client_does(adopted: A
     rows: dict[Key, dict[str, Any]] = {}
     with sources[0].provider() as provider:
         for part in tier_scan.plan(sources, tier_scan.Bounds.from_options(options)):
-            for batch in tier_scan.PartitionReader(provider, tier_scan.ALL_COLUMNS).read(part):
+            for batch in tier_read.PartitionReader(provider, tier_scan.ALL_COLUMNS).read(part):
                 for row in batch.to_pylist():
                     rows[(row["topic"], row["queueId"], row["queueOffset"])] = row
     assert set(rows) == set(adopted.plugin_reference)

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from tiered.jobs import tier_read as tr
 from tiered.jobs import tier_scan as ts
 
 from tiered.errors import ConfigError
@@ -31,15 +32,15 @@ Row = dict[str, Any]
 
 def scan(
     tier: SqlTier, bounds: ts.Bounds | None = None, *, columns: list[str] | None = None, **opts: str
-) -> tuple[list[Row], ts.ReadStats, int]:
+) -> tuple[list[Row], tr.ReadStats, int]:
     """Every row of the plan, what the readers read, and how many partitions it had."""
     sources = ts.load_sources(tier.options | opts)
     parts = ts.plan(sources, bounds or ts.Bounds.from_options(opts))
     rows: list[Row] = []
-    total = ts.ReadStats()
+    total = tr.ReadStats()
     for part in parts:
         with sources[part.queue.source].provider() as provider:
-            reader = ts.PartitionReader(
+            reader = tr.PartitionReader(
                 provider, columns or ts.ALL_COLUMNS, on_corrupt=opts.get("onCorrupt", "fail")
             )
             for batch in reader.read(part):
@@ -59,7 +60,7 @@ def ident(row: Row) -> tuple[str, int, int]:
 
 
 @pytest.fixture(scope="module")
-def full(posix_tier: SqlTier) -> tuple[list[Row], ts.ReadStats]:
+def full(posix_tier: SqlTier) -> tuple[list[Row], tr.ReadStats]:
     rows, stats, _ = scan(posix_tier)
     return rows, stats
 
@@ -245,6 +246,6 @@ def test_backend_keys_as_options_instead_of_a_file(posix_tier: SqlTier, full: An
     rows = []
     with sources[0].provider() as provider:
         for part in parts:
-            for batch in ts.PartitionReader(provider, ["topic", "queueOffset"]).read(part):
+            for batch in tr.PartitionReader(provider, ["topic", "queueOffset"]).read(part):
                 rows += batch.to_pylist()
     assert len(rows) == sum(1 for r in full[0] if r["topic"] == "GenTopic1")
