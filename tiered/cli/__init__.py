@@ -9,10 +9,6 @@ from __future__ import annotations
 
 import gc
 import os
-import sys
-from collections.abc import Iterable
-from types import ModuleType
-from typing import Any
 
 # numpy's OpenBLAS starts one thread per core when numpy is imported. Nothing here multiplies
 # matrices, so those threads only cost CPU at every start, taken from the broker's node: one thread
@@ -72,34 +68,6 @@ def entry() -> None:
     pydantic looks for no plugins unless the operator sets ``PYDANTIC_DISABLE_PLUGINS`` (the
     sidecar uses none; the search reads the entry points of every installed distribution)."""
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
-    _skip_the_plugin_search()
     gc.disable()
     main.console_script = True
     main()
-
-
-_PLUGINS = "pydantic.plugin._loader"
-_PLUGINS_OFF = ("__all__", "1", "true")
-"""The ``PYDANTIC_DISABLE_PLUGINS`` values with which pydantic loads no plugin at all."""
-
-
-def _skip_the_plugin_search() -> None:
-    """With plugins off, pydantic's plugin loader (asked at every model it builds) finds none,
-    yet importing it loads ``importlib.metadata`` (email, zipfile, csv, tempfile: about 3 % of a
-    one-shot command's instructions) for the search it then skips. Stand in for it with a
-    loader that answers the same: no plugins while they are off, pydantic's own loader (put back
-    in its place) once they are not."""
-    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") not in _PLUGINS_OFF or _PLUGINS in sys.modules:
-        return
-    loader = ModuleType(_PLUGINS, "pydantic's plugin loader while plugins are off")
-    loader.__dict__["get_plugins"] = _get_plugins
-    sys.modules[_PLUGINS] = loader
-
-
-def _get_plugins() -> Iterable[Any]:
-    if os.environ.get("PYDANTIC_DISABLE_PLUGINS") in _PLUGINS_OFF:
-        return ()
-    del sys.modules[_PLUGINS]
-    from pydantic.plugin._loader import get_plugins
-
-    return get_plugins()
