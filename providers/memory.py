@@ -54,30 +54,27 @@ class MemoryProvider(Provider):
             return len(self._get(key))
 
     def read(self, key: str, position: int, length: int) -> bytes:
-        check_key(key)
-        check_range(position, length, key=key)
         with self._lock:
-            self._request("GET")
-            data = self._get(key)
-            if position >= len(data):
-                raise ReadPastEndError(
-                    f"read of {key!r} at {position} is past its end ({len(data)} bytes)", key=key
-                )
-            return bytes(memoryview(data)[position : position + length])
+            return bytes(self._piece(key, position, length))
 
     def readinto(self, key: str, position: int, into: memoryview) -> int:
-        check_key(key)
-        check_range(position, len(into), key=key)
         with self._lock:
-            self._request("GET")
-            data = self._get(key)
-            if position >= len(data):
-                raise ReadPastEndError(
-                    f"read of {key!r} at {position} is past its end ({len(data)} bytes)", key=key
-                )
-            piece = memoryview(data)[position : position + len(into)]
+            piece = self._piece(key, position, len(into))
             into[: len(piece)] = piece
             return len(piece)
+
+    def _piece(self, key: str, position: int, length: int) -> memoryview:
+        """Up to ``length`` bytes of ``key`` from ``position``, one GET (the caller holds the
+        lock and copies them out before it lets go)."""
+        check_key(key)
+        check_range(position, length, key=key)
+        self._request("GET")
+        data = self._get(key)
+        if position >= len(data):
+            raise ReadPastEndError(
+                f"read of {key!r} at {position} is past its end ({len(data)} bytes)", key=key
+            )
+        return memoryview(data)[position : position + length]
 
     def append(self, key: str, data: BytesLike, position: int) -> int:
         check_key(key)
