@@ -18,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
@@ -232,7 +233,9 @@ def test_java_push_consumer_consumes_every_message_once(grpc_history: GrpcHistor
     print(f"java push: {len(ids)} consumed once, {tier_only} tier-only")
 
 
-def test_java_fifo_group_receives_each_queue_in_order(grpc_history: GrpcHistory) -> None:
+def test_java_fifo_group_receives_each_queue_in_order(
+    grpc_history: GrpcHistory, tmp_path: Path
+) -> None:
     """A group created orderly with one retry on the broker (``mqadmin updateSubGroup -o true
     -r 1``): the sidecar serves the broker's config, the proxy pops orderly, a PushConsumer
     consumes each queue in offset order. The few messages its listener fails every time are
@@ -245,10 +248,31 @@ def test_java_fifo_group_receives_each_queue_in_order(grpc_history: GrpcHistory)
         queue = sorted((m["queueOffset"], i) for i, m in h.reference.items() if m["queueId"] == q)
         failing.add(queue[1 if q % 2 == 0 else h.local_min[q] + 1][1])
     assert any(h.tier_only(i) for i in failing) and not all(h.tier_only(i) for i in failing)
-    lines = h.grpc(
-        "push", group="grpc-fifo", topic=TOPIC, expect=COUNT - FIFO_FAILING,
-        fail=sorted(failing), expectFailures=2 * FIFO_FAILING, settleMs=1000, maxMs=150_000,
-    )  # fmt: skip
+    where = {(h.reference[i]["queueId"], h.reference[i]["queueOffset"]) for i in failing}
+
+    def dead_letters() -> set[tuple[int, ...]]:
+        rows = get(h.sidecar.http, "/v1/status").json()["popDeadLetters"]
+        return {tuple(x) for r in rows if r["group"] == "grpc-fifo" for x in r["latest"]}
+
+    # the client forwards a message to the DLQ after its listener's last failure, on a thread of
+    # its own: the consumer stays open until the sidecar has every dead letter
+    release = tmp_path / "release"
+    with ThreadPoolExecutor(1) as pool:
+        driver = pool.submit(
+            h.grpc, "push", group="grpc-fifo", topic=TOPIC, expect=COUNT - FIFO_FAILING,
+            fail=sorted(failing), expectFailures=2 * FIFO_FAILING, settleMs=1000,
+            maxMs=150_000, holdUntilFile=str(release),
+        )  # fmt: skip
+        try:
+            wait_for(
+                "the dead letters to reach the sidecar",
+                lambda: driver.done() or dead_letters() == where, 170,
+            )  # fmt: skip
+        finally:
+            release.touch()
+        lines = driver.result()
+    seen = dead_letters()
+    assert seen == where, f"dead letters {sorted(seen)}, expected {sorted(where)}"
     got = [line["msg"] for line in lines if "msg" in line]
     consumed = [m["msgId"] for m in got if m["event"] == "consumed"]
     assert len(consumed) == len(set(consumed)) == COUNT - FIFO_FAILING
@@ -263,16 +287,9 @@ def test_java_fifo_group_receives_each_queue_in_order(grpc_history: GrpcHistory)
         per_queue.setdefault(ref["queueId"], []).append(ref["queueOffset"])
     for offsets in per_queue.values():  # in order; a failed one twice in a row
         assert offsets == sorted(offsets)
-    where = {(h.reference[i]["queueId"], h.reference[i]["queueOffset"]) for i in failing}
-
-    def dead_letters() -> set[tuple[int, ...]]:
-        rows = get(h.sidecar.http, "/v1/status").json()["popDeadLetters"]
-        return {tuple(x) for r in rows if r["group"] == "grpc-fifo" for x in r["latest"]}
-
-    wait_for("the dead letters to reach the sidecar", lambda: dead_letters() == where, 10)
     ends = {q: max(m["queueOffset"] for m in h.reference.values() if m["queueId"] == q) + 1
             for q in range(QUEUES)}  # fmt: skip
-    wait_for("the acks to reach the sidecar", lambda: h.committed("grpc-fifo") == ends, 10)
+    wait_for("the acks to reach the sidecar", lambda: h.committed("grpc-fifo") == ends, 30)
     tier_only = sum(h.tier_only(i) for i in consumed)
     print(f"java fifo: {len(consumed)} consumed once in queue order, {tier_only} tier-only; "
           f"{FIFO_FAILING} failed {len(attempts)} times in all, dead-lettered at "

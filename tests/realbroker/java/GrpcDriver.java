@@ -22,12 +22,15 @@
  *               passed without another; the messages whose ids `fail` lists fail every time
  *               (ConsumeResult.FAILURE: in a FIFO group the client consumes them again up to the
  *               group's max delivery attempts, then forwards them to the DLQ; in a concurrent one
- *               it makes them invisible for its backoff), until `expectFailures` failures
+ *               it makes them invisible for its backoff), until `expectFailures` failures;
+ *               with `holdUntilFile` the consumer stays open after that until the file exists
  */
 
 import com.alibaba.fastjson.JSON;
 import com.alibaba.fastjson.JSONObject;
 import java.nio.ByteBuffer;
+import java.nio.file.Files;
+import java.nio.file.Paths;
 import java.security.MessageDigest;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -245,6 +248,13 @@ public class GrpcDriver {
                     && System.currentTimeMillis() - last.get() > settle) {
                     break;
                 }
+                Thread.sleep(100);
+            }
+            // what the client still sends after its listener returned (a FIFO group's forward
+            // to the DLQ) must not be cut off by close(): the caller says when it arrived
+            String hold = a.getString("holdUntilFile");
+            while (hold != null && !Files.exists(Paths.get(hold))
+                && System.currentTimeMillis() < deadline) {
                 Thread.sleep(100);
             }
         } finally {
