@@ -38,6 +38,7 @@ from typing import ClassVar
 from tiered.closeable import Closeable
 from tiered.errors import InvalidRangeError
 from tiered.errors import SegmentNotFoundError
+from tiered.errors import TieredStoreError
 
 if TYPE_CHECKING:
     from tiered.config import TieredConfig
@@ -183,6 +184,21 @@ class Provider(Closeable, abc.ABC):
         of one per append). The bytes are readable at once. By default this is :meth:`append`,
         durable when it returns."""
         return self.append(key, data, position)
+
+    def append_deferred_many(
+        self, appends: Sequence[tuple[str, BytesLike, int]]
+    ) -> list[int | TieredStoreError | OSError]:
+        """:meth:`append_deferred` of every ``(key, data, position)``, in order, at once where
+        the backend can (posix: no kept descriptors, one request count per write). Returns, for
+        each append, the new size, or the error it raised: an append that fails leaves the
+        others done, as separate calls would. By default one call after the other."""
+        out: list[int | TieredStoreError | OSError] = []
+        for key, data, position in appends:
+            try:
+                out.append(self.append_deferred(key, data, position))
+            except (TieredStoreError, OSError) as e:
+                out.append(e)
+        return out
 
     def sync(self, key: str) -> None:
         """Make the bytes of the key's earlier :meth:`append_deferred` calls durable (a no-op

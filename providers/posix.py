@@ -37,6 +37,7 @@ from tiered.errors import PositionMismatchError
 from tiered.errors import ReadPastEndError
 from tiered.errors import SegmentExistsError
 from tiered.errors import SegmentNotFoundError
+from tiered.errors import TieredStoreError
 
 from .base import BytesLike
 from .base import Payload
@@ -188,6 +189,36 @@ class PosixProvider(Provider):
 
     def append_deferred(self, key: str, data: BytesLike, position: int) -> int:
         return self._append(key, data, position, durable=False)
+
+    def append_deferred_many(
+        self, appends: Sequence[tuple[str, BytesLike, int]]
+    ) -> list[int | TieredStoreError | OSError]:
+        """Every append deferred: an existing file without a kept descriptor (a wide round's
+        thousands of files, more than :data:`OPEN_FILES`) is opened, checked, written and
+        closed, none kept; a new file, or one whose descriptor is kept, goes the usual way."""
+        out: list[int | TieredStoreError | OSError] = []
+        for key, data, position in appends:
+            try:
+                if position == 0 or key in self._open:
+                    out.append(self._append(key, data, position, durable=False))
+                else:
+                    out.append(self._append_closed(key, data, position))
+            except (TieredStoreError, OSError) as e:
+                out.append(e)
+        return out
+
+    def _append_closed(self, key: str, data: BytesLike, position: int) -> int:
+        """A deferred append to the existing file of ``key`` (``position`` > 0), through a
+        descriptor opened for it and closed after."""
+        check_range(position, key=key)
+        view = as_bytes_view(data)
+        path = self._file(key)
+        with translated(key, "file operation"):
+            fd = self._open_existing(path, key, position)
+            try:
+                return self._write_at(fd, key, view, position, None, durable=False)
+            finally:
+                os.close(fd)
 
     def sync(self, key: str) -> None:
         self._sync_data(key)

@@ -15,9 +15,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import BinaryIO
+
+from tiered.errors import TieredStoreError
 
 from .base import BytesLike
 from .base import Payload
@@ -194,6 +197,12 @@ class QuotaProvider(WrappedProvider):
     def append_deferred(self, key: str, data: BytesLike, position: int) -> int:
         self._upload(as_bytes_view(data).nbytes)
         return self.inner.append_deferred(key, data, position)
+
+    def append_deferred_many(
+        self, appends: Sequence[tuple[str, BytesLike, int]]
+    ) -> list[int | TieredStoreError | OSError]:
+        self._upload(sum(as_bytes_view(data).nbytes for _, data, _ in appends))
+        return self.inner.append_deferred_many(appends)
 
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
         bucket = self.upload

@@ -21,6 +21,7 @@ from hypothesis import HealthCheck
 from hypothesis import settings
 from hypothesis.stateful import run_state_machine_as_test
 from prometheus_client import CollectorRegistry
+from tiered.providers.base import BytesLike
 from tiered.providers.base import Provider
 from tiered.providers.layout import FileType
 from tiered.providers.layout import segment_key
@@ -140,6 +141,38 @@ class ProviderTests:
         assert oracle.content(key) == b"hello world"
         with pytest.raises(PositionMismatchError):
             provider.append_deferred(key, b"x", 3)
+
+    def test_bulk_deferred_appends_each_succeed_or_fail_alone(
+        self, provider: Provider, oracle: Oracle
+    ) -> None:
+        grown, fresh, wrong, absent = seg(30), seg(31), seg(32), seg(33)
+        first = fill(provider, grown, (10, 5))
+        other = fill(provider, wrong, (7,))
+        registry = CollectorRegistry()
+        metered = MetricsProvider(provider, ProviderMetrics(registry))
+        appends: list[tuple[str, BytesLike, int]] = [
+            (grown, blob(20, 1), 15),
+            (fresh, b"new", 0),
+            (wrong, b"x", 3),
+            (absent, b"abc", 5),
+            (grown, bytearray(b"more"), 35),
+        ]
+        done = metered.append_deferred_many(appends)
+        assert done[0] == 35 and done[1] == 3 and done[4] == 39
+        assert isinstance(done[2], PositionMismatchError) and done[2].expected == 7
+        assert isinstance(done[3], SegmentNotFoundError)
+        provider.sync_many([grown, fresh])
+        assert oracle.content(grown) == first + blob(20, 1) + b"more"
+        assert oracle.content(fresh) == b"new"
+        assert oracle.content(wrong) == other
+        assert oracle.names_of(absent) == set()
+        name = type(unwrap(provider)).name
+        errors = {"provider": name, "operation": "write"}
+        assert registry.get_sample_value("rocketmq_tiered_store_provider_errors_total", errors) == 2
+        uploads = [s for m in registry.collect() for s in m.samples
+                   if s.name == "rocketmq_tiered_store_provider_upload_bytes_sum"]  # fmt: skip
+        assert sum(s.value for s in uploads) == 27
+        assert metered.append_deferred_many([]) == []
 
     def test_reads_across_appends(self, provider: Provider, oracle: Oracle) -> None:
         key = seg(1)

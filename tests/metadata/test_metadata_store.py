@@ -492,6 +492,25 @@ def test_getters_and_document_return_copies(tmp_path: Path) -> None:
     assert store.segments(CL, seg.path)[0].size == 1
 
 
+def test_segments_updated_at_once_persist_once_and_keep_create_timestamps(
+    tmp_path: Path,
+) -> None:
+    store = open_store(tmp_path)
+    path = "broker-a/TopicTest/0"
+    store.update_segment(segment(CL, path, 0, size=10))
+    before = store.persist_count
+    moved = segment(CL, path, 0, size=30)
+    moved.create_timestamp = 5
+    store.update_segments([moved, segment(CQ, path, 40, size=20)])
+    assert store.persist_count == before + 1
+    store.update_segments([])
+    assert store.persist_count == before + 1
+    reopened = open_store(tmp_path)
+    got = reopened.get_segment(CL, path, 0)
+    assert got is not None and (got.size, got.create_timestamp) == (30, T0 - 1)
+    assert reopened.segments(CQ, path) == [segment(CQ, path, 40, size=20)]
+
+
 def test_reload_restores_topics_queues_and_segments(tmp_path: Path) -> None:
     """Upstream DefaultMetadataStoreTest: a new store over the same file sees everything."""
     store = open_store(tmp_path)

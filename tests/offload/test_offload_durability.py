@@ -18,6 +18,8 @@ from tiered.providers import WrappedProvider
 
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
+from tiered.errors import ProviderUnavailableError
+from tiered.errors import TieredStoreError
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
 from tiered.offload import dispatcher as dispatcher_mod
@@ -206,3 +208,62 @@ def test_a_failed_sync_of_many_falls_back_to_one_by_one(offload_case: SidecarCas
         assert not report.errors and report.messages == 800
     assert provider.failed >= 2  # the commitlogs' and the units'
     assert check_tier(cfg, provider).problems == []
+
+
+class _FailOneBulkAppend(WrappedProvider):
+    """Fails, once, the bulk append of the first commitlog key of ``queue`` that already holds
+    bytes (what a wide round writes to files that exist), without writing it."""
+
+    def __init__(self, inner: PosixProvider, queue: str) -> None:
+        super().__init__(inner)
+        self.queue = queue
+        self.failed: list[str] = []
+        self.bulk = 0
+
+    def append_deferred_many(
+        self, appends: Sequence[tuple[str, BytesLike, int]]
+    ) -> list[int | TieredStoreError | OSError]:
+        self.bulk += len(appends)
+        victim = next(
+            (i for i, (key, _, at) in enumerate(appends)
+             if not self.failed and f"/{self.queue}/COMMIT_LOG/" in key and at > 0),
+            None,
+        )  # fmt: skip
+        rest = [a for i, a in enumerate(appends) if i != victim]
+        done = self.inner.append_deferred_many(rest)
+        if victim is None:
+            return done
+        self.failed.append(appends[victim][0])
+        error = ProviderUnavailableError("injected: the backend is away", key=appends[victim][0])
+        return [*done[:victim], error, *done[victim:]]
+
+
+@pytest.mark.slow
+def test_a_wide_round_writes_many_files_at_once_and_retries_one_that_failed(
+    offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A wide round over queues whose files exist writes every commitlog, and then every
+    consumequeue, with one bulk append; an append of it that fails fails its queue's step alone
+    (retried by the next round from where it stopped), and the tier is byte for byte what
+    rounds of one queue at a time write."""
+    store = offload_case.store(topics=40, queues=8, messages=800)
+    cfg = offload_case.config(store, "posix")
+    provider = _FailOneBulkAppend(PosixProvider(cfg.tiered_store_file_path), "GenTopic3/5")
+    with Sidecar(cfg, provider) as sidecar:
+        assert sidecar.dispatcher.run_pass(flush=True).messages == 800
+        offload_case.append(store, seed=9, messages=1600)
+        first = sidecar.dispatcher.run_round(flush=True)
+        assert [r.failed for f, r in first if f.path.endswith("/GenTopic3/5")] == [True]
+        assert sum(r.failed for _, r in first) == 1
+        report = sidecar.dispatcher.run_pass(flush=True)
+        assert not report.errors and report.failures == 0
+    assert len(provider.failed) == 1 and provider.bulk > 320
+    assert check_tier(cfg, provider).problems == []
+
+    narrow_dir = offload_case.work / "narrow"
+    narrow = offload_case.config(store, "posix", work=narrow_dir)
+    monkeypatch.setattr(dispatcher_mod, "WIDE_ROUND_QUEUES", 1 << 30)
+    with Sidecar(narrow) as sidecar:
+        assert sidecar.dispatcher.run_pass(flush=True).messages == 2400
+    wide_files = _tier_files(cfg.tiered_store_file_path)
+    assert wide_files and wide_files == _tier_files(narrow.tiered_store_file_path)

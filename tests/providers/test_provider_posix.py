@@ -310,3 +310,33 @@ def test_a_provider_dropped_without_close_closes_its_descriptors(tmp_path: Path)
     del provider
     gc.collect()
     assert _open_descriptors(tmp_path) == before
+
+
+def test_bulk_deferred_appends_keep_no_descriptor_of_existing_files(tmp_path: Path) -> None:
+    """``append_deferred_many`` writes a file that has no kept descriptor through one it opens
+    and closes (a round's thousands of files would only push each other out of the kept ones);
+    a wrong position, a file replaced since and a file deleted since are reported for their
+    append alone, one write is counted per append, and ``sync_many`` makes the rest durable."""
+    provider = PosixProvider(tmp_path)
+    keys = [segment_key("C", "b", "T", q, FileType.COMMIT_LOG, 0) for q in range(6)]
+    for k in keys:
+        provider.append(k, b"a" * 10, 0)
+    provider.close()
+    os.unlink(provider.path(keys[4]))
+    provider.path(keys[5]).write_bytes(b"b" * 3)  # replaced: 3 bytes now
+    before = _open_descriptors(tmp_path)
+    requests = RequestCounts()
+    provider.add_request_listener(requests)
+    appends = [(k, f"{i}".encode() * 5, 10) for i, k in enumerate(keys)]
+    appends[2] = (keys[2], b"x", 7)
+    done = provider.append_deferred_many(appends)
+    assert done[:2] == [15, 15] and done[3] == 15
+    assert isinstance(done[2], PositionMismatchError) and done[2].expected == 10
+    assert isinstance(done[4], SegmentNotFoundError)
+    assert isinstance(done[5], PositionMismatchError) and done[5].expected == 3
+    assert _open_descriptors(tmp_path) == before
+    assert requests.counts["WRITE"] == 3
+    provider.sync_many([keys[0], keys[1], keys[3]])
+    for i in (0, 1, 3):
+        assert provider.read(keys[i], 0, 100) == b"a" * 10 + f"{i}".encode() * 5
+    assert provider.read(keys[2], 0, 100) == b"a" * 10

@@ -25,6 +25,7 @@ import logging
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from dataclasses import dataclass
 from dataclasses import field
 from typing import ClassVar
@@ -37,6 +38,7 @@ from tiered.errors import ProviderError
 from tiered.errors import ReadPastEndError
 from tiered.errors import SegmentNotFoundError
 from tiered.errors import SegmentSealedError
+from tiered.errors import TieredStoreError
 from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import FileSegmentType
@@ -186,6 +188,7 @@ class FlatAppendFile:
         self.path = address.path
         self._segments: list[Segment] = []
         self._dirty: set[int] = set()
+        self._last_key: tuple[int, str] = (-1, "")
 
     @staticmethod
     def segment_size(max_size: int) -> int:
@@ -201,9 +204,15 @@ class FlatAppendFile:
     # --- identity and positions ---------------------------------------------------------------
 
     def key(self, base: int) -> str:
-        """The provider key of the segment at ``base``."""
+        """The provider key of the segment at ``base`` (the last one asked is kept: a round
+        asks for the last segment's several times)."""
+        known = self._last_key
+        if known[0] == base:
+            return known[1]
         a = self.address
-        return segment_key(a.cluster, a.broker, a.topic, a.queue_id, self.file_type, base)
+        key = segment_key(a.cluster, a.broker, a.topic, a.queue_id, self.file_type, base)
+        self._last_key = (base, key)
+        return key
 
     def key_at(self, offset: int) -> str:
         """The provider key of the segment holding ``offset`` (the first segment's for an
@@ -275,7 +284,9 @@ class FlatAppendFile:
     # --- metadata -----------------------------------------------------------------------------
 
     def _record(self, seg: Segment) -> FileSegmentMetadata:
-        return FileSegmentMetadata(
+        # built unvalidated: every field is an int this file keeps in range (a round builds
+        # thousands; validation would cost more than the rest of the bookkeeping)
+        return FileSegmentMetadata.model_construct(
             path=self.path,
             type=self.segment_type,
             base_offset=seg.base,
@@ -307,15 +318,26 @@ class FlatAppendFile:
 
         Run it inside ``MetadataStore.batch()`` so a round persists once.
         """
+        records = self.changed_records()
+        self.metadata.update_segments(records)
+        return bool(records)
+
+    def changed_records(self) -> list[FileSegmentMetadata]:
+        """The records of the segments whose committed state changed since the last call (or
+        :meth:`flush_metadata`), which the caller records (``MetadataStore.update_segments``)."""
         if not self._dirty:
-            return False
+            return []
+        if len(self._dirty) == 1 and self._segments:  # a round's usual case: the last segment
+            (base,) = self._dirty
+            self._dirty.clear()
+            last = self._segments[-1]
+            if last.base == base:
+                return [self._record(last)]
+            self._dirty.add(base)
         by_base = {s.base: s for s in self._segments}
-        for base in sorted(self._dirty):
-            seg = by_base.get(base)
-            if seg is not None:
-                self.metadata.update_segment(self._record(seg))
+        records = [self._record(by_base[b]) for b in sorted(self._dirty) if b in by_base]
         self._dirty.clear()
-        return True
+        return records
 
     def _new_segment(self, base: int) -> Segment:
         """Add an empty last segment at ``base`` and persist its record before any data."""
@@ -399,15 +421,24 @@ class FlatAppendFile:
             ProviderError: the upload failed; the pending bytes are kept for the next commit.
             IntegrityError: the backend object has a size this file cannot explain.
         """
-        if not self._segments or not self._segments[-1].pending_size:
+        seg = self._pending_segment()
+        if seg is None:
             return 0
+        data = seg.pending[0]
+        return self._committed(self._upload(seg, data), data)
+
+    def _pending_segment(self) -> Segment | None:
+        """The last segment when bytes are pending in it, joined into one piece."""
+        if not self._segments or not self._segments[-1].pending_size:
+            return None
         seg = self._segments[-1]
         if len(seg.pending) > 1:
             seg.pending = [b"".join(seg.pending)]
-        data = seg.pending[0]
-        done = self._upload(seg, data)
-        if done is not seg:  # the segment turned out sealed: the bytes went to a new one
-            seg = done
+        return seg
+
+    def _committed(self, seg: Segment, data: bytes | bytearray | memoryview) -> int:
+        """``seg``'s pending ``data`` was uploaded (maybe into a new segment, when the last one
+        turned out sealed): count it as committed."""
         seg.size += len(data)
         if self._defers:
             seg.unsynced += len(data)
@@ -456,6 +487,43 @@ class FlatAppendFile:
         if self.unsynced:
             self._segments[-1].unsynced = 0
             self._dirty.add(self._segments[-1].base)
+
+    @staticmethod
+    def commit_many(files: Sequence[FlatAppendFile]) -> list[int | TieredStoreError | OSError]:
+        """:meth:`commit` of every file: the uploads of those that share the first one's
+        provider and defer their syncs made by one
+        :meth:`~tiered.providers.base.Provider.append_deferred_many`, the others (and any whose
+        bulk upload met an object of another size or a sealed one) one by one. Returns, for each
+        file, the bytes uploaded or the error its commit raised (its pending bytes stay)."""
+        out: list[int | TieredStoreError | OSError] = [0] * len(files)
+        bulk: list[tuple[int, FlatAppendFile, Segment]] = []
+        alone: list[int] = []
+        provider = files[0].provider if files else None
+        for i, f in enumerate(files):
+            seg = f._pending_segment()
+            if seg is None:
+                continue
+            if f.provider is provider and f._defers:
+                bulk.append((i, f, seg))
+            else:
+                alone.append(i)
+        if bulk:
+            assert provider is not None
+            appends = [(f.key(seg.base), seg.pending[0], seg.size) for _, f, seg in bulk]
+            done = provider.append_deferred_many(appends)
+            for (i, f, seg), (_, data, _), got in zip(bulk, appends, done, strict=True):
+                if isinstance(got, PositionMismatchError | SegmentSealedError):
+                    alone.append(i)  # the single commit resumes or moves to a new segment
+                elif isinstance(got, int):
+                    out[i] = f._committed(seg, data)
+                else:
+                    out[i] = got
+        for i in sorted(alone):
+            try:
+                out[i] = files[i].commit()
+            except (TieredStoreError, OSError) as e:
+                out[i] = e
+        return out
 
     def _upload(self, seg: Segment, data: bytes | bytearray | memoryview) -> Segment:
         key, position, sent = self.key(seg.base), seg.size, 0

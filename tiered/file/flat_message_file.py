@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -19,12 +20,15 @@ import numpy.typing as npt
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
 from tiered.errors import IntegrityError
 from tiered.errors import MetadataError
+from tiered.errors import TieredStoreError
+from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import MessageQueue
 from tiered.metadata import MetadataStore
 from tiered.metadata import now_ms
 from tiered.providers.base import Provider
 
 from .flat_append_file import FlatAddress
+from .flat_append_file import FlatAppendFile
 from .flat_append_file import real_size
 from .flat_commitlog import FlatCommitLogFile
 from .flat_consumequeue import FlatConsumeQueueFile
@@ -334,13 +338,55 @@ class FlatMessageFile:
         """
         cl = self.write_commitlog(written=written)
         self.commitlog.sync()
-        cq = self.consume_queue.commit()
+        return self._result(cl, self.consume_queue.commit())
+
+    def _result(self, commitlog_bytes: int, consume_queue_bytes: int) -> CommitResult:
+        """What a commit that uploaded these bytes completed: every batch appended, once
+        nothing is pending any more."""
         done: tuple[tuple[MessageBatch, Int64s], ...] = ()
         after: tuple[Callable[[], None], ...] = ()
         if not self.has_pending:
             done, self._uncommitted = tuple(self._uncommitted), []
             after, self._after = tuple(self._after), []
-        return CommitResult(cl, cq, done, after)
+        return CommitResult(commitlog_bytes, consume_queue_bytes, done, after)
+
+    @staticmethod
+    def write_commitlogs(
+        flats: Sequence[FlatMessageFile], written: Sequence[Callable[[], None] | None]
+    ) -> list[int | TieredStoreError | OSError]:
+        """:meth:`write_commitlog` of every queue (``written[i]`` as there for ``flats[i]``),
+        the uploads made at once (:meth:`FlatAppendFile.commit_many`); returns, for each, the
+        bytes uploaded or the error (its pending bytes stay)."""
+        done = FlatAppendFile.commit_many([flat.commitlog for flat in flats])
+        for flat, then, got in zip(flats, written, done, strict=True):
+            if isinstance(got, int):
+                flat._release(then)
+        return done
+
+    @staticmethod
+    def commit_many(
+        flats: Sequence[FlatMessageFile],
+    ) -> list[CommitResult | TieredStoreError | OSError]:
+        """:meth:`commit` of every queue, meant for those whose commitlog bytes were written
+        and made durable already (by :meth:`write_commitlogs` and a ``sync_many``): what is
+        left of each commitlog is written and synced queue by queue, then the units of every
+        queue whose commitlog is durable are uploaded at once. Returns, for each queue, its
+        :class:`CommitResult` or the error its commit raised (what is pending stays)."""
+        out: list[CommitResult | TieredStoreError | OSError] = []
+        ready: list[tuple[int, FlatMessageFile, int]] = []
+        for i, flat in enumerate(flats):
+            try:
+                cl = flat.write_commitlog()
+                flat.commitlog.sync()
+            except (TieredStoreError, OSError) as e:
+                out.append(e)
+                continue
+            out.append(CommitResult(0, 0))  # (replaced below)
+            ready.append((i, flat, cl))
+        units = FlatAppendFile.commit_many([flat.consume_queue for _, flat, _ in ready])
+        for (i, flat, cl), cq in zip(ready, units, strict=True):
+            out[i] = flat._result(cl, cq) if isinstance(cq, int) else cq
+        return out
 
     def write_commitlog(self, *, written: Callable[[], None] | None = None) -> int:
         """Upload the commitlog's pending bytes without the sync (the first half of
@@ -353,11 +399,16 @@ class FlatMessageFile:
             ProviderError: the upload failed; the pending bytes stay for the next call.
         """
         cl = self.commitlog.commit()
+        self._release(written)
+        return cl
+
+    def _release(self, written: Callable[[], None] | None) -> None:
+        """With ``written``, once the commitlog holds every pending byte: free the batches'
+        message bytes and call it (see :meth:`commit`)."""
         if written is not None and not self.commitlog.pending_size:
             for batch, _ in self._uncommitted:
                 batch.release()
             written()
-        return cl
 
     def drop_pending(self) -> None:
         """Forget pending bytes of both files (they are re-read from the local store)."""
@@ -383,9 +434,14 @@ class FlatMessageFile:
 
     def flush_metadata(self) -> bool:
         """Record committed sizes and timestamps of both files (run inside a batch)."""
-        a = self.commitlog.flush_metadata()
-        b = self.consume_queue.flush_metadata()
-        return a or b
+        records = self.changed_records()
+        self.metadata.update_segments(records)
+        return bool(records)
+
+    def changed_records(self) -> list[FileSegmentMetadata]:
+        """Both files' records that changed since they were last recorded (see
+        :meth:`FlatAppendFile.changed_records`), for the caller to record."""
+        return self.commitlog.changed_records() + self.consume_queue.changed_records()
 
     def drop_records(self) -> list[str]:
         """Forget both files' segments and remove their records (see

@@ -672,6 +672,24 @@ class MetadataStore:
             self._changes.segments.add((meta.type, meta.path, meta.base_offset))
             self._changed()
 
+    def update_segments(self, records: list[FileSegmentMetadata]) -> None:
+        """:meth:`update_segment` of every record, under one lock and with at most one persist
+        (a dispatch round hands over a record or two per queue it moved)."""
+        if not records:
+            return
+        with self._lock:
+            self._check_loaded()
+            changes = self._changes.segments
+            for given in records:
+                by_base = self._doc.segment_table(given.type).setdefault(given.path, {})
+                old = by_base.get(given.base_offset)
+                meta = given
+                if old is not None and old.create_timestamp != given.create_timestamp:
+                    meta = given.model_copy(update={"create_timestamp": old.create_timestamp})
+                by_base[meta.base_offset] = meta
+                changes.add((meta.type, meta.path, meta.base_offset))
+            self._changed()
+
     def segments(
         self,
         type: FileSegmentType,

@@ -60,7 +60,8 @@ from tiered.offload.offload_step import execute_after
 from tiered.offload.offload_step import finish
 from tiered.offload.offload_step import measure
 from tiered.offload.offload_step import plan
-from tiered.offload.offload_step import send
+from tiered.offload.offload_step import stage
+from tiered.offload.offload_step import write_commitlogs
 from tiered.offload.pass_queues import PassQueues
 from tiered.offload.pass_queues import QueueProgress
 from tiered.offload.pause import PauseFile
@@ -424,12 +425,15 @@ class Dispatcher(Closeable):
         return results
 
     def _run_wide(self, plans: list[Plan], now: int) -> list[tuple[FlatMessageFile, StepResult]]:
-        """A wide round's steps (:data:`WIDE_ROUND_QUEUES`): every queue's batch sent (its
-        commitlog bytes written, :func:`~.offload_step.send`), the commitlogs made durable at
-        once (:meth:`_sync_files`), then every step finished (units uploaded and counted,
-        :func:`~.offload_step.finish`); the round then syncs the consumequeues at once too. The
-        order of a step's writes and syncs is :func:`~.offload_step.execute`'s: the units of a
-        batch are written only after its commitlog bytes are durable.
+        """A wide round's steps (:data:`WIDE_ROUND_QUEUES`): every queue's batch appended
+        (:func:`~.offload_step.stage`), every commitlog's bytes written at once
+        (:func:`~.offload_step.write_commitlogs`: one bulk append of the provider), the
+        commitlogs made durable at once (:meth:`_sync_files`), every queue's units written at
+        once (:meth:`~tiered.file.flat_message_file.FlatMessageFile.commit_many`), then every
+        step finished (counted, listeners told: :func:`~.offload_step.finish`); the round then
+        syncs the consumequeues at once too. The order of a step's writes and syncs is
+        :func:`~.offload_step.execute`'s: the units of a batch are written only after its
+        commitlog bytes are durable.
 
         The steps run on this thread, one after the other, and the commit listeners (the key
         index) are told on it too (:meth:`~.commit_notifier.Notifier.inline`): a step of a few
@@ -440,16 +444,21 @@ class Dispatcher(Closeable):
         results: list[tuple[FlatMessageFile, StepResult]] = []
         with self._notifier.inline() as listeners:
             for wave in waves(plans, self.wave_bytes):  # at most a wave's bytes held
-                sent: list[Sent] = []
+                staged: list[Sent] = []
                 reads = self._read_wave([p for p, _ in wave])
                 for (p, _), (batch, next_time) in zip(wave, reads, strict=True):
-                    got = send(p, batch, next_time, now, listeners, freed)
+                    got = stage(p, batch, next_time, now, listeners)
                     if isinstance(got, Sent):
-                        sent.append(got)
+                        staged.append(got)
                     else:
                         results.append((p.flat, got))
+                sent = write_commitlogs(staged, results, freed)
                 self._sync_files([s.plan.flat.commitlog for s in sent], "commitlog")
-                results += [(s.plan.flat, finish(s, now, listeners)) for s in sent]
+                commits = FlatMessageFile.commit_many([s.plan.flat for s in sent])
+                results += [
+                    (s.plan.flat, finish(s, now, listeners, done))
+                    for s, done in zip(sent, commits, strict=True)
+                ]
         return results
 
     def _sync_files(self, files: list[FlatAppendFile], what: str) -> None:
@@ -486,9 +495,8 @@ class Dispatcher(Closeable):
     ) -> list[tuple[Plan, Future[Any]]]:
         """Read the wave's batches (one pread per commitlog range; the header of the message
         after each batch comes with them, for the dispatch latency) and hand them to workers
-        (``step``: :func:`~.offload_step.execute`, or :func:`~.offload_step.send` in a wide
-        round); a follow-on batch goes after the step ``before`` it of its queue (each queue's
-        last step started is recorded there)."""
+        (``step``: :func:`~.offload_step.execute`); a follow-on batch goes after the step
+        ``before`` it of its queue (each queue's last step started is recorded there)."""
         reads = self._read_wave([p for p, _ in sized])
         listeners = (self._notifier,) if self.commit_listeners or self.staged_listeners else ()
         started = []

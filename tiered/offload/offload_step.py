@@ -380,14 +380,19 @@ def execute(
 
 @dataclass
 class Sent:
-    """A batch whose bytes :func:`send` wrote to the flat commitlog, not yet known durable:
-    :func:`finish` completes it (commitlog sync, consumequeue units, bookkeeping)."""
+    """A batch appended to its queue's flat files by :func:`stage`, its commitlog bytes then
+    written by :func:`send` (or, a wide round's all at once,
+    :meth:`~tiered.file.flat_message_file.FlatMessageFile.write_commitlogs`) and not yet known
+    durable: :func:`finish` completes it (commitlog sync, consumequeue units, bookkeeping)."""
 
     plan: Plan
     batch: MessageBatch
     next_store_time: int | None
-    commitlog_bytes: int
     started: float
+    early: bool
+    """The listeners did their share already (:func:`_prepare_early`): nothing needs the
+    batch's bytes once the flat commitlog holds them."""
+    commitlog_bytes: int = 0
 
 
 def send(
@@ -398,10 +403,31 @@ def send(
     listeners: Sequence[CommitListener] = (),
     written: Callable[[], None] | None = None,
 ) -> StepResult | Sent:
-    """The first half of :func:`execute`: check and append the batch, write its commitlog bytes
-    (``written`` as there); a retry of a failed upload is carried out whole. A round of many
-    queues sends every queue's batch, makes their commitlogs durable at once, then
-    finishes each (:func:`finish`)."""
+    """The first half of :func:`execute`: check and append the batch (:func:`stage`), write
+    its commitlog bytes (``written`` as there); a retry of a failed upload is carried out
+    whole. A round of many queues stages every queue's batch, writes and makes their
+    commitlogs durable at once, then finishes them (:func:`finish`)."""
+    staged = stage(p, read, next_store_time, now, listeners)
+    if isinstance(staged, StepResult):
+        return staged
+    flat = p.flat
+    try:
+        staged.commitlog_bytes = flat.write_commitlog(written=written if staged.early else None)
+    except (TieredStoreError, OSError) as e:
+        return failed(flat, p.state, e)
+    return staged
+
+
+def stage(
+    p: Plan,
+    read: UncheckedBatch | MessageBatch | TieredStoreError | None,
+    next_store_time: int | None,
+    now: int,
+    listeners: Sequence[CommitListener] = (),
+) -> StepResult | Sent:
+    """Check the batch read for a plan and append it to the queue's flat files (nothing
+    uploaded yet), the listeners prepared where they can be; a retry of a failed upload is
+    carried out whole (its result returned)."""
     flat, state = p.flat, p.state
     try:
         if p.retry:  # a previous upload failed: finish it, from where it stopped
@@ -420,20 +446,48 @@ def send(
         flat.roll_for_batch(p.roll_commitlog, p.roll_consume_queue)
         offsets = flat.append_batch(batch)
         early = _prepare_early(flat, batch, offsets, listeners)
-        started = time.perf_counter()
-        cl = flat.write_commitlog(written=written if early else None)
     except (TieredStoreError, OSError) as e:
         return failed(flat, state, e)
-    return Sent(p, batch, next_store_time, cl, started)
+    return Sent(p, batch, next_store_time, time.perf_counter(), early)
 
 
-def finish(sent: Sent, now: int, listeners: Sequence[CommitListener] = ()) -> StepResult:
+def write_commitlogs(
+    staged: list[Sent],
+    results: list[tuple[FlatMessageFile, StepResult]],
+    written: Callable[[], None] | None = None,
+) -> list[Sent]:
+    """Write the commitlog bytes of many queues' staged batches at once (a wide round's,
+    :meth:`~tiered.file.flat_message_file.FlatMessageFile.write_commitlogs`; ``written`` as
+    :func:`execute` has it, for each batch whose listeners were prepared early). The batches
+    written are returned; a failed step's result is added to ``results``."""
+    flats = [s.plan.flat for s in staged]
+    done = FlatMessageFile.write_commitlogs(flats, [written if s.early else None for s in staged])
+    sent: list[Sent] = []
+    for s, got in zip(staged, done, strict=True):
+        if isinstance(got, int):
+            s.commitlog_bytes = got
+            sent.append(s)
+        else:
+            results.append((s.plan.flat, failed(s.plan.flat, s.plan.state, got)))
+    return sent
+
+
+def finish(
+    sent: Sent,
+    now: int,
+    listeners: Sequence[CommitListener] = (),
+    committed: CommitResult | TieredStoreError | OSError | None = None,
+) -> StepResult:
     """The second half of :func:`execute`: sync the commitlog (nothing to do when the round
-    synced it), upload the units, tell ``listeners``, record what the queue has left."""
+    synced it), upload the units, tell ``listeners``, record what the queue has left.
+    ``committed``: that commit's outcome when the caller made it (a wide round commits every
+    queue at once, :meth:`~tiered.file.flat_message_file.FlatMessageFile.commit_many`)."""
     p, batch = sent.plan, sent.batch
     flat, state = p.flat, p.state
     try:
-        done = flat.commit()
+        done = flat.commit() if committed is None else committed
+        if not isinstance(done, CommitResult):
+            raise done
     except (TieredStoreError, OSError) as e:
         return failed(flat, state, e)
     _log_batches(flat, done, sent.started)
