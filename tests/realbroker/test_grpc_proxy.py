@@ -117,7 +117,11 @@ def grpc_history(
         assert "success" in out[0], out
         ref = messages(rocketmq.driver("consume", mode="lite", group="grpc-reference",
                                        topics=[TOPIC], maxMs=120_000, **common))  # fmt: skip
-        assert len(ref) == COUNT
+        assert len(ref) == COUNT, (
+            f"the reference read {len(ref)} of {COUNT} messages: the broker deleted commitlog "
+            f"files by itself (its disk is {broker.disk_used_percent():.0f} % used; above 85 % "
+            "it deletes all but the last file): free disk space and run again"
+        )
         cfg = load_config([broker.conf, conf])
         provider = from_config(cfg)
         wait_for(

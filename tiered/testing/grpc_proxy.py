@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -83,9 +84,15 @@ def compiling_grpc_driver(out: Path) -> Callable[[], Path]:
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )  # fmt: skip
 
+    # read (and close) javac's output at once, on a thread: a caller that fails before it
+    # waits leaves no open pipe behind
+    output: list[bytes] = []
+    reader = threading.Thread(target=lambda: output.append(proc.communicate()[0]), daemon=True)
+    reader.start()
+
     def done() -> Path:
-        output, _ = proc.communicate()
-        assert proc.returncode == 0, f"javac GrpcDriver.java failed:\n{output.decode()}"
+        reader.join()
+        assert proc.returncode == 0, f"javac GrpcDriver.java failed:\n{b''.join(output).decode()}"
         return out
 
     return done

@@ -374,6 +374,14 @@ class Broker(JavaServer):
     def cluster(self) -> str:
         return str(self.settings()["brokerClusterName"])
 
+    def disk_used_percent(self) -> float:
+        """The store's disk usage as the broker computes it (``UtilAll``: used / (used +
+        usable)): above 85 % its cleaning task deletes every commitlog file but the last, expired
+        or not -- a history written while the disk is that full is gone before it is read."""
+        st = os.statvfs(self.store if self.store.exists() else self.workdir)
+        used = (st.f_blocks - st.f_bfree) * st.f_frsize
+        return 100.0 * used / max(1, used + st.f_bavail * st.f_frsize)
+
     def wait_registered(self, timeout: float = 60.0) -> None:
         """Until ``mqadmin clusterList`` shows this broker at its address."""
         deadline = time.monotonic() + timeout
