@@ -71,13 +71,21 @@ def test_a_held_queue_reads_only_the_units_written_since_the_last_pass(
     provider = MemoryProvider()
     reads: list[tuple[int, int]] = []  # units read from consumequeue files: (first, count)
     calls: list[int] = []  # read_units calls
-    read_part = local_mod._read_whole_file_part
+    read_part = local_mod._pread_whole
 
-    def counted(path: str, file_size: int, position: int, length: int) -> Any:
+    def counted(fd: int, position: int, length: int) -> Any:
         reads.append((position // 20, length // 20))
-        return read_part(path, file_size, position, length)
+        return read_part(fd, position, length)
 
-    monkeypatch.setattr(local_mod, "_read_whole_file_part", counted)
+    monkeypatch.setattr(local_mod, "_pread_whole", counted)
+    opens: list[str] = []  # consumequeue files the scans opened
+    open_whole = local_mod._open_whole_file
+
+    def opened(path: str, file_size: int) -> int | None:
+        opens.append(path)
+        return open_whole(path, file_size)
+
+    monkeypatch.setattr(local_mod, "_open_whole_file", opened)
     with Sidecar(cfg, provider) as sidecar:
         local = sidecar.dispatcher.local
         read_units = local.read_units
@@ -95,12 +103,14 @@ def test_a_held_queue_reads_only_the_units_written_since_the_last_pass(
             offload_case.append(store, seed=50 + i, messages=100, start_ms=now + 10 * (i + 1))
             reads.clear()
             calls.clear()
+            opens.clear()
             assert sidecar.dispatcher.run_pass().messages == 0
+            assert len(opens) == 1, opens
             # only what came since the last pass: from the old end, not from the tier's end;
             # the units the max offset's scan read are not read again
             assert reads and all(start >= 100 * (i + 1) for start, _ in reads), reads
             assert calls == []
-            # a probe then a chunk; once the queue is live, one read
+            # a probe then a chunk (of the file opened once); once the queue is live, one read
             assert len(reads) == (2 if i == 0 else 1), reads
         clock[0] = now + 610_000  # the first held message is old enough now: all of it goes
         calls.clear()

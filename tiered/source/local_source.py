@@ -254,10 +254,23 @@ class LocalSource:
         pos = hint - base
         if pos == 0 and hint:
             return None
-        key = (topic, queue_id)
+        fd = _open_whole_file(path, per_file * cqmod.CQ_UNIT_SIZE)
+        if fd is None:
+            return None
+        try:  # one open for the probe and the chunks after it
+            return self._scan_open(fd, (topic, queue_id), hint, base, per_file)
+        finally:
+            os.close(fd)
+
+    def _scan_open(
+        self, fd: int, key: tuple[str, int], hint: int, base: int, per_file: int
+    ) -> int | None:
+        """:meth:`_scan_from` in the consumequeue file open as ``fd`` (of ``per_file`` units,
+        the first at queue offset ``base``)."""
+        pos = hint - base
         unit = cqmod.CQ_UNIT_SIZE
         n = min(1 + TAIL_CHUNK_UNITS, per_file - pos) if key in self._live else 1
-        head = _read_whole_file_part(path, per_file * unit, pos * unit, n * unit)
+        head = _pread_whole(fd, pos * unit, n * unit)
         if head is None:
             return None
         offset, size = _OFFSET_SIZE.unpack_from(head)
@@ -276,7 +289,7 @@ class LocalSource:
         pos += n
         while pos < per_file:
             n = min(chunk, per_file - pos)
-            raw = _read_whole_file_part(path, per_file * unit, pos * unit, n * unit)
+            raw = _pread_whole(fd, pos * unit, n * unit)
             if raw is None:
                 return None
             units = cqmod.decode_units(head + raw)
@@ -704,6 +717,29 @@ def _stamps(dirs: list[str], files: Sequence[str] = ()) -> list[tuple[int, int] 
         else:
             out.append((st.st_mtime_ns if i < len(dirs) else st.st_size, st.st_ino))
     return out
+
+
+def _open_whole_file(path: str, file_size: int) -> int | None:
+    """A read-only descriptor of the file ``path`` if it exists and is ``file_size`` bytes (what
+    a listing would check); else ``None``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return None
+    try:
+        if os.fstat(fd).st_size == file_size:
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
+    os.close(fd)
+    return None
+
+
+def _pread_whole(fd: int, position: int, length: int) -> bytes | None:
+    """``length`` bytes of ``fd`` at ``position``, ``None`` when it holds fewer."""
+    data = os.pread(fd, length, position)
+    return data if len(data) == length else None
 
 
 def _read_whole_file_part(path: str, file_size: int, position: int, length: int) -> bytes | None:
