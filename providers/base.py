@@ -298,7 +298,9 @@ class Provider(Closeable, abc.ABC):
 
     def clean_temporary(self, prefix: str = "") -> int:
         """Remove what interrupted puts (a ``kill -9`` mid-write) left under ``prefix``: call it
-        at start, when no put can be running; returns how many were removed. The default does
+        at start, when no other process can be putting there (this provider's own puts in
+        progress are left alone, so it may run beside them); returns how many were removed.
+        The default does
         nothing: the provider's puts leave nothing behind, or it removes a key's leftovers at
         the key's next put (incomplete S3 multipart uploads are the bucket lifecycle rule's).
 

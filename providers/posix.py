@@ -90,6 +90,9 @@ class PosixProvider(Provider):
         self._open: OrderedDict[str, int] = OrderedDict()
         """Idle append descriptors by key (a writer takes its key's out while it uses it)."""
         self._open_lock = threading.Lock()
+        self._putting: set[str] = set()
+        """The temporary files of this provider's puts in progress (under ``_open_lock``):
+        :meth:`clean_temporary` leaves them alone."""
         self._unsynced_dirs: dict[str, set[Path]] = {}
         """Directories whose new entries (a deferred append's new file or directories) wait for
         the key's :meth:`sync`, or any :meth:`sync_many` that ran ``syncfs`` (under
@@ -358,12 +361,14 @@ class PosixProvider(Provider):
         state.pop("_open", None)  # descriptors mean nothing in another process
         state.pop("_open_lock", None)
         state.pop("_unsynced_dirs", None)
+        state.pop("_putting", None)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         super().__setstate__(state)
         self._open = OrderedDict()
         self._open_lock = threading.Lock()
+        self._putting = set()
         self._unsynced_dirs = {}
 
     def _write_at(
@@ -461,6 +466,8 @@ class PosixProvider(Provider):
         with translated(key, "file operation"):
             self._makedirs(path.parent)
             tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+            with self._open_lock:
+                self._putting.add(str(tmp))
             try:
                 self._write_file(tmp, data)
                 self._request("RENAME")
@@ -471,6 +478,8 @@ class PosixProvider(Provider):
             finally:
                 with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
+                with self._open_lock:
+                    self._putting.discard(str(tmp))
             self._fsync_dir(path.parent)
 
     def _write_file(self, path: Path, data: Payload) -> None:
@@ -528,12 +537,16 @@ class PosixProvider(Provider):
                 if name[:1] != ".":  # a temporary name starts with a dot
                     continue
                 match = _TEMP_NAME.fullmatch(name)
+                path = os.path.join(dirpath, name)
                 if match and (rel + match.group(1)).startswith(prefix):
+                    with self._open_lock:
+                        if path in self._putting:
+                            continue  # a put of this provider, in progress
                     self._request("DELETE")
                     with contextlib.suppress(FileNotFoundError):
-                        os.unlink(os.path.join(dirpath, name))
+                        os.unlink(path)
                     removed += 1
-                    log.info("removed %s, left by an interrupted put", os.path.join(dirpath, name))
+                    log.info("removed %s, left by an interrupted put", path)
         return removed
 
     def list(self, prefix: str = "") -> Iterator[str]:

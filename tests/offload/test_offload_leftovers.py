@@ -4,8 +4,10 @@ the backend, and nothing else."""
 
 from __future__ import annotations
 
+import io
 import uuid
 from pathlib import Path
+from typing import Any
 
 from tiered.providers import PosixProvider
 from tiered.providers import build_provider
@@ -43,6 +45,40 @@ def test_start_removes_a_killed_mirror_put(offload_case: SidecarCase) -> None:
     mirror = Path(cfg.tiered_store_file_path) / mirror_key_for("DefaultCluster", "broker-a")
     assert mirror.exists()
     torn = leftover(mirror.parent, mirror.name)
-    with Sidecar(cfg, build_provider(cfg)):
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        assert sidecar.wait_cleaned(30)
         assert not torn.exists()
     assert mirror.exists()
+
+
+def test_clean_temporary_leaves_a_put_in_progress_alone(tmp_path: Path) -> None:
+    """The start cleans beside the running sidecar: a put of the same provider, half written
+    when the clean walks past its temporary file, still completes."""
+    p = PosixProvider(tmp_path)
+    stale = leftover(tmp_path / "c/b/config", "meta.json")
+    seen: list[list[Path]] = []
+
+    class Halves(io.RawIOBase):
+        """Half the body, then (the clean walks past) the other half."""
+
+        def __init__(self) -> None:
+            self.parts = [b"first half, ", b"second half"]
+
+        def readable(self) -> bool:
+            return True
+
+        def readinto(self, buf: Any) -> int:
+            if not self.parts:
+                return 0
+            if len(self.parts) == 1:  # the first half is in the temporary file
+                seen.append(sorted((tmp_path / "c/b/config").glob(".meta.json.*.tmp")))
+                assert p.clean_temporary("c/b/") == 1  # the stale one only
+            part = self.parts.pop(0)
+            buf[: len(part)] = part
+            return len(part)
+
+    p.put("c/b/config/meta.json", io.BufferedReader(Halves()), overwrite=True)
+    assert p.read("c/b/config/meta.json", 0, 100) == b"first half, second half"
+    assert len(seen[0]) == 2 and stale in seen[0]  # the put's own and the stale one
+    assert not stale.exists()
+    assert list((tmp_path / "c/b/config").glob("*.tmp")) == []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import threading
 from collections.abc import Iterator
 
 from tiered.broker.store_layout import check_store
@@ -88,6 +89,7 @@ class Sidecar(Closeable):
         self._dispatcher: Dispatcher | None = None
         self.reports: list[ReconcileReport] = []
         self.index: IndexService | None = None  # the key index, when messageIndexEnable
+        self._cleaning: threading.Thread | None = None
 
     def open(self) -> Sidecar:
         """Lock the data dir, load metadata, restore and reconcile every queue.
@@ -102,7 +104,12 @@ class Sidecar(Closeable):
             self._lock.acquire()
         try:
             if self.uploading:
-                self._clean_interrupted_puts()
+                # a walk of the broker's whole part of the tier (seconds at 100,000 queues):
+                # beside the start, which puts nothing it could mistake for a leftover
+                self._cleaning = threading.Thread(
+                    target=self._clean_interrupted_puts, name="tiered-clean-puts", daemon=True
+                )
+                self._cleaning.start()
                 self._restore_lost_metadata()
             self.metadata.load()
             if self.uploading:
@@ -129,14 +136,23 @@ class Sidecar(Closeable):
             raise
         return self
 
+    def wait_cleaned(self, timeout: float | None = None) -> bool:
+        """Wait until the start's removal of interrupted puts' leftovers is done; whether it is
+        (``timeout`` seconds at most)."""
+        if self._cleaning is not None:
+            self._cleaning.join(timeout)
+            return not self._cleaning.is_alive()
+        return True
+
     def _clean_interrupted_puts(self) -> None:
         """Remove what puts killed mid-write left in this broker's part of the backend (e.g. a
-        posix ``.tieredStoreMetadata.json.<uuid>.tmp``): nothing can be writing there now."""
+        posix ``.tieredStoreMetadata.json.<uuid>.tmp``): no other process writes there while
+        this one holds the data dir, and the provider leaves this process's own puts alone."""
         prefix = mirror_key_for(self.cfg.broker_cluster_name, self.cfg.broker_name)
         prefix = prefix.rsplit("/", 2)[0] + "/"  # {cluster dir}/{broker}/
         try:
             removed = self.provider.clean_temporary(prefix)
-        except TieredStoreError as e:  # only leftovers are kept; retried at the next start
+        except (TieredStoreError, OSError) as e:  # only leftovers are kept: the next start
             log.warning("could not remove leftovers of interrupted puts under %s: %s", prefix, e)
             return
         if removed:
@@ -238,6 +254,7 @@ class Sidecar(Closeable):
                 self.flat_store.flush_metadata()
                 self._compact_metadata()
         finally:
+            self.wait_cleaned()
             self.provider.close()
             if self._lock is not None:
                 self._lock.release()
