@@ -284,9 +284,7 @@ class FlatAppendFile:
     # --- metadata -----------------------------------------------------------------------------
 
     def _record(self, seg: Segment) -> FileSegmentMetadata:
-        # built unvalidated: every field is an int this file keeps in range (a round builds
-        # thousands; validation would cost more than the rest of the bookkeeping)
-        return FileSegmentMetadata.model_construct(
+        return FileSegmentMetadata(
             path=self.path,
             type=self.segment_type,
             base_offset=seg.base,
