@@ -91,6 +91,12 @@ class Provider(Closeable, abc.ABC):
         return False
 
     @property
+    def leaves_temporary(self) -> bool:
+        """Whether an interrupted put can leave something behind that :meth:`clean_temporary`
+        removes (a file backend's temporary file); False where there is nothing to clean."""
+        return False
+
+    @property
     def enforces_seal(self) -> bool:
         """Whether an append after ``seal`` (or to a ``put`` object) raises SegmentSealedError.
 

@@ -114,16 +114,20 @@ class PosixProvider(Provider):
     def defers_sync(self) -> bool:
         return True
 
+    @property
+    def leaves_temporary(self) -> bool:
+        return True
+
     def path(self, key: str) -> Path:
         """The file that holds ``key``."""
         return self.root / check_key(key)
 
     def _file(self, key: str) -> str:
-        """:meth:`path` as a string (a ``Path`` join costs more, and this runs per append)."""
+        """:meth:`path` as a string (a ``Path`` join costs more, and this runs per call)."""
         return os.path.join(self._root, check_key(key))
 
     def size(self, key: str) -> int:
-        path = self.path(key)
+        path = self._file(key)
         self._request("STAT")
         with translated(key, "file operation"):
             st = os.stat(path)
@@ -132,7 +136,7 @@ class PosixProvider(Provider):
         return st.st_size
 
     def read(self, key: str, position: int, length: int) -> bytes:
-        path = self.path(key)
+        path = self._file(key)
         check_range(position, length, key=key)
         with translated(key, "file operation"):
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
@@ -143,7 +147,7 @@ class PosixProvider(Provider):
 
     def readinto(self, key: str, position: int, into: memoryview) -> int:
         """:meth:`read` straight into ``into`` (``os.preadv``: one copy, from the page cache)."""
-        path = self.path(key)
+        path = self._file(key)
         check_range(position, len(into), key=key)
         with translated(key, "file operation"):
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)

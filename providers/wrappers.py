@@ -75,6 +75,10 @@ class WrappedProvider(Provider):
         return self.inner.object_per_append
 
     @property
+    def leaves_temporary(self) -> bool:
+        return self.inner.leaves_temporary
+
+    @property
     def defers_sync(self) -> bool:
         # a subclass that watches appends (and not deferred ones) gets them as appends: durable
         cls = type(self)

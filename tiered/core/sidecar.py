@@ -103,13 +103,14 @@ class Sidecar(Closeable):
         if self._lock is not None:
             self._lock.acquire()
         try:
-            if self.uploading:
+            if self.uploading and self.provider.leaves_temporary:
                 # a walk of the broker's whole part of the tier (seconds at 100,000 queues):
                 # beside the start, which puts nothing it could mistake for a leftover
                 self._cleaning = threading.Thread(
                     target=self._clean_interrupted_puts, name="tiered-clean-puts", daemon=True
                 )
                 self._cleaning.start()
+            if self.uploading:
                 self._restore_lost_metadata()
             self.metadata.load()
             if self.uploading:

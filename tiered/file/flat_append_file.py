@@ -307,7 +307,7 @@ class FlatAppendFile:
                 create_timestamp=m.create_timestamp,
                 sealed=m.status == STATUS_SEALED,
             )
-            for m in self.metadata.segments(self.segment_type, self.path)
+            for m in self.metadata.segments(self.segment_type, self.path, copy=False)
         ]
         self._dirty.clear()
 

@@ -694,10 +694,15 @@ class MetadataStore:
         self,
         type: FileSegmentType,
         path: str,
+        *,
+        copy: bool = True,
     ) -> list[FileSegmentMetadata]:
-        """The flat file's segment records, by base offset."""
+        """The flat file's segment records, by base offset; with ``copy=False`` the store's own
+        records, for a caller that only reads them (a restart reads every queue's)."""
         with self._lock:
             by_base = self._doc.segment_table(type).get(path, {})
+            if not copy:
+                return [by_base[base] for base in sorted(by_base)]
             return [by_base[base].model_copy() for base in sorted(by_base)]
 
     def delete_segment(

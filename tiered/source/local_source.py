@@ -409,12 +409,14 @@ class LocalSource:
                     return units[: cqmod.first_invalid(units)]
         return self.consume_queue(topic, queue_id).read_units(start, count)
 
-    def units_lookup(self, topic: str, queue_id: int) -> LocalUnits | None:
-        """A ``(start, count) -> units`` lookup for reconciliation, or ``None`` if no such queue."""
-        if not (self.cq_root / topic / str(queue_id)).is_dir():
-            return None
+    def units_lookup(self, topic: str, queue_id: int) -> LocalUnits:
+        """A ``(start, count) -> units`` lookup for reconciliation: ``None`` where the broker no
+        longer has them (or never had the queue). Nothing is looked at until it is called (a
+        start makes one per queue, and few are ever called)."""
 
         def lookup(start: int, count: int) -> Units | None:
+            if not (self.cq_root / topic / str(queue_id)).is_dir():
+                return None
             try:
                 return self.read_units(topic, queue_id, start, count)
             except (OffsetNotInStoreError, StoreFileNotFoundError):
