@@ -188,7 +188,6 @@ class FlatAppendFile:
         self.path = address.path
         self._segments: list[Segment] = []
         self._dirty: set[int] = set()
-        self._last_key: tuple[int, str] = (-1, "")
 
     @staticmethod
     def segment_size(max_size: int) -> int:
@@ -204,15 +203,9 @@ class FlatAppendFile:
     # --- identity and positions ---------------------------------------------------------------
 
     def key(self, base: int) -> str:
-        """The provider key of the segment at ``base`` (the last one asked is kept: a round
-        asks for the last segment's several times)."""
-        known = self._last_key
-        if known[0] == base:
-            return known[1]
+        """The provider key of the segment at ``base``."""
         a = self.address
-        key = segment_key(a.cluster, a.broker, a.topic, a.queue_id, self.file_type, base)
-        self._last_key = (base, key)
-        return key
+        return segment_key(a.cluster, a.broker, a.topic, a.queue_id, self.file_type, base)
 
     def key_at(self, offset: int) -> str:
         """The provider key of the segment holding ``offset`` (the first segment's for an
