@@ -17,6 +17,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -70,6 +71,27 @@ class GrpcHistory:
     def grpc(self, command: str, timeout: float = 180, **args: Any) -> list[dict[str, Any]]:
         """Run ``GrpcDriver <command>`` against the proxy; its JSON lines."""
         return run_grpc_driver(self.rocketmq, self.classes, self.proxy, command, timeout, **args)
+
+    def push_held(
+        self, release: Path, what: str, until: Callable[[], bool], **args: Any
+    ) -> list[dict[str, Any]]:
+        """``GrpcDriver push``, its consumer kept open until ``until()`` (what the client still
+        sends after its listener returned -- acks, a FIFO group's forwards to the DLQ -- is not
+        cut off by its close), then released through the file ``release``."""
+        with ThreadPoolExecutor(1) as pool:
+            driver = pool.submit(self.grpc, "push", holdUntilFile=str(release), **args)
+            try:
+                wait_for(what, lambda: driver.done() or until(), 170)
+            finally:
+                release.touch()
+            return driver.result()
+
+    def ends(self) -> dict[int, int]:
+        """Each queue's end: where a group that consumed everything has its offset."""
+        return {
+            q: max(m["queueOffset"] for m in self.reference.values() if m["queueId"] == q) + 1
+            for q in range(QUEUES)
+        }
 
     def tier_only(self, msg_id: str) -> bool:
         m = self.reference[msg_id]
@@ -191,8 +213,7 @@ def test_java_simple_consumer_acks_every_message_once(grpc_history: GrpcHistory)
     print(f"java simple: {len(ids)} received, {lines[-1]['acked']} acked, {tier_only} tier-only")
     done = lines[-1]
     assert (done["received"], done["acked"]) == (COUNT, COUNT)
-    ends = {q: max(m["queueOffset"] for m in h.reference.values() if m["queueId"] == q) + 1
-            for q in range(QUEUES)}  # fmt: skip
+    ends = h.ends()
     wait_for("the acks to reach the sidecar", lambda: h.committed("grpc-simple") == ends, 10)
 
 
@@ -219,20 +240,23 @@ def test_java_unacked_batch_comes_back_with_delivery_attempt_2(grpc_history: Grp
           f"the postponed one {late['at'] - max(others)} ms after the others")  # fmt: skip
 
 
-def test_java_push_consumer_consumes_every_message_once(grpc_history: GrpcHistory) -> None:
+def test_java_push_consumer_consumes_every_message_once(
+    grpc_history: GrpcHistory, tmp_path: Path
+) -> None:
     h = grpc_history
-    lines = h.grpc(
-        "push", group="grpc-push", topic=TOPIC, expect=COUNT, settleMs=1000, maxMs=150_000
-    )
+    ends = h.ends()
+    lines = h.push_held(
+        tmp_path / "release", "the acks to reach the sidecar",
+        lambda: h.committed("grpc-push") == ends,
+        group="grpc-push", topic=TOPIC, expect=COUNT, settleMs=1000, maxMs=150_000,
+    )  # fmt: skip
     got = [line["msg"] for line in lines if "msg" in line]
     ids = [m["msgId"] for m in got]
     assert len(ids) == len(set(ids)) == COUNT and set(ids) == set(h.reference)
     assert all(m["attempt"] == 1 for m in got)
     for m in got:
         _same_as_reference(h, m)
-    ends = {q: max(m["queueOffset"] for m in h.reference.values() if m["queueId"] == q) + 1
-            for q in range(QUEUES)}  # fmt: skip
-    wait_for("the acks to reach the sidecar", lambda: h.committed("grpc-push") == ends, 10)
+    assert h.committed("grpc-push") == ends
     tier_only = sum(h.tier_only(i) for i in ids)
     print(f"java push: {len(ids)} consumed once, {tier_only} tier-only")
 
@@ -259,24 +283,17 @@ def test_java_fifo_group_receives_each_queue_in_order(
         return {tuple(x) for r in rows if r["group"] == "grpc-fifo" for x in r["latest"]}
 
     # the client forwards a message to the DLQ after its listener's last failure, on a thread of
-    # its own: the consumer stays open until the sidecar has every dead letter
-    release = tmp_path / "release"
-    with ThreadPoolExecutor(1) as pool:
-        driver = pool.submit(
-            h.grpc, "push", group="grpc-fifo", topic=TOPIC, expect=COUNT - FIFO_FAILING,
-            fail=sorted(failing), expectFailures=2 * FIFO_FAILING, settleMs=1000,
-            maxMs=150_000, holdUntilFile=str(release),
-        )  # fmt: skip
-        try:
-            wait_for(
-                "the dead letters to reach the sidecar",
-                lambda: driver.done() or dead_letters() == where, 170,
-            )  # fmt: skip
-        finally:
-            release.touch()
-        lines = driver.result()
+    # its own: the consumer stays open until the sidecar has every dead letter and ack
+    ends = h.ends()
+    lines = h.push_held(
+        tmp_path / "release", "the dead letters and acks to reach the sidecar",
+        lambda: dead_letters() == where and h.committed("grpc-fifo") == ends,
+        group="grpc-fifo", topic=TOPIC, expect=COUNT - FIFO_FAILING, fail=sorted(failing),
+        expectFailures=2 * FIFO_FAILING, settleMs=1000, maxMs=150_000,
+    )  # fmt: skip
     seen = dead_letters()
     assert seen == where, f"dead letters {sorted(seen)}, expected {sorted(where)}"
+    assert h.committed("grpc-fifo") == ends
     got = [line["msg"] for line in lines if "msg" in line]
     consumed = [m["msgId"] for m in got if m["event"] == "consumed"]
     assert len(consumed) == len(set(consumed)) == COUNT - FIFO_FAILING
@@ -291,9 +308,6 @@ def test_java_fifo_group_receives_each_queue_in_order(
         per_queue.setdefault(ref["queueId"], []).append(ref["queueOffset"])
     for offsets in per_queue.values():  # in order; a failed one twice in a row
         assert offsets == sorted(offsets)
-    ends = {q: max(m["queueOffset"] for m in h.reference.values() if m["queueId"] == q) + 1
-            for q in range(QUEUES)}  # fmt: skip
-    wait_for("the acks to reach the sidecar", lambda: h.committed("grpc-fifo") == ends, 30)
     tier_only = sum(h.tier_only(i) for i in consumed)
     print(f"java fifo: {len(consumed)} consumed once in queue order, {tier_only} tier-only; "
           f"{FIFO_FAILING} failed {len(attempts)} times in all, dead-lettered at "
@@ -340,8 +354,7 @@ def test_remoting_push_consumer_switched_to_pop(grpc_history: GrpcHistory) -> No
     assert all(m["reconsumeTimes"] == 0 for m in got.values())
     tier_only = sum(h.tier_only(m["msgId"]) for m in got.values())
     print(f"remoting pop: {len(got)} consumed once, {tier_only} tier-only")
-    ends = {q: max(m["queueOffset"] for m in h.reference.values() if m["queueId"] == q) + 1
-            for q in range(QUEUES)}  # fmt: skip
+    ends = h.ends()
     wait_for("the acks to reach the sidecar", lambda: h.committed("remoting-pop") == ends, 10)
 
 
