@@ -302,11 +302,12 @@ class Provider(Closeable, abc.ABC):
             return False
         return True
 
-    def clean_temporary(self, prefix: str = "") -> int:
+    def clean_temporary(self, prefix: str = "", prune: Callable[[str], bool] | None = None) -> int:
         """Remove what interrupted puts (a ``kill -9`` mid-write) left under ``prefix``: call it
         at start, when no other process can be putting there (this provider's own puts in
         progress are left alone, so it may run beside them); returns how many were removed.
-        The default does
+        ``prune(directory prefix)`` (``"a/b/"``) True: nothing below it is put, so it is not
+        looked into (a file backend walks directories). The default does
         nothing: the provider's puts leave nothing behind, or it removes a key's leftovers at
         the key's next put (incomplete S3 multipart uploads are the bucket lifecycle rule's).
 

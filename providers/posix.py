@@ -529,14 +529,16 @@ class PosixProvider(Provider):
         ):
             os.unlink(path)
 
-    def clean_temporary(self, prefix: str = "") -> int:
+    def clean_temporary(self, prefix: str = "", prune: Callable[[str], bool] | None = None) -> int:
         check_prefix(prefix)
         base = prefix.rpartition("/")[0]
         removed = 0
         skip = len(os.path.join(self._root, ""))  # walked paths start so (no relpath each)
-        for dirpath, _, filenames in os.walk(self.root / base if base else self.root):
+        for dirpath, dirnames, filenames in os.walk(self.root / base if base else self.root):
             self._request("LIST")
             rel = dirpath[skip:] + "/" if dirpath != self._root else ""
+            if prune is not None:
+                dirnames[:] = [d for d in dirnames if not prune(f"{rel}{d}/")]
             for name in filenames:
                 if name[:1] != ".":  # a temporary name starts with a dot
                     continue

@@ -160,9 +160,11 @@ class WrappedProvider(Provider):
         found = self._around("list", prefix, lambda: [*self.inner.list_sizes(prefix)])
         return iter(found)
 
-    def clean_temporary(self, prefix: str = "") -> int:
+    def clean_temporary(self, prefix: str = "", prune: Callable[[str], bool] | None = None) -> int:
         return self._around(
-            "clean_temporary", prefix, functools.partial(self.inner.clean_temporary, prefix)
+            "clean_temporary",
+            prefix,
+            functools.partial(self.inner.clean_temporary, prefix, prune),
         )
 
     def close(self) -> None:

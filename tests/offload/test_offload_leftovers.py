@@ -82,3 +82,38 @@ def test_clean_temporary_leaves_a_put_in_progress_alone(tmp_path: Path) -> None:
     assert len(seen[0]) == 2 and stale in seen[0]  # the put's own and the stale one
     assert not stale.exists()
     assert list((tmp_path / "c/b/config").glob("*.tmp")) == []
+
+
+def test_clean_temporary_does_not_look_into_pruned_directories(tmp_path: Path) -> None:
+    p = PosixProvider(tmp_path)
+    kept = leftover(tmp_path / "c/b/T/0/COMMIT_LOG", "x")
+    gone = [leftover(tmp_path / "c/b/T", "y"), leftover(tmp_path / "c/b/T/1x/INDEX", "z")]
+    looked: list[str] = []
+
+    def prune(prefix: str) -> bool:
+        looked.append(prefix)
+        return prefix == "c/b/T/0/"
+
+    assert p.clean_temporary("c/b/", prune) == 2
+    assert kept.exists() and not any(path.exists() for path in gone)
+    assert "c/b/T/0/" in looked and not any(
+        x.startswith("c/b/T/0/") and x != "c/b/T/0/" for x in looked
+    )
+
+
+def test_start_looks_for_leftovers_beside_the_queues_not_in_them(
+    offload_case: SidecarCase,
+) -> None:
+    """Queue directories are only appended to; the metadata mirror's and the key index's
+    directories (``rmq_sys_INDEX`` is laid out as a queue) are put into."""
+    cfg = offload_case.config(offload_case.store(), "posix")
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        sidecar.dispatcher.run_pass(flush=True)
+    broker = Path(cfg.tiered_store_file_path) / mirror_key_for("DefaultCluster", "broker-a")
+    broker = broker.parent.parent
+    queue = next(d for d in sorted(broker.glob("*/0/COMMIT_LOG")))
+    in_queue = leftover(queue, "00000000000000000000")
+    in_index = leftover(broker / "rmq_sys_INDEX" / "0" / "INDEX", "00000000000000000000")
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        assert sidecar.wait_cleaned(30)
+        assert in_queue.exists() and not in_index.exists()

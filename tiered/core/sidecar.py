@@ -38,6 +38,7 @@ from tiered.offload.expiry import expire
 from tiered.offload.pause import PauseFile
 from tiered.providers import Provider
 from tiered.providers import build_provider
+from tiered.providers.layout import INDEX_TOPIC
 from tiered.providers.read_only import ReadOnlyProvider
 from tiered.source.local_source import LocalSource
 
@@ -148,11 +149,13 @@ class Sidecar(Closeable):
     def _clean_interrupted_puts(self) -> None:
         """Remove what puts killed mid-write left in this broker's part of the backend (e.g. a
         posix ``.tieredStoreMetadata.json.<uuid>.tmp``): no other process writes there while
-        this one holds the data dir, and the provider leaves this process's own puts alone."""
+        this one holds the data dir, and the provider leaves this process's own puts alone.
+        The queues' directories are not looked into: they are only appended to (four
+        directories a queue: most of a walk at 100,000 queues)."""
         prefix = mirror_key_for(self.cfg.broker_cluster_name, self.cfg.broker_name)
         prefix = prefix.rsplit("/", 2)[0] + "/"  # {cluster dir}/{broker}/
         try:
-            removed = self.provider.clean_temporary(prefix)
+            removed = self.provider.clean_temporary(prefix, _queue_directory)
         except (TieredStoreError, OSError) as e:  # only leftovers are kept: the next start
             log.warning("could not remove leftovers of interrupted puts under %s: %s", prefix, e)
             return
@@ -275,3 +278,11 @@ class Sidecar(Closeable):
 
     def __enter__(self) -> Sidecar:
         return self.open()
+
+
+def _queue_directory(prefix: str) -> bool:
+    """Whether ``prefix`` is a queue's directory, ``{cluster dir}/{broker}/{topic}/{queue id}/``,
+    whose segments are only appended to: no put leaves anything there. The key index's pseudo
+    topic is not one (its files and staging area are put)."""
+    parts = prefix.split("/")
+    return len(parts) == 5 and parts[3].isdigit() and parts[2] != INDEX_TOPIC
