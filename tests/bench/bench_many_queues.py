@@ -15,8 +15,9 @@ Measured, one row per mode:
 
 * **first offload**: ``rmq-tiered dispatch --once --flush`` of the backlog: wall, CPU-s (rusage)
   per GiB of commitlog and per message, peak RSS;
-* **idle**: both ``run`` processes started on the offloaded tiers, :data:`SETTLE_S` s to settle,
-  then :data:`IDLE_S` s with nothing new: CPU-milliseconds per second, RSS;
+* **idle**: both ``run`` processes started on the offloaded tiers, settled (:func:`_settle`: at
+  100,000 queues the first pass after the start looks at every queue for some seconds), then
+  :data:`IDLE_S` s with nothing new: CPU-milliseconds per second, RSS;
 * **spread tail**: N more messages appended (``gen-store --append``, about one per queue, over
   ~60 % of the queues); the seconds until each sidecar's log shows them all offloaded (the sum of
   its passes' own times) and its CPU-seconds meanwhile; peak RSS after;
@@ -50,6 +51,8 @@ from pathlib import Path
 RMQ = str(Path(sys.executable).parent / "rmq-tiered")
 SIZES = [int(n) for n in os.environ.get("RMQ_BENCH_MQ_QUEUES", "1000,16000").split(",")]
 SETTLE_S = 15.0
+SETTLE_MAX_S = 120.0
+SETTLED_CPU_MS = 100.0
 IDLE_S = 20.0
 TAIL_TIMEOUT_S = 300.0
 STATUS_RUNS = 3
@@ -123,6 +126,20 @@ def _timed(args: list[str], out: Path) -> tuple[float, float, float]:
     return time.perf_counter() - started, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
+def _settle(pids: list[int]) -> None:
+    """At least :data:`SETTLE_S` s, then until each process spent under
+    :data:`SETTLED_CPU_MS` CPU-ms a second over the last 5 s (the start's first pass over every
+    queue is done), :data:`SETTLE_MAX_S` s at most."""
+    time.sleep(SETTLE_S)
+    deadline = time.monotonic() + SETTLE_MAX_S - SETTLE_S
+    while time.monotonic() < deadline:
+        before = [_cpu(pid) for pid in pids]
+        time.sleep(5.0)
+        rates = [(_cpu(pid) - b) * 1000 / 5.0 for pid, b in zip(pids, before, strict=True)]
+        if max(rates) < SETTLED_CPU_MS:
+            return
+
+
 def _cpu(pid: int) -> float:
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
@@ -188,7 +205,7 @@ def _size(queues: int, root: Path) -> list[Row]:
                     row.start_s = time.monotonic() - launched
                     del waiting[mode]
             time.sleep(0.1)
-        time.sleep(SETTLE_S)
+        _settle([p.pid for p in procs.values()])
         before = {m: _cpu(p.pid) for m, p in procs.items()}
         time.sleep(IDLE_S)
         for row in rows:
