@@ -133,6 +133,7 @@ class Sidecar(Closeable):
                     self.cfg.broker_id,
                 )
         except BaseException:
+            self.wait_cleaned()  # it deletes: not once the data dir is another process's
             if self._lock is not None:
                 self._lock.release()
             raise
