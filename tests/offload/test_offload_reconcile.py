@@ -23,10 +23,13 @@ from tiered.providers import MemoryProvider
 from tiered.providers import PosixProvider
 from tiered.providers import Provider
 from tiered.providers import WrappedProvider
+from tiered.providers.wrappers import FaultInjectingProvider
+from tiered.providers.wrappers import FaultPlan
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
 from tiered.config import TieredConfig
+from tiered.core.clean_stop import CLEAN_STOP_NAME
 from tiered.core.sidecar import Sidecar
 from tiered.file import reconcile
 from tiered.metadata import FileSegmentType
@@ -224,7 +227,9 @@ def test_garbage_tails_are_cut_without_truncate(
         cq_key = flats[0].consume_queue.key(flats[0].consume_queue.segments[-1].base)
         cl_key = flats[0].commitlog.key(flats[0].commitlog.segments[-1].base)
         cq2 = flats[1].consume_queue.key(flats[1].consume_queue.segments[-1].base)
+    # what a crash leaves: no record of a clean stop (which would skip the reconciliation), and
     # a partial unit on one queue, a whole unit pointing nowhere on the other, a torn message
+    (cfg.tiered_data_dir / CLEAN_STOP_NAME).unlink()
     inner.append(cq_key, b"\x00\x01\x02\x03\x04\x05\x06", inner.size(cq_key))
     inner.append(
         cq2, (10**9).to_bytes(8, "big") + (100).to_bytes(4, "big") + bytes(8), inner.size(cq2)
@@ -250,3 +255,66 @@ def test_reconcile_is_a_no_op_on_a_clean_tier(
         assert not any(r.changed for r in sidecar.reports)
         again = [reconcile(f) for f in sidecar.flat_store.files()]
     assert not any(r.changed or r.cut_bytes or r.kept_units for r in again)
+
+
+class _Sizes(WrappedProvider):
+    """Counts ``size`` calls (restart reconciliation asks each queue's last segments')."""
+
+    def __init__(self, inner: Provider) -> None:
+        super().__init__(inner)
+        self.sizes = 0
+
+    def _around(self, operation: str, key: str, call: Callable[[], Any]) -> Any:
+        self.sizes += operation == "size"
+        return call()
+
+
+def test_a_clean_stop_skips_the_reconciliation_once(
+    tiny_store: tuple[Path, GenSpec], offload_case: SidecarCase, tmp_path: Path
+) -> None:
+    store, spec = tiny_store
+    cfg = tiny_config(offload_case, store, spec, tmp_path)
+    inner = MemoryProvider()
+    assert finish(cfg, inner) == 240
+    record = cfg.tiered_data_dir / CLEAN_STOP_NAME
+    assert record.exists()
+    counted = _Sizes(inner)
+    sidecar = Sidecar(cfg, counted, lock=False).open()
+    try:
+        assert sidecar.clean_start and sidecar.reports == [] and counted.sizes == 0
+        assert not record.exists()  # taken at the start: a crash from here on reconciles
+        assert len(sidecar.flat_store) == 2
+    finally:
+        sidecar.close()
+    assert record.exists()
+    # the metadata replaced since the stop (here: rewritten whole): the record does not match
+    meta = cfg.tiered_data_dir / "config" / "tieredStoreMetadata.json"
+    data = meta.read_bytes()
+    meta.unlink()
+    meta.write_bytes(data)
+    with Sidecar(cfg, _Sizes(inner), lock=False) as sidecar:
+        assert not sidecar.clean_start and len(sidecar.reports) == 2
+    check_tier(cfg, inner).assert_ok(240)
+
+
+def test_a_stop_with_failed_uploads_leaves_the_next_start_to_reconcile(
+    tiny_store: tuple[Path, GenSpec], offload_case: SidecarCase, tmp_path: Path
+) -> None:
+    source, spec = tiny_store
+    store = tmp_path / "store"
+    shutil.copytree(source, store)
+    cfg = tiny_config(offload_case, store, spec, tmp_path)
+    inner = MemoryProvider()
+    assert finish(cfg, inner) == 240
+    generate_store(store, dataclasses.replace(spec, seed=9, messages=100, append=True))
+    # every upload fails: the pass gives up with the batches pending
+    failing = FaultInjectingProvider(inner, FaultPlan(rate=1.0, operations={"append"}))
+    with Sidecar(cfg, failing, lock=False) as sidecar:
+        assert sidecar.clean_start
+        report = sidecar.dispatcher.run_pass(flush=True)
+        assert report.errors and len(sidecar.flat_store.unsettled()) == 2
+    assert not (cfg.tiered_data_dir / CLEAN_STOP_NAME).exists()
+    with Sidecar(cfg, inner, lock=False) as sidecar:
+        assert not sidecar.clean_start and len(sidecar.reports) == 2
+        assert sidecar.dispatcher.run_pass(flush=True).messages == 100
+    check_tier(cfg, inner).assert_ok(340)

@@ -2,7 +2,8 @@
 
 :class:`Sidecar` is what ``run``, ``dispatch`` and the tests use. :meth:`Sidecar.open` takes the
 data-dir lock (one sidecar per ``tieredDataDir``), loads ``tieredStoreMetadata.json`` and restores
-and reconciles every queue (:mod:`tiered.file.restart_reconcile`). A sidecar that does not upload
+and reconciles every queue (:mod:`tiered.file.restart_reconcile`), unless the last writer stopped
+cleanly (:mod:`tiered.core.clean_stop`). A sidecar that does not upload
 (its broker is a slave) stands by: it writes nothing to the backend -- no reconciliation, no
 metadata mirror (a slave shares the master's ``brokerName``, hence its keys), no expiry.
 
@@ -23,6 +24,7 @@ from collections.abc import Iterator
 from tiered.broker.store_layout import check_store
 from tiered.closeable import Closeable
 from tiered.config import TieredConfig
+from tiered.core.clean_stop import CleanStop
 from tiered.core.data_dir_lock import DataDirLock
 from tiered.errors import TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
@@ -91,9 +93,13 @@ class Sidecar(Closeable):
         self.reports: list[ReconcileReport] = []
         self.index: IndexService | None = None  # the key index, when messageIndexEnable
         self._cleaning: threading.Thread | None = None
+        self._cleaned = False  # the walk for leftovers ran to its end
+        self.clean_start = False  # the last writer stopped cleanly: nothing was reconciled
+        self._clean_stop = CleanStop(cfg, [self.metadata.path, self.metadata.journal.path])
 
     def open(self) -> Sidecar:
-        """Lock the data dir, load metadata, restore and reconcile every queue.
+        """Lock the data dir, load metadata, restore and reconcile every queue (restore only,
+        after a clean stop: :mod:`tiered.core.clean_stop`).
 
         Raises:
             ConfigError: ``storePathRootDir`` is missing or not a broker store; the data dir is
@@ -104,7 +110,8 @@ class Sidecar(Closeable):
         if self._lock is not None:
             self._lock.acquire()
         try:
-            if self.uploading and self.provider.leaves_temporary:
+            clean = self.uploading and self._clean_stop.take()
+            if self.uploading and self.provider.leaves_temporary and not clean:
                 # a walk of the broker's whole part of the tier (seconds at 100,000 queues):
                 # beside the start, which puts nothing it could mistake for a leftover
                 self._cleaning = threading.Thread(
@@ -113,9 +120,17 @@ class Sidecar(Closeable):
                 self._cleaning.start()
             if self.uploading:
                 self._restore_lost_metadata()
-            self.metadata.load()
+            loaded = self.metadata.load()
             if self.uploading:
-                self.reports = self.flat_store.load(self.local.units_lookup)
+                # (a metadata file damaged since the stop was replaced by its .bak: reconcile)
+                self.clean_start = clean and loaded.used == "main" and not loaded.problems
+                if self.clean_start:
+                    self.flat_store.load(reconcile_backend=False)
+                    log.info("restored %d queues of broker %s from metadata; the last stop was "
+                             "clean, so the backend was not reconciled", len(self.flat_store),
+                             self.cfg.broker_name)  # fmt: skip
+                else:
+                    self.reports = self.flat_store.load(self.local.units_lookup)
                 if self.cfg.message_index_enable:
                     self.index = self._start_index()
             elif self.read_only:
@@ -160,6 +175,7 @@ class Sidecar(Closeable):
         except (TieredStoreError, OSError) as e:  # only leftovers are kept: the next start
             log.warning("could not remove leftovers of interrupted puts under %s: %s", prefix, e)
             return
+        self._cleaned = True
         if removed:
             log.info("removed %d leftovers of interrupted puts under %s", removed, prefix)
 
@@ -249,7 +265,8 @@ class Sidecar(Closeable):
         return any(held)
 
     def close(self) -> None:
-        """Finish running uploads, record them, persist metadata, release the lock."""
+        """Finish running uploads, record them, persist metadata, release the lock; record a
+        clean stop when every upload is recorded (:mod:`tiered.core.clean_stop`)."""
         try:
             if self._dispatcher is not None:
                 self._dispatcher.close()
@@ -257,16 +274,37 @@ class Sidecar(Closeable):
                 self.index.close()
             if self.uploading:
                 self.flat_store.flush_metadata()
-                self._compact_metadata()
+                if self._compact_metadata() and self._clean_walk():
+                    self._record_clean_stop()
         finally:
             self.wait_cleaned()
             self.provider.close()
             if self._lock is not None:
                 self._lock.release()
 
-    def _compact_metadata(self) -> None:
+    def _clean_walk(self) -> bool:
+        """Whether no leftover of an interrupted put can remain: the start's walk for them ran
+        to its end, or none was needed (a clean start, a provider that leaves none)."""
+        if self._cleaning is None:
+            return True
+        self.wait_cleaned()
+        return self._cleaned
+
+    def _record_clean_stop(self) -> None:
+        if self.metadata.dirty:
+            return
+        unsettled = self.flat_store.unsettled()
+        if unsettled:
+            log.info("%d queues stop with uploads unrecorded or failed (e.g. %s): the next start "
+                     "reconciles every queue with the backend", len(unsettled),
+                     unsettled[0])  # fmt: skip
+            return
+        self._clean_stop.record()
+
+    def _compact_metadata(self) -> bool:
         """Leave ``tieredStoreMetadata.json`` whole at stop (the Java plugin, a copy or the next
-        start need no journal); a failure is logged, the journal keeps every change."""
+        start need no journal); whether it is. A failure is logged, the journal keeps every
+        change."""
         try:
             self.metadata.compact()
         except (OSError, TieredStoreError) as e:
@@ -276,6 +314,8 @@ class Sidecar(Closeable):
                 self.metadata.path,
                 e,
             )
+            return False
+        return True
 
     def __enter__(self) -> Sidecar:
         return self.open()

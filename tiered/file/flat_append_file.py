@@ -170,6 +170,9 @@ class FlatAppendFile:
     deferred_sync: ClassVar[bool] = False
     """Upload with ``append_deferred`` and leave the sync to :meth:`sync` (the dispatcher syncs
     a round's files side by side before it records them)."""
+    upload_failed: bool = False
+    """Whether the last upload of the last segment failed (the backend may hold bytes beyond
+    the record until one succeeds); set on the instance only when one did."""
 
     def __init__(
         self,
@@ -416,7 +419,12 @@ class FlatAppendFile:
         if seg is None:
             return 0
         data = seg.pending[0]
-        return self._committed(self._upload(seg, data), data)
+        try:
+            uploaded = self._upload(seg, data)
+        except BaseException:
+            self.upload_failed = True
+            raise
+        return self._committed(uploaded, data)
 
     def _pending_segment(self) -> Segment | None:
         """The last segment when bytes are pending in it, joined into one piece."""
@@ -438,6 +446,8 @@ class FlatAppendFile:
         seg.pending, seg.pending_size = [], 0
         seg.pending_begin = seg.pending_end = LONG_MAX
         self._dirty.add(seg.base)
+        if self.upload_failed:
+            self.upload_failed = False  # the backend ends where the record says again
         return len(data)
 
     @property
@@ -508,6 +518,7 @@ class FlatAppendFile:
                 elif isinstance(got, int):
                     out[i] = f._committed(seg, data)
                 else:
+                    f.upload_failed = True
                     out[i] = got
         for i in sorted(alone):
             try:

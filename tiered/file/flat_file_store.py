@@ -146,6 +146,13 @@ class FlatFileStore(BrokerTier):
         with self._lock:
             return [self._files[k] for k in sorted(self._files)]
 
+    def unsettled(self) -> list[str]:
+        """The queues whose backend may hold more than their records say (see
+        :attr:`FlatMessageFile.settled`): what a start must reconcile."""
+        with self._lock:
+            flats = list(self._files.values())
+        return [f.path for f in flats if not f.settled]
+
     def flush_metadata(self, flats: Iterable[FlatMessageFile] | None = None) -> int:
         """Record every queue's committed state (of ``flats``: the ones a dispatch round
         touched, the only ones it can have changed), persisting once; returns queues

@@ -185,6 +185,20 @@ class FlatMessageFile:
         """Whether appended bytes wait for upload (a failed commit is retried first)."""
         return bool(self.commitlog.pending_size or self.consume_queue.pending_size)
 
+    @property
+    def settled(self) -> bool:
+        """Whether the backend holds exactly what the records say (once they are flushed):
+        nothing pending, nothing waiting for a sync, no upload left failed."""
+        cl, cq = self.commitlog, self.consume_queue
+        return not (
+            cl.pending_size
+            or cq.pending_size
+            or cl.unsynced
+            or cq.unsynced
+            or cl.upload_failed
+            or cq.upload_failed
+        )
+
     def min_offset(self) -> int:
         """The first readable queue offset: the consumequeue's first unit, raised to the queue
         offset of the first message still in the flat commitlog (spec §5.8); -1 when empty."""
