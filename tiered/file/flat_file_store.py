@@ -50,6 +50,10 @@ class FlatFileStore(BrokerTier):
     def __post_init__(self) -> None:
         self._files: dict[tuple[str, int], FlatMessageFile] = {}
         self._lock = threading.Lock()
+        self.recorded = 0
+        """How many times :meth:`flush_metadata` recorded a change (commits, rolls): whoever
+        walks every queue for what changed (the key index's catch-up) may skip a walk when
+        it did not move."""
 
     @classmethod
     def from_config(
@@ -163,6 +167,7 @@ class FlatFileStore(BrokerTier):
                 for flat in self.files() if flats is None else dict.fromkeys(flats):
                     with flat.lock:
                         changed += flat.flush_metadata()
+                self.recorded += bool(changed)  # (before the persist, which may fail)
         except ProviderError as e:  # only the mirror put can fail this way; the file was written
             log.debug("metadata mirror failed (the local file was written): %s", e)
         return changed

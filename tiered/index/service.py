@@ -178,6 +178,8 @@ class IndexService(Closeable):
         self._deferring: int | None = None  # the thread whose puts are gathered
         self._deferred: list[tuple[IndexBatch, str, int, int, int]] = []
         self._deferred_rows = 0
+        self._caught_up_at = -1  # FlatFileStore.recorded when a catch-up walk last ended
+        self._lagging = False  # a put or a catch-up failed since: walk again
         self.paused: Callable[[], bool] = lambda: False
         """Whether uploads are paused (:mod:`tiered.offload.pause`): the scheduled compaction
         then waits, as the offload does."""
@@ -350,11 +352,16 @@ class IndexService(Closeable):
         with self._lock:
             if not self._open:
                 return
-            sealed = self.local.put(batch)
+            try:
+                sealed = self.local.put(batch)
+            except BaseException:
+                self._lagging = True  # the catch-up indexes these from the tier
+                raise
             self._items_since_checkpoint += len(batch)
             for f in sealed:  # everything put before this batch is in files up to f
                 self._keep_seal_progress(f)
             for topic, queue_id, first in self.progress.advance_many(ranges):
+                self._lagging = True
                 log.info("%s/%d: offsets before %d are not indexed yet: the catch-up will",
                          topic, queue_id, first)  # fmt: skip
             self.progress.save_fast()
@@ -471,9 +478,14 @@ class IndexService(Closeable):
 
     def catch_up(self) -> int:
         """Index, from the tier, every queue's uploaded messages beyond its indexed offset;
-        returns how many messages were indexed."""
+        returns how many messages were indexed. The walk over every queue is skipped when no
+        queue recorded a commit since the last one ended and no put or catch-up failed."""
         if self.flat_store is None or self.readonly:
             return 0
+        recorded = self.flat_store.recorded
+        if recorded == self._caught_up_at and not self._lagging:
+            return 0  # no queue committed since the last walk found every one indexed
+        self._lagging = False
         total = 0
         for flat in self.flat_store.files():
             indexed = self.progress.get(flat.topic, flat.queue_id)
@@ -498,6 +510,7 @@ class IndexService(Closeable):
                 try:
                     n = reindex(flat, start, end, topic_id, put)
                 except (TieredStoreError, OSError) as e:
+                    self._lagging = True
                     metrics.INDEX_FAILURES.labels("catch_up").inc()
                     fields = error_fields(e, topic=flat.topic, queue_id=flat.queue_id)
                     log.warning("%s: index catch-up stopped (object %s), retried later: %s",
@@ -507,6 +520,7 @@ class IndexService(Closeable):
             total += n
             log.info("%s: %d uploaded messages indexed from the tier (queue offsets %d..%d) "
                      "in %.2f s", flat.path, n, start, end, time.monotonic() - started)  # fmt: skip
+        self._caught_up_at = recorded
         return total
 
     # --- compaction, upload, expiry ---------------------------------------------------------------

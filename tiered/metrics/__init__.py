@@ -107,7 +107,8 @@ duration is not known here). ``expiry_failures_total`` counts the queues' segmen
 consumequeue); its ``index`` series stays 0: the key index counts a failed expiry as
 ``index_failures_total{stage="expire"}``. ``dispatch_behind_commitlog_files`` counts the
 broker's commitlog files from the one holding the oldest message not yet offloaded to the newest
-(0 when caught up), set after each dispatch round. ``expiry_behind_segments`` and
+(0 when caught up), set after each dispatch round that moved messages and at least every 10 s
+otherwise. ``expiry_behind_segments`` and
 ``expiry_behind_bytes`` are a queue's segments (not the key index's) past their reserve time
 still in the tier after an expiry run: recorded ones not deleted yet and objects whose delete
 failed (the orphan log); set at each run (never with ``tieredStoreDeleteFileEnable=false``).

@@ -124,6 +124,8 @@ SYNC_MANY_FILES = 64
 PAUSED_MEASURE_S = 30.0
 """While uploads are paused, the queues' lag gauges are refreshed at most this often (a few
 local reads per queue), so they and the FallingBehind alert keep showing the lag that builds."""
+FILES_MEASURE_S = 10.0
+"""The behind-files gauge is set at most this often when rounds move nothing."""
 MAX_FAILURES = 10
 """Consecutive failures of one queue within a pass before the pass stops retrying it."""
 _BACKOFF_S = 0.05
@@ -216,6 +218,7 @@ class Dispatcher(Closeable):
         """Which queues a following pass looks at (None: every queue, every pass)."""
         self._pause = PauseWatch(pause, self._resumed) if pause is not None else None
         self._measured = -PAUSED_MEASURE_S
+        self._files_measured = -FILES_MEASURE_S
         read_only = cfg.tiered_store_read_only
         metrics.DISPATCH_STANDBY.set(0 if self.uploading or read_only else 1)
         metrics.READ_ONLY.set(1 if read_only else 0)
@@ -421,7 +424,7 @@ class Dispatcher(Closeable):
         self.rounds += 1
         metrics.DISPATCH_ROUNDS.inc()
         self._release_cold(results, now)
-        self._measure_files()
+        self._measure_files(force=any(r.messages for _, r in results))
         return results
 
     def _run_wide(self, plans: list[Plan], now: int) -> list[tuple[FlatMessageFile, StepResult]]:
@@ -671,8 +674,13 @@ class Dispatcher(Closeable):
         oldest = min(pending)
         return sum(1 for f in self.local.commitlog.files if f.end > oldest)
 
-    def _measure_files(self) -> None:
-        metrics.DISPATCH_BEHIND_FILES.set(self.behind_files())
+    def _measure_files(self, *, force: bool = True) -> None:
+        """Set the behind-files gauge: after a round that moved messages (``force``), else at
+        most every :data:`FILES_MEASURE_S` (a walk over every queue's state)."""
+        now = time.monotonic()
+        if force or now - self._files_measured >= FILES_MEASURE_S:
+            self._files_measured = now
+            metrics.DISPATCH_BEHIND_FILES.set(self.behind_files())
 
     # --- page cache and state -------------------------------------------------------------------
 
