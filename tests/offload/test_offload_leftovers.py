@@ -12,6 +12,7 @@ from typing import Any
 from tiered.providers import PosixProvider
 from tiered.providers import build_provider
 
+from tiered.core.clean_stop import CLEAN_STOP_NAME
 from tiered.core.sidecar import Sidecar
 from tiered.metadata import mirror_key_for
 from tiered.testing.sample_tier import SidecarCase
@@ -44,7 +45,9 @@ def test_start_removes_a_killed_mirror_put(offload_case: SidecarCase) -> None:
         sidecar.dispatcher.run_pass(flush=True)
     mirror = Path(cfg.tiered_store_file_path) / mirror_key_for("DefaultCluster", "broker-a")
     assert mirror.exists()
+    # what a kill -9 during the mirror put leaves: a torn put, and no record of a clean stop
     torn = leftover(mirror.parent, mirror.name)
+    (cfg.tiered_data_dir / CLEAN_STOP_NAME).unlink()
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         assert sidecar.wait_cleaned(30)
         assert not torn.exists()
@@ -114,6 +117,17 @@ def test_start_looks_for_leftovers_beside_the_queues_not_in_them(
     queue = next(d for d in sorted(broker.glob("*/0/COMMIT_LOG")))
     in_queue = leftover(queue, "00000000000000000000")
     in_index = leftover(broker / "rmq_sys_INDEX" / "0" / "INDEX", "00000000000000000000")
+    (cfg.tiered_data_dir / CLEAN_STOP_NAME).unlink()  # as the kill -9 that left them
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         assert sidecar.wait_cleaned(30)
         assert in_queue.exists() and not in_index.exists()
+
+
+def test_a_start_after_a_clean_stop_walks_nowhere(offload_case: SidecarCase) -> None:
+    """A clean stop's puts all finished: the next start does not look for leftovers."""
+    cfg = offload_case.config(offload_case.store(), "posix")
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        sidecar.dispatcher.run_pass(flush=True)
+        assert sidecar._cleaning is not None  # the first start walked
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        assert sidecar.clean_start and sidecar._cleaning is None
