@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from tiered.providers.base import Payload
 from tiered.providers.memory import MemoryProvider
 
 from tiered.metadata import journal as journal_module
@@ -266,6 +267,37 @@ def test_the_mirror_gets_chunks_and_recovery_replays_them(tmp_path: Path) -> Non
     left = list(mirror.list(prefix))
     assert len(left) == 1 and left[0].endswith("/snapshot")
     assert read_mirror(mirror, KEY)[0] == store.document()
+
+
+class _Puts(MemoryProvider):
+    def __init__(self) -> None:
+        super().__init__()
+        self.puts: list[str] = []
+
+    def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
+        self.puts.append(key)
+        super().put(key, data, overwrite)
+
+
+def test_a_start_after_a_compaction_puts_no_snapshot_the_mirror_holds(tmp_path: Path) -> None:
+    mirror = _Puts()
+    store = _store(tmp_path, mirror=mirror, mirror_key=KEY)
+    _wide(store, 3)
+    _queue(store, "T0", 0, 100)
+    store.compact()
+    mirror.puts.clear()
+    again = _store(tmp_path, mirror=mirror, mirror_key=KEY)
+    with again.batch():
+        pass
+    assert mirror.puts == [] and again._mirror_snapshot is None  # nothing to put, nothing held
+    _queue(again, "T0", 1, 200)  # the next change goes to the mirror as a chunk of it
+    assert mirror.puts and all(k.startswith(chunk_prefix(KEY)) for k in mirror.puts)
+    assert read_mirror(mirror, KEY)[0] == again.document()
+    mirror.delete(next(k for k in mirror.list(chunk_prefix(KEY)) if k.endswith("/snapshot")))
+    third = _store(tmp_path, mirror=mirror, mirror_key=KEY)
+    with third.batch():  # an anchor missing: the snapshot is put again
+        pass
+    assert KEY in mirror.puts
 
 
 def test_spaced_mirror_puts_one_chunk_for_many_persists(tmp_path: Path) -> None:

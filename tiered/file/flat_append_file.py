@@ -163,6 +163,11 @@ def _merge_max(a: int, b: int) -> int:
     return b if a == LONG_MAX else a if b == LONG_MAX else max(a, b)
 
 
+_CLEAN: frozenset[int] = frozenset()
+"""A file's changed-record set while none changed (shared: thousands of idle queues hold no set
+of their own)."""
+
+
 class FlatAppendFile:
     """The segments of one flat file of one queue; a subclass says which (``file_type``)."""
 
@@ -190,7 +195,18 @@ class FlatAppendFile:
         self.clock = clock
         self.path = address.path
         self._segments: list[Segment] = []
-        self._dirty: set[int] = set()
+        self._dirty: set[int] | frozenset[int] = _CLEAN  # see _mark
+
+    def _mark(self, base: int) -> None:
+        """The record of the segment at ``base`` changed (recorded by :meth:`changed_records`)."""
+        if not self._dirty:
+            self._dirty = {base}
+        else:
+            self._dirty.add(base)  # type: ignore[union-attr]
+
+    def _unmark(self, base: int) -> None:
+        if base in self._dirty:
+            self._dirty = set(self._dirty) - {base} or _CLEAN
 
     @staticmethod
     def segment_size(max_size: int) -> int:
@@ -305,7 +321,7 @@ class FlatAppendFile:
             )
             for m in self.metadata.segments(self.segment_type, self.path, copy=False)
         ]
-        self._dirty.clear()
+        self._dirty = _CLEAN
 
     def flush_metadata(self) -> bool:
         """Write the records of segments whose committed state changed; True if any was written.
@@ -323,14 +339,14 @@ class FlatAppendFile:
             return []
         if len(self._dirty) == 1 and self._segments:  # a round's usual case: the last segment
             (base,) = self._dirty
-            self._dirty.clear()
+            self._dirty = _CLEAN
             last = self._segments[-1]
             if last.base == base:
                 return [self._record(last)]
-            self._dirty.add(base)
+            self._mark(base)
         by_base = {s.base: s for s in self._segments}
         records = [self._record(by_base[b]) for b in sorted(self._dirty) if b in by_base]
-        self._dirty.clear()
+        self._dirty = _CLEAN
         return records
 
     def _new_segment(self, base: int) -> Segment:
@@ -338,7 +354,7 @@ class FlatAppendFile:
         seg = Segment(base=base, create_timestamp=self.clock())
         self._segments = [*self._segments, seg]
         self.metadata.update_segment(self._record(seg))
-        self._dirty.discard(base)
+        self._unmark(base)
         return seg
 
     # --- writing ------------------------------------------------------------------------------
@@ -401,7 +417,7 @@ class FlatAppendFile:
         last.sealed = True
         with durable(self.metadata):
             self.metadata.update_segment(self._record(last))
-            self._dirty.discard(last.base)
+            self._unmark(last.base)
             return self._new_segment(base)
 
     def commit(self) -> int:
@@ -445,7 +461,7 @@ class FlatAppendFile:
         seg.end_timestamp = _merge_max(seg.end_timestamp, seg.pending_end)
         seg.pending, seg.pending_size = [], 0
         seg.pending_begin = seg.pending_end = LONG_MAX
-        self._dirty.add(seg.base)
+        self._mark(seg.base)
         if self.upload_failed:
             self.upload_failed = False  # the backend ends where the record says again
         return len(data)
@@ -474,7 +490,7 @@ class FlatAppendFile:
         key = self.key(seg.base)
         retrying(lambda: self.provider.sync(key))
         seg.unsynced = 0
-        self._dirty.add(seg.base)
+        self._mark(seg.base)
         return True
 
     @property
@@ -487,7 +503,7 @@ class FlatAppendFile:
         :meth:`~tiered.providers.base.Provider.sync_many`): mark them as :meth:`sync` does."""
         if self.unsynced:
             self._segments[-1].unsynced = 0
-            self._dirty.add(self._segments[-1].base)
+            self._mark(self._segments[-1].base)
 
     @staticmethod
     def commit_many(files: Sequence[FlatAppendFile]) -> list[int | TieredStoreError | OSError]:
@@ -637,7 +653,7 @@ class FlatAppendFile:
         seg = self._segments[-1]
         if seg.size != size:
             seg.size = size
-            self._dirty.add(seg.base)
+            self._mark(seg.base)
 
     def extend_last_timestamps(self, begin: int, end: int) -> None:
         """Widen the last segment's begin/end timestamps (recovery keeps unrecorded bytes)."""
@@ -645,7 +661,7 @@ class FlatAppendFile:
         b, e = _merge_min(seg.begin_timestamp, begin), _merge_max(seg.end_timestamp, end)
         if (b, e) != (seg.begin_timestamp, seg.end_timestamp):
             seg.begin_timestamp, seg.end_timestamp = b, e
-            self._dirty.add(seg.base)
+            self._mark(seg.base)
 
     def reset_last(self) -> None:
         """Empty the last segment: its bytes are all invalid (recovery). Deletes the object."""
@@ -662,7 +678,7 @@ class FlatAppendFile:
         key = self.key(seg.base)
         self.metadata.orphans.add([key])  # so a failed or interrupted delete is retried
         self._segments = self._segments[1:]
-        self._dirty.discard(seg.base)
+        self._unmark(seg.base)
         with durable(self.metadata):
             self.metadata.delete_segment(self.segment_type, self.path, seg.base)
         retrying(lambda: self.provider.delete(key))
@@ -676,6 +692,6 @@ class FlatAppendFile:
         keys = [self.key(seg.base) for seg in self._segments]
         self.metadata.orphans.add(keys)
         self._segments = []
-        self._dirty.clear()
+        self._dirty = _CLEAN
         self.metadata.delete_segments(self.segment_type, self.path)
         return keys

@@ -264,7 +264,8 @@ class MetadataStore:
             self._snapshot_bytes = len(base) if base is not None else 0
             if kept is not None and not onto_bak:
                 self.journal.adopt(kept)  # appends go on where the last run left off
-                self._mirror_from(base or b"", kept.frames)
+                if kept.frames or not self._mirror_holds(base or b""):
+                    self._mirror_from(base or b"", kept.frames)
             elif onto_bak:  # the journal extends the damaged file: a snapshot of what was read
                 self._write_snapshot()
         self.orphans.keys()  # read (or set aside, if damaged) the orphan log at start
@@ -443,19 +444,28 @@ class MetadataStore:
         except ProviderError as e:
             self.mirror_failures += 1
             metrics.METADATA_MIRROR.labels("failed").inc()
-            log.warning(
-                "metadata persisted locally but its mirror %r on %s failed (%s); retried at the "
-                "next persist",
-                self.mirror_key,
-                self.mirror.name,
-                e,
-                extra={"objectKey": self.mirror_key},
-            )
+            log.warning("metadata persisted locally but its mirror %r on %s failed (%s); retried "
+                        "at the next persist", self.mirror_key, self.mirror.name, e,
+                        extra={"objectKey": self.mirror_key})  # fmt: skip
             raise
         self.mirror_count += 1
         metrics.METADATA_MIRROR.labels("ok").inc()
         metrics.METADATA_LAST_MIRROR.set_to_current_time()
         self._mirror_stale = False
+
+    def _mirror_holds(self, snapshot: bytes) -> bool:
+        """Whether the mirror holds ``snapshot`` whole (its anchor exists), so a start after a
+        clean stop neither puts it again nor keeps it for a put; sets the mirror's id."""
+        if self.mirror is None or self.mirror_key is None or not snapshot:
+            return False
+        sid = snapshot_id(snapshot)
+        try:
+            held = self.mirror.exists(f"{chunk_prefix(self.mirror_key)}{sid}/{ANCHOR}")
+        except ProviderError:
+            return False
+        if held:
+            self._mirror_id, self._mirror_first = sid, 0
+        return held
 
     def _put_anchor(self) -> None:
         """Mark the new snapshot in the chunk listing and delete older snapshots' chunks (a
