@@ -12,9 +12,7 @@ Layout (big-endian), ``B``/``S`` = 8 for an IPv4 host, 20 for IPv6::
 from __future__ import annotations
 
 import base64
-import ipaddress
 import mmap
-import socket
 import struct
 import zlib
 from dataclasses import dataclass
@@ -101,6 +99,8 @@ def unit_size(
 
 def encode_host(host: str) -> bytes:
     """``"1.2.3.4:10911"`` or ``"[fe80::1]:10911"`` → address bytes + i32 port."""
+    import socket  # here: every command that decodes messages would pay for its import
+
     addr, _, port = host.rpartition(":")
     addr = addr.strip("[]")
     family = socket.AF_INET6 if ":" in addr else socket.AF_INET
@@ -112,6 +112,8 @@ def encode_host(host: str) -> bytes:
 
 def decode_host(raw: bytes | memoryview) -> str:
     """Address bytes + i32 port → ``"1.2.3.4:10911"`` / ``"[fe80::1]:10911"``."""
+    import ipaddress  # here, as socket in encode_host
+
     raw = bytes(raw)
     port = _I32.unpack_from(raw, len(raw) - 4)[0]
     if len(raw) == 8:

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import gc
 import os
+import sys
+import types
 
 # numpy's OpenBLAS starts one thread per core when numpy is imported. Nothing here multiplies
 # matrices, so those threads only cost CPU at every start, taken from the broker's node: one thread
@@ -68,6 +70,22 @@ def entry() -> None:
     pydantic looks for no plugins unless the operator sets ``PYDANTIC_DISABLE_PLUGINS`` (the
     sidecar uses none; the search reads the entry points of every installed distribution)."""
     os.environ.setdefault("PYDANTIC_DISABLE_PLUGINS", "__all__")
+    _no_plugin_search()
     gc.disable()
     main.console_script = True
     main()
+
+
+def _no_plugin_search() -> None:
+    """With ``PYDANTIC_DISABLE_PLUGINS=__all__`` (or ``1``, ``true``) pydantic's plugin loader
+    finds no plugins, yet pydantic imports it at its first model, and with it
+    ``importlib.metadata`` (zipfile, email, csv, tempfile, socket: about 4 % of a one-shot
+    command's instructions) for a function that then returns nothing. Stand in for the loader
+    with that function alone; any other setting keeps pydantic's own."""
+    name = "pydantic.plugin._loader"
+    off = os.environ.get("PYDANTIC_DISABLE_PLUGINS") in ("__all__", "1", "true")
+    if not off or name in sys.modules:
+        return
+    loader = types.ModuleType(name, "pydantic's plugin loader with every plugin disabled")
+    loader.get_plugins = tuple  # type: ignore[attr-defined]  # () as get_plugins() returns
+    sys.modules[name] = loader

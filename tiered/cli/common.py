@@ -13,7 +13,6 @@ from typing import NoReturn
 import click
 
 from tiered import metrics
-from tiered.broker import message as msgcodec
 from tiered.errors import TieredStoreError
 
 EXIT_DATA_ERROR = 1
@@ -138,6 +137,8 @@ MESSAGE_COLUMNS = ("msgId", "store time (UTC)", "size", "tags", "keys", "body")
 
 def message_cells(data: bytes) -> list[str]:
     """The :data:`MESSAGE_COLUMNS` cells of one stored message (the body shortened to 32 bytes)."""
+    from tiered.broker import message as msgcodec
+
     m = msgcodec.decode(data)
     body = m.decompressed_body()
     preview = body[:32].decode("utf-8", "replace") + ("…" if len(body) > 32 else "")

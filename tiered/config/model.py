@@ -1,7 +1,9 @@
 """The configuration model: :class:`TieredConfig`, every key with its upstream name, default
-and validator, and the rules that tie keys together."""
+and validator, and the rules that tie keys together.
 
-from __future__ import annotations
+No ``from __future__ import annotations`` here: pydantic would compile and evaluate each of the
+model's hundred field annotations from its string at every start; as objects they cost nothing.
+"""
 
 import enum
 from collections.abc import Mapping
@@ -432,7 +434,7 @@ class TieredConfig(BaseModel):
     )
 
     @model_validator(mode="after")
-    def _check_together(self) -> TieredConfig:
+    def _check_together(self) -> "TieredConfig":
         problems = []
         provider = self.tiered_backend_service_provider
         if provider == "s3" and not self.object_store_bucket:
@@ -518,7 +520,7 @@ class TieredConfig(BaseModel):
         return sorted(str(field.validation_alias) for field in cls.model_fields.values())
 
     @classmethod
-    def from_properties(cls, mapping: Mapping[str, str]) -> TieredConfig:
+    def from_properties(cls, mapping: Mapping[str, str]) -> "TieredConfig":
         """Build from one flat ``key -> value`` mapping (upstream key names, string values).
 
         Raises:

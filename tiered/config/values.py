@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import enum
 import re
-import socket
 from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
@@ -341,6 +340,8 @@ def _nice(value: object) -> int:
 
 
 def _host_name() -> str:
+    import socket  # only without brokerName: every command would pay for its import
+
     try:
         return socket.gethostname() or "DEFAULT_BROKER"
     except OSError:

@@ -17,7 +17,6 @@ Not thread-safe: the index service serialises every call with its lock.
 from __future__ import annotations
 
 import logging
-import shutil
 from collections.abc import Callable
 from collections.abc import Collection
 from pathlib import Path
@@ -69,7 +68,9 @@ class LocalIndexFiles:
         Returns the begin timestamps of the files deleted as already uploaded.
         """
         removed: list[int] = []
-        if not self.readonly:
+        if not self.readonly and self.compacting_dir.exists():
+            import shutil  # (after a compaction cut short only: every start would import it)
+
             shutil.rmtree(self.compacting_dir, ignore_errors=True)
         for path in local_index_files(self.directory):
             begin = int(path.name)

@@ -29,7 +29,6 @@ from pydantic import ValidationError
 from pydantic import model_validator
 from pydantic.alias_generators import to_camel
 
-from tiered.broker.configjson import parse_fastjson
 from tiered.errors import MetadataError
 
 __all__ = [
@@ -225,6 +224,8 @@ def parse_metadata(text: str, *, source: str) -> MetadataDocument:
     try:
         data: Any = json.loads(text)  # our own files: standard JSON, the C parser
     except ValueError:
+        from tiered.broker.configjson import parse_fastjson  # (its pydantic models: not here)
+
         try:
             data = parse_fastjson(text)  # a Java broker's: bare integer keys
         except ValueError as e:  # json.JSONDecodeError
