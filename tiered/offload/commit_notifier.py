@@ -220,14 +220,16 @@ def freed() -> None:
     """A wide round's batches are not counted in :class:`Held`: its waves run one at a time."""
 
 
-def waves(plans: list[Plan], wave_bytes: int) -> list[list[tuple[Plan, int]]]:
-    """Split plans into groups whose batches together stay within ``wave_bytes``; each plan
-    with its batch's message bytes."""
+def waves(
+    plans: list[Plan], wave_bytes: int, max_plans: int | None = None
+) -> list[list[tuple[Plan, int]]]:
+    """Split plans into groups whose batches together stay within ``wave_bytes`` (and of at
+    most ``max_plans`` plans); each plan with its batch's message bytes."""
     waves: list[list[tuple[Plan, int]]] = [[]]
     size = 0
     for p in plans:
         n = int(p.units["size"].astype(np.int64).sum()) if p.units is not None else 0
-        if waves[-1] and size + n > wave_bytes:
+        if waves[-1] and (size + n > wave_bytes or len(waves[-1]) == max_plans):
             waves.append([])
             size = 0
         waves[-1].append((p, n))

@@ -119,6 +119,9 @@ batch per queue, every queue's commitlog bytes written before any is synced, all
 durable at once, then every queue's units (:meth:`Dispatcher._run_wide`): a round of many small
 batches otherwise waits for two ``fdatasync`` calls per queue. Fewer queues keep the pipelined
 round, whose syncs overlap the next batches' reads."""
+WIDE_WAVE_QUEUES = 4096
+"""A wide round's wave holds at most this many queues' batches (each wave's commitlogs are made
+durable with one ``sync_many``)."""
 SYNC_MANY_FILES = 64
 """From this many files a round syncs them with one ``sync_many`` of the provider."""
 PAUSED_MEASURE_S = 30.0
@@ -446,7 +449,9 @@ class Dispatcher(Closeable):
         threads only make such a round slower."""
         results: list[tuple[FlatMessageFile, StepResult]] = []
         with self._notifier.inline() as listeners:
-            for wave in waves(plans, self.wave_bytes):  # at most a wave's bytes held
+            # at most a wave's bytes held, and a wave's per-queue objects (its batches, key
+            # items, results: a few KB a queue) for at most WIDE_WAVE_QUEUES queues at once
+            for wave in waves(plans, self.wave_bytes, WIDE_WAVE_QUEUES):
                 staged: list[Sent] = []
                 reads = self._read_wave([p for p, _ in wave])
                 for (p, _), (batch, next_time) in zip(wave, reads, strict=True):
