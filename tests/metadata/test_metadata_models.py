@@ -444,3 +444,20 @@ def _int_keys(node: Any) -> Any:
     if isinstance(node, dict):
         return {key: _int_keys(value) for key, value in node.items()}
     return int(node) if isinstance(node, FileSegmentType) else node
+
+
+def test_records_share_one_set_of_fields_set_and_copies_stay_their_own() -> None:
+    doc = MetadataDocument()
+    for n in range(3):
+        seg = FileSegmentMetadata(path=f"b/T/{n}", type=FileSegmentType.COMMIT_LOG,
+                                  base_offset=0, size=n, create_timestamp=1)  # fmt: skip
+        doc.segment_table(FileSegmentType.COMMIT_LOG)[seg.path] = {0: seg}
+    parsed = parse_metadata(dump_metadata(doc), source="test")
+    segs = [by[0] for by in parsed.segment_table(FileSegmentType.COMMIT_LOG).values()]
+    shared = segs[0].__pydantic_fields_set__
+    assert all(s.__pydantic_fields_set__ is shared for s in segs)
+    assert shared == set(FileSegmentMetadata.model_fields)
+    copied = segs[0].model_copy(update={"size": 99})
+    assert copied.__pydantic_fields_set__ is not shared and copied.size == 99
+    assert shared == set(FileSegmentMetadata.model_fields) and segs[0].size == 0
+    assert parse_metadata(dump_metadata(parsed), source="test") == parsed

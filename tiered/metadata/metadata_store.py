@@ -65,6 +65,7 @@ from .models import MetadataDocument
 from .models import QueueMetadata
 from .models import TopicMetadata
 from .models import dump_metadata
+from .models import share_fields_set
 from .orphans import OrphanLog
 
 __all__ = [
@@ -303,13 +304,9 @@ class MetadataStore:
             unused = sum(8 + len(f) for f in read.frames[len(frames) :])
             kept = JournalRead(read.snapshot, frames, read.good_bytes - unused, read.file_bytes)
             if kept.torn:
-                log.warning(
-                    "%s: replayed %d changes; the rest (%d bytes) was cut short by a crash or is "
-                    "damaged and is dropped",
-                    self.journal.path,
-                    len(frames),
-                    kept.file_bytes - kept.good_bytes,
-                )
+                log.warning("%s: replayed %d changes; the rest (%d bytes) was cut short by a crash "
+                            "or is damaged and is dropped", self.journal.path, len(frames),
+                            kept.file_bytes - kept.good_bytes)  # fmt: skip
             return kept, onto_bak
         bak_id = snapshot_id(bak_raw) if bak_raw is not None else None
         if read.snapshot == bak_id and base is main_raw:
@@ -678,6 +675,7 @@ class MetadataStore:
             old = by_base.get(meta.base_offset)
             if old is not None and old.create_timestamp != meta.create_timestamp:
                 meta = meta.model_copy(update={"create_timestamp": old.create_timestamp})
+            share_fields_set(meta)
             by_base[meta.base_offset] = meta
             self._changes.segments.add((meta.type, meta.path, meta.base_offset))
             self._changed()
@@ -696,6 +694,7 @@ class MetadataStore:
                 meta = given
                 if old is not None and old.create_timestamp != given.create_timestamp:
                     meta = given.model_copy(update={"create_timestamp": old.create_timestamp})
+                share_fields_set(meta)
                 by_base[meta.base_offset] = meta
                 changes.add((meta.type, meta.path, meta.base_offset))
             self._changed()
