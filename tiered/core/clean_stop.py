@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from tiered.config import TieredConfig
+from tiered.metadata.atomic import fsync_dir
+from tiered.metadata.atomic import write_synced
 
 log = logging.getLogger(__name__)
 
@@ -68,12 +70,9 @@ class CleanStop:
         start reconciles, as after a crash."""
         tmp = self.path.with_name(self.path.name + ".tmp")
         try:
-            with tmp.open("w", encoding="utf-8") as out:
-                json.dump(self._body(), out)
-                out.flush()
-                os.fsync(out.fileno())
+            write_synced(tmp, json.dumps(self._body()).encode("utf-8"))
             os.replace(tmp, self.path)
-            _sync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         except OSError as e:
             log.warning("cannot record the clean stop in %s (the next start reconciles every "
                         "queue with the backend, as after a crash): %s", self.path, e)  # fmt: skip
@@ -94,7 +93,7 @@ class CleanStop:
             return False
         try:
             self.path.unlink()
-            _sync_dir(self.path.parent)
+            fsync_dir(self.path.parent)
         except OSError as e:
             log.warning("cannot remove %s (%s): reconciling every queue with the backend; "
                         "remove it by hand", self.path, e)  # fmt: skip
@@ -109,11 +108,3 @@ class CleanStop:
                      "the stop): reconciling every queue with the backend", self.path)  # fmt: skip
             return False
         return True
-
-
-def _sync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
