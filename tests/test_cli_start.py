@@ -5,8 +5,12 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+
+from tiered.broker.generator import GenSpec
+from tiered.broker.generator import generate_store
 
 
 def _run(code: str, **env: str) -> list[str]:
@@ -102,3 +106,28 @@ def test_dispatch_called_in_another_program_records_its_metrics() -> None:
         "print(metrics.discarded(), os.environ.get('PYDANTIC_DISABLE_PLUGINS', 'unset'))"
     )
     assert _run(code) == ["False", "unset"]
+
+
+@pytest.mark.parametrize("index", [False, True])
+def test_a_one_shot_dispatch_loads_the_key_index_only_when_it_is_on(
+    tmp_path: Path, index: bool
+) -> None:
+    """Nor, with no encryption-at-rest key set, the s3 provider's encryption module."""
+    store = tmp_path / "store"
+    generate_store(store, GenSpec(seed=1, queues=2, messages=50))
+    conf = tmp_path / "tiered.conf"
+    conf.write_text(
+        f"storePathRootDir={store}\nbrokerName=broker-a\ntieredDataDir={tmp_path / 'data'}\n"
+        f"tieredBackendServiceProvider=posix\ntieredStoreFilePath={tmp_path / 'tier'}\n"
+        f"messageIndexEnable={str(index).lower()}\n",
+        encoding="utf-8",
+    )
+    code = (
+        "import sys; from tiered.cli import entry; "
+        f"sys.argv = ['rmq-tiered', 'dispatch', '--config', {str(conf)!r}, '--once', '--json']\n"
+        "try:\n    entry()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
+        "print('OUT', 'tiered.index.service' in sys.modules, "
+        "'tiered.providers.s3_encryption' in sys.modules)"
+    )
+    out = _run(code)
+    assert out[out.index("OUT") + 1 :] == [str(index), "False"]

@@ -499,12 +499,16 @@ class TieredConfig(BaseModel):
 
     def _encryption_problems(self) -> list[str]:
         """What is wrong with the encryption-at-rest keys together (the SSE-C key file itself
-        is read when the s3 provider starts)."""
-        from tiered.providers.s3_encryption import setting_problems
-
+        is read when the s3 provider starts). None set (most configurations) is nothing wrong,
+        without loading the encryption module."""
         mode = self.object_store_server_side_encryption
         key_file = self.object_store_sse_customer_key_file.strip()
-        problems = setting_problems(mode, self.object_store_kms_key_id, bool(key_file))
+        kms_key_id = self.object_store_kms_key_id
+        if not (mode or kms_key_id or key_file):
+            return []
+        from tiered.providers.s3_encryption import setting_problems
+
+        problems = setting_problems(mode, kms_key_id, bool(key_file))
         provider = self.tiered_backend_service_provider
         if (mode or key_file) and provider != "s3":
             setting = "objectStoreServerSideEncryption" if mode else "objectStoreSseCustomerKeyFile"

@@ -20,6 +20,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
 from tiered.broker.store_layout import check_store
 from tiered.closeable import Closeable
@@ -29,7 +30,6 @@ from tiered.core.data_dir_lock import DataDirLock
 from tiered.errors import TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.restart_reconcile import ReconcileReport
-from tiered.index.service import IndexService
 from tiered.metadata import MetadataStore
 from tiered.metadata import mirror_key_for
 from tiered.metrics import forget_queue
@@ -44,6 +44,9 @@ from tiered.providers.layout import INDEX_TOPIC
 from tiered.providers.read_only import ReadOnlyProvider
 from tiered.source.local_source import LocalSource
 
+if TYPE_CHECKING:  # the key index's modules load when messageIndexEnable asks for it
+    from tiered.index.service import IndexService
+
 log = logging.getLogger(__name__)
 
 
@@ -51,6 +54,8 @@ log = logging.getLogger(__name__)
 def index_reader(cfg: TieredConfig) -> Iterator[IndexService]:
     """A read-only key index beside a running sidecar (:meth:`IndexService.reader`) over a
     provider of its own, closed after."""
+    from tiered.index.service import IndexService
+
     provider = build_provider(cfg)
     try:
         with IndexService.reader(cfg, provider) as service:
@@ -136,6 +141,8 @@ class Sidecar(Closeable):
             elif self.read_only:
                 self.flat_store.load(reconcile_backend=False)
                 if self.cfg.message_index_enable:
+                    from tiered.index.service import IndexService
+
                     self.index = IndexService.reader(self.cfg, self.provider, self.flat_store)
                 log.info("tieredStoreReadOnly=true: this sidecar never writes the tier (no "
                          "upload, expiry, index upload or metadata mirror); it serves reads of "
@@ -215,6 +222,8 @@ class Sidecar(Closeable):
         )
 
     def _start_index(self) -> IndexService | None:
+        from tiered.index.service import IndexService
+
         index = IndexService(self.cfg, self.provider, self.metadata, self.flat_store)
         index.paused = lambda: self.pause.read().paused
         try:
