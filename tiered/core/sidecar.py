@@ -35,8 +35,6 @@ from tiered.metadata import mirror_key_for
 from tiered.metrics import forget_queue
 from tiered.offload.dispatch_state import StateFile
 from tiered.offload.dispatcher import Dispatcher
-from tiered.offload.expiry import ExpiryReport
-from tiered.offload.expiry import expire
 from tiered.offload.pause import PauseFile
 from tiered.providers import Provider
 from tiered.providers import build_provider
@@ -44,8 +42,10 @@ from tiered.providers.layout import INDEX_TOPIC
 from tiered.providers.read_only import ReadOnlyProvider
 from tiered.source.local_source import LocalSource
 
-if TYPE_CHECKING:  # the key index's modules load when messageIndexEnable asks for it
+if TYPE_CHECKING:  # loaded where used: the key index when messageIndexEnable asks for it,
+    # expiry by the daemon (a one-shot dispatch expires nothing)
     from tiered.index.service import IndexService
+    from tiered.offload.expiry import ExpiryReport
 
 log = logging.getLogger(__name__)
 
@@ -255,6 +255,9 @@ class Sidecar(Closeable):
 
     def expire(self, now: int) -> ExpiryReport:
         """One expiry run (nothing when standing by)."""
+        from tiered.offload.expiry import ExpiryReport
+        from tiered.offload.expiry import expire
+
         if not self.uploading:
             return ExpiryReport()
         report = expire(self.cfg, self.flat_store, now)
