@@ -4,8 +4,8 @@ A provider stores segment objects under the upstream key layout (:mod:`.layout`)
 of messages. Pick one by name with :func:`provider_from_settings` or from the configuration with
 :func:`from_config` (:func:`build_provider` also wraps it for metrics and quotas); wrap one with
 :class:`MetricsProvider` (metrics and request accounting), :class:`QuotaProvider` (byte quotas),
-:class:`FaultInjectingProvider` or :class:`LatencyProvider`. SDKs (boto3, s3fs) are imported only
-when their provider is used.
+:class:`FaultInjectingProvider` or :class:`LatencyProvider` (:mod:`.faults`). SDKs (boto3,
+s3fs) are imported only when their provider is used.
 """
 
 from __future__ import annotations
@@ -39,31 +39,34 @@ from .registry import build_provider
 from .registry import from_config
 from .registry import provider_from_settings
 from .registry import registry
-from .wrappers import FaultInjectingProvider
-from .wrappers import FaultPlan
-from .wrappers import LatencyProvider
 from .wrappers import MetricsProvider
 from .wrappers import ProviderMetrics
 from .wrappers import WrappedProvider
 from .wrappers import unwrap
 
 if TYPE_CHECKING:
+    from .faults import FaultInjectingProvider
+    from .faults import FaultPlan
+    from .faults import LatencyProvider
     from .fsspec import FsspecProvider
     from .memory import MemoryProvider
     from .posix import PosixProvider
     from .s3 import S3Provider
 
 _PROVIDERS = {
+    "FaultInjectingProvider": "faults",
+    "FaultPlan": "faults",
+    "LatencyProvider": "faults",
     "FsspecProvider": "fsspec",
     "MemoryProvider": "memory",
     "PosixProvider": "posix",
     "S3Provider": "s3",
 }
-"""The provider classes, imported when first asked for: a posix ``dispatch`` never loads the s3
-and fsspec modules (nor http.client, ssl, email, cachetools). ``base``, ``layout``, ``registry``,
-``wrappers`` and ``quota`` stay eager: every user needs them, and ``from .registry import
-registry`` must bind the registry object, not the submodule an import of
-``tiered.providers.registry`` would leave under that name."""
+"""The provider classes and the fault-injection wrappers, imported when first asked for: a posix
+``dispatch`` never loads the s3 and fsspec modules (nor http.client, ssl, email, cachetools) nor
+:mod:`.faults`. ``base``, ``layout``, ``registry``, ``wrappers`` and ``quota`` stay eager: every
+user needs them, and ``from .registry import registry`` must bind the registry object, not the
+submodule an import of ``tiered.providers.registry`` would leave under that name."""
 
 __all__ = [
     "ENTRY_POINT_GROUP",

@@ -112,8 +112,8 @@ def test_dispatch_called_in_another_program_records_its_metrics() -> None:
 def test_a_one_shot_dispatch_loads_the_key_index_only_when_it_is_on(
     tmp_path: Path, index: bool
 ) -> None:
-    """Nor expiry (the daemon's), nor, with no encryption-at-rest key set, the s3 provider's
-    encryption module."""
+    """Nor expiry (the daemon's), the fault-injection wrappers, or, with no encryption-at-rest
+    key set, the s3 provider's encryption module."""
     store = tmp_path / "store"
     generate_store(store, GenSpec(seed=1, queues=2, messages=50))
     conf = tmp_path / "tiered.conf"
@@ -127,8 +127,8 @@ def test_a_one_shot_dispatch_loads_the_key_index_only_when_it_is_on(
         "import sys; from tiered.cli import entry; "
         f"sys.argv = ['rmq-tiered', 'dispatch', '--config', {str(conf)!r}, '--once', '--json']\n"
         "try:\n    entry()\nexcept SystemExit as e:\n    assert not e.code, e.code\n"
-        "print('OUT', 'tiered.index.service' in sys.modules, 'tiered.offload.expiry' in "
-        "sys.modules, 'tiered.providers.s3_encryption' in sys.modules)"
+        "print('OUT', *(m in sys.modules for m in ('tiered.index.service', "
+        "'tiered.offload.expiry', 'tiered.providers.faults', 'tiered.providers.s3_encryption')))"
     )
     out = _run(code)
-    assert out[out.index("OUT") + 1 :] == [str(index), "False", "False"]
+    assert out[out.index("OUT") + 1 :] == [str(index), "False", "False", "False"]

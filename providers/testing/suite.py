@@ -23,10 +23,10 @@ from hypothesis.stateful import run_state_machine_as_test
 from prometheus_client import CollectorRegistry
 from tiered.providers.base import BytesLike
 from tiered.providers.base import Provider
+from tiered.providers.faults import FaultInjectingProvider
+from tiered.providers.faults import FaultPlan
 from tiered.providers.layout import FileType
 from tiered.providers.layout import segment_key
-from tiered.providers.wrappers import FaultInjectingProvider
-from tiered.providers.wrappers import FaultPlan
 from tiered.providers.wrappers import MetricsProvider
 from tiered.providers.wrappers import ProviderMetrics
 from tiered.providers.wrappers import unwrap

@@ -6,10 +6,10 @@ import time
 from pathlib import Path
 
 import pytest
+from tiered.providers.faults import FaultInjectingProvider
+from tiered.providers.faults import FaultPlan
 from tiered.providers.layout import check_key
 from tiered.providers.memory import MemoryProvider
-from tiered.providers.wrappers import FaultInjectingProvider
-from tiered.providers.wrappers import FaultPlan
 
 from tiered.errors import InvalidKeyError
 from tiered.errors import MetadataError

@@ -23,8 +23,8 @@ from tiered.providers import MemoryProvider
 from tiered.providers import PosixProvider
 from tiered.providers import Provider
 from tiered.providers import WrappedProvider
-from tiered.providers.wrappers import FaultInjectingProvider
-from tiered.providers.wrappers import FaultPlan
+from tiered.providers.faults import FaultInjectingProvider
+from tiered.providers.faults import FaultPlan
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
