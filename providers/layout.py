@@ -32,6 +32,10 @@ MAX_COMPONENT_BYTES = 255
 _MAX_OFFSET = 10**20 - 1
 _BAD_CHARS = re.compile(r"[\x00-\x1f\x7f/\\~]")
 _FILE_NAME = re.compile(r"[0-9a-f]{8}[0-9]{20}")
+_SAFE_PART = r"[^./\\~\x00-\x1f\x7f][^/\\~\x00-\x1f\x7f]{0,254}"
+_SAFE_ASCII_KEY = re.compile(f"{_SAFE_PART}(?:/{_SAFE_PART})*")
+"""An ASCII key every part of which :func:`check_component` takes (ASCII: a character is a
+byte, so at most 255 of them)."""
 
 
 class FileType(enum.Enum):
@@ -113,6 +117,8 @@ def _check_component(value: str, what: str) -> str:
 
 def check_key(key: str) -> str:
     """Return ``key`` if every slash-separated component is safe, else raise InvalidKeyError."""
+    if isinstance(key, str) and key.isascii() and _SAFE_ASCII_KEY.fullmatch(key):
+        return key  # (every call of a provider checks its key: one match, not one per part)
     if not isinstance(key, str) or not key:
         raise InvalidKeyError(f"key {key!r} is empty or not a string")
     try:
@@ -215,5 +221,9 @@ class SegmentAddress:
 def segment_key(
     cluster: str, broker: str, topic: str, queue_id: int, file_type: FileType, base_offset: int
 ) -> str:
-    """The key of a segment: ``212d6b50_DefaultCluster/broker-a/TopicTest/3/COMMIT_LOG/cfcd…``."""
-    return SegmentAddress(cluster, broker, topic, queue_id, file_type, base_offset).key
+    """The key of a segment: ``212d6b50_DefaultCluster/broker-a/TopicTest/3/COMMIT_LOG/cfcd…``
+    (:attr:`SegmentAddress.key`, without making the address)."""
+    return (
+        f"{cluster_dir_name(cluster)}/{logical_path(broker, topic, queue_id)}/"
+        f"{file_type.value}/{offset_to_file_name(base_offset)}"
+    )

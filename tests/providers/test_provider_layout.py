@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 from tiered.providers import FileType
 from tiered.providers import SegmentAddress
 from tiered.providers import check_component
+from tiered.providers import check_key
 from tiered.providers import cluster_dir_name
 from tiered.providers import file_name_to_offset
 from tiered.providers import index_logical_path
@@ -78,6 +79,36 @@ def test_topics_are_used_verbatim() -> None:
 def test_keys_parse_back(topic: str, queue: int, base: int, file_type: FileType) -> None:
     address = SegmentAddress("c1", "broker-b", topic, queue, file_type, base)
     assert SegmentAddress.parse(address.key) == address
+    assert segment_key("c1", "broker-b", topic, queue, file_type, base) == address.key
+
+
+def _parts_safe(key: str) -> bool:
+    try:
+        for part in key.split("/"):
+            check_component(part)
+    except InvalidKeyError:
+        return False
+    return True
+
+
+@given(
+    st.lists(
+        st.one_of(
+            st.text(alphabet=st.sampled_from("a.~\\/\x00\x1f\x7f é"), max_size=4),
+            st.text(alphabet="ab", min_size=250, max_size=260),
+            st.text(max_size=6),
+        ),
+        min_size=1,
+        max_size=4,
+    ).map("/".join)
+)
+def test_check_key_takes_a_key_when_every_part_is_safe(key: str) -> None:
+    """check_key's one-match path for ASCII keys agrees with checking part by part."""
+    if _parts_safe(key):
+        assert check_key(key) == key
+    else:
+        with pytest.raises(InvalidKeyError):
+            check_key(key)
 
 
 @pytest.mark.parametrize(

@@ -667,22 +667,16 @@ class MetadataStore:
 
     def update_segment(self, meta: FileSegmentMetadata) -> None:
         """Insert or replace the record (table by ``meta.type``); an existing record's
-        ``create_timestamp`` is kept. The store keeps ``meta`` itself (every round hands over
-        thousands of fresh records): the caller does not change it afterwards."""
-        with self._lock:
-            self._check_loaded()
-            by_base = self._doc.segment_table(meta.type).setdefault(meta.path, {})
-            old = by_base.get(meta.base_offset)
-            if old is not None and old.create_timestamp != meta.create_timestamp:
-                meta = meta.model_copy(update={"create_timestamp": old.create_timestamp})
-            share_fields_set(meta)
-            by_base[meta.base_offset] = meta
-            self._changes.segments.add((meta.type, meta.path, meta.base_offset))
-            self._changed()
+        ``create_timestamp`` is kept. The caller does not change ``meta`` afterwards (a new
+        record is kept as it is)."""
+        self.update_segments([meta])
 
     def update_segments(self, records: list[FileSegmentMetadata]) -> None:
         """:meth:`update_segment` of every record, under one lock and with at most one persist
-        (a dispatch round hands over a record or two per queue it moved)."""
+        (a dispatch round hands over a record or two per queue it moved). An existing record
+        takes the given values in place: a round's thousands of fresh records then die young,
+        and the collector's oldest generation does not grow by them each round (a full
+        collection of every queue's records every round or two)."""
         if not records:
             return
         with self._lock:
@@ -691,12 +685,14 @@ class MetadataStore:
             for given in records:
                 by_base = self._doc.segment_table(given.type).setdefault(given.path, {})
                 old = by_base.get(given.base_offset)
-                meta = given
-                if old is not None and old.create_timestamp != given.create_timestamp:
-                    meta = given.model_copy(update={"create_timestamp": old.create_timestamp})
-                share_fields_set(meta)
-                by_base[meta.base_offset] = meta
-                changes.add((meta.type, meta.path, meta.base_offset))
+                if old is None:
+                    share_fields_set(given)
+                    by_base[given.base_offset] = given
+                else:  # (the fields of a record are its __dict__; create_timestamp is kept)
+                    created = old.create_timestamp
+                    old.__dict__.update(given.__dict__)
+                    old.__dict__["create_timestamp"] = created
+                changes.add((given.type, given.path, given.base_offset))
             self._changed()
 
     def segments(

@@ -15,7 +15,6 @@ gauges. See docs/design/offload.md.
 from __future__ import annotations
 
 import contextlib
-import gc
 import logging
 import os
 import threading
@@ -43,6 +42,7 @@ from tiered.file.flat_message_file import FlatMessageFile
 from tiered.metadata import now_ms
 from tiered.offload.commit_notifier import Held
 from tiered.offload.commit_notifier import Notifier
+from tiered.offload.commit_notifier import collector_paused
 from tiered.offload.commit_notifier import freed
 from tiered.offload.commit_notifier import waves
 from tiered.offload.dispatch_state import Gap
@@ -393,9 +393,7 @@ class Dispatcher(Closeable):
         results: list[tuple[FlatMessageFile, StepResult]] = []
         wide = len(flats) >= WIDE_ROUND_QUEUES and self.flat_store.provider.defers_sync
         batches = 1 if wide else self.round_batches
-        with contextlib.ExitStack() as held:
-            if wide:
-                held.enter_context(_collector_paused())
+        with collector_paused(wide), contextlib.ExitStack() as held:  # (to the round's end)
             for flat in flats:
                 held.enter_context(flat.lock)
             plans: list[Plan] = []
@@ -423,11 +421,12 @@ class Dispatcher(Closeable):
                     running += self._start_wave(wave, now, before)
                 results += [(p.flat, f.result()) for p, f in running]
             self._sync_files([flat.consume_queue for flat, _ in results], "consumequeue")
-        self.flat_store.flush_metadata([flat for flat, _ in results])
-        self.rounds += 1
-        metrics.DISPATCH_ROUNDS.inc()
-        self._release_cold(results, now)
-        self._measure_files(force=any(r.messages for _, r in results))
+            held.close()
+            self.flat_store.flush_metadata([flat for flat, _ in results])
+            self.rounds += 1
+            metrics.DISPATCH_ROUNDS.inc()
+            self._release_cold(results, now)
+            self._measure_files(force=any(r.messages for _, r in results))
         return results
 
     def _run_wide(self, plans: list[Plan], now: int) -> list[tuple[FlatMessageFile, StepResult]]:
@@ -579,36 +578,37 @@ class Dispatcher(Closeable):
                     break
                 results = self.run_round(flush=flush, skip=gave_up, only=only)
                 report.rounds += 1
-                progressed = retry = False
-                again: list[tuple[str, int]] = []
-                for flat, r in results:
-                    key = (flat.topic, flat.queue_id)
-                    st = self.state(*key)
-                    busy = flat.has_pending or st.held is not None or bool(st.error)
-                    progress[key] = QueueProgress(flat.commit_offset, st.local_max, busy)
-                    # (following, what reached a queue meanwhile shows in the commitlog)
-                    retries = r.failed and st.failures < MAX_FAILURES
-                    if r.more or retries or (r.messages and not follow):
-                        again.append(key)
-                    if r.messages:
-                        report.queues.add(key)
-                        report.messages += r.messages
-                        report.bytes += r.bytes
-                    if r.gap is not None:
-                        report.gaps.append((flat.topic, flat.queue_id, r.gap))
-                    if r.failed:
-                        report.failures += 1
+                with collector_paused(len(results) >= WIDE_ROUND_QUEUES):  # (as the round)
+                    progressed = retry = False
+                    again: list[tuple[str, int]] = []
+                    for flat, r in results:
+                        key = (flat.topic, flat.queue_id)
                         st = self.state(*key)
-                        if st.failures >= MAX_FAILURES:
-                            gave_up.add(key)
-                            report.errors[flat.path] = st.error
-                        else:
-                            retry = True
-                    progressed = progressed or r.more or bool(r.messages)
-                if on_progress is not None:
-                    on_progress(sum(r.messages for _, r in results))
-                gap = any(r.gap is not None for _, r in results)
-                self._save_state(sync=gap, touched=results)
+                        busy = flat.has_pending or st.held is not None or bool(st.error)
+                        progress[key] = QueueProgress(flat.commit_offset, st.local_max, busy)
+                        # (following, what reached a queue meanwhile shows in the commitlog)
+                        retries = r.failed and st.failures < MAX_FAILURES
+                        if r.more or retries or (r.messages and not follow):
+                            again.append(key)
+                        if r.messages:
+                            report.queues.add(key)
+                            report.messages += r.messages
+                            report.bytes += r.bytes
+                        if r.gap is not None:
+                            report.gaps.append((flat.topic, flat.queue_id, r.gap))
+                        if r.failed:
+                            report.failures += 1
+                            st = self.state(*key)
+                            if st.failures >= MAX_FAILURES:
+                                gave_up.add(key)
+                                report.errors[flat.path] = st.error
+                            else:
+                                retry = True
+                        progressed = progressed or r.more or bool(r.messages)
+                    if on_progress is not None:
+                        on_progress(sum(r.messages for _, r in results))
+                    gap = any(r.gap is not None for _, r in results)
+                    self._save_state(sync=gap, touched=results)
                 if not again or (not progressed and not retry):
                     break
                 if retry and not progressed:
@@ -616,7 +616,8 @@ class Dispatcher(Closeable):
                 only = list(dict.fromkeys(again))  # a queue's follow-on batches: once
             self._notifier.drain()
             if follow and self.pass_queues is not None and not (stop and stop.is_set()):
-                self.pass_queues.settle(progress, full=chosen is None)
+                with collector_paused(len(progress) >= WIDE_ROUND_QUEUES):
+                    self.pass_queues.settle(progress, full=chosen is None)
                 report.looked_at = len(progress)
         for path, why in self.unreadable.items():  # skipped, not offloaded: the caller must know
             report.errors.setdefault(path, why)
@@ -754,27 +755,11 @@ class Dispatcher(Closeable):
             rounds=self.rounds,
             queues=dict(self.states),
         )
-        try:
-            self.state_file.save(snapshot, sync=sync)
+        try:  # (a dict per queue, gone at the end)
+            with collector_paused(len(snapshot.queues) >= WIDE_ROUND_QUEUES):
+                self.state_file.save(snapshot, sync=sync)
         except OSError as e:
             log.warning("cannot write %s: %s", self.state_file.path, e)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector paused for a wide round: the round's plans, batches and
-    results (thousands of each) live until its end, so every collection meanwhile promotes them,
-    and soon one runs over every object of the process (every queue's records: most of a second
-    at 16,000 queues). What the round leaves is freed by reference counting at its end; any
-    cycle waits for the next collection."""
-    if not gc.isenabled():
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 def _limits(cfg: TieredConfig, *, objects: bool) -> Limits:
