@@ -35,7 +35,7 @@ two cores than on one, and a dispatch round's workers wait for its read."""
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # buffers: no value equality
 class Gathered:
     """``data[i]`` holds request ``i``'s units back to back; ``errors[i]`` is set instead when
     one of its ranges could not be read. ``calls`` counts the ``preadv`` calls made."""

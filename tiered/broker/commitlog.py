@@ -81,7 +81,7 @@ def list_files(dirs: Sequence[Path]) -> list[CommitLogFile]:
     return [found[b] for b in sorted(found)]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, eq=False)  # arrays: no value equality
 class BulkRead:
     """The result of :meth:`CommitLog.read_many`: all units in one buffer, in request order.
 

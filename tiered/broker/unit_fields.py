@@ -120,7 +120,7 @@ def rewrite_physical_offsets(data: bytearray, starts: Int64s, offsets: Int64s) -
         kernel().rewrite_physical_offsets(data, _i64(starts), _i64(offsets))
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no value equality
 class CheckedBatch:
     """:func:`check_batch`'s answer: ``good`` units agree with their consumequeue units (all when
     it is ``len(starts)``); ``starts`` of every unit, ``timestamps`` of the good ones and their

@@ -17,7 +17,7 @@ I32 = npt.NDArray[np.int32]
 I64 = npt.NDArray[np.int64]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no value equality
 class IndexBatch:
     """Items to put, one row per key; a message's keys are consecutive rows.
 

@@ -68,7 +68,7 @@ TAIL_CHUNK_UNITS = 512
 chunks growing 4x from this many units (a second of a busy queue's units in the first)."""
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # arrays: no value equality
 class BatchRequest:
     """Consecutive consumequeue ``units`` of a queue, from ``queue_offset``, to read; ``after``
     the units past them, when known (the store time of the first is read too)."""
@@ -80,7 +80,7 @@ class BatchRequest:
     after: Units | None = None
 
 
-@dataclass(slots=True)
+@dataclass(slots=True, eq=False)  # arrays: no value equality
 class UncheckedBatch:
     """A batch's bytes as :meth:`LocalSource.read_unchecked` read them, not yet checked against
     its consumequeue units: the dispatcher's worker that uploads it checks it (the check runs
