@@ -48,7 +48,7 @@ from .journal import Journal
 from .journal import JournalRead
 from .journal import chunk_key
 from .journal import chunk_prefix
-from .journal import encode_delta
+from .journal import delta_parts
 from .journal import encode_frame
 from .journal import snapshot_id
 from .metadata_read import FILE_NAME
@@ -363,7 +363,7 @@ class MetadataStore:
         return True
 
     def _append_changes(self) -> None:
-        frame = encode_frame(encode_delta(self._doc, self._changes))
+        frame = encode_frame(*delta_parts(self._doc, self._changes))
         try:
             self.journal.append(frame)
         except OSError:

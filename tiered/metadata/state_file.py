@@ -22,6 +22,7 @@ import json
 import logging
 import time
 from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 from typing import Generic
@@ -101,3 +102,14 @@ class JsonStateFile(Generic[T]):
         """
         document = {"version": self.version, **body}
         self.file.write(json.dumps(document, separators=(",", ":")).encode("utf-8"), sync=sync)
+
+    def save_listed(
+        self, body: dict[str, Any], name: str, items: Iterable[Any], *, sync: bool = True
+    ) -> None:
+        """:meth:`save` of ``{**body, name: [*items]}``, each item encoded as it comes: a list of
+        a dict per queue is never held whole (at 100,000 queues that list took 300 MB where its
+        JSON takes 20)."""
+        encode = json.JSONEncoder(separators=(",", ":")).encode
+        head = encode({"version": self.version, **body, name: []})  # (ends with "[]}")
+        text = f"{head[:-2]}{','.join(encode(item) for item in items)}]}}"
+        self.file.write(text.encode("utf-8"), sync=sync)

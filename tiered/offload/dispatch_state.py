@@ -147,9 +147,9 @@ class StateFile:
             "pid": snapshot.pid,
             "updatedMs": snapshot.updated_ms,
             "rounds": snapshot.rounds,
-            "queues": [snapshot.queues[k].to_json() for k in sorted(snapshot.queues)],
         }
-        self._file.save(body, sync=sync)
+        queues = (snapshot.queues[k].to_json() for k in sorted(snapshot.queues))
+        self._file.save_listed(body, "queues", queues, sync=sync)
 
 
 def _parse_snapshot(obj: dict[str, Any]) -> StateSnapshot:
