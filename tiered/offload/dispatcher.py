@@ -120,8 +120,8 @@ durable at once, then every queue's units (:meth:`Dispatcher._run_wide`): a roun
 batches otherwise waits for two ``fdatasync`` calls per queue. Fewer queues keep the pipelined
 round, whose syncs overlap the next batches' reads."""
 WIDE_WAVE_QUEUES = 4096
-"""A wide round's wave holds at most this many queues' batches (each wave's commitlogs are made
-durable with one ``sync_many``)."""
+"""A wide round plans and runs at most this many queues' batches at once (each such wave's
+commitlogs are made durable with one ``sync_many``, its key items put together)."""
 SYNC_MANY_FILES = 64
 """From this many files a round syncs them with one ``sync_many`` of the provider."""
 PAUSED_MEASURE_S = 30.0
@@ -396,20 +396,16 @@ class Dispatcher(Closeable):
         with collector_paused(wide), contextlib.ExitStack() as held:  # (to the round's end)
             for flat in flats:
                 held.enter_context(flat.lock)
-            plans: list[Plan] = []
             follow: list[Plan] = []  # every queue's second batch, then every third...
-            for flat in flats:
-                state = self.state(flat.topic, flat.queue_id)
-                planned = plan(
-                    flat, state, self.local, self.limits, now, flush=flush, batches=batches
-                )
-                if isinstance(planned, Plan):
-                    plans.append(planned)
-                else:
-                    results.append((flat, planned))
-            if wide:
-                results += self._run_wide(plans, now)
+            if wide:  # run a wave's plans once planned: a plan holds its units (~1 KB)
+                plans: list[Plan] = []
+                for flat in flats:
+                    plans += self._plan([flat], results, now, flush, 1)
+                    if len(plans) == WIDE_WAVE_QUEUES or (flat is flats[-1] and plans):
+                        results += self._run_wide(plans, now)
+                        plans = []
             else:
+                plans = self._plan(flats, results, now, flush, batches)
                 for level in range(batches - 1):  # a level's batches lie side by side
                     follow += [p.follow[level] for p in plans if len(p.follow) > level]
                 # the next wave is read while the workers upload this one, once no more than
@@ -428,6 +424,26 @@ class Dispatcher(Closeable):
             self._release_cold(results, now)
             self._measure_files(force=any(r.messages for _, r in results))
         return results
+
+    def _plan(
+        self,
+        flats: list[FlatMessageFile],
+        results: list[tuple[FlatMessageFile, StepResult]],
+        now: int,
+        flush: bool,
+        batches: int,
+    ) -> list[Plan]:
+        """The plans of the queues of ``flats`` that send; the others' results go to
+        ``results``."""
+        plans: list[Plan] = []
+        for flat in flats:
+            state = self.state(flat.topic, flat.queue_id)
+            planned = plan(flat, state, self.local, self.limits, now, flush=flush, batches=batches)
+            if isinstance(planned, Plan):
+                plans.append(planned)
+            else:
+                results.append((flat, planned))
+        return plans
 
     def _run_wide(self, plans: list[Plan], now: int) -> list[tuple[FlatMessageFile, StepResult]]:
         """A wide round's steps (:data:`WIDE_ROUND_QUEUES`): every queue's batch appended
