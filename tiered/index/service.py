@@ -291,7 +291,7 @@ class IndexService(Closeable):
 
     def topic_id(self, topic: str) -> int | None:
         """The topic's ``(int) topicId`` from metadata, or None when the topic is unknown."""
-        meta = self.metadata.get_topic(topic)
+        meta = self.metadata.get_topic(topic, copy=False)  # (per batch: no copy)
         return None if meta is None else to_i32(meta.topic_id)
 
     def on_commit(

@@ -538,11 +538,11 @@ class MetadataStore:
 
     # --- topics -----------------------------------------------------------------------------------
 
-    def get_topic(self, topic: str) -> TopicMetadata | None:
-        """The topic's record, or ``None``."""
+    def get_topic(self, topic: str, *, copy: bool = True) -> TopicMetadata | None:
+        """The topic's record, or ``None``; ``copy=False``: the store's own, only to read."""
         with self._lock:
             meta = self._doc.topic_metadata_table.get(topic)
-            return None if meta is None else meta.model_copy()
+            return meta.model_copy() if copy and meta is not None else meta
 
     def add_topic(self, topic: str, reserve_time: int = -1) -> TopicMetadata:
         """The topic's record, created with ``topic_id = ++topic_serial_number`` if new."""
