@@ -433,12 +433,12 @@ class Dispatcher(Closeable):
         flush: bool,
         batches: int,
     ) -> list[Plan]:
-        """The plans of the queues of ``flats`` that send; the others' results go to
-        ``results``."""
+        """The plans of ``flats``' queues that send (the others' results go to ``results``)."""
         plans: list[Plan] = []
         for flat in flats:
             state = self.state(flat.topic, flat.queue_id)
             planned = plan(flat, state, self.local, self.limits, now, flush=flush, batches=batches)
+            self.local.drop_tail(flat.topic, flat.queue_id)  # (the plan holds what it needs)
             if isinstance(planned, Plan):
                 plans.append(planned)
             else:

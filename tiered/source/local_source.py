@@ -317,6 +317,11 @@ class LocalSource:
             return None
         return units[start - first : start - first + count]
 
+    def drop_tail(self, topic: str, queue_id: int) -> None:
+        """Forget the units :meth:`max_offset` kept for :meth:`tail_units`, once the queue's
+        step is planned (a queue at rest keeps none)."""
+        self._tail.pop((topic, queue_id), None)
+
     def min_offset(self, topic: str, queue_id: int) -> int:
         """The first queue offset whose message the broker still has (spec §3.4); -1 for an
         unknown queue. Reused for :data:`MIN_OFFSET_TTL_S` while the commitlog's first file
