@@ -429,6 +429,11 @@ class Pops:
             self._commit_progress()
             return request.response(ResponseCode.SUCCESS)
         if self.state.popped(group, topic):
+            log.info(
+                "group %s sent back commitlog offset %d of %s, which it has not in flight (acked "
+                "or dead-lettered already, or never leased): nothing to dead-letter",
+                group, phys, topic or "any topic",
+            )  # fmt: skip
             return request.response(
                 ResponseCode.SUCCESS,
                 f"group {group} has no message in flight at commitlog offset {phys}: acked or "
