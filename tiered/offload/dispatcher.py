@@ -401,9 +401,11 @@ class Dispatcher(Closeable):
                 plans: list[Plan] = []
                 for flat in flats:
                     plans += self._plan([flat], results, now, flush, 1)
-                    if len(plans) == WIDE_WAVE_QUEUES or (flat is flats[-1] and plans):
+                    if len(plans) == WIDE_WAVE_QUEUES:
                         results += self._run_wide(plans, now)
                         plans = []
+                if plans:
+                    results += self._run_wide(plans, now)
             else:
                 plans = self._plan(flats, results, now, flush, batches)
                 for level in range(batches - 1):  # a level's batches lie side by side
@@ -426,13 +428,9 @@ class Dispatcher(Closeable):
         return results
 
     def _plan(
-        self,
-        flats: list[FlatMessageFile],
-        results: list[tuple[FlatMessageFile, StepResult]],
-        now: int,
-        flush: bool,
-        batches: int,
-    ) -> list[Plan]:
+        self, flats: list[FlatMessageFile], results: list[tuple[FlatMessageFile, StepResult]],
+        now: int, flush: bool, batches: int,
+    ) -> list[Plan]:  # fmt: skip
         """The plans of ``flats``' queues that send (the others' results go to ``results``)."""
         plans: list[Plan] = []
         for flat in flats:
