@@ -76,6 +76,14 @@ def queue_bounds(
     threads: int,
     /,
 ) -> tuple[bytes, bytes, bytes]: ...
+def queue_tails(
+    paths: list[str],
+    file_sizes: Buffer,
+    positions: Buffer,
+    cap: int,
+    threads: int,
+    /,
+) -> tuple[bytes, bytes]: ...
 
 class Owned:
     """A read-only buffer the kernel made (bytes, int32 or int64 in native order)."""

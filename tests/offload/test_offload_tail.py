@@ -22,12 +22,14 @@ from tiered.providers import MemoryProvider
 
 from tiered.broker import consumequeue as cqmod
 from tiered.broker import generator
+from tiered.broker import read_only
 from tiered.broker.generator import GenSpec
 from tiered.config import TieredConfig
 from tiered.core.sidecar import Sidecar
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import OffsetNotInStoreError
 from tiered.offload import dispatcher as dispatcher_mod
+from tiered.source import listing as listing_mod
 from tiered.source import local_source as local_mod
 from tiered.source.local_source import BatchRequest
 from tiered.source.local_source import LocalSource
@@ -71,21 +73,21 @@ def test_a_held_queue_reads_only_the_units_written_since_the_last_pass(
     provider = MemoryProvider()
     reads: list[tuple[int, int]] = []  # units read from consumequeue files: (first, count)
     calls: list[int] = []  # read_units calls
-    read_part = local_mod._pread_whole
+    read_part = read_only.pread_exact
 
     def counted(fd: int, position: int, length: int) -> Any:
         reads.append((position // 20, length // 20))
         return read_part(fd, position, length)
 
-    monkeypatch.setattr(local_mod, "_pread_whole", counted)
+    monkeypatch.setattr(local_mod, "pread_exact", counted)
     opens: list[str] = []  # consumequeue files the scans opened
-    open_whole = local_mod._open_whole_file
+    open_whole = read_only.open_sized
 
     def opened(path: str, file_size: int) -> int | None:
         opens.append(path)
         return open_whole(path, file_size)
 
-    monkeypatch.setattr(local_mod, "_open_whole_file", opened)
+    monkeypatch.setattr(local_mod, "open_sized", opened)
     with Sidecar(cfg, provider) as sidecar:
         local = sidecar.dispatcher.local
         read_units = local.read_units
@@ -242,6 +244,69 @@ def test_the_units_a_max_offset_scan_found_are_those_a_read_returns(
         assert local.tail_units(*q, ends[q] - 1, 1) is None
 
 
+def test_max_offsets_scanned_ahead_are_those_each_queue_finds_alone(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pass's moved queues, read with one call of the kernel, answer as each queue's own scan
+    does, with the same units kept; an odd queue (its file gone or cut) is left to that scan."""
+    spec = _spec(small_spec, topics=8, queues=8, messages=400)  # 64 queues, 400-unit files
+    store = offload_case.store(spec)
+    cfg = offload_case.config(store)
+    alone, ahead = LocalSource(cfg), LocalSource(cfg)
+    queues = alone.queues()
+    assert len(queues) >= local_mod.SCAN_AHEAD_QUEUES
+    scans = [0]
+    scan = ahead._scan_from
+
+    def counted(*args: Any) -> Any:
+        scans[0] += 1
+        return scan(*args)
+
+    monkeypatch.setattr(ahead, "_scan_from", counted)
+    ends = {q: alone.max_offset(*q) for q in queues}
+    with ahead.scanned_ahead(queues):  # no answer yet: each queue lists its directory
+        assert {q: ahead.max_offset(*q) for q in queues} == ends
+    rng = np.random.default_rng(11)
+    for i, more in enumerate([0, 1, 40, 3000, 7, 30000, 2, 150]):
+        if more:
+            offload_case.append(store, seed=20 + i, messages=more)  # across files too
+        if i == 7:  # odd queues: a file gone, a file cut short (after the last append)
+            gone, cut = queues[3], queues[4]
+            for f in (store / "consumequeue" / gone[0] / str(gone[1])).iterdir():
+                f.unlink()
+            last = sorted((store / "consumequeue" / cut[0] / str(cut[1])).iterdir())[-1]
+            os.truncate(last, last.stat().st_size - 20)
+        scans[0] = 0
+        order = list(rng.permutation(len(queues)))
+        with ahead.scanned_ahead(queues):
+            got: dict[tuple[str, int], int | None] = {}
+            for k in order:
+                topic, qid = q = queues[k]
+                try:
+                    end = got[q] = ahead.max_offset(topic, qid)
+                except (CorruptStoreFileError, OffsetNotInStoreError):
+                    got[q] = None
+                    continue
+                for start, count in [(ends[q], end - ends[q]), (ends[q], 3), (ends[q] - 1, 2)]:
+                    kept = ahead.tail_units(topic, qid, start, count)
+                    if kept is not None:
+                        truth = ahead.read_units(topic, qid, start, count)
+                        assert kept.tobytes() == truth.tobytes(), (q, start, count)
+                ahead.drop_tail(topic, qid)
+        want: dict[tuple[str, int], int | None] = {}
+        for q in queues:
+            try:
+                want[q] = alone.max_offset(*q)
+            except (CorruptStoreFileError, OffsetNotInStoreError):
+                want[q] = None
+        assert got == want, i
+        # one call of the kernel for all but the queues at a file's start or end, or odd
+        at_edge = sum(1 for q in queues if ends[q] % 400 == 0 or (got[q] or 0) - ends[q] >= 400)
+        assert scans[0] <= at_edge + 2, (i, scans[0], at_edge)
+        ends = {q: v if v is not None else ends[q] for q, v in got.items()}
+    assert ahead._scanned == {}  # nothing answered twice, nothing kept past the block
+
+
 def test_max_offset_of_a_queue_whose_files_were_replaced(
     offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:
@@ -346,7 +411,7 @@ def test_a_listing_made_just_after_a_change_is_not_reused(
     local.queues()
     local.queues()
     assert calls == [2]
-    monkeypatch.setattr(local_mod, "SETTLED_NS", -(10**12))  # everything counts as settled
+    monkeypatch.setattr(listing_mod, "SETTLED_NS", -(10**12))  # everything counts as settled
     local.queues()
     local.queues()
     assert calls == [3]

@@ -398,14 +398,9 @@ class Dispatcher(Closeable):
                 held.enter_context(flat.lock)
             follow: list[Plan] = []  # every queue's second batch, then every third...
             if wide:  # run a wave's plans once planned: a plan holds its units (~1 KB)
-                plans: list[Plan] = []
-                for flat in flats:
-                    plans += self._plan([flat], results, now, flush, 1)
-                    if len(plans) == WIDE_WAVE_QUEUES:
-                        results += self._run_wide(plans, now)
-                        plans = []
-                if plans:
-                    results += self._run_wide(plans, now)
+                for i in range(0, len(flats), WIDE_WAVE_QUEUES):
+                    plans = self._plan(flats[i : i + WIDE_WAVE_QUEUES], results, now, flush, 1)
+                    results += self._run_wide(plans, now) if plans else []
             else:
                 plans = self._plan(flats, results, now, flush, batches)
                 for level in range(batches - 1):  # a level's batches lie side by side
@@ -433,14 +428,16 @@ class Dispatcher(Closeable):
     ) -> list[Plan]:  # fmt: skip
         """The plans of ``flats``' queues that send (the others' results go to ``results``)."""
         plans: list[Plan] = []
-        for flat in flats:
-            state = self.state(flat.topic, flat.queue_id)
-            planned = plan(flat, state, self.local, self.limits, now, flush=flush, batches=batches)
-            self.local.drop_tail(flat.topic, flat.queue_id)  # (the plan holds what it needs)
-            if isinstance(planned, Plan):
-                plans.append(planned)
-            else:
-                results.append((flat, planned))
+        with self.local.scanned_ahead([(f.topic, f.queue_id) for f in flats if not f.has_pending]):
+            for flat in flats:
+                state = self.state(flat.topic, flat.queue_id)
+                planned = plan(flat, state, self.local, self.limits, now, flush=flush,
+                               batches=batches)  # fmt: skip
+                self.local.drop_tail(flat.topic, flat.queue_id)  # (the plan holds what it needs)
+                if isinstance(planned, Plan):
+                    plans.append(planned)
+                else:
+                    results.append((flat, planned))
         return plans
 
     def _run_wide(self, plans: list[Plan], now: int) -> list[tuple[FlatMessageFile, StepResult]]:

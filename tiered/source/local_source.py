@@ -16,11 +16,13 @@ coalesced reads (:meth:`LocalSource.read`).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import struct
 import threading
 import time
 from collections.abc import Callable
+from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,6 +39,9 @@ from tiered.broker.cq_bounds import queue_bounds
 from tiered.broker.cq_bounds import start_many_bounds
 from tiered.broker.page_cache import Residency
 from tiered.broker.page_cache import residency
+from tiered.broker.read_only import open_sized
+from tiered.broker.read_only import pread_exact
+from tiered.broker.read_only import read_sized_part
 from tiered.broker.store_layout import mapped_sizes
 from tiered.broker.store_layout import sizes_found
 from tiered.broker.unit_fields import check_batch
@@ -47,6 +52,8 @@ from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
 from tiered.file.flat_message_file import MessageBatch
 from tiered.file.restart_reconcile import LocalUnits
+from tiered.process import native
+from tiered.source.listing import Listing
 
 Units = npt.NDArray[np.void]
 Int64s = npt.NDArray[np.int64]
@@ -59,13 +66,14 @@ RESIZE_S = 1.0
 """While a new broker has written no file to tell the mapped file sizes, look this often."""
 HAS_QUEUE_TTL_S = 1.0
 """How long a queue directory once seen is taken to exist (the broker removes a topic rarely)."""
-SETTLED_NS = 2_000_000_000
-"""A directory listing is reused while the directory's mtime is unchanged, once that mtime is
-this much older than the listing (file times are coarse: an entry added in the same clock tick
-as the last change leaves the mtime as it was)."""
 TAIL_CHUNK_UNITS = 512
 """A live queue's max offset is found by reading its last file from the previous answer in
 chunks growing 4x from this many units (a second of a busy queue's units in the first)."""
+SCAN_AHEAD_QUEUES = 64
+"""Queues planned at once from which :meth:`LocalSource.scanned_ahead` reads their max offsets
+with one call of the kernel (fewer are read one by one)."""
+SCAN_THREADS = min(len(os.sched_getaffinity(0)), 4)
+"""Threads of that call (system calls on a warm page cache: a thread per core, at most 4)."""
 
 
 @dataclass(frozen=True, eq=False)  # arrays: no value equality
@@ -133,14 +141,16 @@ class LocalSource:
         """Per queue: the units the last max offset scan found past its previous answer."""
         self._live: set[tuple[str, int]] = set()
         """Queues whose last max offset scan found new units."""
+        self._scanned: dict[tuple[str, int], int] = {}
+        """Max offsets :meth:`scanned_ahead` read, each answered once."""
         self._min_memo: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._has_memo: dict[tuple[str, int], float] = {}
         self._listed = time.monotonic()
         self._lock = threading.Lock()
         self.preads = 0
         self._cq_dirs: dict[tuple[str, int], str] = {}
-        self._commitlog_dirs = _Listing()
-        self._queue_dirs = _Listing()
+        self._commitlog_dirs = Listing()
+        self._queue_dirs = Listing()
         self._queues_listed: list[tuple[str, int]] = []
 
     def refresh(self) -> None:
@@ -176,7 +186,7 @@ class LocalSource:
                 self._max_hint.clear()
                 self._tail.clear()
                 self._live.clear()
-        self._commitlog_dirs = _Listing()  # list again
+        self._commitlog_dirs = Listing()  # list again
 
     def _fresh(self) -> None:
         """Re-list the commitlog files if the listing is older than :data:`REFRESH_S`."""
@@ -210,11 +220,15 @@ class LocalSource:
             return cq
 
     def max_offset(self, topic: str, queue_id: int) -> int:
-        """The next queue offset the broker will write (cheap: scans from the last answer); -1
-        for an unknown queue."""
+        """The next queue offset the broker will write (cheap: scans from the last answer, or
+        answers what :meth:`scanned_ahead` read); -1 for an unknown queue."""
+        key = (topic, queue_id)
+        found = self._scanned.pop(key, None)
+        if found is not None:  # (its file was opened by name: the queue is there)
+            self._max_hint[key] = found
+            return found
         if not self.has_queue(topic, queue_id):
             return -1
-        key = (topic, queue_id)
         hint = self._max_hint.get(key)
         self._tail.pop(key, None)
         if hint is not None:
@@ -254,7 +268,7 @@ class LocalSource:
         pos = hint - base
         if pos == 0 and hint:
             return None
-        fd = _open_whole_file(path, per_file * cqmod.CQ_UNIT_SIZE)
+        fd = open_sized(path, per_file * cqmod.CQ_UNIT_SIZE)
         if fd is None:
             return None
         try:  # one open for the probe and the chunks after it
@@ -270,7 +284,7 @@ class LocalSource:
         pos = hint - base
         unit = cqmod.CQ_UNIT_SIZE
         n = min(1 + TAIL_CHUNK_UNITS, per_file - pos) if key in self._live else 1
-        head = _pread_whole(fd, pos * unit, n * unit)
+        head = pread_exact(fd, pos * unit, n * unit)
         if head is None:
             return None
         offset, size = _OFFSET_SIZE.unpack_from(head)
@@ -289,7 +303,7 @@ class LocalSource:
         pos += n
         while pos < per_file:
             n = min(chunk, per_file - pos)
-            raw = _pread_whole(fd, pos * unit, n * unit)
+            raw = pread_exact(fd, pos * unit, n * unit)
             if raw is None:
                 return None
             units = cqmod.decode_units(head + raw)
@@ -302,6 +316,61 @@ class LocalSource:
             pos += n
             chunk *= 4
         return None
+
+    @contextlib.contextmanager
+    def scanned_ahead(self, queues: Sequence[tuple[str, int]]) -> Iterator[None]:
+        """Within the block, the first :meth:`max_offset` of each of ``queues`` answers what
+        one call of the kernel read for them all as the block began (``queue_tails``: each
+        queue's consumequeue file read on from its last answer by name, as
+        :meth:`_scan_from` reads it, on a few threads without the interpreter lock), with the
+        units it found kept for :meth:`tail_units` -- what a pass that plans thousands of moved
+        queues asks of each once. Fewer than :data:`SCAN_AHEAD_QUEUES` queues, a queue with no
+        answer yet, and one the kernel leaves to the reader (its file missing, full or of
+        another size) are scanned as usual."""
+        if len(queues) >= SCAN_AHEAD_QUEUES:
+            self._scanned = self._scan_many(queues)
+        try:
+            yield
+        finally:
+            self._scanned = {}
+
+    def _scan_many(self, queues: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        keys: list[tuple[tuple[str, int], int]] = []
+        paths: list[str] = []
+        sizes: list[int] = []
+        positions: list[int] = []
+        for key in queues:
+            hint = self._max_hint.get(key)
+            if hint is None:
+                continue
+            path, base, per_file = self._cq_file(key[0], key[1], hint)
+            if hint == base and hint:  # at a file's start: is there a next file yet?
+                continue
+            keys.append((key, hint))
+            paths.append(path)
+            sizes.append(per_file * cqmod.CQ_UNIT_SIZE)
+            positions.append(hint - base)
+        if not keys:
+            return {}
+        cap = 1 + TAIL_CHUNK_UNITS
+        counts, raw = native.kernel().queue_tails(
+            paths, np.array(sizes, np.int64), np.array(positions, np.int64), cap, SCAN_THREADS
+        )
+        units = cqmod.decode_units(raw)
+        found: dict[tuple[str, int], int] = {}
+        at = 0
+        for (key, hint), n in zip(keys, np.frombuffer(counts, np.int64).tolist(), strict=True):
+            if n < 0:
+                continue
+            found[key] = hint + n
+            if n:
+                kept = min(n, cap)
+                self._tail[key] = (hint, units[at : at + kept])
+                self._live.add(key)
+                at += kept
+            else:  # not written yet (the broker's recovery test)
+                self._live.discard(key)
+        return found
 
     def tail_units(self, topic: str, queue_id: int, start: int, count: int) -> Units | None:
         """The ``count`` consumequeue units from ``start`` when the queue's last
@@ -406,9 +475,7 @@ class LocalSource:
             path, base, per_file = self._cq_file(topic, queue_id, start)
             if start + count <= base + per_file:
                 unit = cqmod.CQ_UNIT_SIZE
-                raw = _read_whole_file_part(
-                    path, per_file * unit, (start - base) * unit, count * unit
-                )
+                raw = read_sized_part(path, per_file * unit, (start - base) * unit, count * unit)
                 if raw is not None:
                     units = cqmod.decode_units(raw)
                     return units[: cqmod.first_invalid(units)]
@@ -689,81 +756,6 @@ class LocalSource:
 _NO_UNIT = np.zeros(0, dtype=np.int64)
 _OFFSET_SIZE = struct.Struct(">qi")
 """The leading fields of a consumequeue unit: commitlog offset and size."""
-
-
-class _Listing:
-    """Whether a listing of some directories still holds: their mtimes and inodes (and the sizes
-    and inodes of ``files``) as they were just after it, kept only when every directory's mtime
-    is :data:`SETTLED_NS` old (a change while listing, or in the same clock tick as one, is then
-    seen at the next look)."""
-
-    def __init__(self) -> None:
-        self._paths: tuple[list[str], list[str]] = ([], [])
-        self._stamps: list[tuple[int, int] | None] | None = None
-
-    def listed(self, dirs: list[str], files: Sequence[str] = ()) -> None:
-        stamps = _stamps(dirs, files)
-        settled = time.time_ns() - SETTLED_NS
-        ok = all(st is not None for st in stamps) and all(
-            st is not None and st[0] <= settled for st in stamps[: len(dirs)]
-        )
-        self._paths, self._stamps = (dirs, list(files)), (stamps if ok else None)
-
-    def holds(self) -> bool:
-        return self._stamps is not None and _stamps(*self._paths) == self._stamps
-
-
-def _stamps(dirs: list[str], files: Sequence[str] = ()) -> list[tuple[int, int] | None]:
-    """``(mtime, inode)`` of each directory, then ``(size, inode)`` of each file; None: gone."""
-    out: list[tuple[int, int] | None] = []
-    for i, path in enumerate((*dirs, *files)):
-        try:
-            st = os.stat(path)
-        except OSError:
-            out.append(None)
-        else:
-            out.append((st.st_mtime_ns if i < len(dirs) else st.st_size, st.st_ino))
-    return out
-
-
-def _open_whole_file(path: str, file_size: int) -> int | None:
-    """A read-only descriptor of the file ``path`` if it exists and is ``file_size`` bytes (what
-    a listing would check); else ``None``."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        if os.fstat(fd).st_size == file_size:
-            return fd
-    except BaseException:
-        os.close(fd)
-        raise
-    os.close(fd)
-    return None
-
-
-def _pread_whole(fd: int, position: int, length: int) -> bytes | None:
-    """``length`` bytes of ``fd`` at ``position``, ``None`` when it holds fewer."""
-    data = os.pread(fd, length, position)
-    return data if len(data) == length else None
-
-
-def _read_whole_file_part(path: str, file_size: int, position: int, length: int) -> bytes | None:
-    """``length`` bytes at ``position`` of the file ``path`` if it exists, is ``file_size``
-    bytes (what a listing would check) and holds them all; else ``None``. Opened read-only,
-    read, closed (:mod:`tiered.broker.read_only`)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        if os.fstat(fd).st_size != file_size:
-            return None
-        data = os.pread(fd, length, position)
-    finally:
-        os.close(fd)
-    return data if len(data) == length else None
 
 
 def _first_after(r: BatchRequest) -> tuple[Int64s, Int64s]:

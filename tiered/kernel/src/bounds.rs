@@ -38,7 +38,7 @@ pub enum Bounds {
     Other,
 }
 
-fn unit_at(data: &[u8], i: usize) -> (i64, i32, i64) {
+pub(crate) fn unit_at(data: &[u8], i: usize) -> (i64, i32, i64) {
     let u = &data[i * UNIT as usize..(i + 1) * UNIT as usize];
     let mut o = [0u8; 8];
     let mut s = [0u8; 4];
@@ -53,7 +53,7 @@ fn unit_at(data: &[u8], i: usize) -> (i64, i32, i64) {
     )
 }
 
-fn valid(unit: (i64, i32, i64)) -> bool {
+pub(crate) fn valid(unit: (i64, i32, i64)) -> bool {
     unit.0 >= 0 && unit.1 > 0
 }
 
@@ -64,7 +64,7 @@ pub fn first_invalid(data: &[u8]) -> usize {
 }
 
 /// Up to `len` bytes at `pos` (fewer only at the file's end).
-fn read_at(file: &File, len: u64, pos: u64) -> io::Result<Vec<u8>> {
+pub(crate) fn read_at(file: &File, len: u64, pos: u64) -> io::Result<Vec<u8>> {
     let mut buf = vec![0u8; len as usize];
     let mut got = 0;
     while got < buf.len() {

@@ -11,6 +11,7 @@ pub mod java;
 pub mod index_file;
 pub mod keys;
 pub mod tags;
+pub mod tails;
 pub mod unit;
 pub mod walk;
 
@@ -500,6 +501,48 @@ mod python {
         ))
     }
 
+    /// `queue_tails(paths, file_sizes, positions, cap, threads) -> (counts, units)`: the valid
+    /// units of each consumequeue file of `paths` (of `file_sizes[i]` bytes) from unit
+    /// `positions[i]` on (`tails::tail`; int64 buffers): `counts`, int64 bytes in native order,
+    /// how many (-1: left to the caller); `units`, the first `cap` of each queue's, one after
+    /// the other (min(count, cap) units of 20 bytes each, as the file holds them).
+    #[pyfunction]
+    fn queue_tails<'py>(
+        py: Python<'py>,
+        paths: Vec<String>,
+        file_sizes: &Bound<'py, PyAny>,
+        positions: &Bound<'py, PyAny>,
+        cap: u64,
+        threads: usize,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let (sizes, at) = (PyBuffer::<i64>::get(file_sizes)?, PyBuffer::<i64>::get(positions)?);
+        let (sizes, at) = (items(&sizes, "file_sizes")?, items(&at, "positions")?);
+        same_length(&[("paths", paths.len()), ("file_sizes", sizes.len()), ("positions", at.len())])?;
+        if let Some(i) = (0..at.len()).find(|&i| at[i] < 0 || sizes[i] < 0) {
+            return Err(PyValueError::new_err(format!(
+                "queue {i}: position {} and file size {} cannot be negative", at[i], sizes[i]
+            )));
+        }
+        let (counts, units) = py.detach(|| {
+            let sizes: Vec<u64> = sizes.iter().map(|&s| s as u64).collect();
+            let at: Vec<u64> = at.iter().map(|&p| p as u64).collect();
+            let found = crate::tails::tails_many(&paths, &sizes, &at, cap, threads);
+            let mut counts = Vec::with_capacity(found.len());
+            let mut units = Vec::new();
+            for t in found {
+                match t {
+                    crate::tails::Tail::Found(n, kept) => {
+                        counts.push(n as i64);
+                        units.extend_from_slice(&kept);
+                    }
+                    crate::tails::Tail::Unknown => counts.push(-1),
+                }
+            }
+            (counts, units)
+        });
+        Ok((PyBytes::new(py, as_bytes(&counts)), PyBytes::new(py, &units)))
+    }
+
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
@@ -517,6 +560,7 @@ mod python {
         m.add_function(wrap_pyfunction!(tags_in, m)?)?;
         m.add_function(wrap_pyfunction!(walk_commitlog, m)?)?;
         m.add_function(wrap_pyfunction!(queue_bounds, m)?)?;
+        m.add_function(wrap_pyfunction!(queue_tails, m)?)?;
         crate::decode::python::register(m)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
