@@ -106,6 +106,9 @@ class CommitResult:
         return self.consume_queue_bytes // CQ_UNIT_SIZE
 
 
+_NOTHING = CommitResult(0, 0)
+
+
 class FlatMessageFile:
     """One queue's flat files; ``lock`` serialises dispatch, expiry and recovery of the queue."""
 
@@ -395,7 +398,7 @@ class FlatMessageFile:
             except (TieredStoreError, OSError) as e:
                 out.append(e)
                 continue
-            out.append(CommitResult(0, 0))  # (replaced below)
+            out.append(_NOTHING)  # (replaced below)
             ready.append((i, flat, cl))
         units = FlatAppendFile.commit_many([flat.consume_queue for _, flat, _ in ready])
         for (i, flat, cl), cq in zip(ready, units, strict=True):

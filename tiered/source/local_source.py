@@ -72,6 +72,9 @@ chunks growing 4x from this many units (a second of a busy queue's units in the 
 SCAN_AHEAD_QUEUES = 64
 """Queues planned at once from which :meth:`LocalSource.scanned_ahead` reads their max offsets
 with one call of the kernel (fewer are read one by one)."""
+SCAN_AHEAD_KEPT_UNITS = 65
+"""Units from its last answer a queue keeps from that call (a tailed queue's few new ones; a
+busy queue's batch is read when planned, and a wave holds at most 1.3 KB a queue)."""
 SCAN_THREADS = min(len(os.sched_getaffinity(0)), 4)
 """Threads of that call (system calls on a warm page cache: a thread per core, at most 4)."""
 
@@ -352,7 +355,7 @@ class LocalSource:
             positions.append(hint - base)
         if not keys:
             return {}
-        cap = 1 + TAIL_CHUNK_UNITS
+        cap = SCAN_AHEAD_KEPT_UNITS
         counts, raw = native.kernel().queue_tails(
             paths, np.array(sizes, np.int64), np.array(positions, np.int64), cap, SCAN_THREADS
         )
