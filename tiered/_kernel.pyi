@@ -67,7 +67,9 @@ def tags_in(data: Buffer, starts: Buffer, sizes: Buffer, wanted: list[bytes], /)
 
 WalkStop = Literal["more", "unwritten", "blank", "torn"]
 
-def walk_commitlog(data: Buffer, /) -> tuple[int, int, WalkStop, list[tuple[bytes, int, int]]]: ...
+def walk_commitlog(
+    data: Buffer, /
+) -> tuple[int, int, WalkStop, list[tuple[bytes, int, int, int, int]]]: ...
 def queue_bounds(
     dirs: list[str],
     file_size: int,

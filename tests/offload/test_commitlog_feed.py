@@ -20,6 +20,7 @@ from tiered.config import load_config
 from tiered.core.sidecar import Sidecar
 from tiered.offload.commitlog_feed import STUCK_S
 from tiered.offload.commitlog_feed import CommitlogFeed
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 
@@ -47,11 +48,14 @@ def test_the_walk_names_what_the_scanner_reads_in_real_broker_files(real_data: P
         assert messages == len(whole) and ended, (f, stop, len(data))
         assert consumed == (whole[-1].position + whole[-1].size if whole else 0)
         want: dict[tuple[bytes, int], int] = {}
+        first: dict[tuple[bytes, int], tuple[int, int]] = {}
         for it in whole:
             assert it.message is not None
             key = (it.message.topic.encode(), it.message.queue_id)
             want[key] = max(want.get(key, 0), it.message.queue_offset + 1)
-        assert {(t, q): o for t, q, o in queues} == want
+            first.setdefault(key, (it.position, it.message.store_timestamp))
+        assert {(t, q): o for t, q, o, _, _ in queues} == want
+        assert {(t, q): (at, ts) for t, q, _, at, ts in queues} == first
 
 
 def test_a_poll_names_the_queues_appended_to_across_files(offload_case: SidecarCase) -> None:
@@ -74,6 +78,41 @@ def test_a_poll_names_the_queues_appended_to_across_files(offload_case: SidecarC
     assert moved.queues == {k: v for k, v in after.items() if v != before.get(k)}
     again = feed.poll()
     assert again is not None and (again.messages, again.queues) == (0, {})
+
+
+def test_a_poll_hands_each_moved_queue_s_first_store_time_to_the_pass(
+    offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The store time a pass needs of a queue that starts holding a batch -- its first new
+    message's -- comes with the poll, as the commitlog has it, and is not read again."""
+    store = offload_case.store()
+    cfg = offload_case.config(store)
+    local = LocalSource(cfg)
+    before = queue_ends(store)
+    feed = CommitlogFeed(local.commitlog)
+    last = [it for it in scan_file(local.commitlog.files[-1].path) if it.kind == "message"][-1]
+    feed.start(last.offset + last.size)
+    offload_case.append(store, seed=9, messages=1500)  # across files
+    local.commitlog.refresh()
+    fresh = LocalSource(cfg)
+    moved = feed.poll()
+    assert moved is not None and moved.queues
+    assert moved.first_offsets == sorted(moved.first_offsets)
+    local.remember_store_times(moved.first_offsets, moved.first_times)
+
+    def no_read(*args: object) -> bytes:
+        raise AssertionError("a store time the feed walked was read again")
+
+    monkeypatch.setattr(local.commitlog, "read", no_read)
+    for at, stamp in zip(moved.first_offsets, moved.first_times, strict=True):
+        assert local.store_time_at(at, 100) == stamp == fresh.store_time_at(at, 100)
+    for topic, qid in moved.queues:  # the unit a held batch starts with
+        (unit,) = local.read_units(topic, qid, before.get((topic, qid), 0), 1)
+        assert local.store_time_at(int(unit["offset"]), int(unit["size"])) is not None
+    monkeypatch.undo()
+    local.remember_store_times((), ())
+    other = moved.first_offsets[0] + 1  # not a message's start: read (and None) as before
+    assert local.store_time_at(other, 100) == fresh.store_time_at(other, 100)
 
 
 def test_a_torn_message_waits_then_the_feed_gives_up(offload_case: SidecarCase) -> None:

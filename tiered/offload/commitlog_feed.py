@@ -35,11 +35,15 @@ STUCK_S = 60.0
 @dataclass
 class Moved:
     """What one poll found: ``(topic, queue id) -> max queue offset + 1`` of the messages
-    walked, how many, and their bytes."""
+    walked, how many, and their bytes; and the commitlog offset and store time of each queue's
+    first message walked in each chunk (``first_offsets``, ascending, and ``first_times``: a
+    store time a dispatch pass need not read again)."""
 
     queues: dict[tuple[str, int], int] = field(default_factory=dict)
     messages: int = 0
     bytes: int = 0
+    first_offsets: list[int] = field(default_factory=list)
+    first_times: list[int] = field(default_factory=list)
 
 
 class CommitlogFeed:
@@ -112,13 +116,18 @@ class CommitlogFeed:
             if consumed or stop != "more" or chunk == f.end - position:
                 break
             chunk = min(chunk * 4, f.end - position)  # a message longer than the chunk
-        for topic, queue_id, end in queues:
+        firsts = []
+        for topic, queue_id, end, at, stamp in queues:
             try:
                 key = (topic.decode(), queue_id)
             except UnicodeDecodeError:
                 continue  # not a topic the broker could have created
             if end > moved.queues.get(key, -1):
                 moved.queues[key] = end
+            firsts.append((position + at, stamp))
+        firsts.sort()
+        moved.first_offsets += [at for at, _ in firsts]
+        moved.first_times += [stamp for _, stamp in firsts]
         moved.messages += messages
         moved.bytes += consumed
         self.position = position + consumed

@@ -79,7 +79,9 @@ class PassQueues:
         following)."""
         moved = self.feed.poll()
         if moved is None:
+            self.local.remember_store_times((), ())
             return None
+        self.local.remember_store_times(moved.first_offsets, moved.first_times)
         now = self.clock()
         for key, want in moved.queues.items():
             if not self.filter.allows(key[0]):

@@ -146,6 +146,8 @@ class LocalSource:
         """Queues whose last max offset scan found new units."""
         self._scanned: dict[tuple[str, int], int] = {}
         """Max offsets :meth:`scanned_ahead` read, each answered once."""
+        self._known_times = (_NO_UNIT, _NO_UNIT)
+        """Store times the commitlog feed read: (commitlog offsets, times)."""
         self._min_memo: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._has_memo: dict[tuple[str, int], float] = {}
         self._listed = time.monotonic()
@@ -510,9 +512,19 @@ class LocalSource:
             return None
         return self.store_time_at(int(unit["offset"][0]), int(unit["size"][0]))
 
+    def remember_store_times(self, offsets: Sequence[int], times: Sequence[int]) -> None:
+        """The store times of the messages at commitlog ``offsets`` (ascending), read already
+        (the commitlog feed walked them): until the next call :meth:`store_time_at` answers
+        these without a read."""
+        self._known_times = (np.asarray(offsets, np.int64), np.asarray(times, np.int64))
+
     def store_time_at(self, physical: int, size: int) -> int | None:
         """Store time of the message at commitlog offset ``physical`` (``size`` bytes, from its
         consumequeue unit); ``None`` if it is no longer there."""
+        offsets, times = self._known_times
+        i = int(offsets.searchsorted(physical))
+        if i < len(offsets) and offsets[i] == physical:
+            return int(times[i])
         try:
             head = self.commitlog.read(physical, min(size, _HEADER_BYTES))
         except (OffsetNotInStoreError, StoreFileNotFoundError, CorruptStoreFileError):

@@ -437,18 +437,20 @@ mod python {
 
     /// `walk_commitlog(data) -> (consumed, messages, stop, queues)`: the whole messages at the
     /// start of `data` (see `walk::walk`): bytes and messages walked, why it stopped (`more`,
-    /// `unwritten`, `blank`, `torn`) and `[(topic, queue id, max queue offset + 1)]`, sorted.
+    /// `unwritten`, `blank`, `torn`) and `[(topic, queue id, max queue offset + 1, where its
+    /// first message walked starts in data, that message's store timestamp)]`, sorted.
     #[pyfunction]
     #[allow(clippy::type_complexity)]
     fn walk_commitlog<'py>(
         py: Python<'py>,
         data: &Bound<'py, PyAny>,
-    ) -> PyResult<(usize, usize, &'static str, Vec<(Bound<'py, PyBytes>, i32, i64)>)> {
+    ) -> PyResult<(usize, usize, &'static str, Vec<(Bound<'py, PyBytes>, i32, i64, usize, i64)>)> {
         let data = PyBuffer::<u8>::get(data)?;
         let d = items(&data, "data")?;
         let (consumed, messages, stop, mut found) = py.detach(|| {
             let w = crate::walk::walk(d);
-            let found: Vec<(&[u8], i32, i64)> = w.queues.into_iter().map(|((t, q), o)| (t, q, o)).collect();
+            let found: Vec<(&[u8], i32, i64, usize, i64)> =
+                w.queues.into_iter().map(|((t, q), m)| (t, q, m.end, m.first, m.first_time)).collect();
             (w.consumed, w.messages, w.stop, found)
         });
         found.sort_unstable();
@@ -458,7 +460,7 @@ mod python {
             crate::walk::Stop::Blank => "blank",
             crate::walk::Stop::Torn => "torn",
         };
-        let queues = found.into_iter().map(|(t, q, o)| (PyBytes::new(py, t), q, o)).collect();
+        let queues = found.into_iter().map(|(t, q, o, at, ts)| (PyBytes::new(py, t), q, o, at, ts)).collect();
         Ok((consumed, messages, stop, queues))
     }
 

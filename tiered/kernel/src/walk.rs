@@ -8,7 +8,10 @@
 
 use std::collections::HashMap;
 
-use crate::unit::{be_i32, be_i64, topic_and_properties, MAGIC_V1, MAGIC_V2, MIN_UNIT_SIZE, QUEUE_OFFSET_POSITION};
+use crate::unit::{
+    be_i32, be_i64, store_timestamp, topic_and_properties, MAGIC_V1, MAGIC_V2, MIN_UNIT_SIZE,
+    QUEUE_OFFSET_POSITION,
+};
 
 /// The magic of the filler after a commitlog file's last message (spec §2.1).
 pub const BLANK_MAGIC: i32 = -875_286_124;
@@ -35,8 +38,19 @@ pub struct Walk<'a> {
     /// Messages walked.
     pub messages: usize,
     pub stop: Stop,
-    /// `(topic, queue id) -> max queue offset + 1` of the messages walked.
-    pub queues: HashMap<(&'a [u8], i32), i64>,
+    /// `(topic, queue id) ->` what the messages walked of that queue say.
+    pub queues: HashMap<(&'a [u8], i32), Moved>,
+}
+
+/// One queue's messages in a walk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// The max queue offset + 1.
+    pub end: i64,
+    /// Where the queue's first message walked starts (from the start of the data).
+    pub first: usize,
+    /// That message's store timestamp.
+    pub first_time: i64,
 }
 
 /// The topic of a whole message (its field lengths add up to its size, the topic not empty).
@@ -47,7 +61,7 @@ fn topic(unit: &[u8]) -> Option<&[u8]> {
 /// Walk the messages of `data` (which starts at a message boundary) until the bytes run out or
 /// something other than a whole message starts.
 pub fn walk(data: &[u8]) -> Walk<'_> {
-    let mut queues: HashMap<(&[u8], i32), i64> = HashMap::new();
+    let mut queues: HashMap<(&[u8], i32), Moved> = HashMap::new();
     let (mut pos, mut messages) = (0usize, 0usize);
     let stop = loop {
         let (Some(size), Some(magic)) = (be_i32(data, pos), be_i32(data, pos + 4)) else {
@@ -65,13 +79,16 @@ pub fn walk(data: &[u8]) -> Walk<'_> {
         let Some(unit) = data.get(pos..pos + size as usize) else {
             break Stop::More;
         };
-        let (Some(name), Some(queue_id), Some(offset)) =
-            (topic(unit), be_i32(unit, QUEUE_ID_POSITION), be_i64(unit, QUEUE_OFFSET_POSITION))
-        else {
+        let (Some(name), Some(queue_id), Some(offset), Some(time)) = (
+            topic(unit),
+            be_i32(unit, QUEUE_ID_POSITION),
+            be_i64(unit, QUEUE_OFFSET_POSITION),
+            store_timestamp(unit),
+        ) else {
             break Stop::Torn;
         };
-        let next = queues.entry((name, queue_id)).or_insert(0);
-        *next = (*next).max(offset.saturating_add(1));
+        let moved = queues.entry((name, queue_id)).or_insert(Moved { end: 0, first: pos, first_time: time });
+        moved.end = moved.end.max(offset.saturating_add(1));
         pos += size as usize;
         messages += 1;
     };
@@ -107,7 +124,18 @@ mod tests {
         data.extend([0u8; 64]);
         let w = walk(&data);
         assert_eq!((w.consumed, w.messages, w.stop), (end, n + 1, Stop::Unwritten));
-        let mut got: Vec<_> = w.queues.into_iter().collect();
+        let firsts: Vec<_> = [b"Other".as_slice(), b"T", b"T"]
+            .iter()
+            .zip([3, 0, 1])
+            .map(|(t, q)| w.queues[&(*t, q)].first)
+            .collect();
+        let one = message(b"T", 0, 5, 0, false).len();
+        assert_eq!(firsts[1..], [0, one]); // each queue's first message
+        assert_eq!(firsts[0], end - message(b"Other", 3, 0, 0, false).len());
+        for m in w.queues.values() {
+            assert_eq!(store_timestamp(&data[m.first..]), Some(m.first_time));
+        }
+        let mut got: Vec<_> = w.queues.into_iter().map(|(k, m)| (k, m.end)).collect();
         got.sort();
         assert_eq!(got, vec![((&b"Other"[..], 3), 1), ((&b"T"[..], 0), 8), ((&b"T"[..], 1), 10)]);
     }
