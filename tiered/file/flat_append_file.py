@@ -449,11 +449,13 @@ class FlatAppendFile:
             seg.pending = [b"".join(seg.pending)]
         return seg
 
-    def _committed(self, seg: Segment, data: bytes | bytearray | memoryview) -> int:
+    def _committed(
+        self, seg: Segment, data: bytes | bytearray | memoryview, defers: bool | None = None
+    ) -> int:
         """``seg``'s pending ``data`` was uploaded (maybe into a new segment, when the last one
-        turned out sealed): count it as committed."""
+        turned out sealed): count it as committed (``defers``: :attr:`_defers`, when known)."""
         seg.size += len(data)
-        if self._defers:
+        if self._defers if defers is None else defers:
             seg.unsynced += len(data)
         seg.begin_timestamp = _merge_min(seg.begin_timestamp, seg.pending_begin)
         seg.end_timestamp = _merge_max(seg.end_timestamp, seg.pending_end)
@@ -514,11 +516,12 @@ class FlatAppendFile:
         bulk: list[tuple[int, FlatAppendFile, Segment]] = []
         alone: list[int] = []
         provider = files[0].provider if files else None
+        defers = provider is not None and provider.defers_sync  # (a property: asked once)
         for i, f in enumerate(files):
             seg = f._pending_segment()
             if seg is None:
                 continue
-            if f.provider is provider and f._defers:
+            if f.provider is provider and f.deferred_sync and defers:
                 bulk.append((i, f, seg))
             else:
                 alone.append(i)
@@ -530,7 +533,7 @@ class FlatAppendFile:
                 if isinstance(got, PositionMismatchError | SegmentSealedError):
                     alone.append(i)  # the single commit resumes or moves to a new segment
                 elif isinstance(got, int):
-                    out[i] = f._committed(seg, data)
+                    out[i] = f._committed(seg, data, True)
                 else:
                     f.upload_failed = True
                     out[i] = got
