@@ -17,6 +17,7 @@ CPU on the broker's node without saying so, so a missing kernel is an import err
 
 from __future__ import annotations
 
+import functools
 import logging
 from collections.abc import Sequence
 from typing import Final
@@ -41,6 +42,13 @@ Buffer = bytes | bytearray | memoryview
 _MASK32: Final = 0xFFFFFFFF
 
 
+@functools.lru_cache(maxsize=1 << 13)
+def _prefix_hash(topic: str) -> int:
+    """``String.hashCode`` of ``topic + "#"``, unsigned (a loop over the name: asked per batch,
+    so remembered for the topics seen last)."""
+    return java_string_hash(topic + "#") & _MASK32
+
+
 def index_batch_of_units(
     topic: str,
     topic_id: int,
@@ -61,7 +69,7 @@ def index_batch_of_units(
     starts = np.ascontiguousarray(starts, dtype=np.int64)
     sizes = np.ascontiguousarray(sizes, dtype=np.int64)
     columns, inconsistent = kernel().index_columns(
-        data, starts, sizes, java_string_hash(topic + "#") & _MASK32, to_i32(topic_id),
+        data, starts, sizes, _prefix_hash(topic), to_i32(topic_id),
         queue_id, np.ascontiguousarray(flat_offsets, dtype=np.int64),
         np.ascontiguousarray(timestamps, dtype=np.int64),
     )  # fmt: skip
