@@ -323,15 +323,16 @@ class Dispatcher(Closeable):
         new = [(f.topic, f.queue_id) for f in flats if not f.initialized]
         if len(new) >= LEARN_BOUNDS_QUEUES:  # their bounds at once, not a listing each
             self.local.learn_bounds(new)
-        for flat in flats:
-            if not flat.initialized:
-                start = self._start_offset(flat.topic, flat.queue_id)
-                if start is None:
-                    self.unreadable[flat.path] = self.state(flat.topic, flat.queue_id).error
-                    continue
-                self.unreadable.pop(flat.path, None)
-                fresh.append((flat, start))
-            found.append(flat)
+        with self.local.scanned_ahead(new):  # (their max offsets at once, from those bounds)
+            for flat in flats:
+                if not flat.initialized:
+                    start = self._start_offset(flat.topic, flat.queue_id)
+                    if start is None:
+                        self.unreadable[flat.path] = self.state(flat.topic, flat.queue_id).error
+                        continue
+                    self.unreadable.pop(flat.path, None)
+                    fresh.append((flat, start))
+                found.append(flat)
         if fresh:
             failed = self._init(fresh)
             found = [f for f in found if f.initialized and (f.topic, f.queue_id) not in failed]
