@@ -87,6 +87,14 @@ def queue_tails(
     /,
 ) -> tuple[bytes, bytes]: ...
 
+def append_files(
+    paths: list[str],
+    positions: Buffer,
+    datas: list[Buffer],
+    threads: int,
+    /,
+) -> tuple[bytes, bytes]: ...
+
 class Owned:
     """A read-only buffer the kernel made (bytes, int32 or int64 in native order)."""
 

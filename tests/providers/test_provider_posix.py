@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 from tiered.providers import BytesLike
@@ -52,6 +53,48 @@ def test_a_deferred_append_leaves_its_fdatasync_to_sync(tmp_path: Path) -> None:
     assert provider.read(key, 0, 100) == b"a" * 20 + b"b" * 40
     with pytest.raises(SegmentNotFoundError):
         provider.sync(segment_key("C", "broker-a", "T", 1, FileType.CONSUME_QUEUE, 0))
+
+
+def test_a_round_of_many_appends_lands_each_alone_as_one_by_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Hundreds of deferred appends in one call, most to files without a kept descriptor (made
+    by the compiled kernel at once): each lands at its file's end or is refused alone, exactly
+    as the memory provider answers the same round."""
+    posix, memory = PosixProvider(tmp_path / "tier"), MemoryProvider()
+    bulk = [0]
+    many = posix._append_closed_many
+
+    def counted(closed: Any, out: Any) -> None:
+        bulk[0] += len(closed)
+        many(closed, out)
+
+    monkeypatch.setattr(posix, "_append_closed_many", counted)
+    keys = [segment_key("c", "b", "T", i, FileType.COMMIT_LOG, 0) for i in range(300)]
+    for p in (posix, memory):
+        for i, k in enumerate(keys):
+            p.append(k, bytes([i % 251]) * (1 + i % 9), 0)
+    appends: list[tuple[str, BytesLike, int]] = []
+    for i, k in enumerate(keys):
+        at = 1 + i % 9 + (1 if i % 10 == 3 else 0)  # every tenth at a wrong position
+        body = bytes([i % 13]) * (1 + i % 13)
+        appends.append((k, memoryview(body) if i % 2 else body, at))
+    absent = [segment_key("c", "b", "T", 500 + i, FileType.COMMIT_LOG, 0) for i in range(3)]
+    appends += [(k, b"x", 4) for k in absent]
+    got = posix.append_deferred_many(appends)
+    want = memory.append_deferred_many(appends)
+    assert bulk[0] > posix_module.BULK_APPENDS  # past the descriptors kept
+    for g, w in zip(got, want, strict=True):
+        assert type(g) is type(w) and (not isinstance(w, int) or g == w), (g, w)
+        if isinstance(w, PositionMismatchError):
+            assert isinstance(g, PositionMismatchError)
+            assert (g.key, g.expected, g.given) == (w.key, w.expected, w.given)
+    assert sum(isinstance(g, PositionMismatchError) for g in got) == 30
+    assert sum(isinstance(g, SegmentNotFoundError) for g in got) == 3
+    posix.sync_many(keys)
+    for k in keys:
+        assert posix.read(k, 0, 100) == memory.read(k, 0, 100)
+    assert not any(posix.exists(k) for k in absent)
 
 
 def test_a_deferred_append_s_new_names_are_synced_with_its_data(tmp_path: Path) -> None:

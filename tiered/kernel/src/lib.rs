@@ -6,6 +6,7 @@
 
 pub mod bounds;
 pub mod decode;
+pub mod files;
 pub mod gather;
 pub mod java;
 pub mod index_file;
@@ -545,6 +546,47 @@ mod python {
         Ok((PyBytes::new(py, as_bytes(&counts)), PyBytes::new(py, &units)))
     }
 
+    /// `append_files(paths, positions, datas, threads) -> (status, value)`: each of `datas`
+    /// (buffers) appended at `positions[i]` (int64) to the existing file `paths[i]`, not synced
+    /// (`files::append_many`). `status` and `value`, int64 bytes in native order: 0 and the
+    /// bytes written; 1 (no such file) and 0; 2 (the file holds `value` bytes, not the position:
+    /// nothing written) ; 3 (an I/O error, perhaps after a part was written) and its errno.
+    #[pyfunction]
+    fn append_files<'py>(
+        py: Python<'py>,
+        paths: Vec<String>,
+        positions: &Bound<'py, PyAny>,
+        datas: Vec<Bound<'py, PyAny>>,
+        threads: usize,
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let at = PyBuffer::<i64>::get(positions)?;
+        let at = items(&at, "positions")?;
+        same_length(&[("paths", paths.len()), ("positions", at.len()), ("datas", datas.len())])?;
+        if let Some(i) = (0..at.len()).find(|&i| at[i] < 0) {
+            return Err(PyValueError::new_err(format!("append {i}: position {} is negative", at[i])));
+        }
+        let buffers = datas.iter().map(PyBuffer::<u8>::get).collect::<PyResult<Vec<_>>>()?;
+        let slices = buffers.iter().map(|b| items(b, "datas")).collect::<PyResult<Vec<_>>>()?;
+        let (status, value) = py.detach(|| {
+            let at: Vec<u64> = at.iter().map(|&p| p as u64).collect();
+            let done = crate::files::append_many(&paths, &at, &slices, threads);
+            let mut status = Vec::with_capacity(done.len());
+            let mut value = Vec::with_capacity(done.len());
+            for (d, data) in done.into_iter().zip(&slices) {
+                let (s, v) = match d {
+                    crate::files::Appended::Done => (0i64, data.len() as i64),
+                    crate::files::Appended::Missing => (1, 0),
+                    crate::files::Appended::Mismatch(size) => (2, size as i64),
+                    crate::files::Appended::Failed(errno) => (3, i64::from(errno)),
+                };
+                status.push(s);
+                value.push(v);
+            }
+            (status, value)
+        });
+        Ok((PyBytes::new(py, as_bytes(&status)), PyBytes::new(py, as_bytes(&value))))
+    }
+
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
@@ -563,6 +605,7 @@ mod python {
         m.add_function(wrap_pyfunction!(walk_commitlog, m)?)?;
         m.add_function(wrap_pyfunction!(queue_bounds, m)?)?;
         m.add_function(wrap_pyfunction!(queue_tails, m)?)?;
+        m.add_function(wrap_pyfunction!(append_files, m)?)?;
         crate::decode::python::register(m)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
