@@ -134,7 +134,7 @@ def test_an_offload_under_the_upload_quota_takes_its_bytes_at_that_rate(tmp_path
     # while held, status and the lag gauge showed the backlog, shrinking, never a false zero
     lags = [lag for _, lag, _ in samples]
     behind = [b for _, _, b in samples]
-    assert len(samples) >= 10, samples
+    assert len(samples) >= 5, samples  # (0.2 s apart plus a status each: fewer on a busy machine)
     assert lags[0] > 0 and all(a >= b for a, b in itertools.pairwise(lags)), lags
     assert lags[-1] < lags[0]
     assert max(behind) > 0 and len(set(behind)) >= 3, behind  # updated batch by batch
