@@ -211,21 +211,21 @@ class PosixProvider(Provider):
         thousands of files, more than :data:`OPEN_FILES`) is opened, checked, written and
         closed, none kept; a new file, or one whose descriptor is kept, goes the usual way."""
         out: list[int | TieredStoreError | OSError] = []
-        closed: list[tuple[int, str, memoryview, int]] = []  # (index, key, bytes, position)
+        closed: list[tuple[int, str, str, memoryview, int]] = []  # (index, key, path, ...)
         for key, data, position in appends:
             try:
                 if position == 0 or key in self._open:
                     out.append(self._append(key, data, position, durable=False))
                 else:
                     check_range(position, key=key)
-                    closed.append((len(out), key, as_bytes_view(data), position))
+                    closed.append((len(out), key, self._file(key), as_bytes_view(data), position))
                     out.append(position)  # (replaced below)
             except (TieredStoreError, OSError) as e:
                 out.append(e)
         if len(closed) >= BULK_APPENDS:
             self._append_closed_many(closed, out)
         else:
-            for i, key, view, position in closed:
+            for i, key, _, view, position in closed:
                 try:
                     out[i] = self._append_closed(key, view, position)
                 except (TieredStoreError, OSError) as e:
@@ -234,7 +234,7 @@ class PosixProvider(Provider):
 
     def _append_closed_many(
         self,
-        closed: list[tuple[int, str, memoryview, int]],
+        closed: list[tuple[int, str, str, memoryview, int]],
         out: list[int | TieredStoreError | OSError],
     ) -> None:
         """:meth:`_append_closed` of many files by one call of the compiled kernel
@@ -242,17 +242,14 @@ class PosixProvider(Provider):
         the interpreter lock); each outcome into ``out`` at its index."""
         from tiered.process.native import kernel
 
-        paths: list[str] = []
-        for _, key, _, _ in closed:
-            paths.append(self._file(key))
         status, value = kernel().append_files(
-            paths,
-            array.array("q", [p for _, _, _, p in closed]),
-            [view for _, _, view, _ in closed],
+            [path for _, _, path, _, _ in closed],
+            array.array("q", [p for _, _, _, _, p in closed]),
+            [view for _, _, _, view, _ in closed],
             BULK_THREADS,
         )
-        for (i, key, _, position), path, s, v in zip(
-            closed, paths, memoryview(status).cast("q").tolist(),
+        for (i, key, path, _, position), s, v in zip(
+            closed, memoryview(status).cast("q").tolist(),
             memoryview(value).cast("q").tolist(), strict=True,
         ):  # fmt: skip
             if s == 0:

@@ -22,6 +22,7 @@ from tiered.providers.testing import DirectoryOracle
 from tiered.providers.testing import Oracle
 from tiered.providers.testing import ProviderTests
 
+from tiered.errors import InvalidKeyError
 from tiered.errors import PositionMismatchError
 from tiered.errors import SegmentNotFoundError
 
@@ -81,9 +82,11 @@ def test_a_round_of_many_appends_lands_each_alone_as_one_by_one(
         appends.append((k, memoryview(body) if i % 2 else body, at))
     absent = [segment_key("c", "b", "T", 500 + i, FileType.COMMIT_LOG, 0) for i in range(3)]
     appends += [(k, b"x", 4) for k in absent]
+    appends.insert(150, ("../outside", b"x", 4))  # a key no file may have: refused alone
     got = posix.append_deferred_many(appends)
     want = memory.append_deferred_many(appends)
     assert bulk[0] > posix_module.BULK_APPENDS  # past the descriptors kept
+    assert isinstance(got[150], InvalidKeyError)
     for g, w in zip(got, want, strict=True):
         assert type(g) is type(w) and (not isinstance(w, int) or g == w), (g, w)
         if isinstance(w, PositionMismatchError):
