@@ -86,7 +86,6 @@ def queue_tails(
     threads: int,
     /,
 ) -> tuple[bytes, bytes]: ...
-
 def append_files(
     paths: list[str],
     positions: Buffer,
