@@ -116,11 +116,11 @@ def test_lease_commitlog_offsets_survive_a_restart(tmp_path: Path) -> None:
     state.flush()
     again = PopState(tmp_path)
     again.load()
-    assert again.find("g", TOPIC, 900) == (key, 1)
-    assert again.find("g", None, 1300) == (key, 2)
-    assert again.find("g", "Other", 900) is None and again.find("h", TOPIC, 900) is None
+    assert again.find("g", TOPIC, 900) == [(key, 1)]
+    assert again.find("g", None, 1300) == [(key, 2)]
+    assert again.find("g", "Other", 900) == [] and again.find("h", TOPIC, 900) == []
     assert again.dead_letter(key, 1) and not again.dead_letter(key, 1)
-    assert again.find("g", TOPIC, 900) is None
+    assert again.find("g", TOPIC, 900) == []
     assert again.dead_letters("g", TOPIC) == (1, [(0, 1)])
 
 
@@ -250,3 +250,37 @@ def test_the_proxys_heartbeat_sync_topics_are_configured(
     table = json.loads(reg.body())["topicConfigSerializeWrapper"]["topicConfigTable"]
     assert (table["ReplaySync"]["readQueueNums"], table["ReplaySync"]["perm"]) == (1, 4)
     assert "DefaultHeartBeatSyncerTopic" not in table
+
+
+def test_a_send_back_at_a_commitlog_offset_two_tier_messages_share(
+    history: SampleTier, endpoint: EndpointFactory
+) -> None:
+    """Messages served from the tier carry their offset in their queue's flat commitlog, so
+    two queues' messages can share one: the send-back names the one its message id names (a
+    proxy's order of send-backs then does not matter), and one that names neither dead-letters
+    nothing."""
+    ep = endpoint(history)
+    local = ep.replay.store.local
+    tiered_only = [q for q in range(4) if local.min_offset(TOPIC, q) > 0]
+    assert len(tiered_only) >= 2, "the broker should have deleted two queues' oldest messages"
+    with ep.client() as c:
+        popped = [pop(c, "shared", queue_id=q, nums=1, invisible=60_000)[1][0] for q in tiered_only]
+        by_phys: dict[int, list[tuple[int, int, msgcodec.Message]]] = {}
+        for q, (_, o, m) in zip(tiered_only, popped, strict=True):
+            by_phys.setdefault(m.physical_offset, []).append((q, o, m))
+        shared = next(v for v in by_phys.values() if len(v) >= 2)
+        (qa, oa, ma), (qb, ob, mb) = shared[:2]
+        ids = [m.properties[msgcodec.PROPERTY_UNIQ_KEY] for m in (ma, mb)]
+        wrong = c.call(
+            Req.CONSUMER_SEND_MSG_BACK, offset=ma.physical_offset, group="shared", delayLevel=-1,
+            originMsgId="00" + ids[0], originTopic=TOPIC, maxReconsumeTimes=0,
+        )  # fmt: skip
+        assert wrong.code == Res.SUCCESS
+        assert ep.replay.pop_state.dead_letters("shared", TOPIC) == (0, [])
+        for msg_id in reversed(ids):  # the second queue's first
+            done = c.call(
+                Req.CONSUMER_SEND_MSG_BACK, offset=ma.physical_offset, group="shared",
+                delayLevel=-1, originMsgId=msg_id, originTopic=TOPIC, maxReconsumeTimes=0,
+            )  # fmt: skip
+            assert done.code == Res.SUCCESS, done.remark
+    assert ep.replay.pop_state.dead_letters("shared", TOPIC) == (2, [(qb, ob), (qa, oa)])

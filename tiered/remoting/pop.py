@@ -58,6 +58,7 @@ from .frame import Command
 from .groups import ReplayOffsets
 from .naming import Naming
 from .pop_state import Claim
+from .pop_state import Key
 from .pop_state import PopState
 
 if TYPE_CHECKING:
@@ -416,7 +417,7 @@ class Pops:
         ext = request.ext_fields
         group, phys = field(ext, "group"), int_field(ext, "offset")
         topic = ext.get("originTopic") or None
-        found = self.state.find(group, topic, phys)
+        found = self._one(self.state.find(group, topic, phys), ext.get("originMsgId") or "")
         if found is not None:
             (_, topic_of, q), offset = found
             if self.state.dead_letter(*found):
@@ -449,6 +450,28 @@ class Pops:
             "message to skip, or replay the group by POP (a RocketMQ 5 gRPC client through a "
             "proxy, or mqadmin setConsumeMode -m POP) to have given-up messages dead-lettered",
         )
+
+    def _one(self, leased: list[tuple[Key, int]], msg_id: str) -> tuple[Key, int] | None:
+        """The one of ``leased`` (messages in flight at the same commitlog offset) whose
+        ``UNIQ_KEY`` is ``msg_id`` (the message id the client gave up on), or the only one; None
+        when that does not tell (nothing is dead-lettered then: the ack that follows settles the
+        message the client meant)."""
+        if len(leased) <= 1:
+            return leased[0] if leased else None
+        for key, offset in leased:
+            got = self.store.get_message(key[1], key[2], offset, 1)
+            for u in got.units if got.status is GetStatus.FOUND else ():
+                if (
+                    u.queue_offset == offset
+                    and msgcodec.decode(u.data).properties.get(msgcodec.PROPERTY_UNIQ_KEY) == msg_id
+                ):
+                    return key, offset
+        log.warning(
+            "a send-back at a commitlog offset %d messages in flight share (%s) names none of "
+            "them by its message id %r: nothing dead-lettered", len(leased),
+            ", ".join(f"{k[1]}/{k[2]}@{o}" for k, o in leased), msg_id,
+        )  # fmt: skip
+        return None
 
     # --- subscription groups ----------------------------------------------------------------------
 

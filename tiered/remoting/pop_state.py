@@ -264,17 +264,18 @@ class PopState:
             self._dirty = True
             return True
 
-    def find(self, group: str, topic: str | None, phys: int) -> tuple[Key, int] | None:
-        """The queue and offset of ``group``'s message in flight (leased) whose commitlog offset
-        is ``phys``, in ``topic`` (None: any topic); None when no lease holds it."""
+    def find(self, group: str, topic: str | None, phys: int) -> list[tuple[Key, int]]:
+        """The queue and offset of each of ``group``'s messages in flight (leased) whose
+        commitlog offset is ``phys``, in ``topic`` (None: any topic). More than one when
+        messages served from the tier share it: their offsets in their queues' flat commitlogs
+        are per queue."""
+        found = []
         with self._lock:
             for key, q in self._queues.items():
                 if key[0] != group or (topic is not None and key[1] != topic):
                     continue
-                for offset, lease in q.leases.items():
-                    if lease.phys == phys:
-                        return key, offset
-        return None
+                found += [(key, offset) for offset, lease in q.leases.items() if lease.phys == phys]
+        return found
 
     def popped(self, group: str, topic: str | None) -> bool:
         """Whether ``group`` popped ``topic`` (None: any topic) since its state was kept."""
