@@ -243,28 +243,7 @@ pub fn bounds_many(
     threads: usize,
 ) -> Vec<Bounds> {
     let one = |i: usize| queue_bounds(Path::new(&dirs[i]), file_size, commitlog_min, hints[i]);
-    let threads = threads.clamp(1, 8).min(dirs.len().div_ceil(256).max(1));
-    if threads == 1 {
-        return (0..dirs.len()).map(one).collect();
-    }
-    let per = dirs.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = (0..threads)
-            .map(|t| {
-                let range = t * per..((t + 1) * per).min(dirs.len());
-                let one = &one;
-                (
-                    range.len(),
-                    s.spawn(move || range.map(one).collect::<Vec<_>>()),
-                )
-            })
-            .collect();
-        // a part that panicked is left to the caller, queue by queue
-        parts
-            .into_iter()
-            .flat_map(|(len, part)| part.join().unwrap_or_else(|_| vec![Bounds::Other; len]))
-            .collect()
-    })
+    crate::par::in_order(dirs.len(), threads, one, Bounds::Other)
 }
 
 #[cfg(test)]

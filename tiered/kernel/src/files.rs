@@ -47,24 +47,7 @@ fn try_append(path: &Path, position: u64, data: &[u8]) -> io::Result<Appended> {
 /// [`append_at`] of each `(paths[i], positions[i], datas[i])` on up to `threads` threads, in order.
 pub fn append_many(paths: &[String], positions: &[u64], datas: &[&[u8]], threads: usize) -> Vec<Appended> {
     let one = |i: usize| append_at(Path::new(&paths[i]), positions[i], datas[i]);
-    let threads = threads.clamp(1, 8).min(paths.len().div_ceil(256).max(1));
-    if threads == 1 {
-        return (0..paths.len()).map(one).collect();
-    }
-    let per = paths.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = (0..threads)
-            .map(|t| {
-                let range = t * per..((t + 1) * per).min(paths.len());
-                let one = &one;
-                (range.len(), s.spawn(move || range.map(one).collect::<Vec<_>>()))
-            })
-            .collect();
-        parts
-            .into_iter()
-            .flat_map(|(len, part)| part.join().unwrap_or_else(|_| vec![Appended::Failed(libc_eio()); len]))
-            .collect()
-    })
+    crate::par::in_order(paths.len(), threads, one, Appended::Failed(libc_eio()))
 }
 
 #[cfg(test)]

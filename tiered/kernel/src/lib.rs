@@ -11,6 +11,7 @@ pub mod gather;
 pub mod java;
 pub mod index_file;
 pub mod keys;
+pub mod par;
 pub mod tags;
 pub mod tails;
 pub mod unit;

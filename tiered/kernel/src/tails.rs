@@ -79,25 +79,7 @@ pub fn tails_many(
     threads: usize,
 ) -> Vec<Tail> {
     let one = |i: usize| tail(Path::new(&paths[i]), file_sizes[i], positions[i], cap);
-    let threads = threads.clamp(1, 8).min(paths.len().div_ceil(256).max(1));
-    if threads == 1 {
-        return (0..paths.len()).map(one).collect();
-    }
-    let per = paths.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = (0..threads)
-            .map(|t| {
-                let range = t * per..((t + 1) * per).min(paths.len());
-                let one = &one;
-                (range.len(), s.spawn(move || range.map(one).collect::<Vec<_>>()))
-            })
-            .collect();
-        // a part that panicked is left to the caller, queue by queue
-        parts
-            .into_iter()
-            .flat_map(|(len, part)| part.join().unwrap_or_else(|_| vec![Tail::Unknown; len]))
-            .collect()
-    })
+    crate::par::in_order(paths.len(), threads, one, Tail::Unknown)
 }
 
 #[cfg(test)]
