@@ -9,6 +9,7 @@ unit except bytes 28..35 (its offset in the flat commitlog); one served locally 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -39,12 +40,21 @@ class Got:
     batch_start: int
 
 
-def scan(store: TieredMessageStore, topic: str, qid: int, end: int, **kw: object) -> list[Got]:
+def scan(
+    store: TieredMessageStore,
+    topic: str,
+    qid: int,
+    end: int,
+    before: Callable[[], None] | None = None,
+    **kw: object,
+) -> list[Got]:
     """Read a queue from offset 0 to ``end`` the way a consumer does (following
-    ``nextBeginOffset``)."""
+    ``nextBeginOffset``); ``before`` runs ahead of each request."""
     out: list[Got] = []
     offset = 0
     while offset < end:
+        if before is not None:
+            before()
         r = store.get_message(topic, qid, offset, 32, **kw)  # type: ignore[arg-type]
         assert r.next_begin_offset > offset, (r.status, offset)
         if r.status is GetStatus.OFFSET_TOO_SMALL:
@@ -88,6 +98,8 @@ def touch_pages(store: Path) -> None:
 def check_level(tier: SampleTier, level: StorageLevel, resident: bool) -> int:
     """Scan every queue under ``level``; returns the messages served by the tier."""
     store = tier.store(level)
+    root = tier.cfg.store_path_root_dir
+    touch = functools.partial(touch_pages, root)
     from_tier = 0
     for topic, qid in tier.queues:
         lmin = tier.local_min[(topic, qid)]
@@ -95,7 +107,9 @@ def check_level(tier: SampleTier, level: StorageLevel, resident: bool) -> int:
         # the tier still has what the broker lost (invisible under DISABLE)
         assert store.get_min_offset(topic, qid) == (lmin if level is StorageLevel.DISABLE else 0)
         assert lmin > 0
-        got = scan(store, topic, qid, end)
+        # under memory pressure the kernel may evict a page between one touch and the read,
+        # so a resident scan touches the commitlog again just before each request
+        got = scan(store, topic, qid, end, before=touch if resident else None)
         first = lmin if level is StorageLevel.DISABLE else 0
         assert [g.unit.queue_offset for g in got] == list(range(first, end))
         for g in got:
