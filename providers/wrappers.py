@@ -9,9 +9,14 @@ The test and drill wrappers (fault and latency injection) are in :mod:`.faults`.
 
 from __future__ import annotations
 
+import bisect
+import collections
 import functools
+import itertools
+import math
 import time
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import TYPE_CHECKING
@@ -252,6 +257,26 @@ def _same(path: str) -> str:
 _path_label: list[Callable[[str], str]] = [_same]
 
 
+def observe_each(child: Histogram, amounts: Iterable[float]) -> None:
+    """``child.observe(amount)`` for each of ``amounts``, with one increment per bucket hit and
+    one of the sum (a bulk append's thousands of observations: ``observe`` walks the buckets
+    and takes two locks each time). It reads the child's ``_upper_bounds``, ``_buckets`` and
+    ``_sum``, which prometheus_client's ``Histogram`` has kept through its 0.x releases; a
+    child without them gets one ``observe`` per amount."""
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None:
+        for amount in amounts:
+            child.observe(amount)
+        return
+    values = list(amounts)
+    # the first bucket whose bound is at least the amount, as ``observe`` picks it
+    for i, n in collections.Counter(bisect.bisect_left(bounds, v) for v in values).items():
+        buckets[i].inc(n)
+    total.inc(math.fsum(values))
+
+
 def set_path_label(label: Callable[[str], str]) -> None:
     """Label the ``path`` of the provider families with ``label(logical path)`` (the
     sidecar's ``tieredMetricsDetail``: one series per queue, per topic or for the broker); the
@@ -412,14 +437,22 @@ class MetricsProvider(WrappedProvider):
             raise
         each_ms = (time.perf_counter() - start) * 1000.0 / len(appends)
         latency, uploaded = self.metrics.rpc_latency, self.metrics.upload_bytes
+        sizes: dict[tuple[str, str], list[float]] = {}  # by label: a round's appends share few
+        failed: dict[tuple[str, str], int] = {}
         for (key, _, position), got in zip(appends, done, strict=True):
-            path, file_type = _labels(key)
+            labels = _labels(key)
             if isinstance(got, int):
-                self._child(latency, (path, file_type, "write", "true")).observe(each_ms)
-                self._child(uploaded, (path, file_type, "write")).observe(got - position)
+                sizes.setdefault(labels, []).append(got - position)
             else:
-                self._errors["write"].inc()
-                self._child(latency, (path, file_type, "write", "false")).observe(each_ms)
+                failed[labels] = failed.get(labels, 0) + 1
+        for (path, file_type), written in sizes.items():
+            observe_each(self._child(latency, (path, file_type, "write", "true")),
+                         itertools.repeat(each_ms, len(written)))  # fmt: skip
+            observe_each(self._child(uploaded, (path, file_type, "write")), written)
+        for (path, file_type), n in failed.items():
+            self._errors["write"].inc(n)
+            observe_each(self._child(latency, (path, file_type, "write", "false")),
+                         itertools.repeat(each_ms, n))  # fmt: skip
         return done
 
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:

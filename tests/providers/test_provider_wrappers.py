@@ -8,6 +8,7 @@ import time
 
 import pytest
 from prometheus_client import CollectorRegistry
+from prometheus_client import Histogram
 from tiered.providers import FaultInjectingProvider
 from tiered.providers import FaultPlan
 from tiered.providers import LatencyProvider
@@ -21,6 +22,8 @@ from tiered.providers.testing import Oracle
 from tiered.providers.testing import ProviderTests
 from tiered.providers.testing import seg
 from tiered.providers.wrappers import CALLS
+from tiered.providers.wrappers import LATENCY_BUCKETS_MS
+from tiered.providers.wrappers import observe_each
 
 from tiered.errors import InjectedFaultError
 from tiered.errors import SegmentNotFoundError
@@ -150,3 +153,60 @@ def test_wrappers_pickle() -> None:
     assert copy.read("k", 0, 3) == b"abc"
     assert isinstance(copy.inner, FaultInjectingProvider)
     assert copy.inner.plan.nth == {99}
+
+
+@pytest.mark.parametrize(
+    "amounts",
+    [
+        [],
+        [0.0],
+        [1.0, 3.0, 3.0001, 2999.9, 3000.0, 3000.1, 1e9],
+        [0.5] * 100,
+        list(range(0, 5000, 7)),
+    ],
+)
+def test_observe_each_equals_one_observe_per_amount(amounts: list[float]) -> None:
+    registry = CollectorRegistry()
+    one = Histogram("one", "h", buckets=LATENCY_BUCKETS_MS, registry=registry)
+    each = Histogram("each", "h", buckets=LATENCY_BUCKETS_MS, registry=registry)
+    for a in amounts:
+        one.observe(a)
+    observe_each(each, iter(amounts))
+
+    def samples(name: str) -> list[tuple[str, dict[str, str], float]]:
+        (family,) = (m for m in registry.collect() if m.name == name)
+        return [(s.name.removeprefix(name), s.labels, s.value) for s in family.samples]
+
+    got, want = samples("each"), samples("one")
+    assert [s[:2] for s in got] == [s[:2] for s in want]
+    assert [s[2] for s in got] == pytest.approx([s[2] for s in want])
+
+
+def test_a_bulk_append_records_each_append_as_a_write() -> None:
+    registry = CollectorRegistry()
+    provider = MetricsProvider(MemoryProvider(), ProviderMetrics(registry))
+    provider.append(seg(2), b"x", 0)  # seg(2) then appends at 1; a wrong position fails
+    done = provider.append_deferred_many(
+        [
+            (seg(1), b"a" * 10, 0),
+            (seg(2), b"b" * 2000, 1),
+            (seg(1, 3), b"c" * 5, 0),
+            (seg(2), b"d", 0),
+        ]
+    )
+    assert [isinstance(d, int) for d in done] == [True, True, True, False]
+    sample = registry.get_sample_value
+    ok = {"path": "broker-a/TopicTest/1", "file_type": "commit_log", "operation": "write"}
+    assert sample("rocketmq_tiered_store_provider_upload_bytes_count", ok) == 2
+    assert sample("rocketmq_tiered_store_provider_upload_bytes_sum", ok) == 15
+    assert sample("rocketmq_tiered_store_provider_upload_bytes_bucket", {**ok, "le": "1024.0"}) == 2
+    two = {**ok, "path": "broker-a/TopicTest/2"}
+    assert sample("rocketmq_tiered_store_provider_upload_bytes_sum", two) == 2001
+    assert (
+        sample("rocketmq_tiered_store_provider_rpc_latency_count", {**two, "success": "true"}) == 2
+    )
+    assert (
+        sample("rocketmq_tiered_store_provider_rpc_latency_count", {**two, "success": "false"}) == 1
+    )
+    errors = {"provider": "memory", "operation": "write"}
+    assert sample("rocketmq_tiered_store_provider_errors_total", errors) == 1
