@@ -207,29 +207,34 @@ class PosixProvider(Provider):
     def append_deferred_many(
         self, appends: Sequence[tuple[str, BytesLike, int]]
     ) -> list[int | TieredStoreError | OSError]:
-        """Every append deferred: an existing file without a kept descriptor (a wide round's
-        thousands of files, more than :data:`OPEN_FILES`) is opened, checked, written and
-        closed, none kept; a new file, or one whose descriptor is kept, goes the usual way."""
+        """Every append deferred. Of a wide round's thousands of files (more than
+        :data:`OPEN_FILES`), those without a kept descriptor go to the compiled kernel at once
+        (:meth:`_append_closed_many`: an existing file opened, checked, written and closed, a
+        new one made with its directories, none kept); a file whose descriptor is kept, or a
+        call of fewer than :data:`BULK_APPENDS`, goes the usual way."""
         out: list[int | TieredStoreError | OSError] = []
         closed: list[tuple[int, str, str, memoryview, int]] = []  # (index, key, path, ...)
         for key, data, position in appends:
             try:
-                if position == 0 or key in self._open:
+                check_range(position, key=key)
+                if key in self._open:
                     out.append(self._append(key, data, position, durable=False))
                 else:
-                    check_range(position, key=key)
                     closed.append((len(out), key, self._file(key), as_bytes_view(data), position))
                     out.append(position)  # (replaced below)
             except (TieredStoreError, OSError) as e:
                 out.append(e)
         if len(closed) >= BULK_APPENDS:
             self._append_closed_many(closed, out)
-        else:
-            for i, key, _, view, position in closed:
-                try:
+            return out
+        for i, key, _, view, position in closed:
+            try:
+                if position == 0:
+                    out[i] = self._append(key, view, 0, durable=False)
+                else:
                     out[i] = self._append_closed(key, view, position)
-                except (TieredStoreError, OSError) as e:
-                    out[i] = e
+            except (TieredStoreError, OSError) as e:
+                out[i] = e
         return out
 
     def _append_closed_many(
@@ -237,21 +242,32 @@ class PosixProvider(Provider):
         closed: list[tuple[int, str, str, memoryview, int]],
         out: list[int | TieredStoreError | OSError],
     ) -> None:
-        """:meth:`_append_closed` of many files by one call of the compiled kernel
-        (``append_files``: open, size checked, written and closed on a few threads, without
-        the interpreter lock); each outcome into ``out`` at its index."""
+        """The appends of ``closed`` by one call of the compiled kernel (``append_files``: on a
+        few threads, without the interpreter lock, an existing file opened, its size checked,
+        written and closed; at position 0 a new one made, with its missing directories); each
+        outcome into ``out`` at its index. What the kernel made is synced as
+        :meth:`_makedirs` leaves it, with the key (:meth:`sync`, :meth:`sync_many`)."""
         from tiered.process.native import kernel
 
-        status, value = kernel().append_files(
+        status, value, made = kernel().append_files(
             [path for _, _, path, _, _ in closed],
             array.array("q", [p for _, _, _, _, p in closed]),
             [view for _, _, _, view, _ in closed],
             BULK_THREADS,
         )
-        for (i, key, path, _, position), s, v in zip(
-            closed, memoryview(status).cast("q").tolist(),
-            memoryview(value).cast("q").tolist(), strict=True,
+        dirs: dict[str, Path] = {}  # (a round's files share their topics' directories)
+        deferred: list[tuple[str, Path]] = []
+        for (i, key, path, _, position), s, v, m in zip(
+            closed, memoryview(status).cast("q").tolist(), memoryview(value).cast("q").tolist(),
+            memoryview(made).cast("q").tolist(), strict=True,
         ):  # fmt: skip
+            directory = path
+            for _ in range(m):  # the directories that gained an entry: the file's, then up
+                directory = os.path.dirname(directory)
+                found = dirs.get(directory)
+                if found is None:
+                    found = dirs[directory] = Path(directory)
+                deferred.append((key, found))
             if s == 0:
                 self._request("WRITE")
                 out[i] = position + v
@@ -270,6 +286,9 @@ class PosixProvider(Provider):
             else:
                 self._request("WRITE")
                 out[i] = translate(OSError(v, os.strerror(v), path), key, "file operation")
+        with self._open_lock:
+            for key, directory in deferred:
+                self._unsynced_dirs.setdefault(key, set()).add(directory)
 
     def _append_closed(self, key: str, data: BytesLike, position: int) -> int:
         """A deferred append to the existing file of ``key`` (``position`` > 0), through a

@@ -92,7 +92,7 @@ def append_files(
     datas: list[Buffer],
     threads: int,
     /,
-) -> tuple[bytes, bytes]: ...
+) -> tuple[bytes, bytes, bytes]: ...
 
 class Owned:
     """A read-only buffer the kernel made (bytes, int32 or int64 in native order)."""

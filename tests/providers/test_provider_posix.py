@@ -82,6 +82,9 @@ def test_a_round_of_many_appends_lands_each_alone_as_one_by_one(
         appends.append((k, memoryview(body) if i % 2 else body, at))
     absent = [segment_key("c", "b", "T", 500 + i, FileType.COMMIT_LOG, 0) for i in range(3)]
     appends += [(k, b"x", 4) for k in absent]
+    new = [segment_key("c", "b", f"N{i % 7}", i, FileType.CONSUME_QUEUE, 0) for i in range(90)]
+    appends += [(k, b"n" * (1 + i % 5), 0) for i, k in enumerate(new)]  # made, with directories
+    appends += [(keys[i], b"z", 0) for i in range(0, 300, 60)]  # at 0 of a file that has bytes
     appends.insert(150, ("../outside", b"x", 4))  # a key no file may have: refused alone
     got = posix.append_deferred_many(appends)
     want = memory.append_deferred_many(appends)
@@ -92,10 +95,11 @@ def test_a_round_of_many_appends_lands_each_alone_as_one_by_one(
         if isinstance(w, PositionMismatchError):
             assert isinstance(g, PositionMismatchError)
             assert (g.key, g.expected, g.given) == (w.key, w.expected, w.given)
-    assert sum(isinstance(g, PositionMismatchError) for g in got) == 30
+    assert sum(isinstance(g, PositionMismatchError) for g in got) == 30 + 5
     assert sum(isinstance(g, SegmentNotFoundError) for g in got) == 3
-    posix.sync_many(keys)
-    for k in keys:
+    assert not any(k in posix._open for k in new)  # no descriptor kept of the files made
+    posix.sync_many(keys + new)
+    for k in keys + new:
         assert posix.read(k, 0, 100) == memory.read(k, 0, 100)
     assert not any(posix.exists(k) for k in absent)
 
@@ -133,6 +137,36 @@ def test_a_deferred_append_s_new_names_are_synced_with_its_data(tmp_path: Path) 
     provider.append_deferred(gone, b"z", 0)
     provider.delete(gone)  # never synced: nothing of it is kept
     assert not provider._unsynced_dirs
+
+
+def test_a_bulk_round_s_new_files_leave_their_names_to_sync_as_one_by_one(tmp_path: Path) -> None:
+    """New files made by the compiled kernel in one bulk call leave the same directories to
+    sync as the same appends made one by one: each file's directory with its key, and every
+    directory that gained an entry with some key of the round."""
+    one, bulk = PosixProvider(tmp_path / "one"), PosixProvider(tmp_path / "bulk")
+    one.root.mkdir(), bulk.root.mkdir()
+    keys = [segment_key("C", "broker-a", f"T{t}", q, ft, 0)
+            for t in range(20) for q in range(4)
+            for ft in (FileType.COMMIT_LOG, FileType.CONSUME_QUEUE)]  # fmt: skip
+    assert len(keys) >= posix_module.BULK_APPENDS
+    for k in keys:
+        one.append_deferred(k, k.encode(), 0)
+    assert bulk.append_deferred_many([(k, k.encode(), 0) for k in keys]) == [len(k) for k in keys]
+
+    def deferred(p: PosixProvider) -> set[Path]:
+        return {d.relative_to(p.root) for dirs in p._unsynced_dirs.values() for d in dirs}
+
+    assert deferred(bulk) == deferred(one)
+    for k in keys:
+        assert bulk.path(k).parent in bulk._unsynced_dirs[k]
+    names = sum(len(dirs) for dirs in bulk._unsynced_dirs.values())
+    requests = RequestCounts()
+    bulk.add_request_listener(requests)
+    for k in keys:
+        bulk.sync(k)
+    assert requests.counts["FSYNC"] == len(keys) + names  # each key's data, then its names
+    assert not bulk._unsynced_dirs
+    assert all(bulk.read(k, 0, 200) == k.encode() for k in keys)
 
 
 def test_which_providers_defer_their_syncs(tmp_path: Path) -> None:

@@ -1,7 +1,9 @@
-//! Positional appends to many existing files at once: what a wide dispatch round asks of a posix
-//! tier -- thousands of small appends, each to its own segment file, none kept open. Each file is
-//! opened write-only, its size checked against the position the caller expects, the bytes written
-//! there, and the file closed; nothing is synced (the caller makes the round durable at once).
+//! Positional appends to many files at once: what a wide dispatch round asks of a posix tier --
+//! thousands of small appends, each to its own segment file, none kept open. An append at a
+//! position past 0 goes to an existing file: it is opened write-only, its size checked against
+//! the position the caller expects, the bytes written there, and the file closed. An append at 0
+//! makes the file (and its missing directories) unless it exists, empty. Nothing is synced (the
+//! caller makes the round durable at once).
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -11,9 +13,11 @@ use std::path::Path;
 /// One append's outcome.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Appended {
-    /// Every byte written.
-    Done,
-    /// No such file.
+    /// Every byte written. The count is how many of the file's ancestors (its directory, that
+    /// one's parent, ...) gained an entry this call made: the new file's and each new
+    /// directory's (0: nothing was made).
+    Done(u32),
+    /// No such file (an append past position 0).
     Missing,
     /// The file holds this many bytes, not the position asked for: nothing written.
     Mismatch(u64),
@@ -21,11 +25,11 @@ pub enum Appended {
     Failed(i32),
 }
 
-/// Append `data` at `position` to the existing file `path`.
+/// Append `data` at `position` to the file `path` (made, with its directories, at position 0).
 pub fn append_at(path: &Path, position: u64, data: &[u8]) -> Appended {
     match try_append(path, position, data) {
         Ok(done) => done,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Appended::Missing,
+        Err(e) if e.kind() == io::ErrorKind::NotFound && position > 0 => Appended::Missing,
         Err(e) => Appended::Failed(e.raw_os_error().unwrap_or(libc_eio())),
     }
 }
@@ -35,13 +39,50 @@ fn libc_eio() -> i32 {
 }
 
 fn try_append(path: &Path, position: u64, data: &[u8]) -> io::Result<Appended> {
-    let file: File = OpenOptions::new().write(true).open(path)?;
+    let (file, made) = if position == 0 { create(path)? } else { (OpenOptions::new().write(true).open(path)?, 0) };
     let size = file.metadata()?.len();
     if size != position {
         return Ok(Appended::Mismatch(size));
     }
     file.write_all_at(data, position)?;
-    Ok(Appended::Done)
+    Ok(Appended::Done(made))
+}
+
+/// `path` opened for writing, made new when absent (its missing directories first), and how
+/// many of its ancestors gained an entry (see [`Appended::Done`]).
+fn create(path: &Path) -> io::Result<(File, u32)> {
+    let depth = make_parents(path)?;
+    match OpenOptions::new().write(true).create_new(true).open(path) {
+        Ok(file) => Ok((file, depth + 1)),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            let file = OpenOptions::new().write(true).open(path)?;
+            Ok((file, if depth > 0 { depth + 1 } else { 0 }))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Make the missing directories above `path`; returns how high the highest one made here is (1:
+/// the file's own directory; 0: none made here -- another thread may make one meanwhile).
+fn make_parents(path: &Path) -> io::Result<u32> {
+    let mut missing = Vec::new(); // the file's directory first
+    let mut probe = path.parent();
+    while let Some(dir) = probe {
+        if dir.as_os_str().is_empty() || dir.is_dir() {
+            break;
+        }
+        missing.push(dir);
+        probe = dir.parent();
+    }
+    let mut depth = 0;
+    for (i, dir) in missing.iter().enumerate().rev() {
+        match std::fs::create_dir(dir) {
+            Ok(()) => depth = depth.max(i as u32 + 1),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(depth)
 }
 
 /// [`append_at`] of each `(paths[i], positions[i], datas[i])` on up to `threads` threads, in order.
@@ -86,16 +127,54 @@ mod tests {
         let got = append_many(&paths, &positions, &datas, 3);
         for i in 0..600 {
             let now = std::fs::read(&paths[i]).ok();
-            if i % 5 == 4 {
+            if i % 5 == 4 && positions[i] == 0 {
+                assert_eq!(got[i], Appended::Done(1), "made at position 0");
+                assert_eq!(now.unwrap(), bodies[i]);
+            } else if i % 5 == 4 {
                 assert_eq!(got[i], Appended::Missing);
-                assert_eq!(now, None, "no file is created");
+                assert_eq!(now, None, "no file is made past position 0");
             } else if i % 3 == 0 {
                 assert_eq!(got[i], Appended::Mismatch((i % 7) as u64));
                 assert_eq!(now.unwrap(), vec![b'a'; i % 7]);
             } else {
-                assert_eq!(got[i], Appended::Done);
+                assert_eq!(got[i], Appended::Done(0));
                 assert_eq!(now.unwrap(), [vec![b'a'; i % 7], bodies[i].clone()].concat());
             }
+        }
+    }
+
+    #[test]
+    fn an_append_at_zero_makes_the_file_and_its_directories() {
+        let d = Dir::new();
+        let at = |rel: &str| d.0.join(rel).to_string_lossy().into_owned();
+        std::fs::create_dir_all(d.0.join("t/0")).unwrap();
+        std::fs::write(at("t/0/full"), b"xyz").unwrap();
+        std::fs::write(at("t/0/empty"), b"").unwrap();
+        let paths = vec![
+            at("t/0/new"),       // its directory exists: the file's entry alone
+            at("t/1/CL/0"),      // two directories made
+            at("t/1/CQ/0"),      // one more (t/1 was made just before)
+            at("u/2/CL/0"),      // three
+            at("t/0/full"),      // exists, not empty: nothing written
+            at("t/0/empty"),     // exists, empty: written, nothing made
+            at("t/0/new/below"), // a file where a directory is needed
+        ];
+        let datas: Vec<&[u8]> = vec![b"a", b"bb", b"c", b"dddd", b"e", b"f", b"g"];
+        let got = append_many(&paths, &[0; 7], &datas, 1);
+        assert_eq!(got[..6], [Appended::Done(1), Appended::Done(3), Appended::Done(2), Appended::Done(4),
+                              Appended::Mismatch(3), Appended::Done(0)]);
+        assert!(matches!(got[6], Appended::Failed(_)), "{:?}", got[6]);
+        for (p, want) in [(0, &b"a"[..]), (1, b"bb"), (2, b"c"), (3, b"dddd"), (4, b"xyz"), (5, b"f")] {
+            assert_eq!(std::fs::read(&paths[p]).unwrap(), want);
+        }
+        // side by side on threads: every file made once, with its bytes
+        let many: Vec<String> = (0..300).map(|i| at(&format!("m/{}/{}/f", i % 7, i))).collect();
+        let bodies: Vec<Vec<u8>> = (0..300).map(|i| vec![b'z'; 1 + i % 5]).collect();
+        let slices: Vec<&[u8]> = bodies.iter().map(|b| b.as_slice()).collect();
+        let done = append_many(&many, &[0; 300], &slices, 3);
+        for i in 0..300 {
+            assert!(matches!(done[i], Appended::Done(n) if (2..=4).contains(&n)), "{i}: {:?}", done[i]);
+            assert_eq!(std::fs::read(&many[i]).unwrap(), bodies[i]);
         }
     }
 }

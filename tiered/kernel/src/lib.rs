@@ -547,11 +547,13 @@ mod python {
         Ok((PyBytes::new(py, as_bytes(&counts)), PyBytes::new(py, &units)))
     }
 
-    /// `append_files(paths, positions, datas, threads) -> (status, value)`: each of `datas`
-    /// (buffers) appended at `positions[i]` (int64) to the existing file `paths[i]`, not synced
-    /// (`files::append_many`). `status` and `value`, int64 bytes in native order: 0 and the
-    /// bytes written; 1 (no such file) and 0; 2 (the file holds `value` bytes, not the position:
-    /// nothing written) ; 3 (an I/O error, perhaps after a part was written) and its errno.
+    /// `append_files(paths, positions, datas, threads) -> (status, value, made)`: each of
+    /// `datas` (buffers) appended at `positions[i]` (int64) to the file `paths[i]` -- existing,
+    /// or at position 0 made with its missing directories -- not synced (`files::append_many`).
+    /// `status`, `value` and `made`, int64 bytes in native order: 0 and the bytes written; 1 (no
+    /// such file) and 0; 2 (the file holds `value` bytes, not the position: nothing written); 3
+    /// (an I/O error, perhaps after a part was written) and its errno. `made`: how many of the
+    /// file's ancestors gained an entry (the new file's, each new directory's), else 0.
     #[pyfunction]
     fn append_files<'py>(
         py: Python<'py>,
@@ -559,7 +561,7 @@ mod python {
         positions: &Bound<'py, PyAny>,
         datas: Vec<Bound<'py, PyAny>>,
         threads: usize,
-    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let at = PyBuffer::<i64>::get(positions)?;
         let at = items(&at, "positions")?;
         same_length(&[("paths", paths.len()), ("positions", at.len()), ("datas", datas.len())])?;
@@ -568,24 +570,27 @@ mod python {
         }
         let buffers = datas.iter().map(PyBuffer::<u8>::get).collect::<PyResult<Vec<_>>>()?;
         let slices = buffers.iter().map(|b| items(b, "datas")).collect::<PyResult<Vec<_>>>()?;
-        let (status, value) = py.detach(|| {
+        let (status, value, made) = py.detach(|| {
             let at: Vec<u64> = at.iter().map(|&p| p as u64).collect();
             let done = crate::files::append_many(&paths, &at, &slices, threads);
             let mut status = Vec::with_capacity(done.len());
             let mut value = Vec::with_capacity(done.len());
+            let mut made = Vec::with_capacity(done.len());
             for (d, data) in done.into_iter().zip(&slices) {
-                let (s, v) = match d {
-                    crate::files::Appended::Done => (0i64, data.len() as i64),
-                    crate::files::Appended::Missing => (1, 0),
-                    crate::files::Appended::Mismatch(size) => (2, size as i64),
-                    crate::files::Appended::Failed(errno) => (3, i64::from(errno)),
+                let (s, v, m) = match d {
+                    crate::files::Appended::Done(m) => (0i64, data.len() as i64, i64::from(m)),
+                    crate::files::Appended::Missing => (1, 0, 0),
+                    crate::files::Appended::Mismatch(size) => (2, size as i64, 0),
+                    crate::files::Appended::Failed(errno) => (3, i64::from(errno), 0),
                 };
                 status.push(s);
                 value.push(v);
+                made.push(m);
             }
-            (status, value)
+            (status, value, made)
         });
-        Ok((PyBytes::new(py, as_bytes(&status)), PyBytes::new(py, as_bytes(&value))))
+        let out = |v: &Vec<i64>| PyBytes::new(py, as_bytes(v));
+        Ok((out(&status), out(&value), out(&made)))
     }
 
     #[pymodule]
