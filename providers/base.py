@@ -126,6 +126,23 @@ class Provider(Closeable, abc.ABC):
             ProviderError: the backend failed; ``retriable`` says whether to try again.
         """
 
+    def sizes_many(self, keys: Sequence[str]) -> list[int | None]:
+        """The size of each key's object, None where it does not exist, at once where the
+        backend can (posix: a directory found absent answers for every key below it); by
+        default one :meth:`size` after the other.
+
+        Raises:
+            InvalidKeyError: a key is unsafe.
+            ProviderError: the backend failed; ``retriable`` says whether to try again.
+        """
+        out: list[int | None] = []
+        for key in keys:
+            try:
+                out.append(self.size(key))
+            except SegmentNotFoundError:
+                out.append(None)
+        return out
+
     @abc.abstractmethod
     def read(self, key: str, position: int, length: int) -> bytes:
         """Up to ``length`` bytes from ``position``; shorter only where the object ends.

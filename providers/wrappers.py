@@ -91,6 +91,12 @@ class WrappedProvider(Provider):
     def size(self, key: str) -> int:
         return self._around("size", key, functools.partial(self.inner.size, key))
 
+    def sizes_many(self, keys: Sequence[str]) -> list[int | None]:
+        cls = type(self)
+        if cls._around is not WrappedProvider._around or cls.size is not WrappedProvider.size:
+            return Provider.sizes_many(self, keys)  # a subclass watches: each call
+        return self.inner.sizes_many(keys)
+
     def read(self, key: str, position: int, length: int) -> bytes:
         return self._around("read", key, functools.partial(self.inner.read, key, position, length))
 
@@ -454,6 +460,29 @@ class MetricsProvider(WrappedProvider):
             observe_each(self._child(latency, (path, file_type, "write", "false")),
                          itertools.repeat(each_ms, n))  # fmt: skip
         return done
+
+    def sizes_many(self, keys: Sequence[str]) -> list[int | None]:
+        """The inner provider's sizes at once, each recorded as its own ``size`` (the call's
+        time shared out among them; an absent object's with ``success="false"``, as one
+        ``size`` records it)."""
+        if not keys:
+            return []
+        start = time.perf_counter()
+        try:
+            found = self.inner.sizes_many(keys)
+        except Exception:
+            self._errors["size"].inc()
+            raise
+        each_ms = (time.perf_counter() - start) * 1000.0 / len(keys)
+        counts: dict[tuple[str, str, str], int] = {}
+        for key, size in zip(keys, found, strict=True):
+            path, file_type = _labels(key)
+            labels = (path, file_type, "false" if size is None else "true")
+            counts[labels] = counts.get(labels, 0) + 1
+        for (path, file_type, ok), n in counts.items():
+            child = self._child(self.metrics.rpc_latency, (path, file_type, "size", ok))
+            observe_each(child, itertools.repeat(each_ms, n))
+        return found
 
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:
         if isinstance(data, bytes | bytearray | memoryview):

@@ -290,6 +290,26 @@ class ProviderTests:
         assert not provider.exists(key)
         provider.delete(key)
 
+    def test_sizes_many_answers_as_size_does(self, provider: Provider) -> None:
+        """Present, empty and absent objects, an absent object beside a present one, keys
+        under other topics and brokers with no object at all, a key named twice."""
+        provider.append(seg(1), b"abc", 0)
+        provider.append(seg(2), b"", 0)
+        provider.append(seg(1, 0, FileType.CONSUME_QUEUE), b"q" * 40, 0)
+        keys = [
+            seg(1), seg(2), seg(3), seg(1, 40, FileType.CONSUME_QUEUE),
+            seg(1, 0, FileType.CONSUME_QUEUE),
+            segment_key(CLUSTER, BROKER, "OtherTopic", 0, FileType.COMMIT_LOG, 0),
+            segment_key(CLUSTER, BROKER, "OtherTopic", 1, FileType.COMMIT_LOG, 0),
+            segment_key(CLUSTER, "broker-z", TOPIC, 1, FileType.COMMIT_LOG, 0),
+            seg(1),
+        ]  # fmt: skip
+        assert provider.sizes_many(keys) == [3, 0, None, None, 40, None, None, None, 3]
+        assert provider.sizes_many([]) == []
+        for key in HOSTILE_KEYS[:3]:
+            with pytest.raises(InvalidKeyError):
+                provider.sizes_many([seg(1), key])
+
     # --- seal -----------------------------------------------------------------------------------
 
     def test_seal_keeps_content(self, provider: Provider, oracle: Oracle) -> None:

@@ -144,7 +144,8 @@ def test_a_bulk_round_s_new_files_leave_their_names_to_sync_as_one_by_one(tmp_pa
     sync as the same appends made one by one: each file's directory with its key, and every
     directory that gained an entry with some key of the round."""
     one, bulk = PosixProvider(tmp_path / "one"), PosixProvider(tmp_path / "bulk")
-    one.root.mkdir(), bulk.root.mkdir()
+    for p in (one, bulk):
+        p.root.mkdir()
     keys = [segment_key("C", "broker-a", f"T{t}", q, ft, 0)
             for t in range(20) for q in range(4)
             for ft in (FileType.COMMIT_LOG, FileType.CONSUME_QUEUE)]  # fmt: skip

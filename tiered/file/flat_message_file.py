@@ -10,7 +10,9 @@ points at uploaded message bytes, and whatever a crash leaves unrecorded is foun
 from __future__ import annotations
 
 import threading
+import types
 from collections.abc import Callable
+from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -30,6 +32,7 @@ from tiered.providers.base import Provider
 from .flat_append_file import FlatAddress
 from .flat_append_file import FlatAppendFile
 from .flat_append_file import real_size
+from .flat_append_file import retrying
 from .flat_commitlog import FlatCommitLogFile
 from .flat_consumequeue import FlatConsumeQueueFile
 
@@ -107,6 +110,7 @@ class CommitResult:
 
 
 _NOTHING = CommitResult(0, 0)
+_NONE: Mapping[str, int | None] = types.MappingProxyType({})
 
 
 class FlatMessageFile:
@@ -221,23 +225,50 @@ class FlatMessageFile:
 
     # --- writing --------------------------------------------------------------------------------
 
-    def init(self, queue_offset: int, *, persist: bool = True) -> None:
+    def _first_keys(self, queue_offset: int) -> list[tuple[FlatAppendFile, str]]:
+        """The objects :meth:`init` at ``queue_offset`` would begin (of the parts with no
+        segment yet), each with its part."""
+        return [
+            (part, part.key(base))
+            for part, base in (
+                (self.commitlog, 0),
+                (self.consume_queue, queue_offset * CQ_UNIT_SIZE),
+            )
+            if part.empty
+        ]
+
+    @staticmethod
+    def tier_sizes(starts: Sequence[tuple[FlatMessageFile, int]]) -> dict[str, int | None]:
+        """The tier's sizes of the objects :meth:`init` of each ``(flat, queue offset)`` looks
+        at, asked at once (``Provider.sizes_many``: a broker's new queues by the thousand);
+        empty when that failed (each ``init`` then asks alone, and fails alone)."""
+        keys = [key for flat, offset in starts for _, key in flat._first_keys(offset)]
+        if not keys:
+            return {}
+        provider = starts[0][0].commitlog.provider
+        try:
+            return dict(zip(keys, retrying(lambda: provider.sizes_many(keys)), strict=True))
+        except (TieredStoreError, OSError):
+            return {}
+
+    def init(
+        self, queue_offset: int, *, persist: bool = True, sizes: Mapping[str, int | None] = _NONE
+    ) -> None:
         """Give the queue its first position: the flat commitlog at 0, the consumequeue at
         ``queue_offset``. Both records are persisted before any data: now, or with
-        ``persist=False`` at the end of the caller's ``MetadataStore.batch()``.
+        ``persist=False`` at the end of the caller's ``MetadataStore.batch()``. ``sizes``: the
+        tier's sizes of the objects it begins, where :meth:`tier_sizes` asked them already.
 
         Raises:
             MetadataError: the backend already holds objects there that no record names (the
                 local metadata was lost: rebuild it with ``rmq-tiered recover``).
         """
         with self.lock:
-            for part, base in (
-                (self.commitlog, 0),
-                (self.consume_queue, queue_offset * CQ_UNIT_SIZE),
-            ):
-                if part.empty and real_size(part.provider, part.key(base)) > 0:
+            for part, key in self._first_keys(queue_offset):
+                size = sizes[key] if key in sizes else real_size(part.provider, key)
+                if size:
                     raise MetadataError(
-                        f"{part.key(base)} exists in the backend but the tiered metadata has no "
+                        f"{key} exists in the backend but the tiered metadata has no "
                         f"record of queue {self.path}: the local metadata was lost or replaced; "
                         "run `rmq-tiered recover` before dispatching"
                     )

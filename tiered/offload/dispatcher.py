@@ -362,10 +362,11 @@ class Dispatcher(Closeable):
     def _init(self, fresh: list[tuple[FlatMessageFile, int]]) -> set[tuple[str, int]]:
         """Initialise new queues, their records persisted once before any data."""
         failed: set[tuple[str, int]] = set()
+        sizes = FlatMessageFile.tier_sizes(fresh)  # (is anything there yet: asked at once)
         with durable(self.flat_store.metadata):
             for flat, start in fresh:
                 try:
-                    flat.init(start, persist=False)
+                    flat.init(start, persist=False, sizes=sizes)
                     log.info("%s: first seen, offloading from queue offset %d", flat.path, start)
                 except TieredStoreError as e:
                     failed.add((flat.topic, flat.queue_id))
