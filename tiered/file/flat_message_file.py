@@ -287,13 +287,15 @@ class FlatMessageFile:
         if not len(sizes):
             return 0, False, False
         cum = np.cumsum(sizes)
-        n = max(int(np.searchsorted(cum, size_limit, side="left")), 1)
+        total = int(cum[-1])  # (a wide round's usual batch, a message or two, fits whole)
+        n = len(sizes) if total < size_limit else max(int(cum.searchsorted(size_limit)), 1)
         cl, cq = self.commitlog, self.consume_queue
         cl_room = cl.room()
         roll_cl = int(sizes[0]) > cl_room and cl.commit_offset > cl.segments[-1].base
         if roll_cl:
             cl_room = cl.max_size
-        n = min(n, max(int(np.searchsorted(cum, cl_room, side="right")), 1))
+        if total > cl_room:
+            n = min(n, max(int(cum.searchsorted(cl_room, side="right")), 1))
         units = cq.room_units()
         roll_cq = units == 0
         if roll_cq:

@@ -192,9 +192,9 @@ def plan(
             else local.store_time_at(got.first_offset, int(got.sizes[0]))
         )
         ready = first is None or first + limits.timeout_ms <= now
-        _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
-        if not ready:
+        if not ready:  # (a batch that goes now sets the lag gauges once it is uploaded)
             assert first is not None
+            _behind(flat, state, lmax - current, sizes, now - first)
             state.held = Held(current, got.sizes, got.first_offset, first)
             return StepResult()
     # decided on units earlier passes read: the batch goes as the consumequeue has it now
