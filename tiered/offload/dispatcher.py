@@ -306,8 +306,6 @@ class Dispatcher(Closeable):
         """The flat files of every local queue to offload (of the queues ``only`` names, those
         the broker has), initialised on first sight."""
         self.local.refresh()
-        found: list[FlatMessageFile] = []
-        fresh: list[tuple[FlatMessageFile, int]] = []
         if only is None:
             wanted = [k for k in self.local.queues() if self.filter.allows(k[0])]
         else:
@@ -316,10 +314,13 @@ class Dispatcher(Closeable):
                 for k in dict.fromkeys(only)
                 if self.filter.allows(k[0]) and self.local.has_queue(*k)
             ]
-        with durable(
-            self.flat_store.metadata
-        ):  # topic and queue records of new queues: one persist
-            flats = [self.flat_store.get_or_create(topic, qid) for topic, qid in wanted]
+        with durable(self.flat_store.metadata):  # new queues' records: persisted once, by _init
+            return self._targets(wanted)
+
+    def _targets(self, wanted: list[tuple[str, int]]) -> list[FlatMessageFile]:
+        found: list[FlatMessageFile] = []
+        fresh: list[tuple[FlatMessageFile, int]] = []
+        flats = [self.flat_store.get_or_create(topic, qid) for topic, qid in wanted]
         new = [(f.topic, f.queue_id) for f in flats if not f.initialized]
         if len(new) >= LEARN_BOUNDS_QUEUES:  # their bounds at once, not a listing each
             self.local.learn_bounds(new)
