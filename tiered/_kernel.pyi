@@ -93,6 +93,7 @@ def append_files(
     threads: int,
     /,
 ) -> tuple[bytes, bytes, bytes]: ...
+def dirs_exist(paths: list[str], threads: int, /) -> bytes: ...
 
 class Owned:
     """A read-only buffer the kernel made (bytes, int32 or int64 in native order)."""

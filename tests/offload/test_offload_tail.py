@@ -571,3 +571,31 @@ def test_the_state_file_is_written_when_status_would_show_a_change(
     snapshot = d.state_file.load() if d.state_file else None
     assert snapshot is not None and snapshot.rounds == rounds
     assert all(q.last_upload_ms > 0 for q in snapshot.queues.values())
+
+
+def test_queues_asked_at_once_answer_as_each_alone(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``has_queues`` (the moved queues of a pass, asked of the kernel at once) answers what
+    ``has_queue`` answers of each: present, absent, a file where the directory should be, and
+    a queue removed since it was last seen once that answer is stale."""
+    store = offload_case.store(_spec(small_spec, topics=2, queues=2, messages=40))
+    cq = store / "consumequeue"
+    (cq / "GenTopic0" / "5").write_bytes(b"")  # a file, not a queue's directory
+    keys = [(f"GenTopic{t}", q) for t in range(3) for q in range(40)]
+    assert len(keys) >= local_mod.SCAN_AHEAD_QUEUES
+    bulk, alone = LocalSource(offload_case.config(store)), LocalSource(offload_case.config(store))
+    want = [alone.has_queue(*k) for k in keys]
+    assert sum(want) == 4
+    assert bulk.has_queues(keys) == want
+    assert bulk.has_queues(keys) == want  # the present ones remembered
+    for f in (cq / "GenTopic1" / "1").iterdir():
+        f.unlink()
+    (cq / "GenTopic1" / "1").rmdir()
+    monkeypatch.setattr(local_mod, "HAS_QUEUE_TTL_S", 0.0)
+    gone = LocalSource(offload_case.config(store))
+    gone.has_queues(keys)
+    time.sleep(0.01)
+    assert gone.has_queues(keys) == [
+        k != ("GenTopic1", 1) and w for k, w in zip(keys, want, strict=True)
+    ]

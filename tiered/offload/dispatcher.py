@@ -309,10 +309,9 @@ class Dispatcher(Closeable):
         if only is None:
             wanted = [k for k in self.local.queues() if self.filter.allows(k[0])]
         else:
+            asked = [k for k in dict.fromkeys(only) if self.filter.allows(k[0])]
             wanted = [
-                k
-                for k in dict.fromkeys(only)
-                if self.filter.allows(k[0]) and self.local.has_queue(*k)
+                k for k, here in zip(asked, self.local.has_queues(asked), strict=True) if here
             ]
         with durable(self.flat_store.metadata):  # new queues' records: persisted once, by _init
             return self._targets(wanted)

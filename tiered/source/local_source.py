@@ -662,6 +662,25 @@ class LocalSource:
             self._has_memo[key] = now + HAS_QUEUE_TTL_S
         return found
 
+    def has_queues(self, keys: Sequence[tuple[str, int]]) -> list[bool]:
+        """:meth:`has_queue` of each of ``keys``: those not seen lately asked of the kernel at
+        once (``dirs_exist``: a stat each, on a few threads without the interpreter lock) where
+        they are :data:`SCAN_AHEAD_QUEUES` or more."""
+        now = time.monotonic()
+        memo = self._has_memo
+        unknown = [i for i, k in enumerate(keys) if memo.get(k, 0.0) <= now]
+        if len(unknown) < SCAN_AHEAD_QUEUES:
+            return [self.has_queue(*k) for k in keys]
+        found = [True] * len(keys)
+        root = self.cq_root
+        paths = [os.path.join(root, keys[i][0], str(keys[i][1])) for i in unknown]
+        until = now + HAS_QUEUE_TTL_S
+        for i, here in zip(unknown, native.kernel().dirs_exist(paths, SCAN_THREADS), strict=True):
+            found[i] = bool(here)
+            if here:
+                memo[keys[i]] = until
+        return found
+
     def _units(self, topic: str, queue_id: int, offset: int, count: int) -> Units | None:
         """The leading units from ``offset`` whose messages are still in the commitlog; ``None``
         when the unit at ``offset`` is not (or no longer) there (or the broker has no such queue:

@@ -10,6 +10,8 @@ with the questions routing asks answered without a stat.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from tiered.config import TieredConfig
 
 from .local_source import LocalSource
@@ -36,6 +38,10 @@ class NoLocalStore(LocalSource):
     def has_queue(self, topic: str, queue_id: int) -> bool:
         """Never: no consumequeue directory."""
         return False
+
+    def has_queues(self, keys: Sequence[tuple[str, int]]) -> list[bool]:
+        """Never, for each of ``keys``."""
+        return [False] * len(keys)
 
     def min_offset(self, topic: str, queue_id: int) -> int:
         """-1: no offset is on a local disk."""

@@ -85,6 +85,12 @@ fn make_parents(path: &Path) -> io::Result<u32> {
     Ok(depth)
 }
 
+/// Whether each of `paths` is a directory, on up to `threads` threads, in order (a dispatch
+/// round asks it of the thousands of queues the commitlog shows moving).
+pub fn dirs_exist(paths: &[String], threads: usize) -> Vec<bool> {
+    crate::par::in_order(paths.len(), threads, |i| Path::new(&paths[i]).is_dir(), false)
+}
+
 /// [`append_at`] of each `(paths[i], positions[i], datas[i])` on up to `threads` threads, in order.
 pub fn append_many(paths: &[String], positions: &[u64], datas: &[&[u8]], threads: usize) -> Vec<Appended> {
     let one = |i: usize| append_at(Path::new(&paths[i]), positions[i], datas[i]);
@@ -176,5 +182,18 @@ mod tests {
             assert!(matches!(done[i], Appended::Done(n) if (2..=4).contains(&n)), "{i}: {:?}", done[i]);
             assert_eq!(std::fs::read(&many[i]).unwrap(), bodies[i]);
         }
+    }
+
+    #[test]
+    fn tells_directories_from_files_and_absent_paths() {
+        let d = Dir::new();
+        std::fs::create_dir_all(d.0.join("t/0")).unwrap();
+        std::fs::write(d.0.join("t/f"), b"x").unwrap();
+        let paths: Vec<String> = (0..600)
+            .map(|i| ["t/0", "t/f", "t/1", "u/0"][i % 4])
+            .map(|rel| d.0.join(rel).to_string_lossy().into_owned())
+            .collect();
+        let got = dirs_exist(&paths, 3);
+        assert_eq!(got, (0..600).map(|i| i % 4 == 0).collect::<Vec<_>>());
     }
 }

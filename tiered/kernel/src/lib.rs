@@ -593,6 +593,15 @@ mod python {
         Ok((out(&status), out(&value), out(&made)))
     }
 
+    /// `dirs_exist(paths, threads) -> bytes`: 1 where `paths[i]` is a directory, else 0, one
+    /// byte each (`files::dirs_exist`).
+    #[pyfunction]
+    fn dirs_exist<'py>(py: Python<'py>, paths: Vec<String>, threads: usize) -> Bound<'py, PyBytes> {
+        let found = py.detach(|| crate::files::dirs_exist(&paths, threads));
+        let bytes: Vec<u8> = found.into_iter().map(u8::from).collect();
+        PyBytes::new(py, &bytes)
+    }
+
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
@@ -612,6 +621,7 @@ mod python {
         m.add_function(wrap_pyfunction!(queue_bounds, m)?)?;
         m.add_function(wrap_pyfunction!(queue_tails, m)?)?;
         m.add_function(wrap_pyfunction!(append_files, m)?)?;
+        m.add_function(wrap_pyfunction!(dirs_exist, m)?)?;
         crate::decode::python::register(m)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
