@@ -242,10 +242,17 @@ class FlatMessageFile:
         """The tier's sizes of the objects :meth:`init` of each ``(flat, queue offset)`` looks
         at, asked at once (``Provider.sizes_many``: a broker's new queues by the thousand);
         empty when that failed (each ``init`` then asks alone, and fails alone)."""
-        keys = [key for flat, offset in starts for _, key in flat._first_keys(offset)]
+        if not starts:
+            return {}
+        provider = starts[0][0].commitlog.provider  # (a flat file store's one provider)
+        keys = [
+            key
+            for flat, offset in starts
+            for part, key in flat._first_keys(offset)
+            if part.provider is provider
+        ]
         if not keys:
             return {}
-        provider = starts[0][0].commitlog.provider
         try:
             return dict(zip(keys, retrying(lambda: provider.sizes_many(keys)), strict=True))
         except (TieredStoreError, OSError):
