@@ -435,13 +435,8 @@ class MetricsProvider(WrappedProvider):
         time shared out among them)."""
         if not appends:
             return []
-        start = time.perf_counter()
-        try:
-            done = self.inner.append_deferred_many(appends)
-        except Exception:
-            self._errors["write"].inc(len(appends))
-            raise
-        each_ms = (time.perf_counter() - start) * 1000.0 / len(appends)
+        done, each_ms = self._bulk("write", len(appends), len(appends),
+                                   lambda: self.inner.append_deferred_many(appends))  # fmt: skip
         latency, uploaded = self.metrics.rpc_latency, self.metrics.upload_bytes
         sizes: dict[tuple[str, str], list[float]] = {}  # by label: a round's appends share few
         failed: dict[tuple[str, str], int] = {}
@@ -461,19 +456,24 @@ class MetricsProvider(WrappedProvider):
                          itertools.repeat(each_ms, n))  # fmt: skip
         return done
 
+    def _bulk(self, kind: str, items: int, errors: int, call: Callable[[], T]) -> tuple[T, float]:
+        """``call()`` (a bulk call of ``items`` operations of ``kind``) and each one's share of
+        its time in milliseconds; if it raises, ``errors`` failures of ``kind`` are counted."""
+        start = time.perf_counter()
+        try:
+            result = call()
+        except Exception:
+            self._errors[kind].inc(errors)
+            raise
+        return result, (time.perf_counter() - start) * 1000.0 / items
+
     def sizes_many(self, keys: Sequence[str]) -> list[int | None]:
         """The inner provider's sizes at once, each recorded as its own ``size`` (the call's
         time shared out among them; an absent object's with ``success="false"``, as one
         ``size`` records it)."""
         if not keys:
             return []
-        start = time.perf_counter()
-        try:
-            found = self.inner.sizes_many(keys)
-        except Exception:
-            self._errors["size"].inc()
-            raise
-        each_ms = (time.perf_counter() - start) * 1000.0 / len(keys)
+        found, each_ms = self._bulk("size", len(keys), 1, lambda: self.inner.sizes_many(keys))
         counts: dict[tuple[str, str, str], int] = {}
         for key, size in zip(keys, found, strict=True):
             path, file_type = _labels(key)
