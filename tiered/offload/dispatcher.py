@@ -21,6 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -44,6 +45,7 @@ from tiered.offload.commit_notifier import Held
 from tiered.offload.commit_notifier import Notifier
 from tiered.offload.commit_notifier import collector_paused
 from tiered.offload.commit_notifier import freed
+from tiered.offload.commit_notifier import in_background
 from tiered.offload.commit_notifier import waves
 from tiered.offload.dispatch_state import Gap
 from tiered.offload.dispatch_state import QueueState
@@ -55,9 +57,9 @@ from tiered.offload.offload_step import Plan
 from tiered.offload.offload_step import Sent
 from tiered.offload.offload_step import StagedListener
 from tiered.offload.offload_step import StepResult
+from tiered.offload.offload_step import commit_wave
 from tiered.offload.offload_step import execute
 from tiered.offload.offload_step import execute_after
-from tiered.offload.offload_step import finish
 from tiered.offload.offload_step import measure
 from tiered.offload.offload_step import plan
 from tiered.offload.offload_step import stage
@@ -95,9 +97,6 @@ ROUND_BATCHES = 2
 """Batches a round may send per queue on a file backend (:attr:`~.offload_step.Plan.follow`; one
 on an object store, see ``Dispatcher.round_batches``): a queue's second batch is read, with every
 other queue's, while the first ones upload, so the workers do not wait for each round's read."""
-OBJECT_UNIT_BYTES = 256
-"""On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
-consumequeue units a plan reads stay a few MiB)."""
 MIRROR_INTERVAL_S = 5.0
 """While offloading the metadata's backend mirror is put at most this often (seconds), at the end
 of a pass too only once due (close puts what is left); the local file is still written every
@@ -120,8 +119,8 @@ durable at once, then every queue's units (:meth:`Dispatcher._run_wide`): a roun
 batches otherwise waits for two ``fdatasync`` calls per queue. Fewer queues keep the pipelined
 round, whose syncs overlap the next batches' reads."""
 WIDE_WAVE_QUEUES = 4096
-"""A wide round plans and runs at most this many queues' batches at once (each such wave's
-commitlogs are made durable with one ``sync_many``, its key items put together)."""
+"""A wide round holds at most this many queues' batches at once, in two waves (each wave's
+commitlogs are made durable with one ``sync_many`` while the next is written)."""
 SYNC_MANY_FILES = 64
 """From this many files a round syncs them with one ``sync_many`` of the provider."""
 PAUSED_MEASURE_S = 30.0
@@ -176,7 +175,7 @@ class Dispatcher(Closeable):
         self.state_file = state_file
         self.clock = clock
         objects = store.provider.object_per_append
-        self.limits = _limits(cfg, objects=objects)
+        self.limits = Limits.of(cfg, objects=objects)
         self.wave_bytes = max(WAVE_BYTES, self.limits.size_bytes)
         self.round_batches = 1 if objects else ROUND_BATCHES
         """Batches a round sends per queue: one on an object store, whose batches (each an
@@ -399,10 +398,8 @@ class Dispatcher(Closeable):
             for flat in flats:
                 held.enter_context(flat.lock)
             follow: list[Plan] = []  # every queue's second batch, then every third...
-            if wide:  # run a wave's plans once planned: a plan holds its units (~1 KB)
-                for i in range(0, len(flats), WIDE_WAVE_QUEUES):
-                    plans = self._plan(flats[i : i + WIDE_WAVE_QUEUES], results, now, flush, 1)
-                    results += self._run_wide(plans, now) if plans else []
+            if wide:
+                results += self._run_wide(flats, results, now, flush)
             else:
                 plans = self._plan(flats, results, now, flush, batches)
                 for level in range(batches - 1):  # a level's batches lie side by side
@@ -442,46 +439,62 @@ class Dispatcher(Closeable):
                     results.append((flat, planned))
         return plans
 
-    def _run_wide(self, plans: list[Plan], now: int) -> list[tuple[FlatMessageFile, StepResult]]:
-        """A wide round's steps (:data:`WIDE_ROUND_QUEUES`): every queue's batch appended
-        (:func:`~.offload_step.stage`), every commitlog's bytes written at once
-        (:func:`~.offload_step.write_commitlogs`: one bulk append of the provider), the
-        commitlogs made durable at once (:meth:`_sync_files`), every queue's units written at
-        once (:meth:`~tiered.file.flat_message_file.FlatMessageFile.commit_many`), then every
-        step finished (counted, listeners told: :func:`~.offload_step.finish`); the round then
-        syncs the consumequeues at once too. The order of a step's writes and syncs is
-        :func:`~.offload_step.execute`'s: the units of a batch are written only after its
-        commitlog bytes are durable.
-
-        The steps run on this thread, one after the other, and the commit listeners (the key
-        index) are told on it too (:meth:`~.commit_notifier.Notifier.inline`): a step of a few
-        small messages is
-        interpreter work and short system calls, and on several threads every system call lets
-        another busy thread take the interpreter lock for up to its switch interval, so more
-        threads only make such a round slower."""
-        results: list[tuple[FlatMessageFile, StepResult]] = []
+    def _run_wide(
+        self, flats: list[FlatMessageFile], results: list[tuple[FlatMessageFile, StepResult]],
+        now: int, flush: bool,
+    ) -> list[tuple[FlatMessageFile, StepResult]]:  # fmt: skip
+        """A wide round's steps (:data:`WIDE_ROUND_QUEUES`), in waves of queues: each wave's
+        queues planned, every batch appended (:func:`~.offload_step.stage`), every commitlog's
+        bytes written at once (:func:`~.offload_step.write_commitlogs`), those made durable at
+        once (:meth:`_sync_files`), then every queue's units written at once and every step
+        finished (:func:`~.offload_step.commit_wave`): a batch's units only once its commitlog
+        bytes are durable, as in :func:`~.offload_step.execute`. A wave's sync runs on a thread
+        while the next wave is planned, read and written and the one before is committed, so
+        two waves' steps are held: a wave is half of :data:`WIDE_WAVE_QUEUES` queues (and at
+        most :attr:`wave_bytes`, freed once written). The steps and the listeners (the key
+        index) run on this thread (:meth:`~.commit_notifier.Notifier.inline`): small steps are
+        interpreter work, and threads would only trade the interpreter lock. Results of queues
+        that send nothing go to ``results``; the steps' are returned."""
+        done: list[tuple[FlatMessageFile, StepResult]] = []
+        step = max(1, WIDE_WAVE_QUEUES // 2)
+        pending: tuple[list[Sent], Callable[[], None]] | None = None  # (its sync running)
         with self._notifier.inline() as listeners:
-            # at most a wave's bytes held, and a wave's per-queue objects (its batches, key
-            # items, results: a few KB a queue) for at most WIDE_WAVE_QUEUES queues at once
-            for wave in waves(plans, self.wave_bytes, WIDE_WAVE_QUEUES):
-                staged: list[Sent] = []
-                reads = self._read_wave([p for p, _ in wave])
-                for (p, _), (batch, next_time) in zip(wave, reads, strict=True):
-                    got = stage(p, batch, next_time, now, listeners)
-                    if isinstance(got, Sent):
-                        staged.append(got)
-                    else:
-                        results.append((p.flat, got))
-                sent = write_commitlogs(staged, results, freed)
-                self._sync_files([s.plan.flat.commitlog for s in sent], "commitlog")
-                commits = FlatMessageFile.commit_many([s.plan.flat for s in sent])
-                results += [
-                    (s.plan.flat, finish(s, now, listeners, done))
-                    for s, done in zip(sent, commits, strict=True)
-                ]
-        return results
+            try:
+                for i in range(0, len(flats), step):
+                    plans = self._plan(flats[i : i + step], results, now, flush, 1)
+                    for wave in waves(plans, self.wave_bytes, step) if plans else []:
+                        sent = self._write_wave(wave, now, listeners, done)
+                        if pending is not None:
+                            done += commit_wave(*pending, now, listeners)
+                        pending = sent
+                if pending is not None:
+                    done += commit_wave(*pending, now, listeners)
+                    pending = None
+            finally:
+                if pending is not None:  # (raising: the sync's own outcome is not wanted)
+                    with contextlib.suppress(BaseException):
+                        pending[1]()
+        return done
 
-    def _sync_files(self, files: list[FlatAppendFile], what: str) -> None:
+    def _write_wave(
+        self, wave: list[tuple[Plan, int]], now: int, listeners: tuple[Notifier, ...],
+        results: list[tuple[FlatMessageFile, StepResult]],
+    ) -> tuple[list[Sent], Callable[[], None]]:  # fmt: skip
+        """A wide round's wave read, staged and its commitlogs written, their sync begun on a
+        thread: the steps sent, and what waits for that sync. Failed steps go to ``results``."""
+        staged: list[Sent] = []
+        reads = self._read_wave([p for p, _ in wave])
+        for (p, _), (batch, next_time) in zip(wave, reads, strict=True):
+            got = stage(p, batch, next_time, now, listeners)
+            if isinstance(got, Sent):
+                staged.append(got)
+            else:
+                results.append((p.flat, got))
+        sent = write_commitlogs(staged, results, freed)
+        files = [s.plan.flat.commitlog for s in sent]
+        return sent, in_background(lambda: self._sync_files(files, "commitlog"), "wave-sync")
+
+    def _sync_files(self, files: Sequence[FlatAppendFile], what: str) -> None:
         """Make the deferred appends of the round's ``files`` durable before the round records
         them: many at once with the provider's :meth:`~tiered.providers.base.Provider.sync_many`
         (posix: one ``syncfs``), else (or when that fails) side by side on the workers (their
@@ -773,25 +786,3 @@ class Dispatcher(Closeable):
                 self.state_file.save(snapshot, sync=sync)
         except OSError as e:
             log.warning("cannot write %s: %s", self.state_file.path, e)
-
-
-def _limits(cfg: TieredConfig, *, objects: bool) -> Limits:
-    """The group-commit limits: upstream's keys, or on a backend where every append is one
-    object (S3) the ``objectStoreGroupCommit*`` keys, so a queue uploads a few large objects
-    (the broker's store keeps the messages until then; see docs/guides/providers.md)."""
-    if not objects:
-        count = cfg.tiered_store_group_commit_count
-        size = cfg.tiered_store_group_commit_size_bytes
-        timeout = cfg.tiered_store_group_commit_timeout_ms
-    else:
-        size = cfg.object_store_group_commit_size_bytes
-        count = max(cfg.tiered_store_group_commit_count, size // OBJECT_UNIT_BYTES)
-        timeout = cfg.object_store_group_commit_timeout_ms
-    return Limits(
-        count=count,
-        size_bytes=size,
-        timeout_ms=timeout,
-        group_commit=cfg.tiered_store_group_commit,
-        rolling_hours=cfg.commit_log_rolling_interval_hours,
-        rolling_min_bytes=cfg.commit_log_rolling_minimum_size_bytes,
-    )

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from tiered import metrics
 from tiered.broker.consumequeue import BLANK_FILL_SIZE
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.config import TieredConfig
 from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
 from tiered.errors import TieredStoreError
@@ -48,6 +49,10 @@ P = ParamSpec("P")
 
 Int64s = npt.NDArray[np.int64]
 
+OBJECT_UNIT_BYTES = 256
+"""On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
+consumequeue units a plan reads stay a few MiB)."""
+
 
 @dataclass(frozen=True)
 class Limits:
@@ -59,6 +64,28 @@ class Limits:
     group_commit: bool = True
     rolling_hours: int = 24
     rolling_min_bytes: int = 16 << 20
+
+    @classmethod
+    def of(cls, cfg: TieredConfig, *, objects: bool) -> Limits:
+        """The group-commit limits: upstream's keys, or on a backend where every append is one
+        object (S3) the ``objectStoreGroupCommit*`` keys, so a queue uploads a few large objects
+        (the broker's store keeps the messages until then; see docs/guides/providers.md)."""
+        if not objects:
+            count = cfg.tiered_store_group_commit_count
+            size = cfg.tiered_store_group_commit_size_bytes
+            timeout = cfg.tiered_store_group_commit_timeout_ms
+        else:
+            size = cfg.object_store_group_commit_size_bytes
+            count = max(cfg.tiered_store_group_commit_count, size // OBJECT_UNIT_BYTES)
+            timeout = cfg.object_store_group_commit_timeout_ms
+        return cls(
+            count=count,
+            size_bytes=size,
+            timeout_ms=timeout,
+            group_commit=cfg.tiered_store_group_commit,
+            rolling_hours=cfg.commit_log_rolling_interval_hours,
+            rolling_min_bytes=cfg.commit_log_rolling_minimum_size_bytes,
+        )
 
 
 @dataclass
@@ -470,6 +497,21 @@ def write_commitlogs(
         else:
             results.append((s.plan.flat, failed(s.plan.flat, s.plan.state, got)))
     return sent
+
+
+def commit_wave(
+    sent: list[Sent],
+    synced: Callable[[], None],
+    now: int,
+    listeners: Sequence[CommitListener] = (),
+) -> list[tuple[FlatMessageFile, StepResult]]:
+    """A wide round's wave once its commitlogs are durable (``synced`` waits for that, and
+    raises what their sync raised): its queues' units written at once
+    (:meth:`~tiered.file.flat_message_file.FlatMessageFile.commit_many`), then each step
+    finished (:func:`finish`)."""
+    synced()
+    commits = FlatMessageFile.commit_many([s.plan.flat for s in sent])
+    return [(s.plan.flat, finish(s, now, listeners, c)) for s, c in zip(sent, commits, strict=True)]
 
 
 def finish(
