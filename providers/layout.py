@@ -71,8 +71,10 @@ def file_name_to_offset(name: str) -> int:
     return int(name[8:])
 
 
+@functools.lru_cache(maxsize=64)
 def cluster_dir_name(cluster: str) -> str:
-    """The cluster directory: ``DefaultCluster`` → ``212d6b50_DefaultCluster``."""
+    """The cluster directory: ``DefaultCluster`` → ``212d6b50_DefaultCluster`` (cached: every
+    key names it)."""
     check_component(cluster, "cluster name")
     return f"{_md5_prefix(cluster)}_{cluster}"
 

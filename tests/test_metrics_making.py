@@ -171,12 +171,18 @@ from tiered.providers.memory import MemoryProvider
 from tiered.providers.wrappers import MetricsProvider
 from tiered.providers.layout import FileType, segment_key
 metrics.set_detail({level!r})
+sizes = []
 for topic, qid, behind, age in [("A", 0, 5, 100), ("A", 1, 7, 300), ("B", 0, 1, 200)]:
     metrics.QUEUE_BEHIND.set(topic, qid, behind, "consume_queue")
     metrics.QUEUE_LATENCY.set(topic, qid, age, "consume_queue")
     labels = metrics.queue_labels(topic, qid)
     metrics.child(metrics.MESSAGES_DISPATCH, *labels, "commit_log").inc(behind)
-    metrics.QUEUE_STORAGE_SIZE.set_path(f"broker-a/{{topic}}/{{qid}}", 10 * behind, "commit_log")
+    size = (f"broker-a/{{topic}}/{{qid}}", 10 * behind, "commit_log")
+    if {bulk!r}:
+        sizes.append(size)
+    else:
+        metrics.QUEUE_STORAGE_SIZE.set_path(*size)
+metrics.QUEUE_STORAGE_SIZE.set_paths(sizes)
 metrics.QUEUE_BEHIND.set("B", 0, 0, "consume_queue")  # caught up
 p = MetricsProvider(MemoryProvider())
 p.append(segment_key("c", "broker-a", "A", 0, FileType.COMMIT_LOG, 0), b"x", 0)
@@ -202,7 +208,7 @@ def _cq(topic: str, queue_id: str) -> dict[str, str]:
 
 
 def test_broker_detail_sums_counts_and_sizes_and_takes_the_oldest_age() -> None:
-    got = _run(_DETAIL.format(level="broker"))
+    got = _run(_DETAIL.format(level="broker", bulk=False))
     assert got["rocketmq_tiered_store_dispatch_behind"] == [[_cq("", ""), 12.0]]
     assert got["rocketmq_tiered_store_dispatch_latency"] == [[_cq("", ""), 300.0]]
     assert got["rocketmq_tiered_store_messages_dispatch_total"] == [
@@ -216,7 +222,7 @@ def test_broker_detail_sums_counts_and_sizes_and_takes_the_oldest_age() -> None:
 
 
 def test_topic_detail_has_a_series_per_topic() -> None:
-    got = _run(_DETAIL.format(level="topic"))
+    got = _run(_DETAIL.format(level="topic", bulk=False))
     assert got["rocketmq_tiered_store_dispatch_behind"] == [[_cq("A", ""), 12.0], [_cq("B", ""), 0]]
     assert got["rocketmq_tiered_store_dispatch_latency"] == [
         [_cq("A", ""), 300.0],
@@ -233,7 +239,7 @@ def test_topic_detail_has_a_series_per_topic() -> None:
 
 
 def test_queue_detail_keeps_upstreams_labels() -> None:
-    got = _run(_DETAIL.format(level="queue"))
+    got = _run(_DETAIL.format(level="queue", bulk=False))
     assert got["rocketmq_tiered_store_dispatch_behind"] == [
         [_cq("A", "0"), 5.0],
         [_cq("A", "1"), 7.0],
@@ -246,6 +252,13 @@ def test_queue_detail_keeps_upstreams_labels() -> None:
     ]
     assert got["after_forget"] == [[_cq("A", "0"), 5.0], [_cq("B", "0"), 0.0]]
     assert [s[0]["topic"] for s in got["sizes_after"]] == ["broker-a/A/0", "broker-a/B/0"]
+
+
+@pytest.mark.parametrize("level", metrics.DETAILS)
+def test_sizes_set_at_once_export_as_those_set_one_by_one(level: str) -> None:
+    assert _run(_DETAIL.format(level=level, bulk=True)) == _run(
+        _DETAIL.format(level=level, bulk=False)
+    )
 
 
 def test_an_unknown_detail_is_refused_naming_the_levels() -> None:

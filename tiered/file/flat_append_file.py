@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import logging
 import time
 from collections.abc import Callable
@@ -50,6 +51,7 @@ from tiered.providers.base import BytesLike
 from tiered.providers.base import Provider
 from tiered.providers.layout import FileType
 from tiered.providers.layout import logical_path
+from tiered.providers.layout import offset_to_file_name
 from tiered.providers.layout import segment_key
 
 log = logging.getLogger(__name__)
@@ -120,10 +122,17 @@ class FlatAddress:
     topic: str
     queue_id: int
 
-    @property
+    @functools.cached_property
     def path(self) -> str:
-        """The logical path ``{broker}/{topic}/{queueId}`` (the metadata key)."""
+        """The logical path ``{broker}/{topic}/{queueId}`` (the metadata key; made once)."""
         return logical_path(self.broker, self.topic, self.queue_id)
+
+    def key_prefix(self, file_type: FileType) -> str:
+        """What every key of the queue's ``file_type`` segments starts with (the segment's file
+        name follows)."""
+        return segment_key(self.cluster, self.broker, self.topic, self.queue_id, file_type, 0)[
+            : -len(offset_to_file_name(0))
+        ]
 
 
 @dataclass
@@ -194,6 +203,7 @@ class FlatAppendFile:
         self.max_size = self.segment_size(max_size)
         self.clock = clock
         self.path = address.path
+        self._key_prefix: str | None = None  # (see key)
         self._segments: list[Segment] = []
         self._dirty: tuple[int, ...] = _CLEAN  # see _mark
 
@@ -220,9 +230,11 @@ class FlatAppendFile:
     # --- identity and positions ---------------------------------------------------------------
 
     def key(self, base: int) -> str:
-        """The provider key of the segment at ``base``."""
-        a = self.address
-        return segment_key(a.cluster, a.broker, a.topic, a.queue_id, self.file_type, base)
+        """The provider key of the segment at ``base`` (its queue's part made once)."""
+        prefix = self._key_prefix
+        if prefix is None:
+            prefix = self._key_prefix = self.address.key_prefix(self.file_type)
+        return prefix + offset_to_file_name(base)
 
     def key_at(self, offset: int) -> str:
         """The provider key of the segment holding ``offset`` (the first segment's for an

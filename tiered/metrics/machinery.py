@@ -351,18 +351,34 @@ class QueueGauge:
             return
         self._set((path, *rest), (path_label(path), *rest), value)
 
+    def set_paths(self, items: Sequence[tuple[str, float, str]]) -> None:
+        """:meth:`set_path` of each ``(path, value, label)`` (a family of one label after the
+        path), under one hold of the lock."""
+        if _detail.level == "queue":
+            for path, value, rest in items:
+                child(self.family, path, rest).set(value)
+            return
+        if _making.discard:
+            return
+        with self._lock:
+            for path, value, rest in items:
+                self._set_locked((path, rest), (path_label(path), rest), value)
+
     def _set(self, key: Hashable, series: tuple[str, ...], value: float) -> None:
         if _making.discard:
             return
         with self._lock:
-            values = self._values.get(series)
-            if values is None:
-                values = self._values[series] = {}
-            if value:
-                values[key] = value
-            elif values.pop(key, None) is None:
-                return  # 0 and was 0: nothing changed
-            self._dirty.add(series)
+            self._set_locked(key, series, value)
+
+    def _set_locked(self, key: Hashable, series: tuple[str, ...], value: float) -> None:
+        values = self._values.get(series)
+        if values is None:
+            values = self._values[series] = {}
+        if value:
+            values[key] = value
+        elif values.pop(key, None) is None:
+            return  # 0 and was 0: nothing changed
+        self._dirty.add(series)
 
     def forget(self, topic: str, queue_id: int, path: str) -> bool:
         """Drop a queue's values (the broker deleted it): its own series at ``queue`` detail,

@@ -511,7 +511,14 @@ def commit_wave(
     finished (:func:`finish`)."""
     synced()
     commits = FlatMessageFile.commit_many([s.plan.flat for s in sent])
-    return [(s.plan.flat, finish(s, now, listeners, c)) for s, c in zip(sent, commits, strict=True)]
+    counts = Counts()  # (the wave's metrics at once)
+    try:
+        return [
+            (s.plan.flat, finish(s, now, listeners, c, counts))
+            for s, c in zip(sent, commits, strict=True)
+        ]
+    finally:
+        counts.write()
 
 
 def finish(
@@ -519,11 +526,13 @@ def finish(
     now: int,
     listeners: Sequence[CommitListener] = (),
     committed: CommitResult | TieredStoreError | OSError | None = None,
+    counts: Counts | None = None,
 ) -> StepResult:
     """The second half of :func:`execute`: sync the commitlog (nothing to do when the round
     synced it), upload the units, tell ``listeners``, record what the queue has left.
     ``committed``: that commit's outcome when the caller made it (a wide round commits every
-    queue at once, :meth:`~tiered.file.flat_message_file.FlatMessageFile.commit_many`)."""
+    queue at once, :meth:`~tiered.file.flat_message_file.FlatMessageFile.commit_many`);
+    ``counts``: where the upload is counted for the caller to write to the metrics."""
     p, batch = sent.plan, sent.batch
     flat, state = p.flat, p.state
     try:
@@ -534,7 +543,7 @@ def finish(
         return failed(flat, state, e)
     _log_batches(flat, done, sent.started)
     state.failures = 0
-    _count(flat, state, done.messages, sent.commitlog_bytes + done.commitlog_bytes, now)
+    _count(flat, state, done.messages, sent.commitlog_bytes + done.commitlog_bytes, now, counts)
     _notify(flat, done, listeners)
     n = len(batch)
     units = p.units
@@ -675,8 +684,45 @@ def _skip_deleted(
     return StepResult(gap=gap, more=True)
 
 
-def _count(flat: FlatMessageFile, state: QueueState, messages: int, nbytes: int, now: int) -> None:
+class Counts:
+    """Many steps' uploads, counted in the metrics at once (:meth:`write`): a wide round's
+    thousands of steps would each take the families' locks four times."""
+
+    def __init__(self) -> None:
+        self.messages: dict[tuple[str, str], int] = {}
+        self.bytes: dict[tuple[str, str], int] = {}
+        self.sizes: list[tuple[str, float, str]] = []
+
+    def add(self, flat: FlatMessageFile, messages: int, nbytes: int) -> None:
+        """Count a step of ``flat``'s queue (as :func:`_count` does)."""
+        labels = metrics.queue_labels(flat.topic, flat.queue_id)
+        if messages:
+            self.messages[labels] = self.messages.get(labels, 0) + messages
+        self.bytes[labels] = self.bytes.get(labels, 0) + nbytes
+        path = flat.path
+        self.sizes.append((path, flat.commitlog.committed_bytes, "commit_log"))
+        self.sizes.append((path, flat.consume_queue.committed_bytes, "consume_queue"))
+
+    def write(self) -> None:
+        """Add what was counted to the metric families (once per series), and forget it."""
+        messages, nbytes, sizes = self.messages, self.bytes, self.sizes
+        self.messages, self.bytes, self.sizes = {}, {}, []
+        for labels, n in messages.items():
+            metrics.child(metrics.MESSAGES_DISPATCH, *labels, "commit_log").inc(n)
+        for labels, n in nbytes.items():
+            metrics.child(metrics.DISPATCH_BYTES, *labels).inc(n)
+        metrics.QUEUE_STORAGE_SIZE.set_paths(sizes)
+
+
+def _count(
+    flat: FlatMessageFile, state: QueueState, messages: int, nbytes: int, now: int,
+    counts: Counts | None = None,
+) -> None:  # fmt: skip
     if not messages and not nbytes:
+        return
+    state.last_upload_ms = now
+    if counts is not None:
+        counts.add(flat, messages, nbytes)
         return
     labels = metrics.queue_labels(flat.topic, flat.queue_id)
     if messages:
@@ -685,7 +731,6 @@ def _count(flat: FlatMessageFile, state: QueueState, messages: int, nbytes: int,
     size = metrics.QUEUE_STORAGE_SIZE
     size.set_path(flat.path, flat.commitlog.committed_bytes, "commit_log")
     size.set_path(flat.path, flat.consume_queue.committed_bytes, "consume_queue")
-    state.last_upload_ms = now
 
 
 def _behind(
