@@ -32,7 +32,7 @@ from tiered.errors import SegmentNotFoundError
 from tiered.errors import TieredStoreError
 from tiered.index.service import IndexService
 from tiered.metadata import MetadataDocument
-from tiered.metadata import dump_metadata
+from tiered.metadata import dump_metadata_json
 from tiered.metadata import mirror_key_for
 from tiered.metadata import parse_metadata
 from tiered.metadata.atomic import AtomicFile
@@ -188,7 +188,7 @@ class Replica(Sidecar):
             self._doc, self.mirror_reader, self.mirror_key, self._snapshot, after=self._frames
         )
         self._listing = listing
-        return dump_metadata(self._doc).encode("utf-8")
+        return dump_metadata_json(self._doc)
 
     def refresh_job(self) -> None:
         """:meth:`refresh` as a daemon job: a failure is logged, the next run retries."""

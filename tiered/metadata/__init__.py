@@ -26,6 +26,7 @@ from .models import MetadataDocument
 from .models import QueueMetadata
 from .models import TopicMetadata
 from .models import dump_metadata
+from .models import dump_metadata_json
 from .models import parse_metadata
 
 __all__ = [
@@ -40,6 +41,7 @@ __all__ = [
     "QueueMetadata",
     "TopicMetadata",
     "dump_metadata",
+    "dump_metadata_json",
     "mirror_key_for",
     "now_ms",
     "parse_metadata",

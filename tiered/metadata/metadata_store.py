@@ -64,7 +64,7 @@ from .models import MessageQueue
 from .models import MetadataDocument
 from .models import QueueMetadata
 from .models import TopicMetadata
-from .models import dump_metadata
+from .models import dump_metadata_json
 from .models import share_fields_set
 from .orphans import OrphanLog
 
@@ -378,7 +378,7 @@ class MetadataStore:
             self._mirror_stale = True
 
     def _write_snapshot(self) -> None:
-        data = dump_metadata(self._doc).encode("utf-8")
+        data = dump_metadata_json(self._doc)
         try:
             self._file.write(data)
         except OSError:
@@ -791,6 +791,6 @@ class MetadataStore:
             if store.journal.path.exists():
                 moved = store.journal.set_aside(clock())
                 log.warning("set the local journal aside as %s before recovery", moved)
-            store._file.write(dump_metadata(doc).encode("utf-8"))
+            store._file.write(dump_metadata_json(doc))
             store.load()
         return store

@@ -14,7 +14,6 @@ upstream's ``@JSONField(ordinal)`` order, which fastjson reads back identically.
 from __future__ import annotations
 
 import json
-import re
 from enum import IntEnum
 from typing import Annotated
 from typing import Any
@@ -30,6 +29,7 @@ from pydantic import model_validator
 from pydantic.alias_generators import to_camel
 
 from tiered.errors import MetadataError
+from tiered.process import native
 
 __all__ = [
     "LONG_MAX",
@@ -44,6 +44,7 @@ __all__ = [
     "SegmentTable",
     "TopicMetadata",
     "dump_metadata",
+    "dump_metadata_json",
     "parse_metadata",
 ]
 
@@ -295,36 +296,18 @@ def _describe(error: ValidationError) -> str:
     return "; ".join(parts) + more
 
 
-# pydantic's Rust JSON writer emits one space of indentation per level and ': ' after keys. JSON
-# strings cannot hold a raw newline, so "\n" + spaces only ever starts a line and is indentation.
-# Inside a string a quote is escaped, so '": ' is a key separator unless the text holds an escaped
-# quote or a string (key, value or list item) starts with ': ' (its opening quote then precedes
-# ': '); only then does the slower line-by-line rewrite run.
-_LINE_START: Final = re.compile(r'(?m)^( +)("(?:[^"\\\n]|\\.)*": )?')
-_COLON_FIRST: Final = re.compile(r'(?:": |\n +)": ')
-"""A string that starts with ': ', after its key or at the start of its line."""
-
-
-def _tabify(match: re.Match[str]) -> str:
-    key = match.group(2)
-    return "\t" * len(match.group(1)) + (key[:-1] if key else "")
-
-
-def _fastjson_layout(raw: str) -> str:
-    if '\\"' in raw or _COLON_FIRST.search(raw):
-        return _LINE_START.sub(_tabify, raw)
-    depth = 0
-    while "\n" + " " * (depth + 1) in raw:
-        depth += 1
-    for level in range(depth, 0, -1):  # deepest first: a shallower pattern is its prefix
-        raw = raw.replace("\n" + " " * level, "\n" + "\t" * level)
-    return raw.replace('": ', '":')
-
-
 def dump_metadata(doc: MetadataDocument) -> str:
     """The document as standard JSON in fastjson's pretty layout (TABs, no space after ``:``).
 
     Map keys are quoted (``{"0":{...}}``), which fastjson reads like its own bare keys; entity
     properties follow upstream's order; non-ASCII text is written as UTF-8, not escaped.
     """
-    return _fastjson_layout(doc.model_dump_json(by_alias=True, indent=1))
+    return dump_metadata_json(doc).decode("utf-8")
+
+
+def dump_metadata_json(doc: MetadataDocument) -> bytes:
+    """:func:`dump_metadata` as the UTF-8 bytes written to the file: pydantic's writer with one
+    space of indentation, laid out by the kernel in one pass (``fastjson_layout``)."""
+    raw = doc.__pydantic_serializer__.to_json(doc, by_alias=True, indent=1)
+    laid_out: bytes = native.kernel().fastjson_layout(raw)
+    return laid_out

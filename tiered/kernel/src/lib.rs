@@ -9,6 +9,7 @@ pub mod decode;
 pub mod files;
 pub mod gather;
 pub mod java;
+pub mod json_layout;
 pub mod index_file;
 pub mod keys;
 pub mod par;
@@ -602,6 +603,14 @@ mod python {
         PyBytes::new(py, &bytes)
     }
 
+    /// `fastjson_layout(json) -> bytes`: the metadata JSON in fastjson's layout
+    /// (`json_layout::fastjson_layout`).
+    #[pyfunction]
+    fn fastjson_layout<'py>(py: Python<'py>, json: &[u8]) -> Bound<'py, PyBytes> {
+        let out = py.detach(|| crate::json_layout::fastjson_layout(json));
+        PyBytes::new(py, &out)
+    }
+
     #[pymodule]
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
@@ -622,6 +631,7 @@ mod python {
         m.add_function(wrap_pyfunction!(queue_tails, m)?)?;
         m.add_function(wrap_pyfunction!(append_files, m)?)?;
         m.add_function(wrap_pyfunction!(dirs_exist, m)?)?;
+        m.add_function(wrap_pyfunction!(fastjson_layout, m)?)?;
         crate::decode::python::register(m)?;
         m.add("__version__", env!("CARGO_PKG_VERSION"))?;
         Ok(())
