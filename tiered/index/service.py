@@ -85,9 +85,10 @@ restarts from the fast copy, :mod:`.progress`)."""
 CHECKPOINT_MAX_ITEMS: Final = 1_000_000
 """... or when this many index items were put since it (a fast tail: ~10 s at 100,000 keys/s),
 which bounds what a power loss makes the catch-up index again."""
-DEFERRED_MAX_ROWS: Final = 1 << 20
+DEFERRED_MAX_ROWS: Final = 1 << 17
 """Items gathered by :meth:`IndexService.deferred_puts` are put once this many wait (about
-36 MB), whatever the block still does."""
+4.5 MB; putting them takes a few times that again), whatever the block still does: a first
+offload's wide round gathers every new queue's keys in one block."""
 EXTERNAL_MASTER: Final = "external"
 """``tieredIndexSparkMaster=external``: large files are staged for a ``spark-submit`` job."""
 
