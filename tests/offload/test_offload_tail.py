@@ -307,6 +307,39 @@ def test_max_offsets_scanned_ahead_are_those_each_queue_finds_alone(
     assert ahead._scanned == {}  # nothing answered twice, nothing kept past the block
 
 
+def test_max_offsets_learned_with_the_bounds_are_not_read_again(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """New queues' max offsets read by ``learn_bounds`` answer the ``scanned_ahead`` block that
+    follows (the kernel is not asked for them again), once: a later block reads anew."""
+    spec = _spec(small_spec, topics=8, queues=8, messages=400)
+    store = offload_case.store(spec)
+    cfg = offload_case.config(store)
+    alone, ahead = LocalSource(cfg), LocalSource(cfg)
+    queues = alone.queues()
+    asked: list[list[tuple[str, int]]] = []
+    scan_many = ahead._scan_many
+
+    def counted(keys: Any) -> Any:
+        asked.append(list(keys))
+        return scan_many(keys)
+
+    monkeypatch.setattr(ahead, "_scan_many", counted)
+    monkeypatch.setattr(local_mod, "SCAN_AHEAD_QUEUES", 8)
+    ahead.learn_bounds(queues[:40])
+    with ahead.scanned_ahead(queues):
+        got = {q: ahead.max_offset(*q) for q in queues}
+    assert got == {q: alone.max_offset(*q) for q in queues}
+    assert asked == [queues[40:]]  # the others' from the bounds
+    offload_case.append(store, seed=5, messages=300)
+    asked.clear()
+    with ahead.scanned_ahead(queues):  # nothing learned since: every queue read anew
+        got = {q: ahead.max_offset(*q) for q in queues}
+    assert got == {q: alone.max_offset(*q) for q in queues}
+    assert asked == [queues]
+    assert ahead._scanned == {} and ahead._learned == {}
+
+
 def test_max_offset_of_a_queue_whose_files_were_replaced(
     offload_case: SidecarCase, small_spec: GenSpec
 ) -> None:

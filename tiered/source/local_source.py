@@ -145,6 +145,7 @@ class LocalSource:
         self._live: set[tuple[str, int]] = set()
         """Queues whose last max offset scan found new units."""
         self._scanned: dict[tuple[str, int], int] = {}
+        self._learned: dict[tuple[str, int], int] = {}  # max offsets learn_bounds just read
         """Max offsets :meth:`scanned_ahead` read, each answered once."""
         self._known_times = (_NO_UNIT, _NO_UNIT)
         """Store times the commitlog feed read: (commitlog offsets, times)."""
@@ -331,9 +332,14 @@ class LocalSource:
         units it found kept for :meth:`tail_units` -- what a pass that plans thousands of moved
         queues asks of each once. Fewer than :data:`SCAN_AHEAD_QUEUES` queues, a queue with no
         answer yet, and one the kernel leaves to the reader (its file missing, full or of
-        another size) are scanned as usual."""
-        if len(queues) >= SCAN_AHEAD_QUEUES:
-            self._scanned = self._scan_many(queues)
+        another size) are scanned as usual. A queue whose max offset :meth:`learn_bounds` read
+        just before (the last call's) is answered from that, not read again."""
+        learned, self._learned = self._learned, {}
+        known = {key: learned[key] for key in queues if key in learned}
+        rest = [key for key in queues if key not in known] if known else queues
+        self._scanned = known
+        if len(rest) >= SCAN_AHEAD_QUEUES:
+            self._scanned.update(self._scan_many(rest))
         try:
             yield
         finally:
@@ -459,15 +465,17 @@ class LocalSource:
         """Read the min and max offset of many queues at once (:meth:`many_bounds`, one call of
         the kernel) into what :meth:`min_offset` and :meth:`max_offset` remember, so that their
         next answers for these queues take no listing each (the first offload of thousands of
-        new queues). A queue the kernel leaves to the per-queue methods is left to them."""
+        new queues), and the max offsets for the next :meth:`scanned_ahead` block. A queue the
+        kernel leaves to the per-queue methods is left to them."""
         if not queues:
             return
         found = self.many_bounds(queues, [None] * len(queues))
         now, clmin = time.monotonic(), self.commitlog.min_offset
+        self._learned = {}
         for key, got in zip(queues, found, strict=True):
             if got is None or got[0] < 0:
                 continue
-            self._max_hint[key] = got[1]
+            self._max_hint[key] = self._learned[key] = got[1]
             self._min_memo[key] = (now + MIN_OFFSET_TTL_S, clmin, got[0])
 
     def read_units(self, topic: str, queue_id: int, start: int, count: int) -> Units:
