@@ -29,7 +29,7 @@ from tiered.index import IndexBatch
 from tiered.index.bulk_keys import index_batch_of_units
 from tiered.index.key_set import key_properties
 from tiered.index.numpy_keys import reference_index_batch
-from tiered.source.local_source import BatchRequest
+from tiered.source.batch_request import BatchRequest
 
 MESSAGES = 200_000
 REPEAT = 3

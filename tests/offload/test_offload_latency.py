@@ -8,7 +8,7 @@ from prometheus_client import REGISTRY
 from tiered.providers import MemoryProvider
 
 from tiered.core.sidecar import Sidecar
-from tiered.source.local_source import BatchRequest
+from tiered.source.batch_request import BatchRequest
 from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 

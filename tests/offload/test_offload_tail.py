@@ -31,7 +31,7 @@ from tiered.errors import OffsetNotInStoreError
 from tiered.offload import dispatcher as dispatcher_mod
 from tiered.source import listing as listing_mod
 from tiered.source import local_source as local_mod
-from tiered.source.local_source import BatchRequest
+from tiered.source.batch_request import BatchRequest
 from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier

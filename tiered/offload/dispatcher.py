@@ -70,7 +70,7 @@ from tiered.offload.pause import PauseFile
 from tiered.offload.pause import PauseWatch
 from tiered.process.logs import error_fields
 from tiered.process.offload_priority import with_nice
-from tiered.source.local_source import BatchRequest
+from tiered.source.batch_request import BatchRequest
 from tiered.source.local_source import LocalSource
 from tiered.source.local_source import UncheckedBatch
 from tiered.source.topic_filter import TopicFilter

@@ -53,11 +53,15 @@ from tiered.errors import StoreFileNotFoundError
 from tiered.file.flat_message_file import MessageBatch
 from tiered.file.restart_reconcile import LocalUnits
 from tiered.process import native
+from tiered.source.batch_request import HEADER_BYTES
+from tiered.source.batch_request import NO_UNIT
+from tiered.source.batch_request import BatchRequest
+from tiered.source.batch_request import first_after
+from tiered.source.batch_request import head_time
 from tiered.source.listing import Listing
 
 Units = npt.NDArray[np.void]
 Int64s = npt.NDArray[np.int64]
-_HEADER_BYTES = 96  # enough for the store timestamp behind an IPv6 born host (76 bytes)
 MIN_OFFSET_TTL_S = 1.0
 """How long the read path reuses a queue's local min offset (it scans the first CQ file)."""
 REFRESH_S = 1.0
@@ -77,18 +81,6 @@ SCAN_AHEAD_KEPT_UNITS = 65
 busy queue's batch is read when planned, and a wave holds at most 1.3 KB a queue)."""
 SCAN_THREADS = min(len(os.sched_getaffinity(0)), 4)
 """Threads of that call (system calls on a warm page cache: a thread per core, at most 4)."""
-
-
-@dataclass(frozen=True, eq=False)  # arrays: no value equality
-class BatchRequest:
-    """Consecutive consumequeue ``units`` of a queue, from ``queue_offset``, to read; ``after``
-    the units past them, when known (the store time of the first is read too)."""
-
-    topic: str
-    queue_id: int
-    queue_offset: int
-    units: Units
-    after: Units | None = None
 
 
 @dataclass(slots=True, eq=False)  # arrays: no value equality
@@ -147,7 +139,7 @@ class LocalSource:
         self._scanned: dict[tuple[str, int], int] = {}
         self._learned: dict[tuple[str, int], int] = {}  # max offsets learn_bounds just read
         """Max offsets :meth:`scanned_ahead` read, each answered once."""
-        self._known_times = (_NO_UNIT, _NO_UNIT)
+        self._known_times = (NO_UNIT, NO_UNIT)
         """Store times the commitlog feed read: (commitlog offsets, times)."""
         self._min_memo: dict[tuple[str, int], tuple[float, int, int]] = {}
         self._has_memo: dict[tuple[str, int], float] = {}
@@ -534,7 +526,7 @@ class LocalSource:
         if i < len(offsets) and offsets[i] == physical:
             return int(times[i])
         try:
-            head = self.commitlog.read(physical, min(size, _HEADER_BYTES))
+            head = self.commitlog.read(physical, min(size, HEADER_BYTES))
         except (OffsetNotInStoreError, StoreFileNotFoundError, CorruptStoreFileError):
             return None
         return msgcodec.store_timestamp_of(head)
@@ -596,7 +588,7 @@ class LocalSource:
             return [], []
         offs = [r.units["offset"].astype(np.int64) for r in requests]
         sizes = [r.units["size"].astype(np.int64) for r in requests]
-        nexts = [_first_after(r) for r in requests]
+        nexts = [first_after(r) for r in requests]
         self._listed_past(offs, sizes)
         got = coalesce.gather(
             self.commitlog,
@@ -612,7 +604,7 @@ class LocalSource:
             )
         ]
         times = [
-            _head_time(head, r.queue_offset + len(r.units), int(o[0]), int(r.after["size"][0]))
+            head_time(head, r.queue_offset + len(r.units), int(o[0]), int(r.after["size"][0]))
             if error is None and len(o) and r.after is not None
             else None
             for r, head, error, (o, _) in zip(
@@ -795,30 +787,5 @@ class LocalSource:
         return self.root
 
 
-_NO_UNIT = np.zeros(0, dtype=np.int64)
 _OFFSET_SIZE = struct.Struct(">qi")
 """The leading fields of a consumequeue unit: commitlog offset and size."""
-
-
-def _first_after(r: BatchRequest) -> tuple[Int64s, Int64s]:
-    """Where the header of the unit after ``r``'s batch is: (offsets, lengths) of 0 or 1 range."""
-    after = r.after
-    if after is None or not len(after) or cqmod.is_blank_unit(after[:1])[0]:
-        return _NO_UNIT, _NO_UNIT
-    offset, size = int(after["offset"][0]), int(after["size"][0])
-    if offset < 0 or size < msgcodec.MIN_UNIT_SIZE:
-        return _NO_UNIT, _NO_UNIT
-    return np.array([offset], np.int64), np.array([min(size, _HEADER_BYTES)], np.int64)
-
-
-def _head_time(head: bytearray, queue_offset: int, physical: int, size: int) -> int | None:
-    """The store time in a message header, ``None`` when the header is not the unit's."""
-    q, p = msgcodec.QUEUE_OFFSET_POSITION, msgcodec.PHYSICAL_OFFSET_POSITION
-    found = (
-        int.from_bytes(head[0:4], "big", signed=True),
-        int.from_bytes(head[q : q + 8], "big", signed=True),
-        int.from_bytes(head[p : p + 8], "big", signed=True),
-    )
-    if found != (size, queue_offset, physical):
-        return None
-    return msgcodec.store_timestamp_of(memoryview(head))
