@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import os
 import struct
-import threading
 from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,6 +28,7 @@ from tiered.broker.consumequeue import effective_cq_file_size
 from tiered.broker.consumequeue import first_invalid
 from tiered.errors import OffsetNotInStoreError
 from tiered.process import native
+from tiered.process.background import in_background
 
 PROBE_UNITS: Final = 64
 """Units read after a hint's unit at first: a queue the tier has caught up with ends there."""
@@ -145,21 +145,10 @@ def start_many_bounds(
         min(len(os.sched_getaffinity(0)), MAX_THREADS),
     )
     done: list[tuple[bytes, bytes, bytes]] = []
-    failed: list[BaseException] = []
-
-    def read() -> None:
-        try:
-            done.append(native.kernel().queue_bounds(*args))
-        except BaseException as e:  # handed to the caller
-            failed.append(e)
-
-    thread = threading.Thread(target=read, name="queue-bounds", daemon=True)
-    thread.start()
+    read = in_background(lambda: done.append(native.kernel().queue_bounds(*args)), "queue-bounds")
 
     def answer() -> list[tuple[int, int, int] | None]:
-        thread.join()
-        if failed:
-            raise failed[0]
+        read()  # (raises what the kernel raised)
         mins, maxs, tails = (np.frombuffer(b, dtype=np.int64).tolist() for b in done[0])
         return [
             None if lo == _ASK else (lo, hi, tail)

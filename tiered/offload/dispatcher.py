@@ -45,7 +45,6 @@ from tiered.offload.commit_notifier import Held
 from tiered.offload.commit_notifier import Notifier
 from tiered.offload.commit_notifier import collector_paused
 from tiered.offload.commit_notifier import freed
-from tiered.offload.commit_notifier import in_background
 from tiered.offload.commit_notifier import waves
 from tiered.offload.dispatch_state import Gap
 from tiered.offload.dispatch_state import QueueState
@@ -68,6 +67,7 @@ from tiered.offload.pass_queues import PassQueues
 from tiered.offload.pass_queues import QueueProgress
 from tiered.offload.pause import PauseFile
 from tiered.offload.pause import PauseWatch
+from tiered.process.background import in_background
 from tiered.process.logs import error_fields
 from tiered.process.offload_priority import with_nice
 from tiered.source.batch_request import BatchRequest

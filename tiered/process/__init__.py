@@ -1,6 +1,7 @@
 """What a sidecar process sets up for itself, whatever command it runs.
 
 - :mod:`.allocator` -- the C allocator's settings for megabyte buffers;
+- :mod:`.background` -- work begun on a thread of its own and waited for later;
 - :mod:`.native` -- the compiled kernel, ``tiered._kernel``, or the error that says how to build it;
 - :mod:`.offload_priority` -- the CPU priority of the offload's own threads;
 - :mod:`.logs` -- the log handler (text or JSON) and the fields of error lines;
