@@ -90,7 +90,7 @@ kernel-test:
 	cd tiered/kernel && cargo test --locked -q
 
 test: lint kernel-test $(JS)/node_modules/.installed ops-tools rmq
-	$(BIN)/pytest -q -p no:cacheprovider --durations=20
+	$(BIN)/pytest -q -p no:cacheprovider -n 2 --dist loadgroup --durations=20
 
 # the inner loop: no lint, no JVM (broker, Spark), Node, Ceph, Prometheus, Helm, nor slow tests
 test-fast: $(VENV)/.installed-dev

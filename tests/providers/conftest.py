@@ -32,9 +32,14 @@ def _boot_ceph() -> tuple[S3Endpoint, dict[str, str]]:
     return start_ceph(CEPH_RGW, directory)
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
-    """Start booting Ceph in the background if a selected test needs it."""
-    if any("ceph_s3" in getattr(item, "fixturenames", ()) for item in session.items):
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    """At the first test of this directory the process runs, start booting Ceph in the
+    background if a selected test needs it (under ``make test``'s two xdist workers, only the
+    worker that runs these tests boots it)."""
+    if "started" in _ceph:
+        return
+    _ceph["started"] = True
+    if any("ceph_s3" in getattr(i, "fixturenames", ()) for i in item.session.items):
         pool = ThreadPoolExecutor(1, thread_name_prefix="ceph-boot")
         _ceph["future"] = pool.submit(_boot_ceph)
         pool.shutdown(wait=False)
@@ -65,7 +70,7 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
 def ceph_s3() -> S3Endpoint:
     """A real Ceph RADOS Gateway on 127.0.0.1; fails (never skips) when it cannot start."""
     future = _ceph.get("future")
-    if not isinstance(future, Future):  # pragma: no cover - collection always starts it
+    if not isinstance(future, Future):  # pragma: no cover - the first test here starts it
         future = ThreadPoolExecutor(1).submit(_boot_ceph)
         _ceph["future"] = future
     try:
