@@ -216,7 +216,9 @@ class TestS3ProviderCeph(OnCeph, S3ProviderTests):
 
 @pytest.fixture
 def moto_provider(moto_s3: S3Endpoint) -> S3Provider:
-    return make_provider(moto_s3, moto_s3.new_bucket(), "faults", read_timeout_s=0.5)
+    """A provider on moto behind the fault layer, with the default timeouts (a tight one would
+    time out, and send again, a request a busy machine answered late)."""
+    return make_provider(moto_s3, moto_s3.new_bucket(), "faults")
 
 
 @pytest.mark.s3
@@ -271,17 +273,15 @@ def test_a_server_without_conditional_puts_falls_back_to_listing(
 @pytest.mark.s3
 def test_timeouts_are_retried(moto_provider: S3Provider, http_faults: HttpFaults) -> None:
     moto_provider.append(seg(0), b"abc", 0)
+    endpoint = S3Endpoint(moto_provider.endpoint or "", "testing", "testing", "us-east-1", "moto")
+    tight = make_provider(endpoint, moto_provider.bucket, "faults", read_timeout_s=0.5)
     rule = http_faults.add(0, "", count=1, method="GET", delay_s=1.0)
-    fresh = pickle.loads(pickle.dumps(moto_provider))  # lists: it has not written the key
+    fresh = pickle.loads(pickle.dumps(tight))  # lists: it has not written the key
     assert fresh.size(seg(0)) == 3
     assert rule.hits == 1
     http_faults.add(0, "", count=100, method="GET", delay_s=0.7)
     slow = make_provider(
-        S3Endpoint(moto_provider.endpoint or "", "testing", "testing", "us-east-1", "moto"),
-        moto_provider.bucket,
-        "faults",
-        read_timeout_s=0.3,
-        max_attempts=2,
+        endpoint, moto_provider.bucket, "faults", read_timeout_s=0.3, max_attempts=2
     )
     with pytest.raises(ProviderTimeoutError) as info:
         slow.size(seg(0))
