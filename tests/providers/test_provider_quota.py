@@ -106,10 +106,10 @@ def wait_total(direction: str) -> float:
 
 def test_appends_and_puts_are_held_reads_are_not_under_an_upload_quota() -> None:
     rate = 4 * MIB
+    started = time.monotonic()  # (the bucket fills from its creation on)
     provider = QuotaProvider(MemoryProvider(), upload_bytes_per_second=rate)
     before = wait_total("upload")
     data = b"x" * (MIB // 2)
-    started = time.monotonic()
     provider.append(seg(1), data, 0)
     provider.append(seg(1), data, len(data))
     provider.put(seg(2), io.BytesIO(data))  # streamed: paid as it is read
@@ -135,6 +135,7 @@ def test_a_read_gives_back_what_the_object_did_not_hold() -> None:
 
 def test_threads_share_one_bucket() -> None:
     rate = 8 * MIB
+    started = time.monotonic()  # (the bucket fills from its creation on)
     provider = QuotaProvider(MemoryProvider(), upload_bytes_per_second=rate)
     piece = b"z" * (MIB // 2)
 
@@ -143,7 +144,6 @@ def test_threads_share_one_bucket() -> None:
             provider.put(seg(100 * i + j), piece)
 
     threads = [threading.Thread(target=write, args=(i,)) for i in range(4)]
-    started = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:

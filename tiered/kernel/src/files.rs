@@ -92,8 +92,12 @@ pub fn dirs_exist(paths: &[String], threads: usize) -> Vec<bool> {
 }
 
 /// [`append_at`] of each `(paths[i], positions[i], datas[i])` on up to `threads` threads, in order.
+/// A file named twice gets its appends one after the other as listed: the call then runs on one
+/// thread (the threads take ranges of the items, which would race for it).
 pub fn append_many(paths: &[String], positions: &[u64], datas: &[&[u8]], threads: usize) -> Vec<Appended> {
     let one = |i: usize| append_at(Path::new(&paths[i]), positions[i], datas[i]);
+    let mut seen = std::collections::HashSet::with_capacity(paths.len());
+    let threads = if paths.iter().all(|p| seen.insert(p.as_str())) { threads } else { 1 };
     crate::par::in_order(paths.len(), threads, one, Appended::Failed(libc_eio()))
 }
 
@@ -115,6 +119,26 @@ mod tests {
     impl Drop for Dir {
         fn drop(&mut self) {
             let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+
+    #[test]
+    fn a_file_named_twice_gets_its_appends_in_order() {
+        let d = Dir::new();
+        let paths: Vec<String> = (0..800).map(|i| d.0.join(format!("f{}", i % 400)).to_string_lossy().into()).collect();
+        for p in &paths[..400] {
+            std::fs::write(p, b"a").unwrap();
+        }
+        // the first 400 append at 1, the second 400 (the same files, on another range) at 2
+        let positions: Vec<u64> = (0..800).map(|i| if i < 400 { 1 } else { 2 }).collect();
+        let datas: Vec<&[u8]> = (0..800).map(|i| if i < 400 { &b"b"[..] } else { &b"c"[..] }).collect();
+        for _ in 0..20 {
+            let got = append_many(&paths, &positions, &datas, 4);
+            assert!(got.iter().all(|g| matches!(g, Appended::Done(0))), "{got:?}");
+            for p in &paths[..400] {
+                assert_eq!(std::fs::read(p).unwrap(), b"abc");
+                std::fs::write(p, b"a").unwrap();
+            }
         }
     }
 
