@@ -123,6 +123,35 @@ def test_mirror_spaced_never_puts_an_older_document_after_a_failed_put(tmp_path:
     assert inner.read(KEY, 0, inner.size(KEY)) == store.path.read_bytes()  # the newest
 
 
+def test_a_local_file_changed_by_hand_is_written_again_before_its_mirror_put(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The mirror's snapshot is read from the local file at the put (never held in memory); a
+    file that is no longer the snapshot the store wrote is rewritten from the document first."""
+    mirror = MemoryProvider()
+    store = open_store(tmp_path, mirror=mirror, mirror_key=KEY)
+    store.add_topic("First")  # mirrored: the interval below starts here
+    with store.mirror_spaced(3600):
+        store.add_topic("Deferred")  # written locally, its mirror put left for later
+        written = store.path.read_bytes()
+        store.path.write_bytes(written.replace(b'"Deferred"', b'"Deferrex"'))
+    with store.batch():  # puts the mirror left behind
+        pass
+    assert "is not the snapshot" in caplog.text
+    assert store.path.read_bytes() == written == mirror.read(KEY, 0, mirror.size(KEY))
+    with store.mirror_spaced(3600):
+        store.add_topic("Gone")
+        store.path.unlink()
+    with store.batch():
+        pass
+    assert parse_metadata(store.path.read_text(), source="local").topic_metadata_table.keys() == {
+        "First",
+        "Deferred",
+        "Gone",
+    }
+    assert mirror.read(KEY, 0, mirror.size(KEY)) == store.path.read_bytes()
+
+
 def test_recover_from_mirror_rebuilds_identical_documents(tmp_path: Path) -> None:
     mirror = MemoryProvider()
     store = open_store(tmp_path / "a", mirror=mirror, mirror_key=KEY)

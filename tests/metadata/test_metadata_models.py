@@ -20,6 +20,7 @@ from tiered.metadata.models import MetadataDocument
 from tiered.metadata.models import QueueMetadata
 from tiered.metadata.models import TopicMetadata
 from tiered.metadata.models import dump_metadata
+from tiered.metadata.models import dump_metadata_parts
 from tiered.metadata.models import parse_metadata
 
 # vectors.md V7: Java JSON.toJSONString(wrapper, DisableCircularReferenceDetect, PrettyFormat)
@@ -428,6 +429,18 @@ def test_random_documents_round_trip(doc: MetadataDocument) -> None:
     again = parse_metadata(text, source="random")
     assert again == doc
     assert dump_metadata(again) == text
+
+
+@settings(max_examples=100, deadline=None)
+@given(documents(), st.integers(1, 3))
+def test_random_documents_in_parts_are_the_whole_dump(doc: MetadataDocument, entries: int) -> None:
+    """The file written in parts of a few entries (as a large one is) has the same bytes."""
+    parts = list(dump_metadata_parts(doc, entries))
+    assert b"".join(parts).decode("utf-8") == _layout_oracle(doc)
+    sizes = [len(doc.segment_table(kind)) for kind in FileSegmentType]
+    sizes += [len(doc.queue_metadata_table), len(doc.topic_metadata_table)]
+    chunks = sum(-(-size // entries) for size in sizes)
+    assert len(parts) == 2 + 2 * len(sizes) + chunks  # no part holds more than `entries`
 
 
 @settings(max_examples=50, deadline=None)

@@ -14,6 +14,7 @@ import logging
 import os
 import threading
 from collections.abc import Callable
+from collections.abc import Iterable
 from pathlib import Path
 
 __all__ = ["AtomicFile", "fsync_dir", "write_synced"]
@@ -33,14 +34,17 @@ def fsync_dir(directory: Path) -> None:
         os.close(fd)
 
 
-def write_synced(path: Path, data: bytes) -> None:
-    """Create or truncate ``path``, write all of ``data`` and fsync it."""
+def write_synced(path: Path, data: bytes | Iterable[bytes], *, sync: bool = True) -> None:
+    """Create or truncate ``path``, write all of ``data`` (or its parts in turn) and fsync it
+    (unless not ``sync``)."""
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        os.fsync(fd)
+        for part in (data,) if isinstance(data, bytes) else data:
+            view = memoryview(part)
+            while view:
+                view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
     finally:
         os.close(fd)
 
@@ -62,9 +66,10 @@ class AtomicFile:
         if self.step_hook is not None:
             self.step_hook(name)
 
-    def write(self, data: bytes, *, sync: bool = True) -> None:
-        """Replace the file with ``data``, keeping the current file as ``.bak``; without
-        ``sync`` nothing is fsync'd (whole after a process crash, not after a power loss).
+    def write(self, data: bytes | Iterable[bytes], *, sync: bool = True) -> None:
+        """Replace the file with ``data`` (or its parts, written in turn as they come), keeping
+        the current file as ``.bak``; without ``sync`` nothing is fsync'd (whole after a process
+        crash, not after a power loss).
 
         Steps (reported to ``step_hook``): ``tmp-written``, ``bak-kept`` (only when the file
         existed), ``renamed``.
@@ -75,16 +80,13 @@ class AtomicFile:
         with self._write_lock:
             self._write(data, sync)
 
-    def _write(self, data: bytes, sync: bool) -> None:
+    def _write(self, data: bytes | Iterable[bytes], sync: bool) -> None:
         directory = self.path.parent
         if not directory.is_dir():
             directory.mkdir(parents=True, exist_ok=True)
             if sync:
                 fsync_dir(directory.parent)
-        if sync:
-            write_synced(self._tmp, data)
-        else:
-            self._tmp.write_bytes(data)
+        write_synced(self._tmp, data, sync=sync)
         self._step("tmp-written")
         if self.path.exists():
             self._keep_previous(sync)
@@ -102,11 +104,7 @@ class AtomicFile:
         try:
             os.link(self.path, self._bak_tmp)
         except OSError:  # a filesystem without hard links
-            previous = self.path.read_bytes()
-            if sync:
-                write_synced(self._bak_tmp, previous)
-            else:
-                self._bak_tmp.write_bytes(previous)
+            write_synced(self._bak_tmp, self.path.read_bytes(), sync=sync)
         os.replace(self._bak_tmp, self.bak_path)
 
     def drop_stale_temp(self) -> None:

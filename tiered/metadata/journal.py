@@ -22,14 +22,18 @@ by the snapshot it extends and the sequence number of its first frame.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import struct
 import zlib
+from collections.abc import Iterable
+from collections.abc import Iterator
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Any
+from typing import BinaryIO
 from typing import Final
 
 from pydantic import ValidationError
@@ -46,6 +50,7 @@ __all__ = [
     "Changes",
     "Journal",
     "JournalRead",
+    "SnapshotDigest",
     "apply_delta",
     "chunk_key",
     "chunk_prefix",
@@ -53,6 +58,7 @@ __all__ = [
     "delta_parts",
     "encode_delta",
     "encode_frame",
+    "file_snapshot_id",
     "snapshot_id",
 ]
 
@@ -67,6 +73,35 @@ SegmentKey = tuple[FileSegmentType, str, int]
 def snapshot_id(data: bytes) -> str:
     """What names a snapshot's bytes: ``{length:x}-{crc32:08x}``."""
     return f"{len(data):x}-{zlib.crc32(data):08x}"
+
+
+def file_snapshot_id(file: BinaryIO) -> str:
+    """:func:`snapshot_id` of a file's bytes from where it stands to its end, read in pieces."""
+    digest = SnapshotDigest()
+    for piece in iter(functools.partial(file.read, 1 << 20), b""):
+        digest.update(piece)
+    return digest.id
+
+
+class SnapshotDigest:
+    """:func:`snapshot_id` of a snapshot written in parts: :meth:`through` passes them on."""
+
+    def __init__(self) -> None:
+        self.length = 0
+        self._crc = 0
+
+    def update(self, part: bytes) -> None:
+        self.length += len(part)
+        self._crc = zlib.crc32(part, self._crc)
+
+    def through(self, parts: Iterable[bytes]) -> Iterator[bytes]:
+        for part in parts:
+            self.update(part)
+            yield part
+
+    @property
+    def id(self) -> str:
+        return f"{self.length:x}-{self._crc:08x}"
 
 
 def encode_frame(*parts: bytes) -> bytes:

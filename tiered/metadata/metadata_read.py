@@ -14,6 +14,9 @@ from tiered.errors import MetadataError
 from tiered.errors import ReadPastEndError
 from tiered.errors import SegmentNotFoundError
 from tiered.providers.base import Provider
+from tiered.providers.layout import check_component
+from tiered.providers.layout import check_key
+from tiered.providers.layout import cluster_dir_name
 
 from .journal import Journal
 from .journal import apply_delta
@@ -28,6 +31,7 @@ __all__ = [
     "apply_chunks",
     "apply_frames",
     "mirror_chunks",
+    "mirror_key_for",
     "parse_raw",
     "read_document",
     "read_metadata",
@@ -39,6 +43,19 @@ log = logging.getLogger(__name__)
 
 FILE_NAME = "tieredStoreMetadata.json"
 """The metadata file name, locally (below ``config/``) and in the backend mirror key."""
+
+
+def mirror_key_for(cluster: str, broker: str) -> str:
+    """The backend key of a broker's metadata mirror.
+
+    ``{md5(cluster)[:8]}_{cluster}/{broker}/config/tieredStoreMetadata.json``: beside the broker's
+    segment tree, never inside a segment directory (those are ``{topic}/{queueId}/{TYPE}/``).
+
+    Raises:
+        InvalidKeyError: the cluster or broker name is not a safe key component.
+    """
+    check_component(broker, "broker name")
+    return check_key(f"{cluster_dir_name(cluster)}/{broker}/config/{FILE_NAME}")
 
 
 def read_raw(path: Path) -> bytes | None:

@@ -38,21 +38,22 @@ from tiered.errors import MetadataError
 from tiered.errors import ProviderError
 from tiered.errors import SegmentNotFoundError
 from tiered.providers.base import Provider
-from tiered.providers.layout import check_component
 from tiered.providers.layout import check_key
-from tiered.providers.layout import cluster_dir_name
 
 from .atomic import AtomicFile
 from .journal import Changes
 from .journal import Journal
 from .journal import JournalRead
+from .journal import SnapshotDigest
 from .journal import chunk_key
 from .journal import chunk_prefix
 from .journal import delta_parts
 from .journal import encode_frame
+from .journal import file_snapshot_id
 from .journal import snapshot_id
 from .metadata_read import FILE_NAME
 from .metadata_read import apply_frames
+from .metadata_read import mirror_key_for
 from .metadata_read import parse_raw
 from .metadata_read import read_document
 from .metadata_read import read_metadata
@@ -64,7 +65,7 @@ from .models import MessageQueue
 from .models import MetadataDocument
 from .models import QueueMetadata
 from .models import TopicMetadata
-from .models import dump_metadata_json
+from .models import dump_metadata_parts
 from .models import share_fields_set
 from .orphans import OrphanLog
 
@@ -96,19 +97,6 @@ ANCHOR = "snapshot"
 def now_ms() -> int:
     """Epoch milliseconds, like Java's ``System.currentTimeMillis()``."""
     return time.time_ns() // 1_000_000
-
-
-def mirror_key_for(cluster: str, broker: str) -> str:
-    """The backend key of a broker's metadata mirror.
-
-    ``{md5(cluster)[:8]}_{cluster}/{broker}/config/tieredStoreMetadata.json``: beside the broker's
-    segment tree, never inside a segment directory (those are ``{topic}/{queueId}/{TYPE}/``).
-
-    Raises:
-        InvalidKeyError: the cluster or broker name is not a safe key component.
-    """
-    check_component(broker, "broker name")
-    return check_key(f"{cluster_dir_name(cluster)}/{broker}/config/{FILE_NAME}")
 
 
 @dataclass(frozen=True)
@@ -154,8 +142,8 @@ class MetadataStore:
         """A snapshot from this size on is journaled (-1: never, 0: always)."""
         self._changes = Changes()
         self._snapshot_bytes = 0
-        self._mirror_snapshot: bytes | None = None
-        """The newest snapshot written, until a mirror put of it succeeds."""
+        self._mirror_snapshot: str | None = None
+        """The id of the newest snapshot written (the local file), until a mirror put of it."""
         self._mirror_frames: list[bytes] = []
         """Journal frames after the mirrored snapshot not yet put (as one chunk)."""
         self._mirror_first = 0
@@ -266,7 +254,7 @@ class MetadataStore:
             if kept is not None and not onto_bak:
                 self.journal.adopt(kept)  # appends go on where the last run left off
                 if kept.frames or not self._mirror_holds(base or b""):
-                    self._mirror_from(base or b"", kept.frames)
+                    self._mirror_from(snapshot_id(base or b""), kept.frames)
             elif onto_bak:  # the journal extends the damaged file: a snapshot of what was read
                 self._write_snapshot()
         self.orphans.keys()  # read (or set aside, if damaged) the orphan log at start
@@ -378,26 +366,26 @@ class MetadataStore:
             self._mirror_stale = True
 
     def _write_snapshot(self) -> None:
-        data = dump_metadata_json(self._doc)
+        digest = SnapshotDigest()  # written in parts: never the whole text in memory
         try:
-            self._file.write(data)
+            self._file.write(digest.through(dump_metadata_parts(self._doc)))
         except OSError:
             self._failed()
             raise
         self._changes.clear()
-        self._snapshot_bytes = len(data)
-        self._persisted(len(data))
-        metrics.METADATA_WRITTEN.labels("snapshot").inc(len(data))
+        self._snapshot_bytes = size = digest.length
+        self._persisted(size)
+        metrics.METADATA_WRITTEN.labels("snapshot").inc(size)
         try:
-            if 0 <= self.journal_min_bytes <= len(data):
-                self.journal.start(snapshot_id(data))
+            if 0 <= self.journal_min_bytes <= size:
+                self.journal.start(digest.id)
             else:
                 self.journal.remove()
         except OSError as e:  # the file holds everything: the next persist writes it again
             self.journal.close()
             log.warning("cannot start the metadata journal %s (%s): the next persist rewrites "
                         "the whole file", self.journal.path, e)  # fmt: skip
-        self._mirror_from(data, [])
+        self._mirror_from(digest.id, [])
 
     def _failed(self) -> None:
         self.persist_failures += 1
@@ -410,8 +398,8 @@ class MetadataStore:
         metrics.METADATA_LAST_PERSIST.set_to_current_time()
         self.last_persist_bytes = nbytes
 
-    def _mirror_from(self, snapshot: bytes, frames: list[bytes]) -> None:
-        """The mirror is to get ``snapshot`` and then ``frames`` (the journal extending it)."""
+    def _mirror_from(self, snapshot: str, frames: list[bytes]) -> None:
+        """The mirror is to get snapshot ``snapshot`` (the local file), then ``frames``."""
         if self.mirror is None:
             return
         self._mirror_snapshot = snapshot
@@ -427,10 +415,7 @@ class MetadataStore:
         self._mirrored_at = time.monotonic()
         try:
             if self._mirror_snapshot is not None:
-                data = self._mirror_snapshot
-                self.mirror.put(self.mirror_key, data, overwrite=True)
-                self._mirror_id = snapshot_id(data)
-                self._mirror_snapshot = None
+                self._put_snapshot()
                 if self.journal.open:
                     self._put_anchor()
             if self._mirror_frames:
@@ -449,6 +434,23 @@ class MetadataStore:
         metrics.METADATA_MIRROR.labels("ok").inc()
         metrics.METADATA_LAST_MIRROR.set_to_current_time()
         self._mirror_stale = False
+
+    def _put_snapshot(self) -> None:
+        """Put the local file, read in pieces, as the mirror's snapshot; a file that is not the
+        snapshot last written (changed by hand) is written again from the document first."""
+        assert self.mirror is not None and self.mirror_key is not None
+        for _ in range(2):
+            sid = self._mirror_snapshot
+            assert sid is not None
+            with contextlib.suppress(FileNotFoundError), open(self.path, "rb") as file:
+                if file_snapshot_id(file) == sid and file.seek(0) == 0:
+                    self.mirror.put(self.mirror_key, file, overwrite=True)
+                    self._mirror_id, self._mirror_snapshot = sid, None
+                    return
+            log.warning("%s is not the snapshot %s the sidecar wrote last (changed or removed by "
+                        "hand?): writing it again from memory", self.path, sid)  # fmt: skip
+            self._write_snapshot()
+        raise MetadataError(f"{self.path} changes as it is written: is another process writing it?")
 
     def _mirror_holds(self, snapshot: bytes) -> bool:
         """Whether the mirror holds ``snapshot`` whole (its anchor exists), so a start after a
@@ -791,6 +793,6 @@ class MetadataStore:
             if store.journal.path.exists():
                 moved = store.journal.set_aside(clock())
                 log.warning("set the local journal aside as %s before recovery", moved)
-            store._file.write(dump_metadata_json(doc))
+            store._file.write(dump_metadata_parts(doc))
             store.load()
         return store

@@ -13,7 +13,10 @@ upstream's ``@JSONField(ordinal)`` order, which fastjson reads back identically.
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+from collections.abc import Iterator
 from enum import IntEnum
 from typing import Annotated
 from typing import Any
@@ -24,6 +27,7 @@ from pydantic import BeforeValidator
 from pydantic import ConfigDict
 from pydantic import Field
 from pydantic import Strict
+from pydantic import TypeAdapter
 from pydantic import ValidationError
 from pydantic import model_validator
 from pydantic.alias_generators import to_camel
@@ -45,6 +49,7 @@ __all__ = [
     "TopicMetadata",
     "dump_metadata",
     "dump_metadata_json",
+    "dump_metadata_parts",
     "parse_metadata",
 ]
 
@@ -306,8 +311,46 @@ def dump_metadata(doc: MetadataDocument) -> str:
 
 
 def dump_metadata_json(doc: MetadataDocument) -> bytes:
-    """:func:`dump_metadata` as the UTF-8 bytes written to the file: pydantic's writer with one
-    space of indentation, laid out by the kernel in one pass (``fastjson_layout``)."""
-    raw = doc.__pydantic_serializer__.to_json(doc, by_alias=True, indent=1)
-    laid_out: bytes = native.kernel().fastjson_layout(raw)
-    return laid_out
+    """:func:`dump_metadata` as the UTF-8 bytes written to the file."""
+    return b"".join(dump_metadata_parts(doc))
+
+
+_PART_FIELDS: Final = (*(_TABLE_FIELDS[t] for t in FileSegmentType), "queue_metadata_table",
+                      "topic_metadata_table")  # fmt: skip
+"""The document's tables in its order (fastjson's: alphabetical); ``topicSerialNumber`` last."""
+PART_ENTRIES: Final = 1024
+"""Table entries (paths, topics) serialized together by :func:`dump_metadata_parts`."""
+
+
+@functools.cache
+def _table_adapters() -> dict[str, TypeAdapter[Any]]:
+    # built on first use: a TypeAdapter's schema costs milliseconds at import
+    hints = MetadataDocument.model_fields
+    return {field: TypeAdapter(hints[field].annotation or Any) for field in _PART_FIELDS}
+
+
+def dump_metadata_parts(doc: MetadataDocument, entries: int = PART_ENTRIES) -> Iterator[bytes]:
+    """:func:`dump_metadata_json` in parts of at most ``entries`` table entries each, so the
+    file (tens of MB at 100,000 queues) is written without its text ever whole in memory.
+
+    Each part is pydantic's writer with one space of indentation (the entries one level deeper
+    than on their own, as inside the document), laid out by the kernel in one pass
+    (``fastjson_layout``). The document must not change while the parts are taken.
+    """
+    layout = native.kernel().fastjson_layout
+    yield b"{"
+    for field, adapter in _table_adapters().items():
+        yield b'\n\t"' + to_camel(field).encode() + b'":'
+        table: dict[Any, Any] = getattr(doc, field)
+        if not table:
+            yield b"{},"
+            continue
+        items = iter(table.items())
+        lead = b"{"
+        while chunk := dict(itertools.islice(items, entries)):
+            raw = adapter.dump_json(chunk, by_alias=True, indent=1)
+            # b'{\n "k": ...\n}' -> b'\n  "k": ...' (the braces off, every line one deeper)
+            yield lead + layout(raw[1:-2].replace(b"\n", b"\n "))
+            lead = b","
+        yield b"\n\t},"
+    yield b'\n\t"topicSerialNumber":%d\n}' % doc.topic_serial_number
