@@ -100,6 +100,28 @@ def test_a_persist_writes_the_queues_it_changed_not_the_file(tmp_path: Path) -> 
     assert "1 journal changes" in read_metadata(tmp_path)[1]
 
 
+def test_a_round_that_changes_most_records_writes_the_file_not_a_frame(tmp_path: Path) -> None:
+    """A frame is built whole in memory; a persist of at least half the file's records (from
+    4,096 on) writes the file instead, in parts, as a first offload's round does."""
+    store = _store(tmp_path)
+    _queue(store, "T0", 0, 1)  # the file is written and the journal starts
+    assert store.journal.open
+
+    def persisted(topics: range, size: int) -> tuple[int, bytes]:
+        with store.batch():
+            for t in topics:
+                for q in range(8):
+                    _queue(store, f"T{t}", q, size)
+        assert _reloaded(tmp_path) == store.document()
+        return _journal_frames(store), store.path.read_bytes()
+
+    frames, file = persisted(range(500), 100)  # 4,000 queues: 12,500 records, all new
+    assert frames == 0 and parse_metadata(file.decode(), source="main") == store.document()
+    assert persisted(range(175), 200) == (1, file)  # 4,375 records: under half, a frame
+    assert persisted(range(300), 300)[0] == 0  # 7,500 records: over half, the file
+    assert persisted(range(1), 400)[0] == 1  # 25 records
+
+
 def test_random_changes_replay_to_the_same_document(tmp_path: Path) -> None:
     rng = random.Random(45)
     store = _store(tmp_path)

@@ -67,6 +67,9 @@ _HEAD: Final = struct.Struct(">II")
 _MAX_FRAME: Final = 1 << 30
 """A frame length beyond this is damage, not a persist."""
 
+LARGE_CHANGES: Final = 4096
+"""From this many changed records a persist may write the snapshot instead of a frame."""
+
 SegmentKey = tuple[FileSegmentType, str, int]
 
 
@@ -141,6 +144,21 @@ class Changes:
 
     def __bool__(self) -> bool:
         return bool(self.topics or self.queues or self.segments)
+
+    def __len__(self) -> int:
+        return len(self.topics) + len(self.queues) + len(self.segments)
+
+    def cover_most_of(self, doc: MetadataDocument) -> bool:
+        """Whether these are thousands of changes and at least half of ``doc``'s records (as in
+        a first offload's round): a snapshot, written in parts, then costs no more bytes than
+        their frame, which is built whole in memory (tens of MB at 100,000 queues)."""
+        changed = len(self)
+        if changed < LARGE_CHANGES:
+            return False
+        records = len(doc.topic_metadata_table) + sum(map(len, doc.queue_metadata_table.values()))
+        for kind in FileSegmentType:
+            records += sum(map(len, doc.segment_table(kind).values()))
+        return 2 * changed >= records
 
     def clear(self) -> None:
         """Forget every key (after a persist wrote them)."""

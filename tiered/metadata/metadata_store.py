@@ -4,9 +4,9 @@ The file is upstream's (spec §7; :mod:`tiered.metadata.models` parses and write
 smaller than ``journal_min_bytes`` (``tieredMetadataJournalMinBytes``), every persist replaces it
 atomically with the previous version kept as ``.bak`` (:mod:`tiered.metadata.atomic`). From that
 size on, a persist appends only what changed to the journal beside it (:mod:`.journal`), and the
-file (the *snapshot*) is rewritten when the journal has grown as large as it, at
-:meth:`MetadataStore.compact` (the sidecar's stop) and never in between: a round that moved 100 of
-16,000 queues writes 100 queues' records. Readers (:func:`read_metadata`, :meth:`load`) replay the
+file (the *snapshot*, written in parts) is rewritten when the journal has grown as large as it,
+when a persist changes most of its records, and at :meth:`MetadataStore.compact` (the sidecar's
+stop): a round that moved 100 of 16,000 queues writes 100 queues' records. Readers (:func:`read_metadata`, :meth:`load`) replay the
 journal onto the snapshot it names.
 
 The backend mirror (:func:`mirror_key_for`, spaced out during a dispatch pass:
@@ -324,8 +324,10 @@ class MetadataStore:
         """
         with self._lock:
             self._check_loaded()
-            if self.journal.open and self.journal.size < max(
-                self._snapshot_bytes, COMPACT_MIN_BYTES
+            if (
+                self.journal.open
+                and self.journal.size < max(self._snapshot_bytes, COMPACT_MIN_BYTES)
+                and not self._changes.cover_most_of(self._doc)
             ):
                 self._append_changes()
             else:
