@@ -530,6 +530,26 @@ def test_a_running_dispatcher_on_a_settled_store_finds_new_queues_and_files(
     check_tier(cfg, provider).assert_ok(total)
 
 
+def test_a_sidecar_holds_a_bounded_number_of_consumequeue_handles(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Memory at rest does not grow with a handle per queue: the handles used last are kept."""
+    monkeypatch.setattr(local_mod, "CQ_HANDLES", 3)
+    store = offload_case.store(_spec(small_spec, topics=3, queues=4, messages=600))
+    cfg = offload_case.config(store)
+    provider = MemoryProvider()
+    with Sidecar(cfg, provider) as sidecar:
+        assert sidecar.dispatcher.run_pass(flush=True).messages == 600
+        local = sidecar.dispatcher.local
+        assert all(local.max_offset(f"GenTopic{t}", q) > 0 for t in range(3) for q in range(4))
+        assert len(local._queues) == 3
+        more = dataclasses.replace(small_spec, topics=3, queues=4, messages=300, seed=4)
+        generator.generate_store(store, dataclasses.replace(more, append=True))
+        assert sidecar.dispatcher.run_pass(flush=True).messages == 300
+        assert len(local._queues) <= 3
+    check_tier(cfg, provider).assert_ok(900)
+
+
 def test_a_pass_that_committed_nothing_does_not_wake_the_commit_thread(
     offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -6,8 +6,8 @@ atomically with the previous version kept as ``.bak`` (:mod:`tiered.metadata.ato
 size on, a persist appends only what changed to the journal beside it (:mod:`.journal`), and the
 file (the *snapshot*, written in parts) is rewritten when the journal has grown as large as it,
 when a persist changes most of its records, and at :meth:`MetadataStore.compact` (the sidecar's
-stop): a round that moved 100 of 16,000 queues writes 100 queues' records. Readers (:func:`read_metadata`, :meth:`load`) replay the
-journal onto the snapshot it names.
+stop): a round that moved 100 of 16,000 queues writes 100 queues' records. Readers
+(:func:`read_metadata`, :meth:`load`) replay the journal onto the snapshot it names.
 
 The backend mirror (:func:`mirror_key_for`, spaced out during a dispatch pass:
 :meth:`MetadataStore.mirror_spaced`) gets the snapshot when it is written and the journal's frames

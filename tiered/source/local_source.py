@@ -21,6 +21,7 @@ import os
 import struct
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
@@ -64,6 +65,8 @@ Units = npt.NDArray[np.void]
 Int64s = npt.NDArray[np.int64]
 MIN_OFFSET_TTL_S = 1.0
 """How long the read path reuses a queue's local min offset (it scans the first CQ file)."""
+CQ_HANDLES = 4096
+"""Local consumequeue handles kept (the queues used last)."""
 REFRESH_S = 1.0
 """The read path re-lists the commitlog files when the listing is older than this."""
 RESIZE_S = 1.0
@@ -130,7 +133,9 @@ class LocalSource:
         self.cq_root = cfg.consume_queue_dir
         self.ext_root = self.root / "consumequeue_ext"
         self.cq_file_size = cq_size
-        self._queues: dict[tuple[str, int], cqmod.ConsumeQueue] = {}
+        self._queues: OrderedDict[tuple[str, int], cqmod.ConsumeQueue] = OrderedDict()
+        """Consumequeue handles, the :data:`CQ_HANDLES` used last (cheap to make, not to hold
+        for every queue of a broker with 100,000)."""
         self._max_hint: dict[tuple[str, int], int] = {}
         self._tail: dict[tuple[str, int], tuple[int, Units]] = {}
         """Per queue: the units the last max offset scan found past its previous answer."""
@@ -146,7 +151,6 @@ class LocalSource:
         self._listed = time.monotonic()
         self._lock = threading.Lock()
         self.preads = 0
-        self._cq_dirs: dict[tuple[str, int], str] = {}
         self._commitlog_dirs = Listing()
         self._queue_dirs = Listing()
         self._queues_listed: list[tuple[str, int]] = []
@@ -215,6 +219,10 @@ class LocalSource:
                     self.cq_root, topic, queue_id, file_size=self.cq_file_size
                 )
                 self._queues[key] = cq
+                if len(self._queues) > CQ_HANDLES:
+                    self._queues.popitem(last=False)
+            else:
+                self._queues.move_to_end(key)
             return cq
 
     def max_offset(self, topic: str, queue_id: int) -> int:
@@ -244,14 +252,10 @@ class LocalSource:
     def _cq_file(self, topic: str, queue_id: int, offset: int) -> tuple[str, int, int]:
         """``(path, first queue offset, units)`` of the consumequeue file that would hold
         ``offset``, by name (no listing)."""
-        key = (topic, queue_id)
-        cq = self.consume_queue(topic, queue_id)
-        per_file = cq.units_per_file
+        per_file = cqmod.effective_cq_file_size(self.cq_file_size) // cqmod.CQ_UNIT_SIZE
         base = offset - offset % per_file
-        directory = self._cq_dirs.get(key)
-        if directory is None:
-            directory = self._cq_dirs[key] = str(cq.directory)
-        return os.path.join(directory, f"{base * cqmod.CQ_UNIT_SIZE:020d}"), base, per_file
+        name = f"{base * cqmod.CQ_UNIT_SIZE:020d}"
+        return os.path.join(self.cq_root, topic, str(queue_id), name), base, per_file
 
     def _scan_from(self, topic: str, queue_id: int, hint: int) -> int | None:
         """The max offset found by reading on from ``hint`` (the last answer) in the file that
@@ -416,7 +420,7 @@ class LocalSource:
             held = self._queues.pop(key, None) is not None
         found = [
             memo.pop(key, None) is not None
-            for memo in (self._max_hint, self._tail, self._min_memo, self._has_memo, self._cq_dirs)
+            for memo in (self._max_hint, self._tail, self._min_memo, self._has_memo)
         ]
         self._live.discard(key)
         return held or any(found)
