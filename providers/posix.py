@@ -100,7 +100,7 @@ class PosixProvider(Provider):
         self._putting: set[str] = set()
         """The temporary files of this provider's puts in progress (under ``_open_lock``):
         :meth:`clean_temporary` leaves them alone."""
-        self._unsynced_dirs: dict[str, set[Path]] = {}
+        self._unsynced_dirs: dict[str, set[str]] = {}
         """Directories whose new entries (a deferred append's new file or directories) wait for
         the key's :meth:`sync`, or any :meth:`sync_many` that ran ``syncfs`` (under
         ``_open_lock``)."""
@@ -291,8 +291,7 @@ class PosixProvider(Provider):
             [view for _, _, _, view, _ in closed],
             BULK_THREADS,
         )
-        dirs: dict[str, Path] = {}  # (a round's files share their topics' directories)
-        deferred: list[tuple[str, Path]] = []
+        deferred: list[tuple[str, str]] = []
         for (i, key, path, _, position), s, v, m in zip(
             closed, memoryview(status).cast("q").tolist(), memoryview(value).cast("q").tolist(),
             memoryview(made).cast("q").tolist(), strict=True,
@@ -300,10 +299,7 @@ class PosixProvider(Provider):
             directory = path
             for _ in range(m):  # the directories that gained an entry: the file's, then up
                 directory = os.path.dirname(directory)
-                found = dirs.get(directory)
-                if found is None:
-                    found = dirs[directory] = Path(directory)
-                deferred.append((key, found))
+                deferred.append((key, directory))
             if s == 0:
                 self._request("WRITE")
                 out[i] = position + v
@@ -345,7 +341,7 @@ class PosixProvider(Provider):
             directories = self._unsynced_dirs.pop(key, set())
         try:
             with translated(key, "file operation"):
-                for directory in sorted(directories, key=lambda d: -len(d.parts)):
+                for directory in sorted(directories, key=lambda d: -d.count(os.sep)):
                     self._fsync_dir(directory)
         except BaseException:
             with self._open_lock:  # still to be synced
@@ -428,7 +424,7 @@ class PosixProvider(Provider):
                     fd, created = self._open_for_append(path, key, position, durable)
                     new_in = path.parent if created else None
         if new_in is not None and not durable:  # the name is made durable with the data
-            self._defer_dir(key, new_in)
+            self._defer_dir(key, str(new_in))
             new_in = None
         try:
             with translated(key, "file operation"):
@@ -554,13 +550,13 @@ class PosixProvider(Provider):
             if deferred_for is None:
                 self._fsync_dir(new.parent)
             else:
-                self._defer_dir(deferred_for, new.parent)
+                self._defer_dir(deferred_for, str(new.parent))
 
-    def _defer_dir(self, key: str, directory: Path) -> None:
+    def _defer_dir(self, key: str, directory: str) -> None:
         with self._open_lock:
             self._unsynced_dirs.setdefault(key, set()).add(directory)
 
-    def _fsync_dir(self, directory: Path) -> None:
+    def _fsync_dir(self, directory: str | Path) -> None:
         self._request("FSYNC")
         fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
         try:

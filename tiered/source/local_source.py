@@ -131,6 +131,7 @@ class LocalSource:
         self._sized_at = time.monotonic()
         self.commitlog = CommitLog(cfg.commitlog_dirs, cl_size)
         self.cq_root = cfg.consume_queue_dir
+        self._cq_root = str(self.cq_root)
         self.ext_root = self.root / "consumequeue_ext"
         self.cq_file_size = cq_size
         self._queues: OrderedDict[tuple[str, int], cqmod.ConsumeQueue] = OrderedDict()
@@ -254,8 +255,11 @@ class LocalSource:
         ``offset``, by name (no listing)."""
         per_file = cqmod.effective_cq_file_size(self.cq_file_size) // cqmod.CQ_UNIT_SIZE
         base = offset - offset % per_file
-        name = f"{base * cqmod.CQ_UNIT_SIZE:020d}"
-        return os.path.join(self.cq_root, topic, str(queue_id), name), base, per_file
+        return (
+            f"{self._cq_root}/{topic}/{queue_id}/{base * cqmod.CQ_UNIT_SIZE:020d}",
+            base,
+            per_file,
+        )
 
     def _scan_from(self, topic: str, queue_id: int, hint: int) -> int | None:
         """The max offset found by reading on from ``hint`` (the last answer) in the file that
