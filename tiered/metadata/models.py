@@ -335,9 +335,13 @@ def dump_metadata_parts(doc: MetadataDocument, entries: int = PART_ENTRIES) -> I
 
     Each part is pydantic's writer with one space of indentation (the entries one level deeper
     than on their own, as inside the document), laid out by the kernel in one pass
-    (``fastjson_layout``). The document must not change while the parts are taken.
+    (``fastjson_layout``); a document whose tables hold at most ``entries`` entries each is one
+    part. The document must not change while the parts are taken.
     """
     layout = native.kernel().fastjson_layout
+    if all(len(getattr(doc, field)) <= entries for field in _PART_FIELDS):  # small: at once
+        yield layout(doc.__pydantic_serializer__.to_json(doc, by_alias=True, indent=1))
+        return
     yield b"{"
     for field, adapter in _table_adapters().items():
         yield b'\n\t"' + to_camel(field).encode() + b'":'
