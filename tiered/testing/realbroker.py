@@ -15,6 +15,7 @@ import contextlib
 import hashlib
 import json
 import os
+import random
 import shutil
 import signal
 import socket
@@ -54,7 +55,25 @@ def _bindable(port: int) -> bool:
     return True
 
 
+def _ephemeral_ports() -> range:
+    """The ports the kernel hands out to outgoing connections and to binds of port 0."""
+    try:
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return range(32768, 61000)
+    return range(low, high + 1)
+
+
 def free_port() -> int:
+    """A free port below the ephemeral range (10000 up), so that no connection another test
+    opens meanwhile takes it (or its neighbours) before the server binds it; the kernel's own
+    choice where that range leaves no room."""
+    low = _ephemeral_ports().start
+    if low > 12_000:
+        for _ in range(200):
+            port = random.randrange(10_000, low)
+            if _bindable(port):
+                return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
