@@ -315,8 +315,7 @@ def dump_metadata_json(doc: MetadataDocument) -> bytes:
     return b"".join(dump_metadata_parts(doc))
 
 
-_PART_FIELDS: Final = (*(_TABLE_FIELDS[t] for t in FileSegmentType), "queue_metadata_table",
-                      "topic_metadata_table")  # fmt: skip
+_PART_FIELDS: Final = tuple(f for f in MetadataDocument.model_fields if f != "topic_serial_number")
 """The document's tables in its order (fastjson's: alphabetical); ``topicSerialNumber`` last."""
 PART_ENTRIES: Final = 1024
 """Table entries (paths, topics) serialized together by :func:`dump_metadata_parts`."""

@@ -131,7 +131,6 @@ class LocalSource:
         self._sized_at = time.monotonic()
         self.commitlog = CommitLog(cfg.commitlog_dirs, cl_size)
         self.cq_root = cfg.consume_queue_dir
-        self._cq_root = str(self.cq_root)
         self.ext_root = self.root / "consumequeue_ext"
         self.cq_file_size = cq_size
         self._queues: OrderedDict[tuple[str, int], cqmod.ConsumeQueue] = OrderedDict()
@@ -256,7 +255,7 @@ class LocalSource:
         per_file = cqmod.effective_cq_file_size(self.cq_file_size) // cqmod.CQ_UNIT_SIZE
         base = offset - offset % per_file
         return (
-            f"{self._cq_root}/{topic}/{queue_id}/{base * cqmod.CQ_UNIT_SIZE:020d}",
+            f"{self.cq_root}/{topic}/{queue_id}/{base * cqmod.CQ_UNIT_SIZE:020d}",
             base,
             per_file,
         )
