@@ -18,7 +18,7 @@ import enum
 import functools
 import hashlib
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from tiered.errors import InvalidKeyError
 
@@ -172,8 +172,7 @@ def index_logical_path(broker: str) -> str:
     return logical_path(broker, INDEX_TOPIC, 0)
 
 
-@dataclass(frozen=True)
-class SegmentAddress:
+class SegmentAddress(NamedTuple):
     """The coordinates of one segment; ``key`` is its provider key."""
 
     cluster: str

@@ -14,9 +14,9 @@ import importlib
 import logging
 import re
 import threading
-from dataclasses import dataclass
 from typing import TYPE_CHECKING
 from typing import Any
+from typing import NamedTuple
 
 from tiered.errors import ConfigError
 
@@ -59,8 +59,7 @@ def builtin_name(name: str) -> str | None:
     return None
 
 
-@dataclass(frozen=True)
-class ProviderEntry:
+class ProviderEntry(NamedTuple):
     """One row of the registry table."""
 
     name: str

@@ -16,7 +16,6 @@ Every GET carries the SSE-C key when one is set (:meth:`.S3Encryption.on_read`).
 
 from __future__ import annotations
 
-import dataclasses
 import http.client
 from collections.abc import Callable
 from collections.abc import Iterator
@@ -302,7 +301,7 @@ def next_segment(key: str, size: int) -> str | None:
     address = SegmentAddress.parse(key)
     if address is None:
         return None
-    return dataclasses.replace(address, base_offset=address.base_offset + size).key
+    return address._replace(base_offset=address.base_offset + size).key
 
 
 def range_total(content_range: object) -> int | None:

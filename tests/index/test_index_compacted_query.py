@@ -141,7 +141,7 @@ def test_check_compacted_accepts_its_own_output_and_rejects_others(
         check_compacted(out[:28], len(out) - 1, 11, sealed)
     with pytest.raises(IndexFileError, match="more items"):
         check_compacted(out[:28], len(out) + 28, 11, sealed)
-    other = IndexHeader(sealed.magic, sealed.begin_timestamp + 1, *list(vars(sealed).values())[2:])
+    other = sealed._replace(begin_timestamp=sealed.begin_timestamp + 1)
     with pytest.raises(IndexFileError, match="does not match"):
         check_compacted(out[:28], len(out), 11, other)
     assert check_compacted(b"", 0, 11).item_count == 0

@@ -25,6 +25,7 @@ from datetime import tzinfo
 from pathlib import Path
 from typing import BinaryIO
 from typing import Final
+from typing import NamedTuple
 from typing import TypedDict
 from typing import Unpack
 
@@ -72,8 +73,7 @@ def index_file_name(timestamp_ms: int, tz: tzinfo | None = None) -> str:
     return f"{when:%Y%m%d%H%M%S}{millis:03d}"
 
 
-@dataclass(frozen=True)
-class IndexHeader:
+class IndexHeader(NamedTuple):
     """The 40-byte header. ``index_count`` starts at 1 (= items + 1)."""
 
     begin_timestamp: int = 0

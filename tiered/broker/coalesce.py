@@ -15,7 +15,7 @@ broker deleted meanwhile fails only the batches with units in it.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -35,8 +35,7 @@ two cores than on one, and a dispatch round's workers wait for its read."""
 IOV_MAX = os.sysconf("SC_IOV_MAX") if hasattr(os, "sysconf") else 1024
 
 
-@dataclass(frozen=True, eq=False)  # buffers: no value equality
-class Gathered:
+class Gathered(NamedTuple):
     """``data[i]`` holds request ``i``'s units back to back; ``errors[i]`` is set instead when
     one of its ranges could not be read. ``calls`` counts the ``preadv`` calls made."""
 

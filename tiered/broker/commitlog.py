@@ -18,8 +18,8 @@ import struct
 from collections.abc import Callable
 from collections.abc import Iterator
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -35,8 +35,7 @@ _I32 = struct.Struct(">i")
 FILE_NAME_DIGITS = 20
 
 
-@dataclass(frozen=True, slots=True)
-class CommitLogFile:
+class CommitLogFile(NamedTuple):
     """One mapped file of the commitlog: ``base`` is its start physical offset (= its name)."""
 
     base: int
@@ -81,8 +80,7 @@ def list_files(dirs: Sequence[Path]) -> list[CommitLogFile]:
     return [found[b] for b in sorted(found)]
 
 
-@dataclass(frozen=True, slots=True, eq=False)  # arrays: no value equality
-class BulkRead:
+class BulkRead(NamedTuple):
     """The result of :meth:`CommitLog.read_many`: all units in one buffer, in request order.
 
     ``starts[i]`` is where request ``i`` begins in ``data`` and ``sizes[i]`` its length.
@@ -257,8 +255,7 @@ def _pread(f: CommitLogFile, position: int, length: int) -> bytes:
 # --- scanning -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ScanItem:
+class ScanItem(NamedTuple):
     """One step of a scan: a message, a BLANK, the end of valid data, or a corrupt unit.
 
     ``kind`` is ``"message"``, ``"blank"``, ``"end"`` (zero-filled tail) or ``"corrupt"``;

@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import os
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 from typing import NamedTuple
@@ -358,8 +357,7 @@ def list_queues(consumequeue_dir: str | os.PathLike[str]) -> list[tuple[str, int
     return out
 
 
-@dataclass(frozen=True)
-class CqExtUnit:
+class CqExtUnit(NamedTuple):
     """A ConsumeQueueExt unit: ``size i16, tagsCode i64, msgStoreTime i64, bitMapSize i16, map``."""
 
     size: int

@@ -15,9 +15,8 @@ import base64
 import mmap
 import struct
 import zlib
-from dataclasses import dataclass
-from dataclasses import field
 from typing import Final
+from typing import NamedTuple
 
 from tiered.broker.javautil import java_split_space
 from tiered.errors import CorruptStoreFileError
@@ -196,8 +195,7 @@ def decompress_body(body: bytes, sys_flag: int) -> bytes:
     )
 
 
-@dataclass(frozen=True, slots=True)
-class Message:
+class Message(NamedTuple):
     """One decoded commitlog unit. ``body`` is the stored (possibly compressed) body."""
 
     total_size: int
@@ -216,7 +214,7 @@ class Message:
     prepared_transaction_offset: int
     body: bytes
     topic: str
-    properties: dict[str, str] = field(default_factory=dict)
+    properties: dict[str, str]
     store_host_raw: bytes = b""
 
     @property

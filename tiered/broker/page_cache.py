@@ -19,8 +19,8 @@ import ctypes
 import functools
 import mmap
 import os
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from tiered.broker.commitlog import CommitLog
 
@@ -49,8 +49,7 @@ def _libc() -> ctypes.CDLL:
     return libc
 
 
-@dataclass(frozen=True, slots=True)
-class Residency:
+class Residency(NamedTuple):
     """How many of the pages covering a range are in the page cache."""
 
     resident_pages: int

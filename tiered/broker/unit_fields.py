@@ -15,8 +15,8 @@ large index is several times slower here.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
 from typing import Final
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -120,8 +120,7 @@ def rewrite_physical_offsets(data: bytearray, starts: Int64s, offsets: Int64s) -
         kernel().rewrite_physical_offsets(data, _i64(starts), _i64(offsets))
 
 
-@dataclass(frozen=True, eq=False)  # arrays: no value equality
-class CheckedBatch:
+class CheckedBatch(NamedTuple):
     """:func:`check_batch`'s answer: ``good`` units agree with their consumequeue units (all when
     it is ``len(starts)``); ``starts`` of every unit, ``timestamps`` of the good ones and their
     least and greatest (``time_range``; None when there are none)."""

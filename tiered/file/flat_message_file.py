@@ -15,6 +15,7 @@ from collections.abc import Callable
 from collections.abc import Mapping
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -91,8 +92,7 @@ class MessageBatch:
         return True
 
 
-@dataclass(frozen=True)
-class CommitResult:
+class CommitResult(NamedTuple):
     """What one :meth:`FlatMessageFile.commit` uploaded."""
 
     commitlog_bytes: int

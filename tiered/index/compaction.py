@@ -19,10 +19,10 @@ from __future__ import annotations
 import logging
 import struct
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Final
 from typing import Literal
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -176,8 +176,7 @@ def _parse_local(
     return header, items, heads
 
 
-@dataclass(frozen=True)
-class Compacted:
+class Compacted(NamedTuple):
     """A compacted file ready to upload."""
 
     header: IndexHeader  # the SEALED file's header

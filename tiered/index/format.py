@@ -20,9 +20,9 @@ import functools
 import mmap
 import struct
 from dataclasses import dataclass
-from dataclasses import replace
 from typing import Any
 from typing import Final
+from typing import NamedTuple
 
 import numpy as np
 
@@ -66,8 +66,7 @@ class IndexStatus(enum.Enum):
     UPLOAD = "UPLOAD"
 
 
-@dataclass(frozen=True)
-class IndexHeader:
+class IndexHeader(NamedTuple):
     """The 28-byte header of a local or compacted index file."""
 
     magic: int
@@ -93,11 +92,10 @@ class IndexHeader:
 
     def compacted(self) -> IndexHeader:
         """The header of this file's compacted form: the END magic, counts and times kept."""
-        return replace(self, magic=END_MAGIC_CODE)
+        return self._replace(magic=END_MAGIC_CODE)
 
 
-@dataclass(frozen=True)
-class IndexItem:
+class IndexItem(NamedTuple):
     """One index item as a query returns it; ``item_index`` is 0 for compacted items."""
 
     hash: int

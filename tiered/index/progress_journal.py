@@ -29,10 +29,10 @@ import zlib
 from collections.abc import Callable
 from collections.abc import Iterable
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from typing import Final
+from typing import NamedTuple
 
 from tiered.metadata.atomic import fsync_dir
 from tiered.metadata.state_file import JsonStateFile
@@ -44,8 +44,7 @@ SMALL_ROWS: Final = 256
 """A copy of at most this many queues is always written whole (a journal line saves nothing)."""
 
 
-@dataclass
-class Snapshot:
+class Snapshot(NamedTuple):
     """A parsed snapshot: its generation, its boot id ("" when it has none) and its offsets."""
 
     generation: str
@@ -53,8 +52,7 @@ class Snapshot:
     offsets: dict[Key, int]
 
 
-@dataclass(frozen=True)
-class _Write:
+class _Write(NamedTuple):
     """What one save writes: a whole snapshot (``body``) or one journal line (``line``)."""
 
     rows: int

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 from typing import BinaryIO
 from typing import Final
+from typing import NamedTuple
 
 from pydantic import ValidationError
 
@@ -251,8 +252,7 @@ def _drop(table: dict[str, dict[int, Any]], name: str, key: int) -> None:
         del table[name]
 
 
-@dataclass(frozen=True)
-class JournalRead:
+class JournalRead(NamedTuple):
     """A journal as read: the snapshot it extends (None: no journal, or no whole header), its
     frames' payloads, the bytes they span and the file's length."""
 

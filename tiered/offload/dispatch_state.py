@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
 from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -26,8 +27,7 @@ from tiered.metadata.state_file import JsonStateFile
 STATE_VERSION = 1
 
 
-@dataclass(frozen=True)
-class Gap:
+class Gap(NamedTuple):
     """Queue offsets ``[start, end)`` the broker deleted before they were offloaded."""
 
     start: int

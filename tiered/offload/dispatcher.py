@@ -694,7 +694,7 @@ class Dispatcher(Closeable):
         for flat in self.flat_store.files():
             if flat.initialized and self.filter.allows(flat.topic):
                 state = self.state(flat.topic, flat.queue_id)
-                measure(flat, state, self.local, self.limits.count, clock)
+                measure(flat, state, self.local, self.limits.messages, clock)
 
     def behind_files(self) -> int:
         """The broker's commitlog files from the one holding the oldest message not yet

@@ -17,6 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Concatenate
+from typing import NamedTuple
 from typing import ParamSpec
 from typing import Protocol
 from typing import cast
@@ -54,11 +55,10 @@ OBJECT_UNIT_BYTES = 256
 consumequeue units a plan reads stay a few MiB)."""
 
 
-@dataclass(frozen=True)
-class Limits:
+class Limits(NamedTuple):
     """The group-commit thresholds."""
 
-    count: int
+    messages: int  # a batch holds at most this many (tieredStoreGroupCommitCount)
     size_bytes: int
     timeout_ms: int
     group_commit: bool = True
@@ -79,7 +79,7 @@ class Limits:
             count = max(cfg.tiered_store_group_commit_count, size // OBJECT_UNIT_BYTES)
             timeout = cfg.object_store_group_commit_timeout_ms
         return cls(
-            count=count,
+            messages=count,
             size_bytes=size,
             timeout_ms=timeout,
             group_commit=cfg.tiered_store_group_commit,
@@ -88,8 +88,7 @@ class Limits:
         )
 
 
-@dataclass
-class StepResult:
+class StepResult(NamedTuple):
     """What one step did."""
 
     messages: int = 0
@@ -101,8 +100,7 @@ class StepResult:
     timestamps: Int64s | None = None
 
 
-@dataclass(frozen=True, kw_only=True)
-class Plan:
+class Plan(NamedTuple):
     """What a step will do for one queue, decided once: retry a failed upload (no ``units``), or
     send ``units`` (read from the local store between planning and :func:`execute`), rolling
     segments first as told."""
@@ -195,7 +193,7 @@ def plan(
     if current == lmax:
         _caught_up(flat, state)
         return StepResult()
-    want = min(limits.count, lmax - current)
+    want = min(limits.messages, lmax - current)
     # one unit more: where the messages left waiting begin
     need = min(want * batches + 1, lmax - current)
     got = _read_from(local, topic, qid, current, need, held)
@@ -208,7 +206,7 @@ def plan(
     ready = (
         flush
         or not limits.group_commit
-        or lmax - current >= limits.count
+        or lmax - current >= limits.messages
         or int(sizes.sum()) >= limits.size_bytes
         or limits.timeout_ms == 0
     )
@@ -245,7 +243,7 @@ def plan(
             got.sizes[:need],
             n,
             limits.size_bytes,
-            limits.count,
+            limits.messages,
             batches - 1,
             partial=flush and need == lmax - current,
         )
@@ -275,8 +273,7 @@ def plan(
     )
 
 
-@dataclass(frozen=True)
-class _Read:
+class _Read(NamedTuple):
     """Consumequeue units from a queue's commit offset: their sizes, the first's commitlog
     offset, and the units themselves when they were all read in this pass."""
 

@@ -21,6 +21,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from tiered.errors import TieredStoreError
 from tiered.offload.commitlog_feed import CommitlogFeed
@@ -42,8 +43,7 @@ class _Work:
     since: float  # when the consumequeue was first seen behind ``want``, or added
 
 
-@dataclass(frozen=True, slots=True)
-class QueueProgress:
+class QueueProgress(NamedTuple):
     """What a pass left of one queue: the tier's commit offset, the local max offset it saw, and
     whether it has work left (held, failed, pending, backlog)."""
 

@@ -27,10 +27,10 @@ import os
 import threading
 from collections.abc import Callable
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from typing import Final
+from typing import NamedTuple
 
 from tiered import metrics
 from tiered.metadata import now_ms
@@ -42,8 +42,7 @@ FILE_NAME: Final = "tieredUploadsPaused.json"
 VERSION: Final = 1
 
 
-@dataclass(frozen=True)
-class PauseState:
+class PauseState(NamedTuple):
     """Whether uploads are paused; ``since_ms`` is when they were paused (or, when not paused,
     resumed; 0: never paused), ``by`` who did it, ``reason`` what they said."""
 

@@ -4,7 +4,7 @@ queue's next batch has waited."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -19,8 +19,7 @@ HEADER_BYTES = 96
 NO_UNIT = np.zeros(0, dtype=np.int64)
 
 
-@dataclass(frozen=True, eq=False)  # arrays: no value equality
-class BatchRequest:
+class BatchRequest(NamedTuple):
     """Consecutive consumequeue ``units`` of a queue, from ``queue_offset``, to read; ``after``
     the units past them, when known (the store time of the first is read too)."""
 
