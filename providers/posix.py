@@ -534,23 +534,30 @@ class PosixProvider(Provider):
         except FileExistsError:
             return os.open(path, flags), False
 
-    def _makedirs(self, directory: Path, deferred_for: str | None = None) -> None:
+    def _makedirs(self, directory: str | Path, deferred_for: str | None = None) -> None:
         """Create ``directory`` and its missing parents, fsyncing each new entry's parent (or,
-        ``deferred_for`` a key, leaving that to the key's sync)."""
-        missing: list[Path] = []
-        probe = directory
-        while not probe.is_dir():
-            missing.append(probe)
-            if probe.parent == probe:
-                break
-            probe = probe.parent
-        for new in reversed(missing):
-            with contextlib.suppress(FileExistsError):
-                new.mkdir()
-            if deferred_for is None:
-                self._fsync_dir(new.parent)
+        ``deferred_for`` a key, leaving that to the key's sync). A ``mkdir`` first, a parent
+        only when it says the parent is missing: a new queue's directories take one call
+        each, no look at what exists."""
+        made: list[str] = []
+        todo = [os.fspath(directory)]
+        while todo:
+            try:
+                os.mkdir(todo[-1])
+            except FileExistsError:
+                todo.pop()
+            except FileNotFoundError:
+                parent = os.path.dirname(todo[-1])
+                if parent == todo[-1]:
+                    raise
+                todo.append(parent)
             else:
-                self._defer_dir(deferred_for, str(new.parent))
+                made.append(todo.pop())  # (parents first)
+        for new in made:
+            if deferred_for is None:
+                self._fsync_dir(os.path.dirname(new))
+            else:
+                self._defer_dir(deferred_for, os.path.dirname(new))
 
     def _defer_dir(self, key: str, directory: str) -> None:
         with self._open_lock:

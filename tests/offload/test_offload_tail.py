@@ -320,9 +320,9 @@ def test_max_offsets_learned_with_the_bounds_are_not_read_again(
     asked: list[list[tuple[str, int]]] = []
     scan_many = ahead._scan_many
 
-    def counted(keys: Any) -> Any:
+    def counted(keys: Any, starts: Any) -> Any:
         asked.append(list(keys))
-        return scan_many(keys)
+        return scan_many(keys, starts)
 
     monkeypatch.setattr(ahead, "_scan_many", counted)
     monkeypatch.setattr(local_mod, "SCAN_AHEAD_QUEUES", 8)
@@ -338,6 +338,57 @@ def test_max_offsets_learned_with_the_bounds_are_not_read_again(
     assert got == {q: alone.max_offset(*q) for q in queues}
     assert asked == [queues]
     assert ahead._scanned == {} and ahead._learned == {}
+
+
+def test_a_scan_ahead_from_the_readers_offset_brings_the_units_it_reads(
+    offload_case: SidecarCase, small_spec: GenSpec, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With ``starts``, a queue whose reader is at most ``SCAN_AHEAD_KEPT_UNITS`` units before
+    its last max offset, in the same file, is read on from the reader's offset: the block's
+    ``tail_units`` answers the reader's units (the same as ``read_units``), so it reads none of
+    its own; a reader further behind gets them read as before. And the bounds ``learn_bounds``
+    reads tell that the queue is there: ``min_offset`` looks at no directory."""
+    spec = _spec(small_spec, topics=8, queues=8, messages=400)
+    store = offload_case.store(spec)
+    cfg = offload_case.config(store)
+    near, far, alone = LocalSource(cfg), LocalSource(cfg), LocalSource(cfg)
+    queues = alone.queues()
+    mins = [alone.min_offset(*q) for q in queues]
+    monkeypatch.setattr(local_mod, "SCAN_AHEAD_QUEUES", 8)
+    looked: list[str] = []
+    isdir = os.path.isdir
+
+    def counted(path: Any) -> bool:
+        looked.append(path)
+        return isdir(path)
+
+    monkeypatch.setattr(os.path, "isdir", counted)
+    for local in (near, far):
+        local.learn_bounds(queues)
+        with local.scanned_ahead([]):  # (what it learned answers one block: not this test's)
+            pass
+    assert [near.min_offset(*q) for q in queues] == mins
+    assert looked == []
+    before = {q: near._max_hint[q] for q in queues}
+    offload_case.append(store, seed=5, messages=300)
+    starts = [max(0, before[q] - 4) for q in queues]
+    served = 0
+    for local, kept in ((near, local_mod.SCAN_AHEAD_KEPT_UNITS), (far, 2)):
+        monkeypatch.setattr(local_mod, "SCAN_AHEAD_KEPT_UNITS", kept)
+        with local.scanned_ahead(queues, starts):
+            for q, start in zip(queues, starts, strict=True):
+                end = local.max_offset(*q)
+                assert end == alone.max_offset(*q)
+                tail = local.tail_units(*q, start, end - start)
+                if before[q] - start > kept:
+                    assert tail is None, q  # read on from its last answer, as before
+                elif 0 < end - start <= kept:
+                    assert tail is not None, q
+                    served += 1
+                    assert tail.tobytes() == alone.read_units(*q, start, end - start).tobytes()
+                local.drop_tail(*q)
+    assert served >= len(queues) // 2
+    assert any(before[q] - start > 2 for q, start in zip(queues, starts, strict=True))
 
 
 def test_max_offset_of_a_queue_whose_files_were_replaced(

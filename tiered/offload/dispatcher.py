@@ -427,7 +427,9 @@ class Dispatcher(Closeable):
     ) -> list[Plan]:  # fmt: skip
         """The plans of ``flats``' queues that send (the others' results go to ``results``)."""
         plans: list[Plan] = []
-        with self.local.scanned_ahead([(f.topic, f.queue_id) for f in flats if not f.has_pending]):
+        sending = [f for f in flats if not f.has_pending]
+        queues = [(f.topic, f.queue_id) for f in sending]
+        with self.local.scanned_ahead(queues, [self._reads_from(f) for f in sending]):
             for flat in flats:
                 state = self.state(flat.topic, flat.queue_id)
                 planned = plan(flat, state, self.local, self.limits, now, flush=flush,
@@ -438,6 +440,15 @@ class Dispatcher(Closeable):
                 else:
                     results.append((flat, planned))
         return plans
+
+    def _reads_from(self, flat: FlatMessageFile) -> int:
+        """The queue offset from which the plan of ``flat``'s queue reads consumequeue units:
+        its commit offset, or past the units its held batch remembers."""
+        current = flat.commit_offset
+        held = self.state(flat.topic, flat.queue_id).held
+        return (
+            current + len(held.sizes) if held is not None and held.current == current else current
+        )
 
     def _run_wide(
         self, flats: list[FlatMessageFile], results: list[tuple[FlatMessageFile, StepResult]],

@@ -63,6 +63,7 @@ from tiered.source.listing import Listing
 
 Units = npt.NDArray[np.void]
 Int64s = npt.NDArray[np.int64]
+Key = tuple[str, int]
 MIN_OFFSET_TTL_S = 1.0
 """How long the read path reuses a queue's local min offset (it scans the first CQ file)."""
 CQ_HANDLES = 4096
@@ -99,11 +100,8 @@ class UncheckedBatch:
     sizes: Int64s
 
     def check(self) -> MessageBatch:
-        """The batch, its units checked and timestamped.
-
-        Raises:
-            CorruptStoreFileError: a message does not match its consumequeue unit.
-        """
+        """The batch, its units checked and timestamped (``CorruptStoreFileError``: a message
+        does not match its consumequeue unit)."""
         return self.source._batch(self.request, self.data, self.offsets, self.sizes)
 
 
@@ -134,16 +132,14 @@ class LocalSource:
         self.ext_root = self.root / "consumequeue_ext"
         self.cq_file_size = cq_size
         self._queues: OrderedDict[tuple[str, int], cqmod.ConsumeQueue] = OrderedDict()
-        """Consumequeue handles, the :data:`CQ_HANDLES` used last (cheap to make, not to hold
-        for every queue of a broker with 100,000)."""
+        """Consumequeue handles: the :data:`CQ_HANDLES` used last (not one per queue at rest)."""
         self._max_hint: dict[tuple[str, int], int] = {}
         self._tail: dict[tuple[str, int], tuple[int, Units]] = {}
         """Per queue: the units the last max offset scan found past its previous answer."""
         self._live: set[tuple[str, int]] = set()
         """Queues whose last max offset scan found new units."""
-        self._scanned: dict[tuple[str, int], int] = {}
+        self._scanned: dict[tuple[str, int], int] = {}  # scanned_ahead's, each answered once
         self._learned: dict[tuple[str, int], int] = {}  # max offsets learn_bounds just read
-        """Max offsets :meth:`scanned_ahead` read, each answered once."""
         self._known_times = (NO_UNIT, NO_UNIT)
         """Store times the commitlog feed read: (commitlog offsets, times)."""
         self._min_memo: dict[tuple[str, int], tuple[float, int, int]] = {}
@@ -323,28 +319,30 @@ class LocalSource:
         return None
 
     @contextlib.contextmanager
-    def scanned_ahead(self, queues: Sequence[tuple[str, int]]) -> Iterator[None]:
+    def scanned_ahead(
+        self, queues: Sequence[tuple[str, int]], starts: Sequence[int] | None = None
+    ) -> Iterator[None]:
         """Within the block, the first :meth:`max_offset` of each of ``queues`` answers what
         one call of the kernel read for them all as the block began (``queue_tails``: each
-        queue's consumequeue file read on from its last answer by name, as
-        :meth:`_scan_from` reads it, on a few threads without the interpreter lock), with the
-        units it found kept for :meth:`tail_units` -- what a pass that plans thousands of moved
-        queues asks of each once. Fewer than :data:`SCAN_AHEAD_QUEUES` queues, a queue with no
-        answer yet, and one the kernel leaves to the reader (its file missing, full or of
-        another size) are scanned as usual. A queue whose max offset :meth:`learn_bounds` read
-        just before (the last call's) is answered from that, not read again."""
+        queue's consumequeue file read by name on from its last answer, or from its reader's
+        next offset in ``starts`` when that lies at most :data:`SCAN_AHEAD_KEPT_UNITS` units
+        before it in the same file), the units found kept for :meth:`tail_units`. Fewer than
+        :data:`SCAN_AHEAD_QUEUES` queues, a queue with no answer yet, and one the kernel leaves
+        to the reader (file missing, full or of another size) are scanned as usual; a max
+        offset :meth:`learn_bounds` just read is answered from that."""
         learned, self._learned = self._learned, {}
         known = {key: learned[key] for key in queues if key in learned}
         rest = [key for key in queues if key not in known] if known else queues
         self._scanned = known
         if len(rest) >= SCAN_AHEAD_QUEUES:
-            self._scanned.update(self._scan_many(rest))
+            froms = dict(zip(queues, starts, strict=True)) if starts is not None else {}
+            self._scanned.update(self._scan_many(rest, froms))
         try:
             yield
         finally:
             self._scanned = {}
 
-    def _scan_many(self, queues: Sequence[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    def _scan_many(self, queues: Sequence[Key], starts: dict[Key, int]) -> dict[Key, int]:
         keys: list[tuple[tuple[str, int], int]] = []
         paths: list[str] = []
         sizes: list[int] = []
@@ -354,7 +352,10 @@ class LocalSource:
             if hint is None:
                 continue
             path, base, per_file = self._cq_file(key[0], key[1], hint)
-            if hint == base and hint:  # at a file's start: is there a next file yet?
+            start = starts.get(key, hint)
+            if base <= start < hint and hint - start <= SCAN_AHEAD_KEPT_UNITS:
+                hint = start  # (read on from where the reader wants the units)
+            elif hint == base and hint:  # at a file's start: is there a next file yet?
                 continue
             keys.append((key, hint))
             paths.append(path)
@@ -440,7 +441,7 @@ class LocalSource:
         return (-1, -1) if found is None else found
 
     def many_bounds(
-        self, queues: Sequence[tuple[str, int]], hints: Sequence[int | None]
+        self, queues: Sequence[Key], hints: Sequence[int | None]
     ) -> list[tuple[int, int, int] | None]:
         """:meth:`bounds` of many queues at once (``hints`` as there, one per queue), the usual
         ones in one call of the kernel, with the bytes from the hint to the max (see
@@ -476,6 +477,7 @@ class LocalSource:
                 continue
             self._max_hint[key] = self._learned[key] = got[1]
             self._min_memo[key] = (now + MIN_OFFSET_TTL_S, clmin, got[0])
+            self._has_memo[key] = now + HAS_QUEUE_TTL_S  # (its directory was just listed)
 
     def read_units(self, topic: str, queue_id: int, start: int, count: int) -> Units:
         """Up to ``count`` consumequeue units from ``start`` (see ``ConsumeQueue.read_units``).

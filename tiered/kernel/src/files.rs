@@ -39,46 +39,51 @@ fn libc_eio() -> i32 {
 }
 
 fn try_append(path: &Path, position: u64, data: &[u8]) -> io::Result<Appended> {
-    let (file, made) = if position == 0 { create(path)? } else { (OpenOptions::new().write(true).open(path)?, 0) };
-    let size = file.metadata()?.len();
-    if size != position {
-        return Ok(Appended::Mismatch(size));
-    }
+    let (file, made, fresh) =
+        if position == 0 { create(path)? } else { (OpenOptions::new().write(true).open(path)?, 0, false) };
+    if !fresh {
+        let size = file.metadata()?.len();
+        if size != position {
+            return Ok(Appended::Mismatch(size));
+        }
+    } // (a file this call made holds nothing: position 0)
     file.write_all_at(data, position)?;
     Ok(Appended::Done(made))
 }
 
-/// `path` opened for writing, made new when absent (its missing directories first), and how
-/// many of its ancestors gained an entry (see [`Appended::Done`]).
-fn create(path: &Path) -> io::Result<(File, u32)> {
+/// `path` opened for writing, made new when absent (its missing directories first), how many
+/// of its ancestors gained an entry (see [`Appended::Done`]) and whether this call made it.
+fn create(path: &Path) -> io::Result<(File, u32, bool)> {
     let depth = make_parents(path)?;
     match OpenOptions::new().write(true).create_new(true).open(path) {
-        Ok(file) => Ok((file, depth + 1)),
+        Ok(file) => Ok((file, depth + 1, true)),
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
             let file = OpenOptions::new().write(true).open(path)?;
-            Ok((file, if depth > 0 { depth + 1 } else { 0 }))
+            Ok((file, if depth > 0 { depth + 1 } else { 0 }, false))
         }
         Err(e) => Err(e),
     }
 }
 
 /// Make the missing directories above `path`; returns how high the highest one made here is (1:
-/// the file's own directory; 0: none made here -- another thread may make one meanwhile).
+/// the file's own directory; 0: none made here -- another thread may make one meanwhile). A
+/// `mkdir` first, a parent only when it says the parent is missing (no look at what exists).
 fn make_parents(path: &Path) -> io::Result<u32> {
-    let mut missing = Vec::new(); // the file's directory first
-    let mut probe = path.parent();
-    while let Some(dir) = probe {
-        if dir.as_os_str().is_empty() || dir.is_dir() {
-            break;
-        }
-        missing.push(dir);
-        probe = dir.parent();
-    }
+    let mut todo: Vec<&Path> = path.parent().into_iter().filter(|d| !d.as_os_str().is_empty()).collect();
     let mut depth = 0;
-    for (i, dir) in missing.iter().enumerate().rev() {
+    while let Some(&dir) = todo.last() {
         match std::fs::create_dir(dir) {
-            Ok(()) => depth = depth.max(i as u32 + 1),
-            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            Ok(()) => {
+                depth = depth.max(todo.len() as u32);
+                todo.pop();
+            }
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                todo.pop();
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => match dir.parent() {
+                Some(up) if !up.as_os_str().is_empty() => todo.push(up),
+                _ => return Err(e),
+            },
             Err(e) => return Err(e),
         }
     }
