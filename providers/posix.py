@@ -94,6 +94,7 @@ class PosixProvider(Provider):
         # absolute here so a pickled provider means the same directory on a Spark executor
         self.root = Path(os.path.abspath(os.fspath(root) or "."))
         self._root = str(self.root)
+        self._prefix = os.path.join(self._root, "")  # (a key's file: this and the key)
         self._open: OrderedDict[str, int] = OrderedDict()
         """Idle append descriptors by key (a writer takes its key's out while it uses it)."""
         self._open_lock = threading.Lock()
@@ -131,7 +132,7 @@ class PosixProvider(Provider):
 
     def _file(self, key: str) -> str:
         """:meth:`path` as a string (a ``Path`` join costs more, and this runs per call)."""
-        return os.path.join(self._root, check_key(key))
+        return self._prefix + check_key(key)
 
     def size(self, key: str) -> int:
         path = self._file(key)
@@ -298,7 +299,7 @@ class PosixProvider(Provider):
         ):  # fmt: skip
             directory = path
             for _ in range(m):  # the directories that gained an entry: the file's, then up
-                directory = os.path.dirname(directory)
+                directory = directory.rpartition("/")[0] or "/"  # (absolute, normalised)
                 deferred.append((key, directory))
             if s == 0:
                 self._request("WRITE")
