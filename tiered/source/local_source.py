@@ -343,7 +343,7 @@ class LocalSource:
             self._scanned = {}
 
     def _scan_many(self, queues: Sequence[Key], starts: dict[Key, int]) -> dict[Key, int]:
-        keys: list[tuple[tuple[str, int], int]] = []
+        keys: list[tuple[Key, int, int]] = []  # (queue, offset read from, last answer)
         paths: list[str] = []
         sizes: list[int] = []
         positions: list[int] = []
@@ -353,14 +353,14 @@ class LocalSource:
                 continue
             path, base, per_file = self._cq_file(key[0], key[1], hint)
             start = starts.get(key, hint)
-            if base <= start < hint and hint - start <= SCAN_AHEAD_KEPT_UNITS:
-                hint = start  # (read on from where the reader wants the units)
-            elif hint == base and hint:  # at a file's start: is there a next file yet?
-                continue
-            keys.append((key, hint))
+            if not (base <= start < hint and hint - start <= SCAN_AHEAD_KEPT_UNITS):
+                start = hint  # (else read on from where the reader wants the units)
+                if hint == base and hint:  # at a file's start: is there a next file yet?
+                    continue
+            keys.append((key, start, hint))
             paths.append(path)
             sizes.append(per_file * cqmod.CQ_UNIT_SIZE)
-            positions.append(hint - base)
+            positions.append(start - base)
         if not keys:
             return {}
         cap = SCAN_AHEAD_KEPT_UNITS
@@ -369,18 +369,17 @@ class LocalSource:
         )
         units = cqmod.decode_units(raw)
         found: dict[tuple[str, int], int] = {}
-        at = 0
-        for (key, hint), n in zip(keys, np.frombuffer(counts, np.int64).tolist(), strict=True):
+        at, counted = 0, np.frombuffer(counts, np.int64).tolist()
+        for (key, start, hint), n in zip(keys, counted, strict=True):
             if n < 0:
                 continue
-            found[key] = hint + n
+            found[key] = start + n
             if n:
                 kept = min(n, cap)
-                self._tail[key] = (hint, units[at : at + kept])
-                self._live.add(key)
+                self._tail[key] = (start, units[at : at + kept])
                 at += kept
-            else:  # not written yet (the broker's recovery test)
-                self._live.discard(key)
+            live = self._live.add if start + n > hint else self._live.discard
+            live(key)  # (none new: maybe not written yet, as in the broker's recovery test)
         return found
 
     def tail_units(self, topic: str, queue_id: int, start: int, count: int) -> Units | None:
