@@ -312,7 +312,9 @@ class Dispatcher(Closeable):
             wanted = [
                 k for k, here in zip(asked, self.local.has_queues(asked), strict=True) if here
             ]
-        with durable(self.flat_store.metadata):  # new queues' records: persisted once, by _init
+        # new queues' records: persisted once, by _init; the collector paused while thousands of
+        # queues get their long-lived records (it would traverse them again and again)
+        with collector_paused(len(wanted) >= WIDE_ROUND_QUEUES), durable(self.flat_store.metadata):
             return self._targets(wanted)
 
     def _targets(self, wanted: list[tuple[str, int]]) -> list[FlatMessageFile]:
