@@ -20,6 +20,16 @@ def index_columns(
     timestamps: Buffer,
     /,
 ) -> tuple[list[bytes], int]: ...
+def index_columns_many(
+    datas: list[Buffer],
+    bounds: Buffer,
+    starts: Buffer,
+    sizes: Buffer,
+    prefixes: Buffer,
+    flat_offsets: Buffer,
+    timestamps: Buffer,
+    /,
+) -> tuple[list[bytes], int]: ...
 def check_units(
     data: Buffer,
     starts: Buffer,

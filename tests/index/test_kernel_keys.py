@@ -15,7 +15,10 @@ from hypothesis import strategies as st
 
 from tiered.broker import message as msgcodec
 from tiered.index import IndexBatch
+from tiered.index.bulk_keys import UnitsOf
 from tiered.index.bulk_keys import index_batch_of_units
+from tiered.index.bulk_keys import index_batches_of_units
+from tiered.index.index_batch import BatchPart
 from tiered.index.numpy_keys import reference_index_batch
 from tiered.process.native import kernel
 
@@ -152,3 +155,78 @@ def test_the_kernel_refuses_mismatched_or_strided_inputs() -> None:
         kernel().index_items(b"x" * 100, starts[::2], np.zeros(2, np.int64), 0)
     with pytest.raises(BufferError):
         kernel().index_items(b"x", starts.astype(np.int32), np.zeros(4, np.int32), 0)
+
+
+@given(
+    batches=st.lists(
+        st.tuples(
+            st.lists(unit_properties(), max_size=5),
+            st.sampled_from(["TopicK", "订单主题", " ", "%RETRY%g"]),
+        ),
+        max_size=8,
+    ),
+    torn=st.integers(0, 3),
+)
+@settings(max_examples=300, deadline=None)
+def test_many_batches_index_as_each_batch_alone(
+    batches: list[tuple[list[bytes], str]], torn: int
+) -> None:
+    """A wave's batches indexed by one kernel call (:func:`index_batches_of_units`): each
+    batch's items are what it alone gets (blank topics, empty batches, invalid UTF-8 keys and
+    a torn buffer among them), and the wave's parts put together are the batches one after
+    the other."""
+    wave: list[UnitsOf] = []
+    for b, (props, topic) in enumerate(batches):
+        units = _units(props, [True] * len(props), [False] * len(props))
+        sizes = np.array([len(u) for u in units], np.int64)
+        starts = np.cumsum(sizes) - sizes
+        data = b"".join(units)
+        if b == torn and len(data):
+            data = data[: len(data) // 2]
+        wave.append(UnitsOf(topic, 7 + b, b, data, starts, sizes, starts * 3 + b, T0 + starts))
+    got = index_batches_of_units(wave)
+    alone = [index_batch_of_units(*units) for units in wave]
+    assert len(got) == len(alone)
+    for part, want in zip(got, alone, strict=True):
+        batch = part.rows() if isinstance(part, BatchPart) else part
+        assert len(part) == len(want)
+        for name in COLUMNS:
+            assert np.array_equal(getattr(batch, name), getattr(want, name)), name
+    if alone:
+        joined, whole = IndexBatch.concat(got), IndexBatch.concat(alone)
+        for name in COLUMNS:
+            assert np.array_equal(getattr(joined, name), getattr(whole, name)), name
+
+
+def test_a_waves_parts_in_order_are_put_as_one_view_of_it() -> None:
+    units = _units([b"KEYS\x01a b\x02", b"UNIQ_KEY\x01u\x02", b"KEYS\x01c\x02"], [True] * 3,
+                   [False] * 3)  # fmt: skip
+    sizes = np.array([len(u) for u in units], np.int64)
+    wave = [
+        UnitsOf(f"T{i}", i, 0, u, np.zeros(1, np.int64), sizes[i : i + 1],
+                np.array([i], np.int64), np.array([T0], np.int64))
+        for i, u in enumerate(units)
+    ]  # fmt: skip
+    a, b, c = index_batches_of_units(wave)
+    assert isinstance(a, BatchPart) and a.batch is b.batch is c.batch  # type: ignore[union-attr]
+    assert IndexBatch.concat([a, b, c]) is a.batch  # the whole wave: no copy
+    other = index_batch_of_units(*wave[1])
+    cases: list[list[IndexBatch | BatchPart]] = [[a, c], [c, a], [a, other, b, c], [b]]
+    for parts in cases:
+        joined = IndexBatch.concat(parts)
+        rows = [p.rows() if isinstance(p, BatchPart) else p for p in parts]
+        assert joined.hashes.tolist() == [h for r in rows for h in r.hashes.tolist()]
+        assert joined.key_counts.tolist() == [k for r in rows for k in r.key_counts.tolist()]
+        assert joined.topic_ids.tolist() == [t for r in rows for t in r.topic_ids.tolist()]
+
+
+def test_the_many_batch_kernel_refuses_bounds_that_do_not_fit() -> None:
+    starts = sizes = offsets = times = np.zeros(3, np.int64)
+    prefixes = np.zeros(2, np.uint32)
+    for bounds in ([0, 1], [0, 2, 1, 3], [1, 2, 3], [0, 1, 4]):
+        with pytest.raises(ValueError, match=r"bounds|entries"):
+            kernel().index_columns_many([b"", b""], np.array(bounds, np.int64), starts, sizes,
+                                        prefixes, offsets, times)  # fmt: skip
+    with pytest.raises(ValueError, match="prefixes"):
+        kernel().index_columns_many([b""], np.array([0, 3], np.int64), starts, sizes, prefixes,
+                                    offsets, times)  # fmt: skip

@@ -19,8 +19,8 @@ from tiered.cli.config_option import verbosity
 from tiered.config import TieredConfig
 from tiered.core.data_dir_lock import DataDirLock
 from tiered.core.sidecar import index_reader
+from tiered.index.compaction import CompactionResult
 from tiered.index.compaction import Engine
-from tiered.index.service import CompactionResult
 from tiered.index.service import IndexService
 from tiered.index.staging import submit_command
 from tiered.metadata import MetadataStore

@@ -22,7 +22,7 @@ from tiered.cli.config_option import load
 from tiered.cli.config_option import setup_logging
 from tiered.cli.config_option import verbosity
 from tiered.core.sidecar import Sidecar
-from tiered.offload.dispatcher import PassReport
+from tiered.offload.dispatch_state import PassReport
 from tiered.providers import Provider
 from tiered.providers import RequestCounts
 from tiered.providers import WrappedProvider

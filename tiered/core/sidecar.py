@@ -249,7 +249,9 @@ class Sidecar(Closeable):
             )
             if self.index is not None:
                 self._dispatcher.add_staged_listener(
-                    self.index.prepare_commit, round_scope=self.index.deferred_puts
+                    self.index.prepare_commit,
+                    round_scope=self.index.deferred_puts,
+                    many=self.index.prepare_commits,
                 )
         return self._dispatcher
 

@@ -21,12 +21,14 @@ import functools
 import logging
 from collections.abc import Sequence
 from typing import Final
+from typing import NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from tiered.broker.javautil import java_string_hash
 from tiered.broker.javautil import to_i32
+from tiered.index.index_batch import BatchPart
 from tiered.index.index_batch import IndexBatch
 from tiered.index.java_hash import index_hashes
 from tiered.index.key_set import is_java_blank
@@ -104,3 +106,67 @@ def index_batch_of_units(
         np.asarray(timestamps, dtype=np.int64)[msg],
         np.bincount(msg, minlength=n).astype(np.int64),
     )
+
+
+class UnitsOf(NamedTuple):
+    """One queue's batch for :func:`index_batches_of_units`: the arguments of
+    :func:`index_batch_of_units`."""
+
+    topic: str
+    topic_id: int
+    queue_id: int
+    data: Buffer
+    starts: Int64s
+    sizes: Int64s
+    flat_offsets: Int64s
+    timestamps: Int64s
+
+
+def index_batches_of_units(batches: Sequence[UnitsOf]) -> list[IndexBatch | BatchPart]:
+    """:func:`index_batch_of_units` of many queues' batches (a wide dispatch round's wave):
+    every batch's keys found and hashed by one call of the kernel, not one each, each batch's
+    items a :class:`~.index_batch.BatchPart` of the wave's. A batch of a blank topic, an
+    empty one, or one with a key that is not valid UTF-8 (rare) is indexed on its own."""
+    out: list[IndexBatch | BatchPart | None] = [None] * len(batches)
+    bulk = [i for i, b in enumerate(batches) if len(b.starts) and not is_java_blank(b.topic)]
+    if bulk:
+        chosen = [batches[i] for i in bulk]
+        counts = np.fromiter((len(b.starts) for b in chosen), np.int64, len(chosen))
+        bounds = np.zeros(len(chosen) + 1, np.int64)
+        np.cumsum(counts, out=bounds[1:])
+
+        def column(values: list[Int64s]) -> Int64s:
+            return np.concatenate(values).astype(np.int64, copy=False)
+
+        sizes = column([b.sizes for b in chosen])
+        columns, inconsistent = kernel().index_columns_many(
+            [b.data for b in chosen],
+            bounds,
+            column([b.starts for b in chosen]),
+            sizes,
+            np.fromiter((_prefix_hash(b.topic) for b in chosen), np.uint32, len(chosen)),
+            column([b.flat_offsets for b in chosen]),
+            column([b.timestamps for b in chosen]),
+        )
+        if inconsistent:
+            log.warning("%d of %d units have inconsistent field lengths: not indexed",
+                        inconsistent, len(sizes))  # fmt: skip
+        msg = np.frombuffer(columns[5], dtype=np.int64)
+        rows = np.searchsorted(msg, bounds)  # each batch's items (msg ascends)
+        per_batch = np.diff(rows)
+        wave = IndexBatch(
+            np.frombuffer(columns[0], dtype=np.int32),
+            np.repeat(np.array([to_i32(b.topic_id) for b in chosen], np.int32), per_batch),
+            np.repeat(np.array([b.queue_id for b in chosen], np.int32), per_batch),
+            np.frombuffer(columns[1], dtype=np.int64),
+            np.frombuffer(columns[2], dtype=np.int32),
+            np.frombuffer(columns[3], dtype=np.int64),
+            np.frombuffer(columns[4], dtype=np.int64),
+        )
+        slow = np.frombuffer(columns[6], dtype=np.int64)
+        redo = set((np.searchsorted(bounds, slow, side="right") - 1).tolist())
+        units, lo = bounds.tolist(), rows.tolist()
+        for j, i in enumerate(bulk):
+            if j not in redo:  # (one with slow units: indexed alone, below, slow ones too)
+                out[i] = BatchPart(wave, units[j], units[j + 1], lo[j], lo[j + 1])
+    return [index_batch_of_units(*batches[i]) if got is None else got for i, got in enumerate(out)]

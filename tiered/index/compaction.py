@@ -19,7 +19,9 @@ from __future__ import annotations
 import logging
 import struct
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from typing import Final
 from typing import Literal
 from typing import NamedTuple
@@ -174,6 +176,33 @@ def _parse_local(
     items = np.frombuffer(data, ITEM_DTYPE, header.item_count, base + ITEM_SIZE)
     heads = np.frombuffer(data, ">i4", slots * 2, HEADER_SIZE)[::2]
     return header, items, heads
+
+
+@dataclass
+class CompactionResult:
+    """What :meth:`~.service.IndexService.compact_sealed` did with one SEALED file."""
+
+    begin_timestamp: int
+    items: int
+    action: str  # uploaded | staged | waiting | empty | failed
+    engine: str = ""
+    bytes: int = 0
+    base_offset: int = -1
+    seconds: float = 0.0
+    error: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        """The report line of ``rmq-tiered compact-index``."""
+        return {
+            "beginTimestamp": self.begin_timestamp,
+            "items": self.items,
+            "action": self.action,
+            "engine": self.engine,
+            "bytes": self.bytes,
+            "baseOffset": self.base_offset,
+            "seconds": round(self.seconds, 3),
+            "error": self.error,
+        }
 
 
 class Compacted(NamedTuple):

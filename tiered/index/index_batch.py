@@ -104,18 +104,20 @@ class IndexBatch:
         )
 
     @classmethod
-    def concat(cls, batches: Sequence[IndexBatch]) -> IndexBatch:
-        """The rows of ``batches`` one after the other (one put for many queues' batches)."""
-        if len(batches) == 1:
-            return batches[0]
+    def concat(cls, batches: Sequence[IndexBatch | BatchPart]) -> IndexBatch:
+        """The rows of ``batches`` one after the other (one put for many queues' batches); the
+        parts of one batch that follow each other are taken as one view of it."""
+        whole = BatchPart.joined(batches)
+        if len(whole) == 1:
+            return whole[0]
         return cls(
-            np.concatenate([b.hashes for b in batches]),
-            np.concatenate([b.topic_ids for b in batches]),
-            np.concatenate([b.queue_ids for b in batches]),
-            np.concatenate([b.offsets for b in batches]),
-            np.concatenate([b.sizes for b in batches]),
-            np.concatenate([b.timestamps for b in batches]),
-            np.concatenate([b.key_counts for b in batches]),
+            np.concatenate([b.hashes for b in whole]),
+            np.concatenate([b.topic_ids for b in whole]),
+            np.concatenate([b.queue_ids for b in whole]),
+            np.concatenate([b.offsets for b in whole]),
+            np.concatenate([b.sizes for b in whole]),
+            np.concatenate([b.timestamps for b in whole]),
+            np.concatenate([b.key_counts for b in whole]),
         )
 
     def messages_slice(self, start: int, stop: int | None = None) -> IndexBatch:
@@ -132,6 +134,55 @@ class IndexBatch:
             self.timestamps[lo:hi],
             self.key_counts[start:stop],
         )
+
+
+class BatchPart:
+    """Messages ``[first, end)`` of ``batch``, its rows ``[lo, hi)``: one queue's share of a
+    batch indexed for many queues at once (:func:`~.bulk_keys.index_batches_of_units`), made
+    a batch of its own only when put alone (:meth:`rows`)."""
+
+    __slots__ = ("batch", "end", "first", "hi", "lo")
+
+    def __init__(self, batch: IndexBatch, first: int, end: int, lo: int, hi: int) -> None:
+        self.batch, self.first, self.end, self.lo, self.hi = batch, first, end, lo, hi
+
+    def __len__(self) -> int:
+        return self.hi - self.lo
+
+    def rows(self) -> IndexBatch:
+        """The part as a batch (views of the whole batch's columns)."""
+        b, lo, hi = self.batch, self.lo, self.hi
+        return IndexBatch(
+            b.hashes[lo:hi], b.topic_ids[lo:hi], b.queue_ids[lo:hi], b.offsets[lo:hi],
+            b.sizes[lo:hi], b.timestamps[lo:hi], b.key_counts[self.first : self.end],
+        )  # fmt: skip
+
+    @staticmethod
+    def joined(batches: Sequence[IndexBatch | BatchPart]) -> list[IndexBatch]:
+        """``batches`` with each run of parts that follow each other in one batch made one
+        batch (a wave's queues put in the order they were indexed: one view of the lot)."""
+        out: list[IndexBatch] = []
+        run: BatchPart | None = None  # (the run's first part, then ``end``/``hi`` grown)
+        end = hi = 0
+        for b in [*batches, None]:
+            if (
+                isinstance(b, BatchPart)
+                and run is not None
+                and b.batch is run.batch
+                and (b.first == end)
+            ):
+                end, hi = b.end, b.hi
+                continue
+            if run is not None:
+                whole = run.first == 0 and end == run.batch.messages
+                out.append(run.batch if whole else BatchPart(run.batch, run.first, end,
+                                                             run.lo, hi).rows())  # fmt: skip
+                run = None
+            if isinstance(b, BatchPart):
+                run, end, hi = b, b.end, b.hi
+            elif b is not None:
+                out.append(b)
+        return out
 
 
 def _column_i32(values: npt.ArrayLike, n: int) -> I32:

@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable
 from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 from typing import Any
@@ -40,13 +40,17 @@ from tiered.errors import TieredStoreError
 from tiered.file.flat_file_store import FlatFileStore
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
+from tiered.index.bulk_keys import UnitsOf
 from tiered.index.bulk_keys import index_batch_of_units
+from tiered.index.bulk_keys import index_batches_of_units
 from tiered.index.catch_up import reindex
 from tiered.index.compaction import Compacted
+from tiered.index.compaction import CompactionResult
 from tiered.index.compaction import Compactor
 from tiered.index.compaction import Engine
 from tiered.index.format import IndexStatus
 from tiered.index.format import KeyQuery
+from tiered.index.index_batch import BatchPart
 from tiered.index.index_batch import IndexBatch
 from tiered.index.index_store_file import FILE_DIRECTORY_NAME
 from tiered.index.index_store_file import IndexStoreFile
@@ -94,33 +98,6 @@ EXTERNAL_MASTER: Final = "external"
 
 AddJob = Callable[..., None]
 """``Daemon.add_job(func, interval_ms, name=...)``."""
-
-
-@dataclass
-class CompactionResult:
-    """What :meth:`IndexService.compact_sealed` did with one SEALED file."""
-
-    begin_timestamp: int
-    items: int
-    action: str  # uploaded | staged | waiting | empty | failed
-    engine: str = ""
-    bytes: int = 0
-    base_offset: int = -1
-    seconds: float = 0.0
-    error: str = ""
-
-    def to_json(self) -> dict[str, Any]:
-        """The report line of ``rmq-tiered compact-index``."""
-        return {
-            "beginTimestamp": self.begin_timestamp,
-            "items": self.items,
-            "action": self.action,
-            "engine": self.engine,
-            "bytes": self.bytes,
-            "baseOffset": self.base_offset,
-            "seconds": round(self.seconds, 3),
-            "error": self.error,
-        }
 
 
 class IndexService(Closeable):
@@ -177,7 +154,7 @@ class IndexService(Closeable):
         self._saver_stop = _Stop(self.progress.moved)
         self._saver: threading.Thread | None = None
         self._deferring: int | None = None  # the thread whose puts are gathered
-        self._deferred: list[tuple[IndexBatch, str, int, int, int]] = []
+        self._deferred: list[tuple[IndexBatch | BatchPart, str, int, int, int]] = []
         self._deferred_rows = 0
         self._caught_up_at = -1  # FlatFileStore.recorded when a catch-up walk last ended
         self._lagging = False  # a put or a catch-up failed since: walk again
@@ -328,14 +305,43 @@ class IndexService(Closeable):
         )
 
     @metrics.counts_index_failures("put")
+    def prepare_commits(
+        self, batches: Sequence[tuple[FlatMessageFile, MessageBatch, npt.NDArray[np.int64]]]
+    ) -> list[Callable[[], None] | None]:
+        """:meth:`prepare_commit` of many queues' batches (a wide dispatch round's wave): their
+        keys extracted and hashed by one call of the kernel
+        (:func:`~.bulk_keys.index_batches_of_units`)."""
+        out: list[Callable[[], None] | None] = [None] * len(batches)
+        if not self._open:
+            return out
+        chosen: list[int] = []
+        units: list[UnitsOf] = []
+        for i, (flat, batch, flat_offsets) in enumerate(batches):
+            topic_id = self.topic_id(flat.topic) if len(batch) else None
+            if topic_id is None:
+                if len(batch):
+                    log.warning("%s: no topic record, batch not indexed", flat.path)
+                continue
+            chosen.append(i)
+            units.append(UnitsOf(flat.topic, topic_id, flat.queue_id, batch.data, batch.starts,
+                                 batch.sizes, flat_offsets, batch.timestamps))  # fmt: skip
+        for i, indexed in zip(chosen, index_batches_of_units(units), strict=True):
+            flat, batch, _ = batches[i]
+            out[i] = functools.partial(self._put_counted, indexed, flat.topic, flat.queue_id,
+                                       batch.queue_offset, len(batch))  # fmt: skip
+        return out
+
+    @metrics.counts_index_failures("put")
     def _put_counted(
-        self, batch: IndexBatch, topic: str, queue_id: int, first_offset: int, count: int
-    ) -> None:
+        self, batch: IndexBatch | BatchPart, topic: str, queue_id: int, first_offset: int,
+        count: int,
+    ) -> None:  # fmt: skip
         self.put(batch, topic, queue_id, first_offset, count)
 
     def put(
-        self, batch: IndexBatch, topic: str, queue_id: int, first_offset: int, count: int
-    ) -> None:
+        self, batch: IndexBatch | BatchPart, topic: str, queue_id: int, first_offset: int,
+        count: int,
+    ) -> None:  # fmt: skip
         """Put ``batch`` (queue offsets ``[first_offset, first_offset + count)`` of the queue)
         and record the queue's progress (gathered, on the thread of a :meth:`deferred_puts`
         block)."""
@@ -345,7 +351,8 @@ class IndexService(Closeable):
             if self._deferred_rows >= DEFERRED_MAX_ROWS:
                 self._put_deferred()
             return
-        self._put_ranges(batch, [(topic, queue_id, first_offset, first_offset + count)])
+        rows = batch.rows() if isinstance(batch, BatchPart) else batch
+        self._put_ranges(rows, [(topic, queue_id, first_offset, first_offset + count)])
 
     def _put_ranges(self, batch: IndexBatch, ranges: list[tuple[str, int, int, int]]) -> None:
         """Put ``batch`` into the index file, then move each ``(topic, queue, first, end)``

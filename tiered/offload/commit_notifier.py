@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 from collections.abc import Iterator
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
@@ -21,10 +22,11 @@ import numpy as np
 
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
-from tiered.offload.offload_step import CommitListener
-from tiered.offload.offload_step import Int64s
+from tiered.offload.listeners import CommitListener
+from tiered.offload.listeners import Int64s
+from tiered.offload.listeners import StagedListener
+from tiered.offload.listeners import StagedMany
 from tiered.offload.offload_step import Plan
-from tiered.offload.offload_step import StagedListener
 
 __all__ = ["NOTIFY_PENDING_BYTES", "NOTIFY_PENDING_STEPS", "Held", "Notifier", "freed", "waves"]
 
@@ -71,6 +73,8 @@ class Notifier:
         """Whether the batches are told on the thread that commits them (:meth:`inline`)."""
         self.scopes: list[Callable[[], AbstractContextManager[object]]] = []
         """Entered around the listeners told inline (e.g. the key index gathers its puts)."""
+        self.many: dict[StagedListener, StagedMany] = {}
+        """A staged listener's form for many batches at once, where it has one."""
 
     @property
     def early(self) -> bool:
@@ -86,6 +90,32 @@ class Notifier:
         committed."""
         steps = self._prepare(flat, batch, offsets)
         return functools.partial(self._hand_over, flat, None, steps)
+
+    def prepare_many(
+        self, batches: Sequence[tuple[FlatMessageFile, MessageBatch, Int64s]]
+    ) -> list[Callable[[], None]]:
+        """:meth:`prepare` of many queues' batches (a wide round's wave): a staged listener
+        with a many-batch form (:attr:`many`) is called once for them all."""
+        steps: list[list[Callable[[], None]]] = [[] for _ in batches]
+        for prepare in tuple(self.staged):
+            many = self.many.get(prepare)
+            got: Sequence[Callable[[], None] | None] | None = None
+            try:
+                got = many(batches) if many is not None else None
+            except Exception:  # a listener's bug must not fail the upload; logged in full
+                log.exception("commit listener %r failed on %d batches", many, len(batches))
+            for i, (flat, batch, offsets) in enumerate(batches):  # (one by one without `got`)
+                try:
+                    step = prepare(flat, batch, offsets) if got is None else got[i]
+                except Exception:  # a listener's bug must not fail the upload; logged in full
+                    log.exception("%s: commit listener %r failed", flat.path, prepare)
+                    continue
+                if step is not None:
+                    steps[i].append(step)
+        return [
+            functools.partial(self._hand_over, flat, None, s)
+            for (flat, _, _), s in zip(batches, steps, strict=True)
+        ]
 
     def _prepare(
         self, flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s

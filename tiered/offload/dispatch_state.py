@@ -104,6 +104,25 @@ class QueueState:
 
 
 @dataclass
+class PassReport:
+    """What one :meth:`~.dispatcher.Dispatcher.run_pass` did."""
+
+    rounds: int = 0
+    messages: int = 0
+    bytes: int = 0
+    failures: int = 0
+    queues: set[tuple[str, int]] = field(default_factory=set)
+    gaps: list[tuple[str, int, Gap]] = field(default_factory=list)
+    errors: dict[str, str] = field(default_factory=dict)
+    seconds: float = 0.0
+    role: str = "master"
+    looked_at: int = 0
+    """Queues the pass planned (``follow``: the ones that moved, had work left or were due)."""
+    paused: bool = False
+    """Uploads were paused: the pass sent nothing, or stopped after a round (:mod:`.pause`)."""
+
+
+@dataclass
 class StateSnapshot:
     """What the state file holds."""
 

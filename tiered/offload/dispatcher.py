@@ -24,8 +24,6 @@ from collections.abc import Iterator
 from collections.abc import Sequence
 from concurrent.futures import Future
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
-from dataclasses import field
 from typing import Any
 
 import numpy as np
@@ -46,21 +44,23 @@ from tiered.offload.commit_notifier import Notifier
 from tiered.offload.commit_notifier import collector_paused
 from tiered.offload.commit_notifier import freed
 from tiered.offload.commit_notifier import waves
-from tiered.offload.dispatch_state import Gap
+from tiered.offload.dispatch_state import PassReport
 from tiered.offload.dispatch_state import QueueState
 from tiered.offload.dispatch_state import StateFile
 from tiered.offload.dispatch_state import StateSnapshot
-from tiered.offload.offload_step import CommitListener
+from tiered.offload.listeners import CommitListener
+from tiered.offload.listeners import StagedListener
+from tiered.offload.listeners import StagedMany
 from tiered.offload.offload_step import Limits
 from tiered.offload.offload_step import Plan
 from tiered.offload.offload_step import Sent
-from tiered.offload.offload_step import StagedListener
 from tiered.offload.offload_step import StepResult
 from tiered.offload.offload_step import commit_wave
 from tiered.offload.offload_step import execute
 from tiered.offload.offload_step import execute_after
 from tiered.offload.offload_step import measure
 from tiered.offload.offload_step import plan
+from tiered.offload.offload_step import prepare_staged
 from tiered.offload.offload_step import stage
 from tiered.offload.offload_step import write_commitlogs
 from tiered.offload.pass_queues import PassQueues
@@ -131,25 +131,6 @@ FILES_MEASURE_S = 10.0
 MAX_FAILURES = 10
 """Consecutive failures of one queue within a pass before the pass stops retrying it."""
 _BACKOFF_S = 0.05
-
-
-@dataclass
-class PassReport:
-    """What one :meth:`Dispatcher.run_pass` did."""
-
-    rounds: int = 0
-    messages: int = 0
-    bytes: int = 0
-    failures: int = 0
-    queues: set[tuple[str, int]] = field(default_factory=set)
-    gaps: list[tuple[str, int, Gap]] = field(default_factory=list)
-    errors: dict[str, str] = field(default_factory=dict)
-    seconds: float = 0.0
-    role: str = "master"
-    looked_at: int = 0
-    """Queues the pass planned (``follow``: the ones that moved, had work left or were due)."""
-    paused: bool = False
-    """Uploads were paused: the pass sent nothing, or stopped after a round (:mod:`.pause`)."""
 
 
 class Dispatcher(Closeable):
@@ -237,6 +218,7 @@ class Dispatcher(Closeable):
         self,
         listener: StagedListener,
         round_scope: Callable[[], contextlib.AbstractContextManager[object]] | None = None,
+        many: StagedMany | None = None,
     ) -> None:
         """Call ``listener(flat, batch, flat_offsets)`` in the worker that uploads each batch,
         before its uploads (the batch is appended: its flat offsets are known), and the step it
@@ -247,8 +229,12 @@ class Dispatcher(Closeable):
         only staged listeners, the batch's message bytes are freed as soon as the flat
         commitlog holds them, before its sync (a plain commit listener is handed the batch
         after the uploads, bytes included). ``round_scope``: entered around a wide round's
-        steps, which are told on the dispatching thread (e.g. to gather the round's puts)."""
+        steps, which are told on the dispatching thread (e.g. to gather the round's puts).
+        ``many``: the listener's form for many queues' batches at once, called with a wide
+        round's wave (e.g. to hash all their keys in one call)."""
         self.staged_listeners.append(listener)
+        if many is not None:
+            self._notifier.many[listener] = many
         if round_scope is not None:
             self._notifier.scopes.append(round_scope)
 
@@ -498,11 +484,12 @@ class Dispatcher(Closeable):
         staged: list[Sent] = []
         reads = self._read_wave([p for p, _ in wave])
         for (p, _), (batch, next_time) in zip(wave, reads, strict=True):
-            got = stage(p, batch, next_time, now, listeners)
+            got = stage(p, batch, next_time, now, listeners, prepare=False)
             if isinstance(got, Sent):
                 staged.append(got)
             else:
                 results.append((p.flat, got))
+        prepare_staged(staged, listeners)  # (before the writes free the batches' bytes)
         sent = write_commitlogs(staged, results, freed)
         files = [s.plan.flat.commitlog for s in sent]
         return sent, in_background(lambda: self._sync_files(files, "commitlog"), "wave-sync")

@@ -19,9 +19,6 @@ from dataclasses import dataclass
 from typing import Concatenate
 from typing import NamedTuple
 from typing import ParamSpec
-from typing import Protocol
-from typing import cast
-from typing import runtime_checkable
 
 import numpy as np
 import numpy.typing as npt
@@ -39,6 +36,12 @@ from tiered.file.flat_message_file import MessageBatch
 from tiered.offload.dispatch_state import Gap
 from tiered.offload.dispatch_state import Held
 from tiered.offload.dispatch_state import QueueState
+from tiered.offload.listeners import CommitListener
+from tiered.offload.listeners import Int64s
+from tiered.offload.listeners import all_early
+from tiered.offload.listeners import notify
+from tiered.offload.listeners import prepare_early
+from tiered.offload.listeners import prepare_many
 from tiered.process.logs import error_fields
 from tiered.process.logs import traceback_if_debug
 from tiered.source.local_source import LocalSource
@@ -47,8 +50,6 @@ from tiered.source.local_source import UncheckedBatch
 log = logging.getLogger(__name__)
 
 P = ParamSpec("P")
-
-Int64s = npt.NDArray[np.int64]
 
 OBJECT_UNIT_BYTES = 256
 """On object stores a batch holds at most ``objectStoreGroupCommitSize / 256`` messages (so the
@@ -318,67 +319,14 @@ def _read_from(
     return _Read(sizes, offset, units)
 
 
-CommitListener = Callable[[FlatMessageFile, MessageBatch, Int64s], None]
-"""Told of every batch once both of its uploads succeeded: the queue, the batch and the flat
-commitlog offset of each of its messages (e.g. to index its keys)."""
-StagedListener = Callable[[FlatMessageFile, MessageBatch, Int64s], Callable[[], None] | None]
-"""A commit listener in two stages: called as a :data:`CommitListener` is, in the worker that
-uploaded the batch; the step it returns is then run in commit order (see
-:meth:`~.dispatcher.Dispatcher.add_staged_listener`)."""
-
-
-@runtime_checkable
-class EarlyListener(Protocol):
-    """A commit listener that can do its work on a batch's bytes before the upload."""
-
-    @property
-    def early(self) -> bool:
-        """Whether :meth:`prepare` may be called instead of the listener itself."""
-        ...
-
-    def prepare(
-        self, flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s
-    ) -> Callable[[], None]:
-        """Do the work that needs the batch's bytes now; returns what to run once the batch is
-        committed (what calling the listener then would have done)."""
-        ...
-
-
-def _prepare_early(
-    flat: FlatMessageFile, batch: MessageBatch, offsets: Int64s, listeners: Sequence[object]
-) -> bool:
-    """When every listener is an :class:`EarlyListener` that may be prepared early, prepare
-    them now and leave the rest to the commit that completes the batch
-    (:meth:`FlatMessageFile.after_commit`); whether so (then nothing needs the batch's bytes
-    once they are written)."""
-    # by attribute: an isinstance check against a runtime-checkable protocol walks its members,
-    # a cost paid per batch
-    if not all(getattr(n, "early", False) is True and hasattr(n, "prepare") for n in listeners):
-        return False
-    for listener in cast("Sequence[EarlyListener]", listeners):
-        try:
-            flat.after_commit(listener.prepare(flat, batch, offsets))
-        except Exception:  # a listener's bug must not fail the upload; logged in full
-            log.exception("%s: commit listener %r failed", flat.path, listener)
-    return True
-
-
-def _notify(flat: FlatMessageFile, done: CommitResult, listeners: Sequence[CommitListener]) -> None:
-    """Tell ``listeners`` of the batches ``done`` completed: run what their early preparation
-    left (:func:`_prepare_early`), or call them."""
-    for call in done.after:
-        try:
-            call()
-        except Exception:  # a listener's bug must not fail the upload; logged in full
-            log.exception("%s: commit listener %r failed", flat.path, call)
-    if done.after:
-        return
-    for batch, offsets in done.batches:
-        for listener in listeners:
-            try:
-                listener(flat, batch, offsets)
-            except Exception:  # a listener's bug must not fail the upload; logged in full
-                log.exception("%s: commit listener %r failed", flat.path, listener)
+def prepare_staged(staged: Sequence[Sent], listeners: Sequence[object]) -> None:
+    """The listeners prepared for many batches staged with ``prepare=False`` (a wide round's
+    wave) at once (:func:`~.listeners.prepare_many`)."""
+    items = [(s.plan.flat, s.batch, s.offsets) for s in staged if s.offsets is not None]
+    for s in staged:
+        s.offsets = None
+    if items:
+        prepare_many(items, listeners)
 
 
 def execute(
@@ -414,9 +362,12 @@ class Sent:
     next_store_time: int | None
     started: float
     early: bool
-    """The listeners did their share already (:func:`_prepare_early`): nothing needs the
-    batch's bytes once the flat commitlog holds them."""
+    """The listeners did their share already (:func:`_prepare_early`), or do it with the
+    wave's (:func:`prepare_staged`): nothing needs the batch's bytes once the flat commitlog
+    holds them."""
     commitlog_bytes: int = 0
+    offsets: Int64s | None = None
+    """The batch's flat commitlog offsets while :func:`prepare_staged` has yet to prepare it."""
 
 
 def send(
@@ -448,10 +399,13 @@ def stage(
     next_store_time: int | None,
     now: int,
     listeners: Sequence[CommitListener] = (),
+    *,
+    prepare: bool = True,
 ) -> StepResult | Sent:
     """Check the batch read for a plan and append it to the queue's flat files (nothing
-    uploaded yet), the listeners prepared where they can be; a retry of a failed upload is
-    carried out whole (its result returned)."""
+    uploaded yet), the listeners prepared where they can be (with ``prepare=False``, by the
+    caller's :func:`prepare_staged` of many at once); a retry of a failed upload is carried
+    out whole (its result returned)."""
     flat, state = p.flat, p.state
     try:
         if p.retry:  # a previous upload failed: finish it, from where it stopped
@@ -460,7 +414,7 @@ def stage(
             _log_batches(flat, done, started)
             _count(flat, state, done.messages, done.commitlog_bytes, now)
             state.failures = 0
-            _notify(flat, done, listeners)
+            notify(flat, done, listeners)
             return StepResult(messages=done.messages, bytes=done.commitlog_bytes, more=True)
         if isinstance(read, TieredStoreError):
             raise read  # deleted under us: the next round plans again
@@ -469,7 +423,9 @@ def stage(
         assert batch is not None and p.units is not None
         flat.roll_for_batch(p.roll_commitlog, p.roll_consume_queue)
         offsets = flat.append_batch(batch)
-        early = _prepare_early(flat, batch, offsets, listeners)
+        if not prepare and all_early(listeners):
+            return Sent(p, batch, next_store_time, time.perf_counter(), True, offsets=offsets)
+        early = prepare_early(flat, batch, offsets, listeners)
     except (TieredStoreError, OSError) as e:
         return failed(flat, state, e)
     return Sent(p, batch, next_store_time, time.perf_counter(), early)
@@ -541,7 +497,7 @@ def finish(
     _log_batches(flat, done, sent.started)
     state.failures = 0
     _count(flat, state, done.messages, sent.commitlog_bytes + done.commitlog_bytes, now, counts)
-    _notify(flat, done, listeners)
+    notify(flat, done, listeners)
     n = len(batch)
     units = p.units
     assert units is not None

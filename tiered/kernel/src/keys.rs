@@ -198,9 +198,71 @@ pub fn index_columns(
     out
 }
 
+/// [`index_columns`] of many batches at once: batch `b` is units `bounds[b]..bounds[b + 1]` of
+/// `starts`, `sizes`, `flat_offsets` and `timestamps`, its bytes `datas[b]` (`starts` count from
+/// there), its keys hashed from `prefixes[b]`. Items, `slow` and `key_counts` number the units
+/// across all batches, and a batch's items follow the batch before's.
+pub fn index_columns_many(
+    datas: &[&[u8]],
+    bounds: &[usize],
+    starts: &[i64],
+    sizes: &[i64],
+    prefixes: &[u32],
+    flat_offsets: &[i64],
+    timestamps: &[i64],
+) -> Columns {
+    let mut out = Columns { key_counts: vec![0; starts.len()], ..Columns::default() };
+    for (b, data) in datas.iter().enumerate() {
+        let (lo, hi) = (bounds[b], bounds[b + 1]);
+        let items = index_items(data, &starts[lo..hi], &sizes[lo..hi], prefixes[b]);
+        for &m in &items.msg {
+            let m = m as usize + lo;
+            out.items.msg.push(m as i64);
+            out.offsets.push(flat_offsets[m]);
+            out.sizes.push(sizes[m] as i32);
+            out.timestamps.push(timestamps[m]);
+            out.key_counts[m] += 1;
+        }
+        out.items.hash.extend(items.hash);
+        out.items.slow.extend(items.slow.iter().map(|&m| m + lo as i64));
+        out.items.inconsistent += items.inconsistent;
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn index_columns_many_equals_each_batchs_columns_one_after_the_other() {
+        use crate::unit::testing::{encode, Unit};
+        let units = [
+            encode(&Unit { properties: b"KEYS\x01x y\x02UNIQ_KEY\x01u\x02", ..Unit::default() }),
+            encode(&Unit { properties: b"TAGS\x01t\x02", ..Unit::default() }),
+            encode(&Unit { properties: b"KEYS\x01z\x02", ..Unit::default() }),
+            encode(&Unit { properties: b"KEYS\x01\xff\x02", ..Unit::default() }),
+            encode(&Unit { properties: b"UNIQ_KEY\x01w\x02", ..Unit::default() }),
+        ];
+        let sizes: Vec<i64> = units.iter().map(|u| u.len() as i64).collect();
+        // batch 0: units 0..2 in their own buffer; batch 1: units 2..5 in another
+        let (a, b) = (units[..2].concat(), units[2..].concat());
+        let starts = [0, sizes[0], 0, sizes[2], sizes[2] + sizes[3]];
+        let (offsets, times) = ([100, 200, 300, 400, 500], [10, 20, 30, 40, 50]);
+        let got = index_columns_many(&[&a, &b], &[0, 2, 5], &starts, &sizes, &[7, 11], &offsets, &times);
+        let one = index_columns(&a, &starts[..2], &sizes[..2], 7, &offsets[..2], &times[..2]);
+        let two = index_columns(&b, &starts[2..], &sizes[2..], 11, &offsets[2..], &times[2..]);
+        let n = one.items.msg.len();
+        assert_eq!(got.items.hash, [one.items.hash.clone(), two.items.hash.clone()].concat());
+        assert_eq!(&got.items.msg[..n], &one.items.msg[..]);
+        assert_eq!(got.items.msg[n..].to_vec(), two.items.msg.iter().map(|m| m + 2).collect::<Vec<_>>());
+        assert_eq!(got.offsets, [one.offsets, two.offsets].concat());
+        assert_eq!(got.sizes, [one.sizes, two.sizes].concat());
+        assert_eq!(got.timestamps, [one.timestamps, two.timestamps].concat());
+        assert_eq!(got.key_counts, [one.key_counts, two.key_counts].concat());
+        assert_eq!(got.items.slow, vec![3]); // the \xff key: unit 1 of batch 1
+        assert_eq!(got.items.inconsistent, 0);
+    }
 
     #[test]
     fn index_columns_gather_each_items_message_fields() {

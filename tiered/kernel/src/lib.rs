@@ -115,6 +115,58 @@ mod python {
         ))
     }
 
+    /// `index_columns_many(datas, bounds, starts, sizes, prefixes, flat_offsets, timestamps) ->
+    /// (hash, offsets, sizes, timestamps, key_counts, msg, slow, inconsistent)`: `index_columns`
+    /// of many batches at once (`keys::index_columns_many`): batch `b` is units `bounds[b]` to
+    /// `bounds[b + 1]` (int64, one more than `datas`), its bytes `datas[b]`, its keys hashed from
+    /// `prefixes[b]` (uint32); `msg`, `slow` and `key_counts` number the units of all batches.
+    #[pyfunction]
+    #[allow(clippy::too_many_arguments, clippy::type_complexity)]
+    fn index_columns_many<'py>(
+        py: Python<'py>,
+        datas: Vec<Bound<'py, PyAny>>,
+        bounds: &Bound<'py, PyAny>,
+        starts: &Bound<'py, PyAny>,
+        sizes: &Bound<'py, PyAny>,
+        prefixes: &Bound<'py, PyAny>,
+        flat_offsets: &Bound<'py, PyAny>,
+        timestamps: &Bound<'py, PyAny>,
+    ) -> PyResult<(Vec<Bound<'py, PyBytes>>, usize)> {
+        let (bounds, prefixes) = (PyBuffer::<i64>::get(bounds)?, PyBuffer::<u32>::get(prefixes)?);
+        let (starts, sizes) = (PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
+        let (offsets, times) = (PyBuffer::<i64>::get(flat_offsets)?, PyBuffer::<i64>::get(timestamps)?);
+        let (b, p) = (items(&bounds, "bounds")?, items(&prefixes, "prefixes")?);
+        let (s, z) = (items(&starts, "starts")?, items(&sizes, "sizes")?);
+        let (o, t) = (items(&offsets, "flat_offsets")?, items(&times, "timestamps")?);
+        same_length(&[("starts", s.len()), ("sizes", z.len()), ("flat_offsets", o.len()), ("timestamps", t.len())])?;
+        same_length(&[("datas", datas.len()), ("prefixes", p.len()), ("bounds less one", b.len().saturating_sub(1))])?;
+        let ascending = b.first() == Some(&0) && b.windows(2).all(|w| w[0] <= w[1]);
+        if !ascending || b.last() != Some(&(s.len() as i64)) {
+            return Err(PyValueError::new_err(format!(
+                "bounds must ascend from 0 to the {} units, one more than the {} batches",
+                s.len(),
+                datas.len()
+            )));
+        }
+        let buffers = datas.iter().map(PyBuffer::<u8>::get).collect::<PyResult<Vec<_>>>()?;
+        let slices = buffers.iter().map(|d| items(d, "datas")).collect::<PyResult<Vec<_>>>()?;
+        let bounds: Vec<usize> = b.iter().map(|&x| x as usize).collect();
+        let cols = py.detach(|| crate::keys::index_columns_many(&slices, &bounds, s, z, p, o, t));
+        let bytes = |v: &[u8]| PyBytes::new(py, v);
+        Ok((
+            vec![
+                bytes(as_bytes(&cols.items.hash)),
+                bytes(as_bytes(&cols.offsets)),
+                bytes(as_bytes(&cols.sizes)),
+                bytes(as_bytes(&cols.timestamps)),
+                bytes(as_bytes(&cols.key_counts)),
+                bytes(as_bytes(&cols.items.msg)),
+                bytes(as_bytes(&cols.items.slow)),
+            ],
+            cols.items.inconsistent,
+        ))
+    }
+
     /// A writable C-contiguous buffer's bytes (a read-only one is refused).
     fn bytes_mut<'a>(buf: &'a PyBuffer<u8>, name: &str) -> PyResult<&'a mut [u8]> {
         if buf.readonly() || !buf.is_c_contiguous() {
@@ -615,6 +667,7 @@ mod python {
     fn _kernel(m: &Bound<'_, PyModule>) -> PyResult<()> {
         m.add_function(wrap_pyfunction!(index_items, m)?)?;
         m.add_function(wrap_pyfunction!(index_columns, m)?)?;
+        m.add_function(wrap_pyfunction!(index_columns_many, m)?)?;
         m.add_function(wrap_pyfunction!(check_units, m)?)?;
         m.add_function(wrap_pyfunction!(check_batch, m)?)?;
         m.add_function(wrap_pyfunction!(encode_units, m)?)?;
