@@ -12,6 +12,7 @@ import logging
 import threading
 from collections.abc import Callable
 from collections.abc import Iterable
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -131,19 +132,28 @@ class FlatFileStore(BrokerTier):
 
         A new file is not initialised: it has no position until :meth:`FlatMessageFile.init`.
         """
+        (flat,) = self.get_or_create_many([(topic, queue_id)])
+        return flat
+
+    def get_or_create_many(self, queues: Sequence[tuple[str, int]]) -> list[FlatMessageFile]:
+        """:meth:`get_or_create` of each of ``queues``, the new ones' records made in one
+        metadata batch (a first pass over thousands of queues)."""
         with self._lock:
-            flat = self._files.get((topic, queue_id))
-            if flat is not None:
-                return flat
-            with self.metadata.batch():
-                self.metadata.add_topic(topic)
-                self.metadata.add_queue(
-                    MessageQueue(broker_name=self.broker, queue_id=queue_id, topic=topic)
-                )
-            flat = self._new(topic, queue_id)
-            flat.load()
-            self._files[(topic, queue_id)] = flat
-            return flat
+            files = self._files
+            new = [q for q in dict.fromkeys(queues) if q not in files]
+            if new:
+                with self.metadata.batch():
+                    for topic, queue_id in new:
+                        self.metadata.add_topic(topic, copy=False)
+                        self.metadata.add_queue(
+                            MessageQueue(broker_name=self.broker, queue_id=queue_id, topic=topic),
+                            copy=False,
+                        )
+                for topic, queue_id in new:
+                    flat = self._new(topic, queue_id)
+                    flat.load()
+                    files[(topic, queue_id)] = flat
+            return [files[q] for q in queues]
 
     def files(self) -> list[FlatMessageFile]:
         """Every queue's flat file, by topic and queue id."""

@@ -548,8 +548,8 @@ class MetadataStore:
             meta = self._doc.topic_metadata_table.get(topic)
             return meta.model_copy() if copy and meta is not None else meta
 
-    def add_topic(self, topic: str, reserve_time: int = -1) -> TopicMetadata:
-        """The topic's record, created with ``topic_id = ++topic_serial_number`` if new."""
+    def add_topic(self, topic: str, reserve_time: int = -1, *, copy: bool = True) -> TopicMetadata:
+        """The topic's record (as get_topic's ``copy``), with ``topic_id = ++serial`` if new."""
         with self._lock:
             self._check_loaded()
             meta = self._doc.topic_metadata_table.get(topic)
@@ -564,7 +564,7 @@ class MetadataStore:
                 self._doc.topic_metadata_table[topic] = meta
                 self._changes.topics.add(topic)
                 self._changed()
-            return meta.model_copy()
+            return meta.model_copy() if copy else meta
 
     def update_topic(self, meta: TopicMetadata) -> None:
         """Insert or replace the topic's record, stamping ``update_timestamp``."""
@@ -606,8 +606,8 @@ class MetadataStore:
             meta = self._doc.queue_metadata_table.get(topic, {}).get(queue_id)
             return None if meta is None else meta.model_copy()
 
-    def add_queue(self, queue: MessageQueue) -> QueueMetadata:
-        """The queue's record, created (offsets -1) if new."""
+    def add_queue(self, queue: MessageQueue, *, copy: bool = True) -> QueueMetadata:
+        """The queue's record (as get_topic's ``copy``), created (offsets -1) if new."""
         with self._lock:
             self._check_loaded()
             by_id = self._doc.queue_metadata_table.setdefault(queue.topic, {})
@@ -617,7 +617,7 @@ class MetadataStore:
                 by_id[queue.queue_id] = meta
                 self._changes.queues.add((queue.topic, queue.queue_id))
                 self._changed()
-            return meta.model_copy()
+            return meta.model_copy() if copy else meta
 
     def update_queue(self, meta: QueueMetadata) -> None:
         """Insert or replace the queue's record, stamping ``update_timestamp``."""

@@ -306,7 +306,7 @@ class Dispatcher(Closeable):
     def _targets(self, wanted: list[tuple[str, int]]) -> list[FlatMessageFile]:
         found: list[FlatMessageFile] = []
         fresh: list[tuple[FlatMessageFile, int]] = []
-        flats = [self.flat_store.get_or_create(topic, qid) for topic, qid in wanted]
+        flats = self.flat_store.get_or_create_many(wanted)
         new = [(f.topic, f.queue_id) for f in flats if not f.initialized]
         if len(new) >= LEARN_BOUNDS_QUEUES:  # their bounds at once, not a listing each
             self.local.learn_bounds(new)
