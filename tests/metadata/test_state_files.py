@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -205,3 +206,44 @@ def test_run_starts_with_every_state_file_damaged(tmp_path: Path) -> None:
     for path in bad:
         assert f"{path} is damaged" in text, path
         assert list(path.parent.glob(f"{path.name}.corrupt-*")), path
+
+
+def test_the_dispatcher_state_re_encodes_only_the_queues_named_changed(tmp_path: Path) -> None:
+    """A save told which queues changed writes the others' rows as the last save encoded them;
+    queues added or gone are written or dropped whatever it is told; the file then reads back
+    as a full save of the same snapshot would."""
+    f = StateFile(tmp_path)
+    states = {("T", q): QueueState("T", q, local_max=q) for q in range(4)}
+    f.save(StateSnapshot(queues=states))
+    states[("T", 1)].error = "broken"
+    states[("T", 2)].error = "not told"  # changed, but not named: its row stays as saved
+    states[("U", 0)] = QueueState("U", 0, last_upload_ms=9)
+    del states[("T", 3)]
+    f.save(StateSnapshot(queues=states), changed=[("T", 1), ("T", 3)])
+    got = f.load().queues
+    assert sorted(got) == [("T", 0), ("T", 1), ("T", 2), ("U", 0)]
+    assert [got[k].error for k in sorted(got)] == ["", "broken", "", ""]
+    assert got[("U", 0)].last_upload_ms == 9
+    f.save(StateSnapshot(queues=states))  # none named: every row encoded again
+    assert f.load().queues == states
+
+
+def test_a_dispatcher_pass_writes_every_queue_it_changed(tmp_path: Path) -> None:
+    """The dispatcher names the queues whose state it asked for since the last save: after
+    passes that move some queues, the state file equals a full encoding of its state."""
+    from tiered.core.sidecar import Sidecar
+
+    spec = GenSpec(topics=2, queues=3, messages=60, seed=3)
+    generate_store(tmp_path / "store", spec)
+    cfg = sample_config(tmp_path / "store", tmp_path, spec, "posix")
+    with Sidecar(cfg) as sidecar:
+        d = sidecar.dispatcher
+        assert d.run_pass(flush=True).messages == 60
+        before = {k: s.local_max for k, s in d.states.items()}
+        generate_store(tmp_path / "store", replace(spec, seed=4, messages=7, append=True))
+        assert d.run_pass(flush=True).messages == 7
+        d._save_state(sync=True, force=True)
+        assert d.state_file is not None
+        saved = d.state_file.load().queues
+        assert saved == d.states
+        assert {k: s.local_max for k, s in saved.items()} != before

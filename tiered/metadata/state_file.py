@@ -104,11 +104,14 @@ class JsonStateFile(Generic[T]):
         self.file.write(json.dumps(document, separators=(",", ":")).encode("utf-8"), sync=sync)
 
     def save_listed(
-        self, body: dict[str, Any], name: str, items: Iterable[Any], *, sync: bool = True
-    ) -> None:
+        self, body: dict[str, Any], name: str, items: Iterable[Any], *, sync: bool = True,
+        encoded: bool = False,
+    ) -> None:  # fmt: skip
         """:meth:`save` of ``{**body, name: [*items]}``, each item encoded as it comes: a list of
-        a dict per queue is never held whole (as Python objects it is many times its JSON)."""
+        a dict per queue is never held whole (as Python objects it is many times its JSON);
+        ``encoded``: the items are their JSON texts already."""
         encode = json.JSONEncoder(separators=(",", ":")).encode
         head = encode({"version": self.version, **body, name: []})  # (ends with "[]}")
-        text = f"{head[:-2]}{','.join(encode(item) for item in items)}]}}"
+        texts = items if encoded else (encode(item) for item in items)
+        text = f"{head[:-2]}{','.join(texts)}]}}"
         self.file.write(text.encode("utf-8"), sync=sync)

@@ -180,6 +180,9 @@ class Dispatcher(Closeable):
         self.staged_listeners: list[StagedListener] = []
         self._notifier = Notifier(self.commit_listeners, self.staged_listeners, nice)
         self._state_saved = -STATE_REFRESH_S
+        self._state_asked: set[tuple[str, int]] = set()
+        """Queues whose state was asked for since the state file was last saved: the only ones
+        whose rows in it can have changed."""
         self._state_shown: dict[tuple[str, int], tuple[int, str, int]] = {}
         self._state_offsets: dict[tuple[str, int], tuple[int, int]] = {}
         self._state_role = ""
@@ -268,6 +271,7 @@ class Dispatcher(Closeable):
     def state(self, topic: str, queue_id: int) -> QueueState:
         """The run-time state of a queue (created on first use)."""
         key = (topic, queue_id)
+        self._state_asked.add(key)  # (what changes a queue's state asks for it here first)
         st = self.states.get(key)
         if st is None:
             st = self.states[key] = QueueState(topic, queue_id)
@@ -781,8 +785,9 @@ class Dispatcher(Closeable):
             rounds=self.rounds,
             queues=dict(self.states),
         )
+        asked, self._state_asked = self._state_asked, set()
         try:  # (a dict per queue, gone at the end)
             with collector_paused(len(snapshot.queues) >= WIDE_ROUND_QUEUES):
-                self.state_file.save(snapshot, sync=sync)
+                self.state_file.save(snapshot, sync=sync, changed=asked)
         except OSError as e:
             log.warning("cannot write %s: %s", self.state_file.path, e)
