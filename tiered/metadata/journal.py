@@ -200,12 +200,18 @@ def delta_parts(doc: MetadataDocument, changes: Changes) -> list[bytes]:
             gone_queues.append((topic, qid))
         else:
             part.queue_metadata_table.setdefault(topic, {})[qid] = queue
-    for kind, path, base in changes.segments:
-        seg = doc.segment_table(kind).get(path, {}).get(base)
+    tables = {kind: (doc.segment_table(kind), part.segment_table(kind)) for kind in FileSegmentType}
+    for kind, path, base in changes.segments:  # (per segment: tens of thousands in a wide round)
+        table, into = tables[kind]
+        by_base = table.get(path)
+        seg = by_base.get(base) if by_base is not None else None
         if seg is None:
             gone_segments.append((int(kind), path, base))
         else:
-            part.segment_table(kind).setdefault(path, {})[base] = seg
+            got = into.get(path)
+            if got is None:
+                got = into[path] = {}
+            got[base] = seg
     gone = json.dumps(
         {"topics": gone_topics, "queues": gone_queues, "segments": gone_segments},
         ensure_ascii=False,
