@@ -362,9 +362,9 @@ class Sent:
     next_store_time: int | None
     started: float
     early: bool
-    """The listeners did their share already (:func:`_prepare_early`), or do it with the
-    wave's (:func:`prepare_staged`): nothing needs the batch's bytes once the flat commitlog
-    holds them."""
+    """The listeners did their share already (:func:`~.listeners.prepare_early`), or do it
+    with the wave's (:func:`prepare_staged`): nothing needs the batch's bytes once the flat
+    commitlog holds them."""
     commitlog_bytes: int = 0
     offsets: Int64s | None = None
     """The batch's flat commitlog offsets while :func:`prepare_staged` has yet to prepare it."""
