@@ -26,6 +26,7 @@ from tiered.offload.listeners import CommitListener
 from tiered.offload.listeners import Int64s
 from tiered.offload.listeners import StagedListener
 from tiered.offload.listeners import StagedMany
+from tiered.offload.listeners import steps_of
 from tiered.offload.offload_step import Plan
 
 __all__ = ["NOTIFY_PENDING_BYTES", "NOTIFY_PENDING_STEPS", "Held", "Notifier", "freed", "waves"]
@@ -98,18 +99,7 @@ class Notifier:
         with a many-batch form (:attr:`many`) is called once for them all."""
         steps: list[list[Callable[[], None]]] = [[] for _ in batches]
         for prepare in tuple(self.staged):
-            many = self.many.get(prepare)
-            got: Sequence[Callable[[], None] | None] | None = None
-            try:
-                got = many(batches) if many is not None else None
-            except Exception:  # a listener's bug must not fail the upload; logged in full
-                log.exception("commit listener %r failed on %d batches", many, len(batches))
-            for i, (flat, batch, offsets) in enumerate(batches):  # (one by one without `got`)
-                try:
-                    step = prepare(flat, batch, offsets) if got is None else got[i]
-                except Exception:  # a listener's bug must not fail the upload; logged in full
-                    log.exception("%s: commit listener %r failed", flat.path, prepare)
-                    continue
+            for i, step in enumerate(steps_of(batches, prepare, self.many.get(prepare))):
                 if step is not None:
                     steps[i].append(step)
         return [

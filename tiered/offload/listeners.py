@@ -83,26 +83,43 @@ def prepare_early(
     return True
 
 
-def prepare_many(
-    items: Sequence[tuple[FlatMessageFile, MessageBatch, Int64s]], listeners: Sequence[object]
-) -> None:
+Batches = Sequence[tuple[FlatMessageFile, MessageBatch, Int64s]]
+
+
+def steps_of(
+    items: Batches,
+    prepare: Callable[[FlatMessageFile, MessageBatch, Int64s], Callable[[], None] | None],
+    many: Callable[[Batches], Sequence[Callable[[], None] | None]] | None,
+) -> list[Callable[[], None] | None]:
+    """What one listener's ``prepare`` returns for each of many queues' batches, by its form
+    for ``many`` at once where it has one (one by one where it has none, or that raised); a
+    batch whose preparation raised is logged in full and gets None."""
+    got = None
+    try:
+        got = many(items) if many is not None else None
+    except Exception:  # a listener's bug must not fail the upload; logged in full
+        log.exception("commit listener %r failed on %d batches", many, len(items))
+    if got is not None:
+        return list(got)
+    out: list[Callable[[], None] | None] = []
+    for flat, batch, offsets in items:
+        try:
+            out.append(prepare(flat, batch, offsets))
+        except Exception:  # a listener's bug must not fail the upload; logged in full
+            log.exception("%s: commit listener %r failed", flat.path, prepare)
+            out.append(None)
+    return out
+
+
+def prepare_many(items: Batches, listeners: Sequence[object]) -> None:
     """:func:`prepare_early` of many queues' batches (a wide round's wave), each listener given
     them all at once where it can take them (:meth:`EarlyListener.prepare_many`: the key
     index hashes a wave's keys in one call); the caller knows them all early."""
     for listener in cast("Sequence[EarlyListener]", listeners):
-        many = getattr(listener, "prepare_many", None)
-        steps = None
-        try:
-            steps = many(items) if many is not None else None
-        except Exception:  # a listener's bug must not fail the upload; logged in full
-            log.exception("commit listener %r failed on %d batches", listener, len(items))
-        for i, (flat, batch, offsets) in enumerate(items):
-            try:  # (one by one where the listener has no form for many, or it failed)
-                flat.after_commit(
-                    listener.prepare(flat, batch, offsets) if steps is None else steps[i]
-                )
-            except Exception:  # a listener's bug must not fail the upload; logged in full
-                log.exception("%s: commit listener %r failed", flat.path, listener)
+        steps = steps_of(items, listener.prepare, getattr(listener, "prepare_many", None))
+        for (flat, _, _), step in zip(items, steps, strict=True):
+            if step is not None:
+                flat.after_commit(step)
 
 
 def notify(flat: FlatMessageFile, done: CommitResult, listeners: Sequence[CommitListener]) -> None:

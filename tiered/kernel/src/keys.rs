@@ -171,6 +171,7 @@ pub struct Columns {
     pub key_counts: Vec<i64>,
 }
 
+/// The [`Columns`] of one batch: [`index_columns_many`] of it alone.
 pub fn index_columns(
     data: &[u8],
     starts: &[i64],
@@ -179,23 +180,7 @@ pub fn index_columns(
     flat_offsets: &[i64],
     timestamps: &[i64],
 ) -> Columns {
-    let items = index_items(data, starts, sizes, prefix_hash);
-    let mut out = Columns {
-        offsets: Vec::with_capacity(items.msg.len()),
-        sizes: Vec::with_capacity(items.msg.len()),
-        timestamps: Vec::with_capacity(items.msg.len()),
-        key_counts: vec![0; starts.len()],
-        ..Columns::default()
-    };
-    for &m in &items.msg {
-        let m = m as usize;
-        out.offsets.push(flat_offsets[m]);
-        out.sizes.push(sizes[m] as i32);
-        out.timestamps.push(timestamps[m]);
-        out.key_counts[m] += 1;
-    }
-    out.items = items;
-    out
+    index_columns_many(&[data], &[0, starts.len()], starts, sizes, &[prefix_hash], flat_offsets, timestamps)
 }
 
 /// [`index_columns`] of many batches at once: batch `b` is units `bounds[b]..bounds[b + 1]` of
@@ -212,6 +197,8 @@ pub fn index_columns_many(
     timestamps: &[i64],
 ) -> Columns {
     let mut out = Columns { key_counts: vec![0; starts.len()], ..Columns::default() };
+    out.items.msg.reserve(starts.len() * 3);
+    out.items.hash.reserve(starts.len() * 3);
     for (b, data) in datas.iter().enumerate() {
         let (lo, hi) = (bounds[b], bounds[b + 1]);
         let items = index_items(data, &starts[lo..hi], &sizes[lo..hi], prefixes[b]);

@@ -98,21 +98,25 @@ mod python {
         same_length(&[("starts", s.len()), ("sizes", z.len()), ("flat_offsets", o.len()), ("timestamps", t.len())])?;
         let cols = py.detach(|| crate::keys::index_columns(d, s, z, prefix_hash, o, t));
         let n = cols.items.hash.len();
+        let mut out = column_bytes(py, &cols);
+        let ids = [as_bytes(&vec![topic_id; n]), as_bytes(&vec![queue_id; n])].map(|b| PyBytes::new(py, b));
+        out.splice(1..1, ids);
+        Ok((out, cols.items.inconsistent))
+    }
+
+    /// An index batch's columns as bytes in native order: hash, offsets, sizes, timestamps,
+    /// key_counts, msg, slow.
+    fn column_bytes<'py>(py: Python<'py>, cols: &crate::keys::Columns) -> Vec<Bound<'py, PyBytes>> {
         let bytes = |b: &[u8]| PyBytes::new(py, b);
-        Ok((
-            vec![
-                bytes(as_bytes(&cols.items.hash)),
-                bytes(as_bytes(&vec![topic_id; n])),
-                bytes(as_bytes(&vec![queue_id; n])),
-                bytes(as_bytes(&cols.offsets)),
-                bytes(as_bytes(&cols.sizes)),
-                bytes(as_bytes(&cols.timestamps)),
-                bytes(as_bytes(&cols.key_counts)),
-                bytes(as_bytes(&cols.items.msg)),
-                bytes(as_bytes(&cols.items.slow)),
-            ],
-            cols.items.inconsistent,
-        ))
+        vec![
+            bytes(as_bytes(&cols.items.hash)),
+            bytes(as_bytes(&cols.offsets)),
+            bytes(as_bytes(&cols.sizes)),
+            bytes(as_bytes(&cols.timestamps)),
+            bytes(as_bytes(&cols.key_counts)),
+            bytes(as_bytes(&cols.items.msg)),
+            bytes(as_bytes(&cols.items.slow)),
+        ]
     }
 
     /// `index_columns_many(datas, bounds, starts, sizes, prefixes, flat_offsets, timestamps) ->
@@ -152,19 +156,7 @@ mod python {
         let slices = buffers.iter().map(|d| items(d, "datas")).collect::<PyResult<Vec<_>>>()?;
         let bounds: Vec<usize> = b.iter().map(|&x| x as usize).collect();
         let cols = py.detach(|| crate::keys::index_columns_many(&slices, &bounds, s, z, p, o, t));
-        let bytes = |v: &[u8]| PyBytes::new(py, v);
-        Ok((
-            vec![
-                bytes(as_bytes(&cols.items.hash)),
-                bytes(as_bytes(&cols.offsets)),
-                bytes(as_bytes(&cols.sizes)),
-                bytes(as_bytes(&cols.timestamps)),
-                bytes(as_bytes(&cols.key_counts)),
-                bytes(as_bytes(&cols.items.msg)),
-                bytes(as_bytes(&cols.items.slow)),
-            ],
-            cols.items.inconsistent,
-        ))
+        Ok((column_bytes(py, &cols), cols.items.inconsistent))
     }
 
     /// A writable C-contiguous buffer's bytes (a read-only one is refused).
