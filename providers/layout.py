@@ -57,8 +57,10 @@ def _md5_prefix(text: str) -> str:
     return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
 
 
+@functools.lru_cache(maxsize=1 << 12)
 def offset_to_file_name(base_offset: int) -> str:
-    """``MessageStoreUtil.offset2FileName``: ``0`` → ``cfcd208400000000000000000000``."""
+    """``MessageStoreUtil.offset2FileName``: ``0`` → ``cfcd208400000000000000000000`` (cached:
+    every append names its segment, and most queues' segments begin at the same few offsets)."""
     if not 0 <= base_offset <= _MAX_OFFSET:
         raise InvalidKeyError(f"base offset {base_offset!r} is not in 0..{_MAX_OFFSET}")
     return _md5_prefix(str(base_offset)) + f"{base_offset:020d}"

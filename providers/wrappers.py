@@ -12,7 +12,6 @@ from __future__ import annotations
 import bisect
 import collections
 import functools
-import itertools
 import math
 import time
 from collections.abc import Callable
@@ -283,6 +282,21 @@ def observe_each(child: Histogram, amounts: Iterable[float]) -> None:
     total.inc(math.fsum(values))
 
 
+def observe_repeated(child: Histogram, amount: float, n: int) -> None:
+    """``child.observe(amount)`` ``n`` times, as one increment of a bucket and one of the sum
+    (a bulk call's share of its time, the same for each of its operations); see
+    :func:`observe_each` for what it reads of the child."""
+    bounds = getattr(child, "_upper_bounds", None)
+    buckets = getattr(child, "_buckets", None)
+    total = getattr(child, "_sum", None)
+    if bounds is None or buckets is None or total is None:
+        for _ in range(n):
+            child.observe(amount)
+        return
+    buckets[bisect.bisect_left(bounds, amount)].inc(n)
+    total.inc(amount * n)
+
+
 def set_path_label(label: Callable[[str], str]) -> None:
     """Label the ``path`` of the provider families with ``label(logical path)`` (the
     sidecar's ``tieredMetricsDetail``: one series per queue, per topic or for the broker); the
@@ -305,12 +319,19 @@ def _address(key: str) -> tuple[str, str]:
     :meth:`~.layout.SegmentAddress.parse`), without a cache: a broker's keys are many."""
     parts = key.split("/")
     label = _TYPE_LABELS.get(parts[4]) if len(parts) == 6 else None
-    try:
-        if label is None or parts[0] != cluster_dir_name(parts[0].partition("_")[2]):
-            return "", "other"
-    except InvalidKeyError:  # not a cluster name
+    if label is None or not _is_cluster_dir(parts[0]):
         return "", "other"
-    return "/".join(parts[1:4]), label
+    return f"{parts[1]}/{parts[2]}/{parts[3]}", label
+
+
+@functools.lru_cache(maxsize=64)
+def _is_cluster_dir(name: str) -> bool:
+    """Whether ``name`` is the directory :func:`~.layout.cluster_dir_name` makes of the cluster
+    it names (cached: every key of a broker starts with the same one)."""
+    try:
+        return name == cluster_dir_name(name.partition("_")[2])
+    except InvalidKeyError:  # not a cluster name
+        return False
 
 
 class _CountingReader:
@@ -447,13 +468,13 @@ class MetricsProvider(WrappedProvider):
             else:
                 failed[labels] = failed.get(labels, 0) + 1
         for (path, file_type), written in sizes.items():
-            observe_each(self._child(latency, (path, file_type, "write", "true")),
-                         itertools.repeat(each_ms, len(written)))  # fmt: skip
+            observe_repeated(self._child(latency, (path, file_type, "write", "true")),
+                             each_ms, len(written))  # fmt: skip
             observe_each(self._child(uploaded, (path, file_type, "write")), written)
         for (path, file_type), n in failed.items():
             self._errors["write"].inc(n)
-            observe_each(self._child(latency, (path, file_type, "write", "false")),
-                         itertools.repeat(each_ms, n))  # fmt: skip
+            observe_repeated(self._child(latency, (path, file_type, "write", "false")),
+                             each_ms, n)  # fmt: skip
         return done
 
     def _bulk(self, kind: str, items: int, errors: int, call: Callable[[], T]) -> tuple[T, float]:
@@ -481,7 +502,7 @@ class MetricsProvider(WrappedProvider):
             counts[labels] = counts.get(labels, 0) + 1
         for (path, file_type, ok), n in counts.items():
             child = self._child(self.metrics.rpc_latency, (path, file_type, "size", ok))
-            observe_each(child, itertools.repeat(each_ms, n))
+            observe_repeated(child, each_ms, n)
         return found
 
     def put(self, key: str, data: Payload, overwrite: bool = False) -> None:

@@ -24,6 +24,7 @@ from tiered.providers.testing import seg
 from tiered.providers.wrappers import CALLS
 from tiered.providers.wrappers import LATENCY_BUCKETS_MS
 from tiered.providers.wrappers import observe_each
+from tiered.providers.wrappers import observe_repeated
 
 from tiered.errors import InjectedFaultError
 from tiered.errors import SegmentNotFoundError
@@ -178,6 +179,24 @@ def test_observe_each_equals_one_observe_per_amount(amounts: list[float]) -> Non
         return [(s.name.removeprefix(name), s.labels, s.value) for s in family.samples]
 
     got, want = samples("each"), samples("one")
+    assert [s[:2] for s in got] == [s[:2] for s in want]
+    assert [s[2] for s in got] == pytest.approx([s[2] for s in want])
+
+
+@pytest.mark.parametrize(("amount", "n"), [(0.0, 1), (3.0, 4), (3.0001, 2), (1e9, 3), (0.5, 0)])
+def test_observe_repeated_equals_n_observes(amount: float, n: int) -> None:
+    registry = CollectorRegistry()
+    one = Histogram("one", "h", buckets=LATENCY_BUCKETS_MS, registry=registry)
+    repeated = Histogram("repeated", "h", buckets=LATENCY_BUCKETS_MS, registry=registry)
+    for _ in range(n):
+        one.observe(amount)
+    observe_repeated(repeated, amount, n)
+
+    def samples(name: str) -> list[tuple[str, dict[str, str], float]]:
+        (family,) = (m for m in registry.collect() if m.name == name)
+        return [(s.name.removeprefix(name), s.labels, s.value) for s in family.samples]
+
+    got, want = samples("repeated"), samples("one")
     assert [s[:2] for s in got] == [s[:2] for s in want]
     assert [s[2] for s in got] == pytest.approx([s[2] for s in want])
 

@@ -164,11 +164,9 @@ class Segment:
         return self.base + self.size + self.pending_size
 
 
-def _merge_min(a: int, b: int) -> int:
-    return b if a == LONG_MAX else a if b == LONG_MAX else min(a, b)
-
-
 def _merge_max(a: int, b: int) -> int:
+    """The greater of two timestamps where LONG_MAX means unset (the least needs no such
+    function: an unset one is greater than any other)."""
     return b if a == LONG_MAX else a if b == LONG_MAX else max(a, b)
 
 
@@ -396,7 +394,7 @@ class FlatAppendFile:
         if len(data):
             seg.pending.append(data)
             seg.pending_size += len(data)
-            seg.pending_begin = _merge_min(seg.pending_begin, begin_ts)
+            seg.pending_begin = min(seg.pending_begin, begin_ts)
             seg.pending_end = _merge_max(seg.pending_end, end_ts)
         return at
 
@@ -466,17 +464,18 @@ class FlatAppendFile:
     ) -> int:
         """``seg``'s pending ``data`` was uploaded (maybe into a new segment, when the last one
         turned out sealed): count it as committed (``defers``: :attr:`_defers`, when known)."""
-        seg.size += len(data)
+        n = len(data)
+        seg.size += n
         if self._defers if defers is None else defers:
-            seg.unsynced += len(data)
-        seg.begin_timestamp = _merge_min(seg.begin_timestamp, seg.pending_begin)
+            seg.unsynced += n
+        seg.begin_timestamp = min(seg.begin_timestamp, seg.pending_begin)
         seg.end_timestamp = _merge_max(seg.end_timestamp, seg.pending_end)
         seg.pending, seg.pending_size = [], 0
         seg.pending_begin = seg.pending_end = LONG_MAX
         self._mark(seg.base)
         if self.upload_failed:
             self.upload_failed = False  # the backend ends where the record says again
-        return len(data)
+        return n
 
     @property
     def _defers(self) -> bool:
@@ -542,10 +541,10 @@ class FlatAppendFile:
             appends = [(f.key(seg.base), seg.pending[0], seg.size) for _, f, seg in bulk]
             done = provider.append_deferred_many(appends)
             for (i, f, seg), (_, data, _), got in zip(bulk, appends, done, strict=True):
-                if isinstance(got, PositionMismatchError | SegmentSealedError):
-                    alone.append(i)  # the single commit resumes or moves to a new segment
-                elif isinstance(got, int):
+                if isinstance(got, int):
                     out[i] = f._committed(seg, data, True)
+                elif isinstance(got, PositionMismatchError | SegmentSealedError):
+                    alone.append(i)  # the single commit resumes or moves to a new segment
                 else:
                     f.upload_failed = True
                     out[i] = got
@@ -671,7 +670,7 @@ class FlatAppendFile:
     def extend_last_timestamps(self, begin: int, end: int) -> None:
         """Widen the last segment's begin/end timestamps (recovery keeps unrecorded bytes)."""
         seg = self._segments[-1]
-        b, e = _merge_min(seg.begin_timestamp, begin), _merge_max(seg.end_timestamp, end)
+        b, e = min(seg.begin_timestamp, begin), _merge_max(seg.end_timestamp, end)
         if (b, e) != (seg.begin_timestamp, seg.end_timestamp):
             seg.begin_timestamp, seg.end_timestamp = b, e
             self._mark(seg.base)

@@ -680,8 +680,8 @@ class LocalSource:
         if len(unknown) < SCAN_AHEAD_QUEUES:
             return [self.has_queue(*k) for k in keys]
         found = [True] * len(keys)
-        root = self.cq_root
-        paths = [os.path.join(root, keys[i][0], str(keys[i][1])) for i in unknown]
+        root = str(self.cq_root)
+        paths = [f"{root}/{keys[i][0]}/{keys[i][1]}" for i in unknown]
         until = now + HAS_QUEUE_TTL_S
         for i, here in zip(unknown, native.kernel().dirs_exist(paths, SCAN_THREADS), strict=True):
             found[i] = bool(here)
