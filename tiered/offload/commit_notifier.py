@@ -135,11 +135,9 @@ class Notifier:
         plain = tuple(self.listeners) if batch is not None else ()
         if not plain and not steps:
             return
-        if self._inline:
+        if self._inline:  # (nothing to count: only this thread drains, and it is telling)
             told = (flat, batch[0], batch[1]) if plain and batch is not None else None
-            with self._room:
-                self._untold += 1
-            self._tell(flat.path, plain, told, steps, 0)
+            self._call(flat.path, plain, told, steps)
             return
         size = batch[0].nbytes if plain and batch is not None else 0
         with self._room:
@@ -164,19 +162,29 @@ class Notifier:
         size: int,
     ) -> None:
         try:
-            calls: list[Callable[[], None]] = list(steps)
-            if told is not None:
-                calls += [functools.partial(listener, *told) for listener in plain]
-            for call in calls:
-                try:
-                    call()
-                except Exception:  # a listener's bug must not fail the upload; logged in full
-                    log.exception("%s: commit listener %r failed", path, call)
+            self._call(path, plain, told, steps)
         finally:
             with self._room:
                 self._pending -= size
                 self._untold -= 1
                 self._room.notify_all()
+
+    @staticmethod
+    def _call(
+        path: str,
+        plain: tuple[CommitListener, ...],
+        told: tuple[FlatMessageFile, MessageBatch, Int64s] | None,
+        steps: list[Callable[[], None]],
+    ) -> None:
+        """Run a batch's steps, then call its plain listeners (when ``told``)."""
+        calls: list[Callable[[], None]] = steps
+        if told is not None:
+            calls = [*steps, *(functools.partial(listener, *told) for listener in plain)]
+        for call in calls:
+            try:
+                call()
+            except Exception:  # a listener's bug must not fail the upload; logged in full
+                log.exception("%s: commit listener %r failed", path, call)
 
     @contextlib.contextmanager
     def inline(self) -> Iterator[tuple[Notifier, ...]]:
