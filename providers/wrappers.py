@@ -316,7 +316,8 @@ _TYPE_LABELS: Final = {t.value: t.label for t in FileType}
 def _address(key: str) -> tuple[str, str]:
     """``(logical path, file type label)`` of a segment key; ``("", "other")`` for a key outside
     the layout. Read off the key's components (a label, not a check: see
-    :meth:`~.layout.SegmentAddress.parse`), without a cache: a broker's keys are many."""
+    :meth:`~.layout.SegmentAddress.parse`). Addresses are not cached (a broker's keys are many);
+    the cluster directory's check is (:func:`_is_cluster_dir`)."""
     parts = key.split("/")
     label = _TYPE_LABELS.get(parts[4]) if len(parts) == 6 else None
     if label is None or not _is_cluster_dir(parts[0]):
