@@ -128,7 +128,8 @@ def index_batches_of_units(batches: Sequence[UnitsOf]) -> list[IndexBatch | Batc
     items a :class:`~.index_batch.BatchPart` of the wave's. A batch of a blank topic, an
     empty one, or one with a key that is not valid UTF-8 (rare) is indexed on its own."""
     out: list[IndexBatch | BatchPart | None] = [None] * len(batches)
-    bulk = [i for i, b in enumerate(batches) if len(b.starts) and not is_java_blank(b.topic)]
+    blank = {t: is_java_blank(t) for t in {b.topic for b in batches}}
+    bulk = [i for i, b in enumerate(batches) if len(b.starts) and not blank[b.topic]]
     if bulk:
         chosen = [batches[i] for i in bulk]
         counts = np.fromiter((len(b.starts) for b in chosen), np.int64, len(chosen))
@@ -156,7 +157,7 @@ def index_batches_of_units(batches: Sequence[UnitsOf]) -> list[IndexBatch | Batc
         per_batch = np.diff(rows)
         wave = IndexBatch(
             np.frombuffer(columns[0], dtype=np.int32),
-            np.repeat(np.array([to_i32(b.topic_id) for b in chosen], np.int32), per_batch),
+            np.repeat(np.array([b.topic_id for b in chosen], np.int64).astype(np.int32), per_batch),
             np.repeat(np.array([b.queue_id for b in chosen], np.int32), per_batch),
             np.frombuffer(columns[1], dtype=np.int64),
             np.frombuffer(columns[2], dtype=np.int32),

@@ -316,8 +316,14 @@ class IndexService(Closeable):
             return out
         chosen: list[int] = []
         units: list[UnitsOf] = []
+        ids: dict[str, int | None] = {}  # (a wave's queues share their topics)
         for i, (flat, batch, flat_offsets) in enumerate(batches):
-            topic_id = self.topic_id(flat.topic) if len(batch) else None
+            topic_id = None
+            if len(batch):
+                topic = flat.topic
+                if topic not in ids:
+                    ids[topic] = self.topic_id(topic)
+                topic_id = ids[topic]
             if topic_id is None:
                 if len(batch):
                     log.warning("%s: no topic record, batch not indexed", flat.path)
