@@ -57,7 +57,7 @@ def _md5_prefix(text: str) -> str:
     return hashlib.md5(text.encode("utf-8"), usedforsecurity=False).hexdigest()[:8]
 
 
-@functools.lru_cache(maxsize=1 << 12)
+@functools.lru_cache(maxsize=1 << 12, typed=True)  # (typed: 5.0 or True is not taken for 5)
 def offset_to_file_name(base_offset: int) -> str:
     """``MessageStoreUtil.offset2FileName``: ``0`` → ``cfcd208400000000000000000000`` (cached:
     every append names its segment, and most queues' segments begin at the same few offsets)."""
