@@ -268,13 +268,12 @@ def observe_each(child: Histogram, amounts: Iterable[float]) -> None:
     and takes two locks each time). It reads the child's ``_upper_bounds``, ``_buckets`` and
     ``_sum``, which prometheus_client's ``Histogram`` has kept through its 0.x releases; a
     child without them gets one ``observe`` per amount."""
-    bounds = getattr(child, "_upper_bounds", None)
-    buckets = getattr(child, "_buckets", None)
-    total = getattr(child, "_sum", None)
-    if bounds is None or buckets is None or total is None:
+    parts = _histogram_parts(child)
+    if parts is None:
         for amount in amounts:
             child.observe(amount)
         return
+    bounds, buckets, total = parts
     values = list(amounts)
     # the first bucket whose bound is at least the amount, as ``observe`` picks it
     for i, n in collections.Counter(bisect.bisect_left(bounds, v) for v in values).items():
@@ -286,15 +285,25 @@ def observe_repeated(child: Histogram, amount: float, n: int) -> None:
     """``child.observe(amount)`` ``n`` times, as one increment of a bucket and one of the sum
     (a bulk call's share of its time, the same for each of its operations); see
     :func:`observe_each` for what it reads of the child."""
-    bounds = getattr(child, "_upper_bounds", None)
-    buckets = getattr(child, "_buckets", None)
-    total = getattr(child, "_sum", None)
-    if bounds is None or buckets is None or total is None:
+    parts = _histogram_parts(child)
+    if parts is None:
         for _ in range(n):
             child.observe(amount)
         return
+    bounds, buckets, total = parts
     buckets[bisect.bisect_left(bounds, amount)].inc(n)
     total.inc(amount * n)
+
+
+def _histogram_parts(child: Histogram) -> tuple[Any, Any, Any] | None:
+    """The child's bucket bounds, bucket counters and sum counter, or None where a
+    prometheus_client release does not keep them under these names."""
+    bounds, buckets, total = (
+        getattr(child, n, None) for n in ("_upper_bounds", "_buckets", "_sum")
+    )
+    if bounds is None or buckets is None or total is None:
+        return None
+    return bounds, buckets, total
 
 
 def set_path_label(label: Callable[[str], str]) -> None:

@@ -173,14 +173,7 @@ def test_observe_each_equals_one_observe_per_amount(amounts: list[float]) -> Non
     for a in amounts:
         one.observe(a)
     observe_each(each, iter(amounts))
-
-    def samples(name: str) -> list[tuple[str, dict[str, str], float]]:
-        (family,) = (m for m in registry.collect() if m.name == name)
-        return [(s.name.removeprefix(name), s.labels, s.value) for s in family.samples]
-
-    got, want = samples("each"), samples("one")
-    assert [s[:2] for s in got] == [s[:2] for s in want]
-    assert [s[2] for s in got] == pytest.approx([s[2] for s in want])
+    _assert_same_histograms(registry, "each", "one")
 
 
 @pytest.mark.parametrize(("amount", "n"), [(0.0, 1), (3.0, 4), (3.0001, 2), (1e9, 3), (0.5, 0)])
@@ -191,12 +184,15 @@ def test_observe_repeated_equals_n_observes(amount: float, n: int) -> None:
     for _ in range(n):
         one.observe(amount)
     observe_repeated(repeated, amount, n)
+    _assert_same_histograms(registry, "repeated", "one")
 
+
+def _assert_same_histograms(registry: CollectorRegistry, got_name: str, want_name: str) -> None:
     def samples(name: str) -> list[tuple[str, dict[str, str], float]]:
         (family,) = (m for m in registry.collect() if m.name == name)
         return [(s.name.removeprefix(name), s.labels, s.value) for s in family.samples]
 
-    got, want = samples("repeated"), samples("one")
+    got, want = samples(got_name), samples(want_name)
     assert [s[:2] for s in got] == [s[:2] for s in want]
     assert [s[2] for s in got] == pytest.approx([s[2] for s in want])
 
