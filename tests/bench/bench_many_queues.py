@@ -22,7 +22,8 @@ Measured, one row per mode:
   ~60 % of the queues); the seconds until each sidecar's log shows them all offloaded (the sum of
   its passes' own times) and its CPU-seconds meanwhile; peak RSS after;
 * **scrape**: bytes of one ``GET /metrics`` (at the default ``tieredMetricsDetail=broker``);
-* **status**: wall of ``rmq-tiered status --json`` (median of :data:`STATUS_RUNS`);
+* **status**: wall of ``rmq-tiered status --json`` and of the table ``rmq-tiered status``
+  prints (median of :data:`STATUS_RUNS` each);
 * **tail metadata**: KiB the sidecar wrote for its metadata during the spread tail
   (``metadata_written_bytes_total``: snapshots and journal).
 * **start**: seconds from launching the ``run`` processes (side by side) until each logs
@@ -81,6 +82,7 @@ class Row:
     tail_cpu: float = 0.0
     tail_rss_mib: float = 0.0
     status_s: float = 0.0
+    status_table_s: float = 0.0
     scrape_kib: float = 0.0
     tail_meta_kib: float = 0.0
     start_s: float = 0.0
@@ -246,20 +248,24 @@ def _size(queues: int, root: Path) -> list[Row]:
         for p in procs.values():
             p.wait(60)
     for row in rows:
-        row.status_s = _status_s(confs[row.mode], queues)
+        row.status_s = _status_s(confs[row.mode], queues, "--json")
+        row.status_table_s = _status_s(confs[row.mode], queues)
     return rows
 
 
-def _status_s(conf: Path, queues: int) -> float:
-    """The median wall of :data:`STATUS_RUNS` runs of ``rmq-tiered status --json`` (which must
-    list every queue)."""
+def _status_s(conf: Path, queues: int, *args: str) -> float:
+    """The median wall of :data:`STATUS_RUNS` runs of ``rmq-tiered status`` with ``args``
+    (which must list every queue: a JSON row or a line of the table each)."""
     walls = []
     for _ in range(STATUS_RUNS):
         started = time.perf_counter()
-        done = subprocess.run([RMQ, "status", "-c", str(conf), "--json"],
+        done = subprocess.run([RMQ, "status", "-c", str(conf), *args],
                               check=True, capture_output=True)  # fmt: skip
         walls.append(time.perf_counter() - started)
-        assert json.loads(done.stdout)["totals"]["queues"] >= queues
+        if args:
+            assert json.loads(done.stdout)["totals"]["queues"] >= queues
+        else:
+            assert done.stdout.count(b"\n") >= queues
     return statistics.median(walls)
 
 
@@ -300,14 +306,15 @@ def _print(queues: int, rows: list[Row]) -> None:
     print(f"\n{queues} queues, {messages} messages, {gib * 1024:.0f} MiB of commitlog")
     head = ("mode", "first wall s", "first CPU-s/GiB", "first CPU-us/msg", "first RSS MiB",
             "idle CPU-ms/s", "idle RSS MiB", "tail pass s", "tail CPU-s", "tail RSS MiB",
-            "status s", "scrape KiB", "tail metadata KiB", "start s")  # fmt: skip
+            "status s (JSON / table)", "scrape KiB", "tail metadata KiB", "start s")  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         print(" | ".join([
             r.mode, f"{r.first_wall:.1f}", f"{r.first_cpu / gib:.1f}",
             f"{r.first_cpu * 1e6 / messages:.0f}", f"{r.first_rss_mib:.0f}",
             f"{r.idle_cpu_ms:.1f}", f"{r.idle_rss_mib:.0f}", f"{r.tail_pass_s:.2f}",
-            f"{r.tail_cpu:.2f}", f"{r.tail_rss_mib:.0f}", f"{r.status_s:.2f}",
+            f"{r.tail_cpu:.2f}", f"{r.tail_rss_mib:.0f}",
+            f"{r.status_s:.2f} / {r.status_table_s:.2f}",
             f"{r.scrape_kib:.0f}", f"{r.tail_meta_kib:.0f}", f"{r.start_s:.1f}",
         ]))  # fmt: skip
     by = {r.mode: r for r in rows}

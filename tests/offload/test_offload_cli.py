@@ -18,6 +18,7 @@ from tiered.providers import build_provider
 
 from tiered.broker.consumequeue import ConsumeQueue
 from tiered.cli import main
+from tiered.cli.status import aligned
 from tiered.metadata import mirror_key_for
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
@@ -64,6 +65,17 @@ def test_dispatch_once_then_status(offload_case: SidecarCase) -> None:
         assert q["lastUploadMs"] > 0
     table = cli("status", "-c", conf)  # -c as the broker's own `mqbroker -c broker.conf`
     assert "role master" in table and "GenTopic0" in table
+    lines = table.splitlines()
+    head = lines.index(next(line for line in lines if line.startswith("queue ")))
+    assert set(lines[head + 1]) == {"\u2500"}
+    rows = [line.split("  ") for line in lines[head + 2 : head + 2 + len(status["queues"])]]
+    for q, row in zip(status["queues"], rows, strict=True):
+        cells = [cell.strip() for cell in row if cell.strip()]
+        assert cells[:3] == [
+            f"{q['topic']}/{q['queueId']}",
+            f"[{q['localMin']}, {q['localMax']})",
+            f"[{q['tieredMin']}, {q['tieredCommit']})",
+        ]
     again = cli_json("dispatch", "--config", conf, "--once", "--json")
     assert again["messages"] == 0
     assert check_tier(cfg, build_provider(cfg)).problems == []
@@ -100,6 +112,19 @@ def test_status_picks_topics_lagging_queues_and_a_page(offload_case: SidecarCase
     first = table.splitlines()[2]
     assert first.startswith("6 queues, ") and "behind; lag 90 messages" in first
     assert "listed 1 of" in table
+
+
+def test_status_table_aligns_its_columns_in_terminal_cells() -> None:
+    """Left- and right-aligned columns two spaces apart, a rule as wide as the columns, the last
+    column unpadded; a wide character takes two cells."""
+    got = aligned(["queue", "lag", "note"], [["\u4e3b\u9898/0", "7", ""], ["T/12", "1234", "x y"]],
+                  frozenset({"lag"}))  # fmt: skip
+    assert got == [
+        "queue    lag  note",
+        "\u2500" * 18,
+        "\u4e3b\u9898/0     7",
+        "T/12    1234  x y",
+    ]
 
 
 def test_status_names_a_damaged_queue_and_reads_the_others(offload_case: SidecarCase) -> None:
