@@ -50,6 +50,10 @@ def test_real_commitlog_dir_as_a_table(real_data: Path) -> None:
     assert r.exit_code == 0
     assert "47 messages, ends at position 8084 with a BLANK unit" in r.stdout
     assert "38 messages" in r.stdout
+    lines = [line.split() for line in r.stdout.splitlines()]
+    rows = [cells for cells in lines if cells[:1] and cells[0].isdigit()]  # (not "000..: 47")
+    assert len(rows) == 3 * 47 + 38 and all(row[1] == "abc" and row[7] == "ok" for row in rows)
+    assert r.stdout.splitlines()[0].split()[:3] == ["phys", "offset", "topic"]
 
 
 def test_real_consumequeues_cross_check_with_ext_tags(real_data: Path) -> None:

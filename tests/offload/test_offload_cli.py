@@ -18,7 +18,7 @@ from tiered.providers import build_provider
 
 from tiered.broker.consumequeue import ConsumeQueue
 from tiered.cli import main
-from tiered.cli.status import aligned
+from tiered.cli.common import Rows
 from tiered.metadata import mirror_key_for
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
@@ -114,17 +114,25 @@ def test_status_picks_topics_lagging_queues_and_a_page(offload_case: SidecarCase
     assert "listed 1 of" in table
 
 
-def test_status_table_aligns_its_columns_in_terminal_cells() -> None:
-    """Left- and right-aligned columns two spaces apart, a rule as wide as the columns, the last
-    column unpadded; a wide character takes two cells."""
-    got = aligned(["queue", "lag", "note"], [["\u4e3b\u9898/0", "7", ""], ["T/12", "1234", "x y"]],
-                  frozenset({"lag"}))  # fmt: skip
-    assert got == [
+def test_a_table_aligns_its_columns_in_terminal_cells_block_by_block(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Left- and right-aligned columns two spaces apart, a rule under the header, the last
+    column unpadded; a wide character takes two cells, a control character is shown escaped;
+    a later block's wider cell widens its column from there on."""
+    with Rows(["queue", "lag", "note"], right={"lag"}, block=2) as rows:
+        rows.add("\u4e3b\u9898/0", "7", "")
+        rows.add("T/12", "1234", "x\ny")
+        rows.add("Topic/123", "5", "z")
+    assert capsys.readouterr().out.splitlines() == [
         "queue    lag  note",
         "\u2500" * 18,
         "\u4e3b\u9898/0     7",
-        "T/12    1234  x y",
+        "T/12    1234  x\\ny",
+        "Topic/123     5  z",
     ]
+    with pytest.raises(ValueError, match="2 cells for 3 columns"):
+        Rows(["a", "b", "c"]).add("1", "2")
 
 
 def test_status_names_a_damaged_queue_and_reads_the_others(offload_case: SidecarCase) -> None:

@@ -6,6 +6,8 @@ import datetime as dt
 import importlib
 import json
 import sys
+from collections.abc import Collection
+from collections.abc import Sequence
 from typing import TYPE_CHECKING
 from typing import Any
 from typing import NoReturn
@@ -122,6 +124,79 @@ def warn(message: str) -> None:
 def emit_json(obj: dict[str, Any]) -> None:
     """One JSON object per line on stdout."""
     click.echo(json.dumps(obj, ensure_ascii=False, separators=(",", ":")))
+
+
+BLOCK_ROWS = 1000
+"""Rows :class:`Rows` aligns and prints at once."""
+
+_ESCAPES = {**{c: f"\\x{c:02x}" for c in (*range(32), 127)}, 9: "\\t", 10: "\\n", 13: "\\r"}
+
+
+class Rows:
+    """A table printed as its rows come, for the commands that list thousands of them (every
+    queue, every message of a commitlog file): the header and a rule, then the rows in blocks of
+    ``block``, columns two spaces apart, those named in ``right`` right-aligned, the last column
+    unpadded. A column is as wide as its widest cell so far (in terminal cells: a wide
+    character counts two), so a later block may shift a column right; nothing is held but one
+    block, and no layout engine measures each cell many times over. Control characters in a
+    cell are shown escaped (a row is one line)."""
+
+    def __init__(
+        self, headers: Sequence[str], *, right: Collection[str] = (), block: int = BLOCK_ROWS
+    ) -> None:
+        self.headers = list(headers)
+        self._right = [name in right for name in self.headers[:-1]]
+        self._widths = [cells_of(name) for name in self.headers]
+        self._block: list[list[str]] = []
+        self._size = block
+        self._started = False
+
+    def add(self, *cells: str) -> None:
+        """One row, a cell per header."""
+        if len(cells) != len(self.headers):
+            raise ValueError(f"{len(cells)} cells for {len(self.headers)} columns")
+        self._block.append([c if c.isprintable() else c.translate(_ESCAPES) for c in cells])
+        if len(self._block) >= self._size:
+            self.flush()
+
+    def flush(self) -> None:
+        """Print the rows added so far (the header and its rule before the first)."""
+        block, self._block = self._block, []
+        if block:
+            self._widths = [
+                max(width, *map(cells_of, column))
+                for width, column in zip(self._widths, zip(*block, strict=True), strict=True)
+            ]
+        lines = [self._line(cells) for cells in block]
+        if not self._started:
+            self._started = True
+            rule = "\u2500" * (sum(self._widths) + 2 * (len(self._widths) - 1))
+            lines[:0] = [self._line(self.headers), rule]
+        if lines:
+            click.echo("\n".join(lines))
+
+    def _line(self, cells: Sequence[str]) -> str:
+        parts = []
+        for cell, width, right in zip(cells, self._widths, self._right, strict=False):
+            pad = " " * (width - cells_of(cell))
+            parts.append(pad + cell if right else cell + pad)
+        parts.append(cells[-1])
+        return "  ".join(parts).rstrip()
+
+    def __enter__(self) -> Rows:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.flush()
+
+
+def cells_of(text: str) -> int:
+    """The terminal cells ``text`` takes: its length, unless some character is wide."""
+    if text.isascii():
+        return len(text)
+    from rich.cells import cell_len
+
+    return cell_len(text)
 
 
 def wide_console() -> Console:

@@ -1,4 +1,4 @@
-"""``rmq-tiered inspect``: decode the broker's store files (a rich table, or ``--json`` lines)."""
+"""``rmq-tiered inspect``: decode the broker's store files (a table, or ``--json`` lines)."""
 
 from __future__ import annotations
 
@@ -22,6 +22,7 @@ from tiered.broker.commitlog import parse_file_name
 from tiered.broker.commitlog import scan_file
 from tiered.cli.common import EXIT_DATA_ERROR
 from tiered.cli.common import Group
+from tiered.cli.common import Rows
 from tiered.cli.common import commitlog_file_size_option
 from tiered.cli.common import console
 from tiered.cli.common import emit_json
@@ -57,7 +58,7 @@ def inspect_commitlog(target: Path, as_json: bool, limit: int) -> None:
             fail(f"{target} holds no commitlog files (20-digit names)")
     else:
         files = [(target, parse_file_name(target) or 0)]
-    table = _message_table()
+    table = Rows(MESSAGE_HEADERS, right=("phys offset", "qid", "q offset", "size"))
     shown = 0
     problems = 0
     for path, base in files:
@@ -87,12 +88,14 @@ def inspect_commitlog(target: Path, as_json: bool, limit: int) -> None:
                 )
             elif not as_json:
                 end = "a BLANK unit" if item.kind == "blank" else item.reason
+                table.flush()
                 console.print(
                     f"[dim]{path.name}: {count} messages, ends at position {item.position} "
                     f"with {end}[/dim]",
+                    soft_wrap=True,
                 )
     if not as_json:
-        console.print(table)
+        table.flush()
     if problems:
         raise SystemExit(EXIT_DATA_ERROR)
 
@@ -104,26 +107,14 @@ def _message_json(m: msgcodec.Message, path: Path, position: int) -> dict[str, A
     return out
 
 
-def _message_table() -> Table:
-    t = Table(show_lines=False)
-    for col in (
-        "phys offset",
-        "topic",
-        "qid",
-        "q offset",
-        "store time",
-        "size",
-        "flags",
-        "crc",
-        "tags",
-        "keys",
-        "body",
-    ):
-        t.add_column(col, overflow="fold")
-    return t
+MESSAGE_HEADERS = (
+    "phys offset", "topic", "qid", "q offset", "store time", "size", "flags", "crc", "tags",
+    "keys", "body",
+)  # fmt: skip
+"""The columns of ``inspect commitlog``'s table."""
 
 
-def _add_message_row(t: Table, m: msgcodec.Message) -> None:
+def _add_message_row(t: Rows, m: msgcodec.Message) -> None:
     body = m.decompressed_body()
     preview = body[:32].decode("utf-8", "replace") + ("…" if len(body) > 32 else "")
     flags = [m.version]
@@ -131,7 +122,7 @@ def _add_message_row(t: Table, m: msgcodec.Message) -> None:
         flags.append(m.compression)
     if m.sys_flag & (msgcodec.BORNHOST_V6_FLAG | msgcodec.STOREHOST_V6_FLAG):
         flags.append("ipv6")
-    t.add_row(
+    t.add(
         str(m.physical_offset),
         m.topic,
         str(m.queue_id),
@@ -139,7 +130,7 @@ def _add_message_row(t: Table, m: msgcodec.Message) -> None:
         _iso(m.store_timestamp),
         str(m.total_size),
         ",".join(flags),
-        "ok" if m.crc_ok else "[red]BAD[/red]",
+        "ok" if m.crc_ok else "BAD",
         m.tags or "",
         " ".join(m.keys),
         repr(preview),
@@ -160,9 +151,10 @@ def inspect_consumequeue(file: Path, as_json: bool, show_all: bool) -> None:
     end = len(units) if show_all else cqmod.first_invalid(units)
     blank = cqmod.is_blank_unit(units)
     ext = cqmod.is_ext_tags_code(units["tags_code"])
-    table = Table()
-    for col in ("queue offset", "commitlog offset", "size", "tags code", "note"):
-        table.add_column(col)
+    table = Rows(
+        ("queue offset", "commitlog offset", "size", "tags code", "note"),
+        right=("queue offset", "commitlog offset", "size", "tags code"),
+    )
     for i in range(end):
         u = units[i]
         note = "pre-blank fill" if blank[i] else ("ConsumeQueueExt address" if ext[i] else "")
@@ -177,12 +169,13 @@ def inspect_consumequeue(file: Path, as_json: bool, show_all: bool) -> None:
         if as_json:
             emit_json(row)
         else:
-            table.add_row(*(str(v) for v in list(row.values())[:4]), note)
+            table.add(*(str(v) for v in list(row.values())[:4]), note)
     if not as_json:
-        console.print(table)
+        table.flush()
         console.print(
             f"[dim]{file.name}: {end} units from queue offset {start}; "
-            f"{len(units) - cqmod.first_invalid(units)} unwritten slots[/dim]"
+            f"{len(units) - cqmod.first_invalid(units)} unwritten slots[/dim]",
+            soft_wrap=True,
         )
 
 
@@ -216,9 +209,12 @@ def inspect_config(file: Path, as_json: bool) -> None:
         return
     table_data = data.get("topicConfigTable")
     if isinstance(table_data, dict):
-        table = Table("topic", "read queues", "write queues", "perm", "filter", "sysflag", "order")
+        table = Rows(
+            ("topic", "read queues", "write queues", "perm", "filter", "sysflag", "order"),
+            right=("read queues", "write queues", "perm", "sysflag"),
+        )
         for name, t in sorted(table_data.items()):
-            table.add_row(
+            table.add(
                 name,
                 str(t.get("readQueueNums")),
                 str(t.get("writeQueueNums")),
@@ -227,7 +223,7 @@ def inspect_config(file: Path, as_json: bool) -> None:
                 str(t.get("topicSysFlag")),
                 str(t.get("order")),
             )
-        console.print(table)
+        table.flush()
     else:
         console.print_json(data=data)
 
@@ -305,8 +301,9 @@ def inspect_index(
 def inspect_store(root: Path, commitlog_file_size: int, cq_file_size: int, as_json: bool) -> None:
     """A whole broker store under ROOT: every queue, cross-checked against the commitlog."""
     report = verify.check_store(root, commitlog_file_size, cq_file_size)
-    table = Table(
-        "topic", "queue", "min offset", "max offset", "checked", "unavailable", "problems"
+    table = Rows(
+        ("topic", "queue", "min offset", "max offset", "checked", "unavailable", "problems"),
+        right=("queue", "min offset", "max offset", "checked", "unavailable", "problems"),
     )
     for q in report.queues:
         if as_json:
@@ -323,7 +320,7 @@ def inspect_store(root: Path, commitlog_file_size: int, cq_file_size: int, as_js
                 }
             )
         else:
-            table.add_row(
+            table.add(
                 q.topic,
                 str(q.queue_id),
                 str(q.min_offset),
@@ -333,7 +330,7 @@ def inspect_store(root: Path, commitlog_file_size: int, cq_file_size: int, as_js
                 str(len(q.problems)),
             )
     if not as_json:
-        console.print(table)
+        table.flush()
     for p in report.problems:
         warn(p)
     if report.problems:

@@ -12,6 +12,7 @@ import click
 import orjson
 
 from tiered.broker.store_layout import check_store
+from tiered.cli.common import Rows
 from tiered.cli.common import console
 from tiered.cli.config_option import config_option
 from tiered.cli.config_option import load
@@ -98,36 +99,6 @@ QUEUE_COLUMNS = (
 RIGHT_ALIGNED = frozenset({"lag", "lag size", "in tier", "gaps", "index lag"})
 
 
-def aligned(headers: list[str], rows: list[list[str]], right: frozenset[str]) -> list[str]:
-    """A plain table: the header line, a rule under it, then one line per row, columns two
-    spaces apart (those named in ``right`` right-aligned), the last column unpadded.
-
-    Each cell is measured once, in terminal cells (wide characters count two): a table of
-    16,000 queues is 160,000 cells, which a general layout engine would measure and wrap
-    several times over (seconds)."""
-    table = [headers, *rows]
-    widths = [max(map(_cells, column)) for column in zip(*table, strict=True)]
-    lines = []
-    for cells in table:
-        parts = []
-        for name, cell, width in zip(headers[:-1], cells, widths, strict=False):
-            pad = " " * (width - _cells(cell))
-            parts.append(pad + cell if name in right else cell + pad)
-        parts.append(cells[-1])
-        lines.append("  ".join(parts).rstrip())
-    lines.insert(1, "\u2500" * (sum(widths) + 2 * (len(widths) - 1)))
-    return lines
-
-
-def _cells(text: str) -> int:
-    """The terminal cells ``text`` takes (its length, unless some character is wide)."""
-    if text.isascii():
-        return len(text)
-    from rich.cells import cell_len
-
-    return cell_len(text)
-
-
 def _print(report: StatusReport) -> None:
     from rich.console import Console  # the text only: --json does not load rich
 
@@ -155,26 +126,21 @@ def _print(report: StatusReport) -> None:
         out.print(_paused_line(report))
     indexed = report.index.enabled
     headers = [*QUEUE_COLUMNS[:-1], *(["index lag"] if indexed else []), "note"]
-    rows = [
-        [
-            f"{q.topic}/{q.queue_id}",
-            f"[{q.local_min}, {q.local_max})" if q.local_max >= 0 else "-",
-            f"[{q.tiered_min}, {q.tiered_commit})" if q.tiered_commit >= 0 else "-",
-            str(q.lag_messages),
-            _size(q.lag_bytes),
-            _size(q.tiered_bytes),
-            f"{q.gap_messages} in {len(q.gaps)}" if q.gaps else "0",
-            _when(q.last_upload_ms),
-            *([str(q.index_lag) if q.indexed_offset >= 0 else "-"] if indexed else []),
-            q.error or ("not offloaded (topic filter)" if not q.offloaded else ""),
-        ]
-        for q in report.queues
-    ]
-    head, rule, *lines = aligned(headers, rows, RIGHT_ALIGNED)
     out.print()
-    out.print(head, style="bold", markup=False, highlight=False, soft_wrap=True)
-    out.print(rule, markup=False, highlight=False, soft_wrap=True)
-    out.file.write("".join(f"{line}\n" for line in lines))
+    with Rows(headers, right=RIGHT_ALIGNED) as rows:
+        for q in report.queues:
+            rows.add(
+                f"{q.topic}/{q.queue_id}",
+                f"[{q.local_min}, {q.local_max})" if q.local_max >= 0 else "-",
+                f"[{q.tiered_min}, {q.tiered_commit})" if q.tiered_commit >= 0 else "-",
+                str(q.lag_messages),
+                _size(q.lag_bytes),
+                _size(q.tiered_bytes),
+                f"{q.gap_messages} in {len(q.gaps)}" if q.gaps else "0",
+                _when(q.last_upload_ms),
+                *([str(q.index_lag) if q.indexed_offset >= 0 else "-"] if indexed else []),
+                q.error or ("not offloaded (topic filter)" if not q.offloaded else ""),
+            )
     out.print()
     if report.next_offset is not None:
         out.print(f"listed {len(report.queues)} of {report.rows} queues (--limit)")
