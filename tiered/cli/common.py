@@ -27,7 +27,9 @@ if TYPE_CHECKING:
 class LazyConsole:
     """rich's ``Console``, made on first use: importing rich is a good share of the start-up of a
     one-shot command that prints JSON only. Attributes are the console's; :attr:`rich` is the
-    console itself, for rich's own constructors (``Progress(console=...)``)."""
+    console itself, for rich's own constructors (``Progress(console=...)``). A printed line is
+    never broken by the console (``soft_wrap``): a terminal wraps it, and in a pipe or a log a
+    long path stays on one line for ``grep``."""
 
     def __init__(self) -> None:
         self._console: Console | None = None
@@ -38,7 +40,7 @@ class LazyConsole:
         if self._console is None:
             from rich.console import Console
 
-            self._console = Console(highlight=False)
+            self._console = Console(highlight=False, soft_wrap=True)
         return self._console
 
     def __getattr__(self, name: str) -> Any:
