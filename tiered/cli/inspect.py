@@ -92,7 +92,6 @@ def inspect_commitlog(target: Path, as_json: bool, limit: int) -> None:
                 console.print(
                     f"[dim]{path.name}: {count} messages, ends at position {item.position} "
                     f"with {end}[/dim]",
-                    soft_wrap=True,
                 )
     if not as_json:
         table.flush()
@@ -174,8 +173,7 @@ def inspect_consumequeue(file: Path, as_json: bool, show_all: bool) -> None:
         table.flush()
         console.print(
             f"[dim]{file.name}: {end} units from queue offset {start}; "
-            f"{len(units) - cqmod.first_invalid(units)} unwritten slots[/dim]",
-            soft_wrap=True,
+            f"{len(units) - cqmod.first_invalid(units)} unwritten slots[/dim]"
         )
 
 
@@ -303,7 +301,7 @@ def inspect_store(root: Path, commitlog_file_size: int, cq_file_size: int, as_js
     report = verify.check_store(root, commitlog_file_size, cq_file_size)
     table = Rows(
         ("topic", "queue", "min offset", "max offset", "checked", "unavailable", "problems"),
-        right=("queue", "min offset", "max offset", "checked", "unavailable", "problems"),
+        right=("queue", "min offset", "max offset", "checked", "unavailable"),
     )
     for q in report.queues:
         if as_json:
