@@ -127,6 +127,13 @@ class FlatMessageFile:
         clock: Callable[[], int] = now_ms,
     ) -> None:
         self.address = address
+        self.topic = address.topic
+        """The queue's topic (attributes, not properties: a wide round reads them a dozen times
+        for each of thousands of queues)."""
+        self.queue_id = address.queue_id
+        """The queue id."""
+        self.path = address.path
+        """The logical path ``{broker}/{topic}/{queueId}``."""
         self.metadata = metadata
         self.lock = threading.RLock()
         self.commitlog = FlatCommitLogFile(provider, metadata, address, commitlog_max_size, clock)
@@ -141,21 +148,6 @@ class FlatMessageFile:
             f"FlatMessageFile({self.path!r}, queue offsets [{self.min_offset()}, "
             f"{self.commit_offset}), commitlog {self.commitlog.commit_offset})"
         )
-
-    @property
-    def topic(self) -> str:
-        """The queue's topic."""
-        return self.address.topic
-
-    @property
-    def queue_id(self) -> int:
-        """The queue id."""
-        return self.address.queue_id
-
-    @property
-    def path(self) -> str:
-        """The logical path ``{broker}/{topic}/{queueId}``."""
-        return self.address.path
 
     @property
     def message_queue(self) -> MessageQueue:

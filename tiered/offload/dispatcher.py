@@ -43,6 +43,7 @@ from tiered.offload.commit_notifier import Held
 from tiered.offload.commit_notifier import Notifier
 from tiered.offload.commit_notifier import collector_paused
 from tiered.offload.commit_notifier import freed
+from tiered.offload.commit_notifier import held_all
 from tiered.offload.commit_notifier import waves
 from tiered.offload.dispatch_state import PassReport
 from tiered.offload.dispatch_state import QueueState
@@ -382,30 +383,29 @@ class Dispatcher(Closeable):
         holds every target queue's lock (expiry waits for it).
         """
         now = self.clock()
-        flats = [f for f in self.targets(only) if (f.topic, f.queue_id) not in (skip or set())]
+        skipped = skip or ()
+        flats = [f for f in self.targets(only) if (f.topic, f.queue_id) not in skipped]
         results: list[tuple[FlatMessageFile, StepResult]] = []
         wide = len(flats) >= WIDE_ROUND_QUEUES and self.flat_store.provider.defers_sync
         batches = 1 if wide else self.round_batches
-        with collector_paused(wide), contextlib.ExitStack() as held:  # (to the round's end)
-            for flat in flats:
-                held.enter_context(flat.lock)
-            follow: list[Plan] = []  # every queue's second batch, then every third...
-            if wide:
-                results += self._run_wide(flats, results, now, flush)
-            else:
-                plans = self._plan(flats, results, now, flush, batches)
-                for level in range(batches - 1):  # a level's batches lie side by side
-                    follow += [p.follow[level] for p in plans if len(p.follow) > level]
-                # the next wave is read while the workers upload this one, once no more than
-                # an eighth of a wave's bytes are still held (memory: see WAVE_BYTES)
-                running: list[tuple[Plan, Future[StepResult]]] = []
-                before: dict[tuple[str, int], tuple[Plan, Future[StepResult]]] = {}
-                for wave in waves(plans, self.wave_bytes) + waves(follow, self.wave_bytes):
-                    self._held.wait_below(self.wave_bytes // 8)
-                    running += self._start_wave(wave, now, before)
-                results += [(p.flat, f.result()) for p, f in running]
-            self._sync_files([flat.consume_queue for flat, _ in results], "consumequeue")
-            held.close()
+        with collector_paused(wide):
+            with held_all([flat.lock for flat in flats]):  # (until the units are durable)
+                follow: list[Plan] = []  # every queue's second batch, then every third...
+                if wide:
+                    results += self._run_wide(flats, results, now, flush)
+                else:
+                    plans = self._plan(flats, results, now, flush, batches)
+                    for level in range(batches - 1):  # a level's batches lie side by side
+                        follow += [p.follow[level] for p in plans if len(p.follow) > level]
+                    # the next wave is read while the workers upload this one, once no more
+                    # than an eighth of a wave's bytes are still held (memory: see WAVE_BYTES)
+                    running: list[tuple[Plan, Future[StepResult]]] = []
+                    before: dict[tuple[str, int], tuple[Plan, Future[StepResult]]] = {}
+                    for wave in waves(plans, self.wave_bytes) + waves(follow, self.wave_bytes):
+                        self._held.wait_below(self.wave_bytes // 8)
+                        running += self._start_wave(wave, now, before)
+                    results += [(p.flat, f.result()) for p, f in running]
+                self._sync_files([flat.consume_queue for flat, _ in results], "consumequeue")
             self.flat_store.flush_metadata([flat for flat, _ in results])
             self.rounds += 1
             metrics.DISPATCH_ROUNDS.inc()
