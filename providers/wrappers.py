@@ -255,11 +255,11 @@ class ProviderMetrics:
         return ProviderMetrics()
 
 
-def _same(path: str) -> str:
-    return path
+def _broker(path: str) -> str:
+    return ""
 
 
-_path_label: list[Callable[[str], str]] = [_same]
+_path_label: list[Callable[[str], str]] = [_broker]
 
 
 def observe_each(child: Histogram, amounts: Iterable[float]) -> None:
@@ -308,8 +308,9 @@ def _histogram_parts(child: Histogram) -> tuple[Any, Any, Any] | None:
 
 def set_path_label(label: Callable[[str], str]) -> None:
     """Label the ``path`` of the provider families with ``label(logical path)`` (the
-    sidecar's ``tieredMetricsDetail``: one series per queue, per topic or for the broker); the
-    logical path itself until set."""
+    sidecar's ``tieredMetricsDetail``: one series per queue, per topic or for the broker); until
+    set, one series for the broker (``""``, that key's default), so a program that never sets
+    it does not make a series per queue it touches."""
     _path_label[0] = label
 
 

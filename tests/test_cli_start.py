@@ -11,6 +11,7 @@ import pytest
 
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store
+from tiered.cli import UNSERVED
 
 
 def _run(code: str, **env: str) -> list[str]:
@@ -87,10 +88,31 @@ def _entry(command: str, **env: str) -> list[str]:
     return out[out.index("OUT") + 1 :]
 
 
-def test_dispatch_run_by_the_console_script_records_no_metrics_and_looks_for_no_plugins() -> None:
-    # nothing serves /metrics in a dispatch process; the sidecar uses no pydantic plugin, so
-    # pydantic's plugin loader (and the importlib.metadata it imports) is not loaded either
-    assert _entry("dispatch") == ["True", "False", "__all__", "False"]
+@pytest.mark.parametrize("command", sorted(UNSERVED))
+def test_a_one_shot_command_run_by_the_console_script_records_no_metrics(command: str) -> None:
+    # nothing serves /metrics in a one-shot command's process; the sidecar uses no pydantic
+    # plugin, so pydantic's plugin loader (and the importlib.metadata it imports) is not loaded
+    assert _entry(command)[0] == "True"
+    if command == "dispatch":
+        assert _entry(command) == ["True", "False", "__all__", "False"]
+
+
+def test_a_provider_outside_the_sidecar_labels_one_series_for_the_broker() -> None:
+    """Until ``tieredMetricsDetail`` is set (``run`` and ``serve`` set it), the provider families
+    label every queue's objects as the broker's (the key's default), not one series each."""
+    code = (
+        "from tiered.providers.memory import MemoryProvider\n"
+        "from tiered.providers.wrappers import MetricsProvider\n"
+        "from tiered.providers.layout import FileType, segment_key\n"
+        "from tiered import metrics\n"
+        "p = MetricsProvider(MemoryProvider())\n"
+        "for q in range(3):\n"
+        "    p.append(segment_key('c', 'b', 'T', q, FileType.COMMIT_LOG, 0), b'x', 0)\n"
+        "paths = {s.labels['path'] for m in metrics.REGISTRY.collect()\n"
+        "         if m.name.endswith('provider_upload_bytes') for s in m.samples}\n"
+        "print(sorted(paths))"
+    )
+    assert _run(code) == ["['']"]
 
 
 def test_run_records_its_metrics_and_an_operators_plugin_setting_is_kept() -> None:

@@ -40,8 +40,12 @@ COMMANDS = {
     "compact-index": "tiered.cli.compact_index:compact_index",
     "export": "tiered.cli.export:export",
 }
-UNSERVED = frozenset({"dispatch", "pause", "resume"})
-"""Commands whose process serves no ``/metrics``: run as the console script, they record none."""
+SERVED = frozenset({"run", "serve"})
+"""Commands whose process serves ``/metrics`` (and sets ``tieredMetricsDetail`` for it)."""
+UNSERVED = frozenset(COMMANDS) - SERVED
+"""Commands whose process serves no ``/metrics``: run as the console script, they record none
+(a ``recover`` or ``scrub`` of 16,000 queues would otherwise make a latency histogram for every
+queue's files that nothing ever reads: hundreds of MB)."""
 
 
 @click.group(
