@@ -28,6 +28,8 @@ Measured, one row per mode:
   (``metadata_written_bytes_total``: snapshots and journal).
 * **start**: seconds from launching the ``run`` processes (side by side) until each logs
   ``rmq-tiered running`` (metadata loaded, every queue restored).
+* **recover**: ``rmq-tiered recover --force`` of the follow sidecar's tier at the end (the
+  metadata replaced from its backend mirror, every queue reconciled): wall, CPU-s, peak RSS.
 
 ``RMQ_BENCH_MQ_QUEUES=100000`` builds an LMQ's store instead (:data:`LMQ_FROM`).
 
@@ -250,6 +252,10 @@ def _size(queues: int, root: Path) -> list[Row]:
     for row in rows:
         row.status_s = _status_s(confs[row.mode], queues, "--json")
         row.status_table_s = _status_s(confs[row.mode], queues)
+    follow = next(row for row in rows if row.mode == "follow")
+    wall, cpu, rss = _timed([RMQ, "recover", "-c", str(confs["follow"]), "--force"],
+                            root / "recover.out")  # fmt: skip
+    follow.extra.update(recover_s=wall, recover_cpu=cpu, recover_rss_mib=rss)
     return rows
 
 
@@ -319,6 +325,9 @@ def _print(queues: int, rows: list[Row]) -> None:
         ]))  # fmt: skip
     by = {r.mode: r for r in rows}
     follow, whole = by["follow"], by["whole-file"]
+    print(f"recover --force (follow's tier, from its backend mirror): "
+          f"{follow.extra['recover_s']:.1f} s, {follow.extra['recover_cpu']:.1f} CPU-s, "
+          f"{follow.extra['recover_rss_mib']:.0f} MiB peak RSS")  # fmt: skip
     if "every" in by:
         every = by["every"]
         print(f"every / follow: idle CPU {every.idle_cpu_ms / max(follow.idle_cpu_ms, 0.1):.1f}x, "
