@@ -92,9 +92,10 @@ def _entry(command: str, **env: str) -> list[str]:
 def test_a_one_shot_command_run_by_the_console_script_records_no_metrics(command: str) -> None:
     # nothing serves /metrics in a one-shot command's process; the sidecar uses no pydantic
     # plugin, so pydantic's plugin loader (and the importlib.metadata it imports) is not loaded
-    assert _entry(command)[0] == "True"
+    out = _entry(command)
+    assert out[0] == "True"
     if command == "dispatch":
-        assert _entry(command) == ["True", "False", "__all__", "False"]
+        assert out == ["True", "False", "__all__", "False"]
 
 
 def test_a_provider_outside_the_sidecar_labels_one_series_for_the_broker() -> None:

@@ -100,9 +100,7 @@ RIGHT_ALIGNED = frozenset({"lag", "lag size", "in tier", "gaps", "index lag"})
 
 
 def _print(report: StatusReport) -> None:
-    from rich.console import Console  # the text only: --json does not load rich
-
-    out = console if console.is_terminal else Console(width=160, highlight=False, soft_wrap=True)
+    out = console  # (made on first use: --json does not load rich)
     daemon = (
         f"running (pid {report.daemon_pid})"
         if report.daemon_running
