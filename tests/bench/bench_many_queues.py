@@ -23,7 +23,8 @@ Measured, one row per mode:
   its passes' own times) and its CPU-seconds meanwhile; peak RSS after;
 * **scrape**: bytes of one ``GET /metrics`` (at the default ``tieredMetricsDetail=broker``);
 * **status**: wall of ``rmq-tiered status --json`` and of the table ``rmq-tiered status``
-  prints (median of :data:`STATUS_RUNS` each);
+  prints (median of :data:`STATUS_RUNS` each), and of the running sidecar's ``GET /v1/status``
+  (its first page of 1,000 queues, with the totals of all; median of :data:`STATUS_RUNS`);
 * **tail metadata**: KiB the sidecar wrote for its metadata during the spread tail
   (``metadata_written_bytes_total``: snapshots and journal).
 * **start**: seconds from launching the ``run`` processes (side by side) until each logs
@@ -85,6 +86,7 @@ class Row:
     tail_rss_mib: float = 0.0
     status_s: float = 0.0
     status_table_s: float = 0.0
+    status_http_s: float = 0.0
     scrape_kib: float = 0.0
     tail_meta_kib: float = 0.0
     start_s: float = 0.0
@@ -239,6 +241,9 @@ def _size(queues: int, root: Path) -> list[Row]:
                     row.tail_meta_kib = written / 1024
                     pending.discard(row.mode)
             time.sleep(0.2)
+        for row in rows:
+            if row.mode not in pending:
+                row.status_http_s = _status_http_s(logs[row.mode], queues)
         assert not pending, "not all offloaded: " + "\n".join(
             f"{m}: {_offloaded(logs[m])} of {done_before[m]} + {queues}\n"
             + logs[m].read_text(errors="replace")[-3000:]
@@ -275,11 +280,29 @@ def _status_s(conf: Path, queues: int, *args: str) -> float:
     return statistics.median(walls)
 
 
-def _scrape(log: Path) -> str:
-    """One scrape of the sidecar's ``/metrics`` (its port from its log)."""
+def _status_http_s(log: Path, queues: int) -> float:
+    """The median wall of :data:`STATUS_RUNS` requests of the running sidecar's first
+    ``/v1/status`` page (1,000 queues; the totals count all)."""
+    walls = []
+    for _ in range(STATUS_RUNS):
+        started = time.perf_counter()
+        with urllib.request.urlopen(_url(log) + "/v1/status?limit=1000", timeout=60) as answer:
+            body = json.loads(answer.read())
+        walls.append(time.perf_counter() - started)
+        assert body["totals"]["queues"] >= queues and len(body["queues"]) == min(queues, 1000)
+    return statistics.median(walls)
+
+
+def _url(log: Path) -> str:
+    """The sidecar's HTTP API address, from its log."""
     found = re.search(r"HTTP API listening on (http://[\d.]+:\d+)", log.read_text(errors="replace"))
     assert found, "no HTTP API address in the log"
-    with urllib.request.urlopen(found.group(1) + "/metrics", timeout=30) as answer:
+    return found.group(1)
+
+
+def _scrape(log: Path) -> str:
+    """One scrape of the sidecar's ``/metrics`` (its port from its log)."""
+    with urllib.request.urlopen(_url(log) + "/metrics", timeout=30) as answer:
         return str(answer.read().decode())
 
 
@@ -312,7 +335,8 @@ def _print(queues: int, rows: list[Row]) -> None:
     print(f"\n{queues} queues, {messages} messages, {gib * 1024:.0f} MiB of commitlog")
     head = ("mode", "first wall s", "first CPU-s/GiB", "first CPU-us/msg", "first RSS MiB",
             "idle CPU-ms/s", "idle RSS MiB", "tail pass s", "tail CPU-s", "tail RSS MiB",
-            "status s (JSON / table)", "scrape KiB", "tail metadata KiB", "start s")  # fmt: skip
+            "status s (JSON / table / HTTP page)", "scrape KiB", "tail metadata KiB",
+            "start s")  # fmt: skip
     print(" | ".join(head))
     for r in rows:
         print(" | ".join([
@@ -320,7 +344,7 @@ def _print(queues: int, rows: list[Row]) -> None:
             f"{r.first_cpu * 1e6 / messages:.0f}", f"{r.first_rss_mib:.0f}",
             f"{r.idle_cpu_ms:.1f}", f"{r.idle_rss_mib:.0f}", f"{r.tail_pass_s:.2f}",
             f"{r.tail_cpu:.2f}", f"{r.tail_rss_mib:.0f}",
-            f"{r.status_s:.2f} / {r.status_table_s:.2f}",
+            f"{r.status_s:.2f} / {r.status_table_s:.2f} / {r.status_http_s:.2f}",
             f"{r.scrape_kib:.0f}", f"{r.tail_meta_kib:.0f}", f"{r.start_s:.1f}",
         ]))  # fmt: skip
     by = {r.mode: r for r in rows}

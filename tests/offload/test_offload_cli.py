@@ -20,7 +20,9 @@ from tiered.broker.consumequeue import ConsumeQueue
 from tiered.cli import main
 from tiered.cli.common import Rows
 from tiered.metadata import mirror_key_for
+from tiered.testing.http import get
 from tiered.testing.sample_tier import SidecarCase
+from tiered.testing.sidecar_process import Sidecar as RunProcess
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import read_document
 from tiered.testing.tier_check import store_fingerprint
@@ -295,6 +297,49 @@ def test_run_follows_the_broker_status_works_meanwhile_and_sigterm_exits_0(
     assert "stopped cleanly" in err
     assert not cli_json("status", "--config", conf, "--json")["daemon"]["running"]
     check_tier(cfg, build_provider(cfg)).assert_ok(3800)
+
+
+def test_the_running_sidecars_status_is_its_memory_and_the_files_agree(
+    offload_case: SidecarCase,
+) -> None:
+    """``/v1/status`` of ``run`` reads the sidecar's memory (the metadata as it holds it, the
+    dispatcher's queue states, the key index's progress) where ``status --json`` parses the
+    files they are written from: the same answer once the files have caught up, paged and by
+    a topic glob, which picks the topics listed too."""
+    store = offload_case.store()  # 2 topics x 3 queues
+    cfg = offload_case.config(store, "posix", messageIndexEnable="true")
+    conf = offload_case.conf_file(cfg)
+    run = RunProcess(conf, offload_case.work / "run")
+    run.start()
+
+    def both(**query: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+        live = get(run.http, "/v1/status", **query).json()
+        args = [f"--{k}={v}" for k, v in query.items() if k != "offset"]
+        return live, cli_json("status", "--config", conf, "--json", *args)
+
+    def same(**query: Any) -> bool:
+        live, files = both(**query)
+        assert live["metadata"].endswith("(as the running sidecar holds it)")
+        assert files["metadata"].startswith(str(cfg.tiered_data_dir))
+        ignored = ("metadata", "stateUpdatedMs")
+        return {k: v for k, v in live.items() if k not in ignored} == {
+            k: v for k, v in files.items() if k not in ignored
+        }
+
+    try:
+        _wait(lambda: same() and both()[0]["totals"]["lagMessages"] == 0)
+        live = both()[0]
+        assert live["totals"]["queues"] == 6 and live["index"]["lagMessages"] == 0
+        assert all(q["lastUploadMs"] > 0 and q["indexedOffset"] >= 0 for q in live["queues"])
+        _wait(lambda: same(topic="GenTopic1"))
+        one = both(topic="GenTopic1")[0]
+        assert {q["topic"] for q in one["queues"]} == {"GenTopic1"}
+        assert [t["topic"] for t in one["topics"]] == ["GenTopic1"]
+        page = get(run.http, "/v1/status", limit=4, offset=4).json()
+        assert page["page"] == {"offset": 4, "next": None} and len(page["queues"]) == 2
+        assert page["queues"] == live["queues"][4:]
+    finally:
+        run.stop()
 
 
 def _ro_bind_works(tmp_path: Path) -> bool:

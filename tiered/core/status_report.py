@@ -11,6 +11,8 @@ The tiered min is the first consumequeue segment's first offset (after expiry re
 segments, the first *readable* offset can be higher).
 Every queue's local bounds come from one call of the kernel
 (:func:`~tiered.broker.cq_bounds.start_many_bounds`), which reads while the metadata is parsed.
+The running sidecar's own ``/v1/status`` reads its memory instead of those files
+(:class:`StatusSources`): what they are written from, without parsing them per request.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ import contextlib
 import fnmatch
 import os
 from collections.abc import Callable
+from collections.abc import Iterator
+from collections.abc import Mapping
+from contextlib import AbstractContextManager
 from dataclasses import asdict
 from dataclasses import dataclass
 from dataclasses import field
@@ -44,6 +49,7 @@ from tiered.metadata import MetadataDocument
 from tiered.metadata import read_metadata
 from tiered.offload.dispatch_state import QueueState
 from tiered.offload.dispatch_state import StateFile
+from tiered.offload.dispatch_state import StateSnapshot
 from tiered.offload.pause import PauseFile
 from tiered.offload.pause import PauseState
 from tiered.providers.layout import index_logical_path
@@ -144,6 +150,19 @@ class StatusQuery:
     limit: int | None = None
     offset: int = 0
     readable: Callable[[str], bool] | None = None
+
+
+@dataclass(frozen=True)
+class StatusSources:
+    """Where :func:`collect_status` reads the sidecar's own state; each None reads the files (a
+    process beside ``run``). The running sidecar's ``/v1/status`` passes its memory, which those
+    files are written from: ``metadata``, the live document while it is held (the store's lock)
+    and its source's name; ``states``, the dispatcher's queue states; ``indexed``, every queue's
+    indexed offset."""
+
+    metadata: Callable[[], AbstractContextManager[tuple[MetadataDocument, str]]] | None = None
+    states: Callable[[], StateSnapshot] | None = None
+    indexed: Callable[[], Mapping[tuple[str, int], int]] | None = None
 
 
 @dataclass
@@ -281,9 +300,13 @@ def daemon_of(data_dir: Path) -> tuple[int | None, bool]:
     return written, True
 
 
-def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> StatusReport:
-    """What ``status`` shows of the queues ``query`` selects (see the module docstring)."""
+def collect_status(
+    cfg: TieredConfig, query: StatusQuery | None = None, sources: StatusSources | None = None
+) -> StatusReport:
+    """What ``status`` shows of the queues ``query`` selects (see the module docstring), read
+    from ``sources`` (default: the files)."""
     query = query or StatusQuery()
+    sources = sources or StatusSources()
     data_dir = cfg.tiered_data_dir
     pid, running = daemon_of(data_dir)
     replica = (data_dir / REPLICA_MARKER).exists()  # rmq-tiered serve's data dir
@@ -291,7 +314,9 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
         from tiered.core.replica import replica_config
 
         cfg = replica_config(cfg)
-    snapshot = StateFile(cfg.tiered_data_dir).load(owner=False)
+    snapshot = (
+        sources.states() if sources.states else StateFile(cfg.tiered_data_dir).load(owner=False)
+    )
     local = NoLocalStore(cfg) if replica else LocalSource(cfg)
     filt = TopicFilter.from_config(cfg)
     everything = local.queues()
@@ -300,7 +325,27 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
     # dispatcher's last local max of a queue is where its max is read from
     hints = [_last_max(snapshot.queues.get(k)) for k in listed]
     local_bounds = local.start_many_bounds(listed, hints)
-    doc, source = read_metadata(data_dir)
+    uploaded: list[FileSegmentMetadata] = []
+    metadata = sources.metadata() if sources.metadata else _metadata_files(data_dir)
+    with metadata as (doc, source):
+        keys = {k for k in listed if filt.allows(k[0])}
+        for topic, by_id in doc.queue_metadata_table.items():
+            if _selects(query, topic):
+                keys.update(
+                    (topic, qid)
+                    for qid, m in by_id.items()
+                    if m.queue.broker_name == cfg.broker_name
+                )
+        ordered = sorted(keys)
+        rows = [QueueStatus(topic, qid, offloaded=filt.allows(topic)) for topic, qid in ordered]
+        cq_table = doc.segment_table(FileSegmentType.CONSUME_QUEUE)
+        cl_table = doc.segment_table(FileSegmentType.COMMIT_LOG)
+        for row in rows:
+            path = logical_path(cfg.broker_name, row.topic, row.queue_id)
+            _tiered(row, cq_table.get(path, {}), cl_table.get(path, {}))
+        if cfg.message_index_enable and cfg.uploads:
+            table = doc.segment_table(FileSegmentType.INDEX)
+            uploaded = list(table.get(index_logical_path(cfg.broker_name), {}).values())
     report = StatusReport(
         cluster=cfg.broker_cluster_name,
         broker=cfg.broker_name,
@@ -311,19 +356,6 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
         metadata=source,
         uploads=PauseFile(cfg.tiered_data_dir).read(),
     )
-    keys = {k for k in listed if filt.allows(k[0])}
-    for topic, by_id in doc.queue_metadata_table.items():
-        if _selects(query, topic):
-            keys.update(
-                (topic, qid) for qid, m in by_id.items() if m.queue.broker_name == cfg.broker_name
-            )
-    ordered = sorted(keys)
-    rows = [QueueStatus(topic, qid, offloaded=filt.allows(topic)) for topic, qid in ordered]
-    cq_table = doc.segment_table(FileSegmentType.CONSUME_QUEUE)
-    cl_table = doc.segment_table(FileSegmentType.COMMIT_LOG)
-    for row in rows:
-        path = logical_path(cfg.broker_name, row.topic, row.queue_id)
-        _tiered(row, cq_table.get(path, {}), cl_table.get(path, {}))
     found = dict(zip(listed, local_bounds(), strict=True))
     hinted = dict(zip(listed, hints, strict=True))
     for row, (topic, qid) in zip(rows, ordered, strict=True):
@@ -338,14 +370,14 @@ def collect_status(cfg: TieredConfig, query: StatusQuery | None = None) -> Statu
             row.error = row.error or state.error
         report.queues.append(row)
     if cfg.message_index_enable and cfg.uploads:
-        report.index = _index(cfg, doc, report.queues)
+        report.index = _index(cfg, uploaded, report.queues, sources.indexed)
     if replica:
         report.topics_source = (
             "none: a read replica (rmq-tiered serve) has no broker store; every read is from "
             "the tier (tieredStorageLevel=FORCE)"
         )
     else:
-        _topics(cfg, report, filt, set(everything) | keys)
+        _topics(cfg, report, filt, set(everything) | keys, query)
     report.pop_dead_letters, report.pop_state_error = _pop_dead_letters(cfg.tiered_data_dir)
     report.pop_dead_letters = [d for d in report.pop_dead_letters if _selects(query, d.topic)]
     if query.readable is not None:
@@ -390,11 +422,22 @@ def _last_max(state: QueueState | None) -> int | None:
     return state.local_max if state is not None and state.local_max > 0 else None
 
 
+@contextlib.contextmanager
+def _metadata_files(data_dir: Path) -> Iterator[tuple[MetadataDocument, str]]:
+    """The metadata as its files hold it (:func:`~tiered.metadata.read_metadata`)."""
+    yield read_metadata(data_dir)
+
+
 def _topics(
-    cfg: TieredConfig, report: StatusReport, filt: TopicFilter, queues: set[tuple[str, int]]
+    cfg: TieredConfig,
+    report: StatusReport,
+    filt: TopicFilter,
+    queues: set[tuple[str, int]],
+    query: StatusQuery,
 ) -> None:
     """The broker's topics from ``{storePathRootDir}/config/topics.json`` (``.bak`` as the
-    broker falls back); a missing or unreadable file is reported, not raised."""
+    broker falls back) that ``query``'s glob selects; a missing or unreadable file is
+    reported, not raised."""
     path = cfg.store_path_root_dir / "config" / "topics.json"
     try:
         table = load_topics(path)
@@ -406,15 +449,21 @@ def _topics(
     for topic, _ in queues:
         counts[topic] = counts.get(topic, 0) + 1
     for name, t in sorted(table.topics.items()):
+        if query.topic is not None and not fnmatch.fnmatchcase(name, query.topic):
+            continue
         offloaded, count = filt.allows(name), counts.get(name, 0)
         row = BrokerTopic(name, t.read_queue_nums, t.write_queue_nums, t.perm, offloaded, count)
         report.topics.append(row)
 
 
 def _index(
-    cfg: TieredConfig, doc: MetadataDocument, queues: list[QueueStatus]
+    cfg: TieredConfig,
+    uploaded: list[FileSegmentMetadata],
+    queues: list[QueueStatus],
+    indexed: Callable[[], Mapping[tuple[str, int], int]] | None,
 ) -> IndexStatusReport:
-    """The key index's state, read-only: headers of the local files, progress, INDEX segments."""
+    """The key index's state, read-only: headers of the local files, the ``uploaded`` INDEX
+    segments, how far each queue is indexed (``indexed``, default ``progress.json``)."""
     report = IndexStatusReport(True)
     directory = Path(cfg.tiered_data_dir) / FILE_DIRECTORY_NAME
     for path in local_index_files(directory):
@@ -434,20 +483,24 @@ def _index(
                 header.end_timestamp,
             )
         )
-    uploaded = doc.segment_table(FileSegmentType.INDEX).get(index_logical_path(cfg.broker_name), {})
     report.uploaded_files = len(uploaded)
-    report.uploaded_bytes = sum(s.size for s in uploaded.values())
+    report.uploaded_bytes = sum(s.size for s in uploaded)
     if uploaded:
-        report.uploaded_begin_ms = min(s.begin_timestamp for s in uploaded.values())
-        report.uploaded_end_ms = max(s.end_timestamp for s in uploaded.values())
-    progress = IndexProgress(directory)
-    progress.load(owner=False)
+        report.uploaded_begin_ms = min(s.begin_timestamp for s in uploaded)
+        report.uploaded_end_ms = max(s.end_timestamp for s in uploaded)
+    offsets: Mapping[tuple[str, int], int]
+    if indexed is None:
+        progress = IndexProgress(directory)
+        progress.load(owner=False)
+        offsets = progress.items()
+    else:
+        offsets = indexed()
     for row in queues:
-        indexed = progress.get(row.topic, row.queue_id)
-        if indexed is None or row.tiered_commit < 0:
+        at = offsets.get((row.topic, row.queue_id))
+        if at is None or row.tiered_commit < 0:
             continue
-        row.indexed_offset = indexed
-        row.index_lag = max(row.tiered_commit - max(indexed, row.tiered_min), 0)
+        row.indexed_offset = at
+        row.index_lag = max(row.tiered_commit - max(at, row.tiered_min), 0)
     report.lag_messages = sum(q.index_lag for q in queues)
     return report
 

@@ -7,7 +7,9 @@ answers and the broker's store is readable -- the body names each check and what
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,9 +18,13 @@ from fastapi import APIRouter
 from tiered.access.security import Security
 from tiered.core.daemon import Daemon
 from tiered.core.status_report import StatusQuery
+from tiered.core.status_report import StatusSources
 from tiered.core.status_report import collect_status
 from tiered.errors import TieredStoreError
+from tiered.metadata import MetadataDocument
 from tiered.metadata import mirror_key_for
+from tiered.metadata import now_ms
+from tiered.offload.dispatch_state import StateSnapshot
 from tiered.read.message_store import TieredMessageStore
 
 from .app import create_app
@@ -60,6 +66,29 @@ def readiness(daemon: Daemon) -> dict[str, str]:
     return checks
 
 
+def live_sources(daemon: Daemon) -> StatusSources:
+    """What ``/v1/status`` reads: the running sidecar's memory (its metadata under the store's
+    lock, the dispatcher's queue states, the key index's progress) while it uploads and runs;
+    the files as ``rmq-tiered status`` reads them while it starts or stops, or when it is not
+    the writer of its metadata."""
+    sidecar = daemon.sidecar
+    if not (daemon.scheduler.running and not daemon.stop.is_set() and sidecar.uploading):
+        return StatusSources()
+    dispatcher = sidecar.dispatcher  # (made before the scheduler started)
+
+    @contextlib.contextmanager
+    def metadata() -> Iterator[tuple[MetadataDocument, str]]:
+        with sidecar.metadata.reading() as doc:
+            yield doc, f"{sidecar.metadata.path} (as the running sidecar holds it)"
+
+    def states() -> StateSnapshot:
+        queues = dict(dispatcher.states)
+        return StateSnapshot(dispatcher.role, os.getpid(), now_ms(), dispatcher.rounds, queues)
+
+    index = sidecar.index
+    return StatusSources(metadata, states, index.progress.items if index is not None else None)
+
+
 def http_service(
     daemon: Daemon,
     extra_routers: Sequence[APIRouter] = (),
@@ -74,7 +103,7 @@ def http_service(
         store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
 
     def status(query: StatusQuery) -> dict[str, Any]:
-        return collect_status(cfg, query).to_json()
+        return collect_status(cfg, query, live_sources(daemon)).to_json()
 
     app = create_app(
         store,

@@ -175,11 +175,8 @@ class MetadataStore:
     @classmethod
     def read_only(cls, data_dir: Path) -> MetadataStore:
         """A store over the metadata as its files hold now (:func:`read_metadata`) that refuses
-        every change: it was never loaded, so it never persists, moves or mirrors anything.
-
-        Raises:
-            MetadataError: a file exists but neither it nor ``.bak`` parses.
-        """
+        every change (never loaded, it never persists, moves or mirrors anything). Raises
+        MetadataError when a file exists but neither it nor ``.bak`` parses."""
         store = cls(data_dir)
         store._doc = read_metadata(data_dir)[0]
         return store
@@ -242,12 +239,8 @@ class MetadataStore:
             if main_damaged:
                 moved.append(AtomicFile.move_aside(self.path, self._clock()))
             if problems and used == "bak":
-                log.warning(
-                    "%s; loaded %s%s",
-                    "; ".join(problems),
-                    self.bak_path,
-                    f", damaged file moved to {moved[0]}" if moved else "",
-                )
+                log.warning("%s; loaded %s%s", "; ".join(problems), self.bak_path,
+                            f", damaged file moved to {moved[0]}" if moved else "")  # fmt: skip
             self._doc, self._loaded, self._dirty = doc, True, False
             self._changes.clear()
             self._snapshot_bytes = len(base) if base is not None else 0
@@ -303,12 +296,9 @@ class MetadataStore:
             self.journal.remove()
             return None, False
         moved = self.journal.set_aside(self._clock())
-        log.warning(
-            "%s extends a tieredStoreMetadata.json that is no longer here (replaced by `recover`, "
-            "by hand or by the Java plugin): set aside as %s, not replayed",
-            self.journal.path,
-            moved,
-        )
+        log.warning("%s extends a tieredStoreMetadata.json that is no longer here (replaced by "
+                    "`recover`, by hand or by the Java plugin): set aside as %s, not replayed",
+                    self.journal.path, moved)  # fmt: skip
         return None, False
 
     def persist(self) -> None:
@@ -744,6 +734,13 @@ class MetadataStore:
             if by_base is not None:
                 self._changes.segments.update((type, path, base) for base in by_base)
                 self._changed()
+
+    @contextlib.contextmanager
+    def reading(self) -> Iterator[MetadataDocument]:
+        """The live document, unchanged while held (the store's lock): for a caller that only
+        reads it, briefly (the running sidecar's ``/v1/status``; a test copies it)."""
+        with self._lock:
+            yield self._doc
 
     def document(self) -> MetadataDocument:
         """A deep copy of the whole document."""
