@@ -337,12 +337,12 @@ def collect_status(
                     if m.queue.broker_name == cfg.broker_name
                 )
         ordered = sorted(keys)
-        rows = [QueueStatus(topic, qid, offloaded=filt.allows(topic)) for topic, qid in ordered]
+        paths = [logical_path(cfg.broker_name, topic, qid) for topic, qid in ordered]
         cq_table = doc.segment_table(FileSegmentType.CONSUME_QUEUE)
         cl_table = doc.segment_table(FileSegmentType.COMMIT_LOG)
-        for row in rows:
-            path = logical_path(cfg.broker_name, row.topic, row.queue_id)
-            _tiered(row, cq_table.get(path, {}), cl_table.get(path, {}))
+        # each queue's segments by base, copied (the live tables change once the lock is given
+        # back; a record's fields are read after, each as it is then)
+        tiers = [(dict(cq_table.get(p, {})), dict(cl_table.get(p, {}))) for p in paths]
         if cfg.message_index_enable and cfg.uploads:
             table = doc.segment_table(FileSegmentType.INDEX)
             uploaded = list(table.get(index_logical_path(cfg.broker_name), {}).values())
@@ -356,6 +356,9 @@ def collect_status(
         metadata=source,
         uploads=PauseFile(cfg.tiered_data_dir).read(),
     )
+    rows = [QueueStatus(topic, qid, offloaded=filt.allows(topic)) for topic, qid in ordered]
+    for row, (cq, cl) in zip(rows, tiers, strict=True):
+        _tiered(row, cq, cl)
     found = dict(zip(listed, local_bounds(), strict=True))
     hinted = dict(zip(listed, hints, strict=True))
     for row, (topic, qid) in zip(rows, ordered, strict=True):
