@@ -24,6 +24,7 @@ from tiered.errors import TieredStoreError
 from tiered.metadata import MetadataDocument
 from tiered.metadata import mirror_key_for
 from tiered.metadata import now_ms
+from tiered.offload.commit_notifier import collector_paused
 from tiered.offload.dispatch_state import StateSnapshot
 from tiered.read.message_store import TieredMessageStore
 
@@ -103,7 +104,10 @@ def http_service(
         store = TieredMessageStore(cfg, daemon.sidecar.flat_store, daemon.sidecar.local)
 
     def status(query: StatusQuery) -> dict[str, Any]:
-        return collect_status(cfg, query, live_sources(daemon)).to_json()
+        # (its rows and copies are thousands of objects, freed at the end: no collection meanwhile
+        # walks them, with the metadata lock held)
+        with collector_paused():
+            return collect_status(cfg, query, live_sources(daemon)).to_json()
 
     app = create_app(
         store,
