@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
-import gc
-from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -21,6 +18,7 @@ from tiered.core.status_report import StatusQuery
 from tiered.core.status_report import StatusReport
 from tiered.core.status_report import collect_status
 from tiered.offload.pause import utc
+from tiered.process.collector import collector_paused
 from tiered.source.no_local_store import REPLICA_MARKER
 
 
@@ -54,20 +52,6 @@ def status(
             click.echo(orjson.dumps(report.to_json()).decode("utf-8"))
             return
         _print(report)
-
-
-@contextlib.contextmanager
-def collector_paused() -> Iterator[None]:
-    """The cyclic garbage collector off meanwhile: a report of thousands of queues is hundreds
-    of thousands of objects that live until it is printed and make next to no cycles, yet the
-    collector would walk them all again and again as they are made."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
 
 
 TOPICS_SHOWN = 50

@@ -24,8 +24,8 @@ from tiered.errors import TieredStoreError
 from tiered.metadata import MetadataDocument
 from tiered.metadata import mirror_key_for
 from tiered.metadata import now_ms
-from tiered.offload.commit_notifier import collector_paused
 from tiered.offload.dispatch_state import StateSnapshot
+from tiered.process.collector import collector_paused
 from tiered.read.message_store import TieredMessageStore
 
 from .app import create_app

@@ -738,7 +738,7 @@ class MetadataStore:
     @contextlib.contextmanager
     def reading(self) -> Iterator[MetadataDocument]:
         """The live document, unchanged while held (the store's lock): for a caller that only
-        reads it, briefly (the running sidecar's ``/v1/status``; a test copies it)."""
+        reads it, briefly (the running sidecar's ``/v1/status``)."""
         with self._lock:
             yield self._doc
 

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import logging
 import threading
 from collections.abc import Callable
@@ -264,24 +263,6 @@ def waves(
         waves[-1].append((p, n))
         size += n
     return [w for w in waves if w]
-
-
-@contextlib.contextmanager
-def collector_paused(pause: bool = True) -> Iterator[None]:
-    """The cyclic garbage collector paused for a wide round: the round's plans, batches and
-    results (thousands of each) live until its end, so every collection meanwhile promotes them,
-    and soon one runs over every object of the process (every queue's records: most of a second
-    at 16,000 queues; what was promoted counts towards the next one, even if freed soon after).
-    What the round leaves is freed by reference counting at its end; any cycle waits for the
-    next collection."""
-    if not (pause and gc.isenabled()):
-        yield
-        return
-    gc.disable()
-    try:
-        yield
-    finally:
-        gc.enable()
 
 
 @contextlib.contextmanager

@@ -41,7 +41,6 @@ from tiered.file.flat_message_file import FlatMessageFile
 from tiered.metadata import now_ms
 from tiered.offload.commit_notifier import Held
 from tiered.offload.commit_notifier import Notifier
-from tiered.offload.commit_notifier import collector_paused
 from tiered.offload.commit_notifier import freed
 from tiered.offload.commit_notifier import held_all
 from tiered.offload.commit_notifier import waves
@@ -69,6 +68,7 @@ from tiered.offload.pass_queues import QueueProgress
 from tiered.offload.pause import PauseFile
 from tiered.offload.pause import PauseWatch
 from tiered.process.background import in_background
+from tiered.process.collector import collector_paused
 from tiered.process.logs import error_fields
 from tiered.process.offload_priority import with_nice
 from tiered.source.batch_request import BatchRequest

@@ -2,6 +2,7 @@
 
 - :mod:`.allocator` -- the C allocator's settings for megabyte buffers;
 - :mod:`.background` -- work begun on a thread of its own and waited for later;
+- :mod:`.collector` -- the cyclic garbage collector paused while thousands of objects are made;
 - :mod:`.native` -- the compiled kernel, ``tiered._kernel``, or the error that says how to build it;
 - :mod:`.offload_priority` -- the CPU priority of the offload's own threads;
 - :mod:`.logs` -- the log handler (text or JSON) and the fields of error lines;
