@@ -234,6 +234,30 @@ def test_min_offset_reads_one_unit_when_the_first_qualifies(
     assert reads == [20, 20_000]
 
 
+def test_min_offset_of_a_queue_being_written_is_not_a_later_max(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A new queue's file exists, but the broker has not yet written its first unit when the
+    file is read. Its min is 0, where the written data ends as that read saw it, even when the
+    broker writes unit 0 before a second read: a min taken from that later read (1) made the
+    sidecar offload a new queue from offset 1 and never hold its first message."""
+    cq = make_queue(tmp_path, 5, {0: b""})
+    path = cq.files()[0].path
+    real_pread = cqmod._pread
+
+    def broker_writes_between(p: Path, length: int, position: int) -> bytes:
+        data = real_pread(p, length, position)
+        if length == 100:  # the whole file was read: now the broker writes unit 0
+            with open(path, "r+b") as f:
+                f.write(seq_units(0, 1))
+        return data
+
+    monkeypatch.setattr(cqmod, "_pread", broker_writes_between)
+    assert cq.min_offset() == 0
+    monkeypatch.setattr(cqmod, "_pread", real_pread)
+    assert (cq.min_offset(), cq.max_offset()) == (0, 1)
+
+
 def test_pre_blank_fill_is_below_the_min(tmp_path: Path) -> None:
     blank = encode_units([0] * 3, [BLANK_FILL_SIZE] * 3, [0] * 3)
     cq = make_queue(tmp_path, 10, {0: blank + seq_units(0, 7), 10: seq_units(700, 2)})

@@ -250,7 +250,7 @@ class ConsumeQueue:
         Pre-blank fill units are skipped; with ``commitlog_min_offset`` the answer is the first
         unit whose commitlog offset is at or above it. Files are searched in order (one read each),
         so a first file the broker has not yet deleted does not hide later data. If no unit
-        qualifies the queue has nothing readable and the answer is :meth:`max_offset`.
+        qualifies the queue has nothing readable and the answer is where its written data ends.
         ``files``: a listing just made (:meth:`files`), not made again.
         """
         files = self.files() if files is None else files
@@ -271,7 +271,9 @@ class ConsumeQueue:
             if hit.size:
                 return f.start // CQ_UNIT_SIZE + int(hit[0])
             if end < len(units):
-                break
+                # the written data ends in this file: its end as this read saw it, not a max
+                # read later (the broker may have written the first unit in between)
+                return f.start // CQ_UNIT_SIZE + end
         return self.max_offset(files=files)
 
     def read_units(self, start: int, count: int) -> Units:
