@@ -338,6 +338,9 @@ def test_the_running_sidecars_status_is_its_memory_and_the_files_agree(
         page = get(run.http, "/v1/status", limit=4, offset=4).json()
         assert page["page"] == {"offset": 4, "next": None} and len(page["queues"]) == 2
         assert page["queues"] == live["queues"][4:]
+        # the topics come with the first page alone, not again with every page after it
+        assert [t["topic"] for t in live["topics"]] == ["GenTopic0", "GenTopic1"]
+        assert page["topics"] == [] and page["topicsSource"] == "on the first page (offset 0)"
     finally:
         run.stop()
 

@@ -226,6 +226,7 @@ def test_status_metrics_health_and_extra_routes(api: Api) -> None:
     assert [q["queueId"] for q in rest["queues"]] == [status["queues"][3]["queueId"]]
     assert rest["page"]["next"] is None and rest["totals"]["listed"] == 1
     assert rest["totals"]["queues"] == page["totals"]["queues"] == 4
+    assert page["topics"] == status["topics"] and rest["topics"] == []  # (the first page's)
     assert get(api.url, "/v1/status", limit=0).status == 400
     get(api.url, "/v1/topics/GenTopic0/queues/0/messages", offset=0, maxCount=2)
     text = get(api.url, "/metrics").body.decode()

@@ -179,6 +179,8 @@ class StatusReport:
     queues: list[QueueStatus] = field(default_factory=list)
     index: IndexStatusReport = field(default_factory=lambda: IndexStatusReport(False))
     topics: list[BrokerTopic] = field(default_factory=list)
+    """The broker's topics the query selects; on the first page only (``offset`` 0), so a client
+    that pages through thousands of queues gets each topic once."""
     topics_source: str = ""
     """Where :attr:`topics` came from (``topics.json``, its ``.bak``), or why they are missing."""
     summary: dict[str, int] = field(default_factory=dict)
@@ -379,6 +381,8 @@ def collect_status(
             "none: a read replica (rmq-tiered serve) has no broker store; every read is from "
             "the tier (tieredStorageLevel=FORCE)"
         )
+    elif query.offset > 0:  # (a page after the first: the topics were on the first)
+        report.topics_source = "on the first page (offset 0)"
     else:
         _topics(cfg, report, filt, set(everything) | keys, query)
     report.pop_dead_letters, report.pop_state_error = _pop_dead_letters(cfg.tiered_data_dir)

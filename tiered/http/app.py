@@ -336,7 +336,10 @@ def create_app(
         topic: Annotated[str | None, Query(max_length=255, description="topic glob")] = None,
         lagging: Annotated[bool, Query(description="only queues behind, most first")] = False,
         limit: Annotated[int, Query(ge=1, le=STATUS_MAX_LIMIT)] = STATUS_LIMIT,
-        offset: Annotated[int, Query(ge=0, le=2**31)] = 0,
+        offset: Annotated[
+            int,
+            Query(ge=0, le=2**31, description="the page's first queue; topics come with 0 only"),
+        ] = 0,
     ) -> dict[str, Any]:
         account: Account | None = getattr(request.state, "account", None)
         readable = None if account is None or account.admin else account.may_read_topic
