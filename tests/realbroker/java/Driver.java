@@ -65,6 +65,7 @@ import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
 import org.apache.rocketmq.client.consumer.listener.ConsumeOrderlyStatus;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
 import org.apache.rocketmq.client.consumer.listener.MessageListenerOrderly;
+import org.apache.rocketmq.client.consumer.store.ReadOffsetType;
 import org.apache.rocketmq.client.producer.DefaultMQProducer;
 import org.apache.rocketmq.client.producer.LocalTransactionState;
 import org.apache.rocketmq.client.producer.SendResult;
@@ -72,12 +73,14 @@ import org.apache.rocketmq.client.producer.SendStatus;
 import org.apache.rocketmq.client.producer.TransactionListener;
 import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.client.producer.TransactionSendResult;
+import org.apache.rocketmq.common.MixAll;
 import org.apache.rocketmq.common.TopicConfig;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 import org.apache.rocketmq.common.message.MessageQueue;
 import org.apache.rocketmq.remoting.RPCHook;
+import org.apache.rocketmq.remoting.exception.RemotingException;
 import org.apache.rocketmq.remoting.protocol.admin.TopicOffset;
 import org.apache.rocketmq.tools.admin.DefaultMQAdminExt;
 import org.apache.rocketmq.tools.command.MQAdminStartup;
@@ -595,8 +598,37 @@ public class Driver {
             watching.set(false);
             watcher.join();
         }
-        c.shutdown(); // persists the consumed offsets to the broker the route names
+        commitOffsets(c);
+        c.shutdown(); // persists the consumed offsets again (one-way) and leaves the group
         emit(Map.of("consumed", count.get()));
+    }
+
+    /** Commit the offsets `c` consumed to the broker, each answered (a sync request), before
+     *  its shutdown. The client's own commit at shutdown is one-way and comes after the consume
+     *  thread is interrupted; an interrupted send-back (a message returned RECONSUME_LATER past
+     *  `stopAfter`) makes the client close its channel to the broker, and the one-way commits
+     *  written to that channel were seen lost (its queues then replayed from 0 on restart). */
+    static void commitOffsets(DefaultMQPushConsumer c) throws Exception {
+        c.suspend(); // no more pulls
+        var impl = c.getDefaultMQPushConsumerImpl();
+        var store = impl.getOffsetStore();
+        for (MessageQueue mq : impl.getRebalanceImpl().getProcessQueueTable().keySet()) {
+            long offset = store.readOffset(mq, ReadOffsetType.READ_FROM_MEMORY);
+            if (offset < 0 || mq.getTopic().startsWith(MixAll.RETRY_GROUP_TOPIC_PREFIX)) {
+                continue; // (the sidecar has no retry topics: it refuses their offsets)
+            }
+            for (int attempt = 1; ; attempt++) {
+                try {
+                    store.updateConsumeOffsetToBroker(mq, offset, false);
+                    break;
+                } catch (RemotingException e) { // the channel closed under it: a new one is made
+                    if (attempt == 5) {
+                        throw e;
+                    }
+                    Thread.sleep(100);
+                }
+            }
+        }
     }
 
     /** Emit the number of (non-retry) queues `c` holds whenever it changes, while `watching`. */
