@@ -73,6 +73,7 @@ from tiered.jobs.tier_scan import load_sources
 from tiered.jobs.tier_scan import plan
 from tiered.providers import Provider
 
+from tiered.config import TieredConfig
 from tiered.errors import ConfigError
 from tiered.errors import MissingDependencyError
 from tiered.metadata import LONG_MAX
@@ -258,13 +259,13 @@ class TierReader(DataSourceReader):
             reader.close()
 
 
-_PROVIDERS: dict[str, Provider] = {}
+_PROVIDERS: dict[tuple[str, str, TieredConfig], Provider] = {}
 """A Python worker's providers, one per backend configuration: Spark reuses a worker for many
 tasks, and an object store's client, connections and listings are worth keeping."""
 
 
 def _provider(source: Source) -> Provider:
-    key = f"{source.cluster}/{source.broker}/{source.cfg.model_dump_json()}"
+    key = (source.cluster, source.broker, source.cfg)  # by value, the secret key included
     if key not in _PROVIDERS:
         _PROVIDERS[key] = source.provider(read_ahead=False)
     return _PROVIDERS[key]

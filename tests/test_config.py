@@ -2,25 +2,20 @@
 
 from __future__ import annotations
 
+import pickle
 import re
 import socket
-from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated
-from typing import Any
 
 import pytest
-from pydantic import BeforeValidator
-from pydantic import ValidationError
-from pydantic import create_model
 
 from tiered.config import BrokerRole
 from tiered.config import StorageLevel
 from tiered.config import TieredConfig
 from tiered.config import load_config
 from tiered.config import parse_properties
-from tiered.config import values
 from tiered.config.broker_keys import KNOWN_BROKER_KEYS
+from tiered.config.keyed import FieldValueError
 from tiered.config.overrides import TopicOverride
 from tiered.errors import ConfigError
 
@@ -571,8 +566,37 @@ def test_secret_is_never_shown() -> None:
 
 def test_model_is_frozen() -> None:
     config = TieredConfig.from_properties({})
-    with pytest.raises(ValidationError):
+    with pytest.raises(AttributeError, match="frozen"):
         config.broker_id = 3
+    with pytest.raises(AttributeError, match="frozen"):
+        del config.broker_id
+
+
+def test_direct_construction_validates_every_field() -> None:
+    with pytest.raises(FieldValueError) as info:
+        TieredConfig(broker_id="x", tieredStorageLevel="LOUD", no_such_field=1)
+    assert [p.key for p in info.value.problems] == [
+        "brokerId",
+        "tieredStorageLevel",
+        "no_such_field",
+    ]
+    assert "brokerId='x' is not a whole number" in str(info.value)
+    assert isinstance(info.value, ConfigError)
+
+
+def test_copies_pickles_and_compares_by_value() -> None:
+    config = TieredConfig.from_properties({"brokerName": "b", "objectStoreSecretKey": "s3cr3t"})
+    again = pickle.loads(pickle.dumps(config))
+    assert again == config and hash(again) == hash(config)
+    assert again.model_fields_set == {"broker_name", "object_store_secret_key"}
+    assert again.object_store_secret_key.get_secret_value() == "s3cr3t"
+    assert "s3cr3t" not in repr(config)
+    level = config.model_copy(update={"tiered_storage_level": StorageLevel.FORCE})
+    assert level.tiered_storage_level is StorageLevel.FORCE and level != config
+    assert config.tiered_storage_level is StorageLevel.NOT_IN_DISK
+    assert "tiered_storage_level" in level.model_fields_set
+    with pytest.raises(AttributeError, match="no field"):
+        config.model_copy(update={"tiered_storage_levle": StorageLevel.FORCE})
 
 
 def test_python_names_work_too() -> None:
@@ -658,30 +682,9 @@ def test_example_conf_default_lines_equal_the_model_defaults() -> None:
     assert values == defaults
 
 
-def test_each_fields_validator_makes_the_schema_pydantics_before_validator_makes() -> None:
-    """The model's validators are values._Before (no signature inspection at every field):
-    fields that carry pydantic's BeforeValidator of the same functions instead validate
-    through the very same core schema."""
-
-    def fields(before: Callable[[Any], Any]) -> Any:
-        twin: dict[str, Any] = {}
-        for name, info in TieredConfig.model_fields.items():
-            marks = [before(m.func) if isinstance(m, values._Before) else m for m in info.metadata]
-            kind = info.annotation
-            if marks:
-                kind = Annotated.__class_getitem__((kind, *marks))  # type: ignore[attr-defined]
-            twin[name] = (kind, None)
-        schema: Any = create_model("Twin", **twin).__pydantic_core_schema__
-        if schema["type"] == "definitions":  # a type more than one field holds (StorageLevel)
-            schema = schema["schema"]
-        # pydantic's own closures (a path's validator) are made again for each model
-        return re.sub(r" at 0x[0-9a-f]+>|:[0-9]+'", "", repr(schema["schema"]["fields"]))
-
-    ours = fields(values._Before)
-    validated = [
-        name
-        for name, info in TieredConfig.model_fields.items()
-        if any(isinstance(m, values._Before) for m in info.metadata)
-    ]
-    assert ours.count("'function-before'") == len(validated) > 70
-    assert ours == fields(BeforeValidator)
+def test_every_field_has_a_key_a_meaning_and_a_parser() -> None:
+    for name, field in TieredConfig.model_fields.items():
+        assert field.name == name and field.validation_alias and field.description
+        assert field.annotation is not None and callable(field.parse)
+        assert name not in type.__dict__  # the instance's value answers, not the field
+    assert len({f.validation_alias for f in TieredConfig.model_fields.values()}) > 100

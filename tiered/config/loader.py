@@ -11,10 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import NamedTuple
 
-from pydantic import ValidationError
-from pydantic_core import ErrorDetails
-
 from tiered.config.broker_keys import KNOWN_BROKER_KEYS
+from tiered.config.keyed import FieldValueError
+from tiered.config.keyed import Problem
 from tiered.config.model import _MODEL_KEYS
 from tiered.config.model import TieredConfig
 from tiered.config.properties import entries
@@ -117,8 +116,8 @@ def _build(settings: Mapping[str, _Setting]) -> TieredConfig:
     values = {k: s.value for k, s in settings.items() if k in _MODEL_KEYS}
     try:
         return TieredConfig.model_validate(values)
-    except ValidationError as e:
-        raise ConfigError("; ".join(_describe(err, settings) for err in e.errors())) from e
+    except FieldValueError as e:
+        raise ConfigError("; ".join(_describe(p, settings) for p in e.problems)) from e
 
 
 def _unknown_key(key: str, source: str | None) -> str:
@@ -134,13 +133,10 @@ def _unknown_key(key: str, source: str | None) -> str:
     )
 
 
-def _describe(err: ErrorDetails, settings: Mapping[str, _Setting]) -> str:
-    ctx = err.get("ctx") or {}
-    problem = str(ctx["error"]) if "error" in ctx else str(err["msg"])
-    if not err["loc"]:
-        return problem
-    key = str(err["loc"][0])
-    setting = settings.get(key)
+def _describe(problem: Problem, settings: Mapping[str, _Setting]) -> str:
+    if problem.key is None:
+        return problem.message
+    setting = settings.get(problem.key)
     where = f"{setting.source}: " if setting and setting.source else ""
-    value = "'***'" if key in _SECRET_KEYS else repr(setting.value if setting else err["input"])
-    return f"{where}{key}={value} {problem}"
+    value = "'***'" if problem.key in _SECRET_KEYS else repr(problem.value)
+    return f"{where}{problem.key}={value} {problem.message}"

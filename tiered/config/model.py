@@ -1,19 +1,17 @@
 """The configuration model: :class:`TieredConfig`, every key with its upstream name, default
 and validator, and the rules that tie keys together.
 
-No ``from __future__ import annotations`` here: pydantic would compile and evaluate each of the
-model's hundred field annotations from its string at every start; as objects they cost nothing.
+No ``from __future__ import annotations`` here: the model reads each field's parser from its
+annotation, which as an object costs nothing and as a string would have to be evaluated.
 """
 
 import enum
 from collections.abc import Mapping
 from pathlib import Path
 
-from pydantic import BaseModel
-from pydantic import ConfigDict
-from pydantic import SecretStr
-from pydantic import model_validator
-
+from tiered.config.keyed import KeyedModel
+from tiered.config.keyed import Secret
+from tiered.config.keyed import key as _key
 from tiered.config.overrides import TopicOverride
 from tiered.config.overrides import first_match
 from tiered.config.values import _LEGACY_KEYS
@@ -64,19 +62,17 @@ from tiered.config.values import TlsMode
 from tiered.config.values import Token
 from tiered.config.values import TopicNames
 from tiered.config.values import _host_name
-from tiered.config.values import _key
 
 # --- the model -----------------------------------------------------------------------------------
 
 
-class TieredConfig(BaseModel):
+class TieredConfig(KeyedModel):
     """The sidecar's validated, immutable configuration.
 
-    Build it with :func:`load_config` or :meth:`from_properties`, which raise :class:`ConfigError`;
-    constructing it directly (Python field names) raises pydantic's ``ValidationError`` instead.
+    Build it with :func:`load_config` or :meth:`from_properties`, which raise :class:`ConfigError`
+    naming the source of a bad value; constructing it directly (Python field names or upstream
+    keys) raises :class:`~tiered.config.keyed.FieldValueError`, a ``ConfigError`` too.
     """
-
-    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="forbid")
 
     # broker keys (the broker's own values, from its broker.conf)
     store_path_root_dir: DirPath = _key(
@@ -149,8 +145,8 @@ class TieredConfig(BaseModel):
     )
     object_store_bucket: Bucket = _key("objectStoreBucket", "S3 bucket", "")
     object_store_access_key: str = _key("objectStoreAccessKey", "empty = AWS credential chain", "")
-    object_store_secret_key: SecretStr = _key(
-        "objectStoreSecretKey", "empty = AWS credential chain", SecretStr("")
+    object_store_secret_key: Secret = _key(
+        "objectStoreSecretKey", "empty = AWS credential chain", Secret("")
     )
     object_store_prefix: str = _key("objectStorePrefix", "key prefix inside the bucket", "")
     object_store_region: Text = _key("objectStoreRegion", "S3 region", "us-east-1")
@@ -433,8 +429,7 @@ class TieredConfig(BaseModel):
         "tieredLogFormat", "stderr log lines: text, or json (one object per line)", "text"
     )
 
-    @model_validator(mode="after")
-    def _check_together(self) -> "TieredConfig":
+    def _check_together(self) -> None:
         problems = []
         provider = self.tiered_backend_service_provider
         if provider == "s3" and not self.object_store_bucket:
@@ -495,7 +490,6 @@ class TieredConfig(BaseModel):
             )
         if problems:
             raise ValueError("; ".join(problems))
-        return self
 
     def _encryption_problems(self) -> list[str]:
         """What is wrong with the encryption-at-rest keys together (the SSE-C key file itself
@@ -546,7 +540,7 @@ class TieredConfig(BaseModel):
         out = {}
         for name, field in type(self).model_fields.items():
             value = getattr(self, name)
-            if isinstance(value, SecretStr):
+            if isinstance(value, Secret):
                 text = str(value) if value.get_secret_value() else ""
             elif isinstance(value, bool):
                 text = str(value).lower()

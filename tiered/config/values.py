@@ -9,12 +9,9 @@ from collections.abc import Callable
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated
-from typing import Any
+from typing import TypeVar
 
-from pydantic import Field
-from pydantic import GetCoreSchemaHandler
-from pydantic_core import core_schema
-
+from tiered.config.keyed import Parse
 from tiered.config.overrides import TOPIC_GLOB
 from tiered.config.overrides import TopicOverride
 from tiered.config.overrides import parse_overrides
@@ -22,6 +19,8 @@ from tiered.process.offload_priority import NICE_MAX
 from tiered.providers.registry import BUILTIN_NAMES
 from tiered.providers.registry import BUILTINS
 from tiered.providers.registry import builtin_name
+
+E = TypeVar("E", bound=enum.StrEnum)
 
 ENV_PREFIX = "RMQ_TIERED_"
 INT_MAX = 2**31 - 1  # Java int
@@ -131,6 +130,16 @@ def _choice(names: Sequence[str], extra: str = "") -> Callable[[object], str]:
         upper = str(value).strip().upper()
         hint = f"; names are case-sensitive: did you mean {upper!r}?" if upper in names else ""
         raise ValueError(f"is not one of {', '.join(names)}{extra}{hint}")
+
+    return parse
+
+
+def _member(cls: type[E]) -> Callable[[object], E]:
+    """A member of string enum ``cls`` by its value (case-sensitive, as Java's ``valueOf``)."""
+    choose = _choice([member.value for member in cls])
+
+    def parse(value: object) -> E:
+        return cls(choose(value))
 
     return parse
 
@@ -348,66 +357,42 @@ def _host_name() -> str:
         return "DEFAULT_BROKER"
 
 
-def _key(key: str, doc: str, default: Any = None, **kw: Any) -> Any:
-    """A model field read from upstream key ``key``; ``doc`` gives meaning and unit."""
-    if "default_factory" not in kw:
-        kw["default"] = default
-    return Field(validation_alias=key, serialization_alias=key, description=doc, **kw)
-
-
-class _Before:
-    """pydantic's ``BeforeValidator`` for a function of the value alone: the same core schema
-    (``function-before``, no info argument), without pydantic inspecting the function's
-    signature again at each of the model's fields (a good share of building the model, which
-    every command does at start)."""
-
-    __slots__ = ("func",)
-
-    def __init__(self, func: Callable[[Any], Any]) -> None:
-        self.func = func
-
-    def __get_pydantic_core_schema__(
-        self, source: Any, handler: GetCoreSchemaHandler
-    ) -> core_schema.CoreSchema:
-        return core_schema.no_info_before_validator_function(self.func, handler(source))
-
-
-Int = Annotated[int, _Before(_int(1, INT_MAX))]  # Java int > 0
-IntOrZero = Annotated[int, _Before(_int(0, INT_MAX))]
-Long = Annotated[int, _Before(_int(1, LONG_MAX))]  # Java long > 0
-LongOrZero = Annotated[int, _Before(_int(0, LONG_MAX))]
-LongOrOff = Annotated[int, _Before(_int(-1, LONG_MAX))]  # -1: off
-Bool = Annotated[bool, _Before(_bool)]
-Text = Annotated[str, _Before(_text)]
-DirPath = Annotated[Path, _Before(_path)]
-DirList = Annotated[tuple[Path, ...], _Before(_paths)]
-BrokerId = Annotated[int, _Before(_int(0, LONG_MAX))]
-Role = Annotated[BrokerRole, _Before(_choice(list(BrokerRole)))]
-MetricsLevel = Annotated[MetricsDetail, _Before(_choice(list(MetricsDetail)))]
-StartPolicy = Annotated[DispatchStartPolicy, _Before(_choice(list(DispatchStartPolicy)))]
-Globs = Annotated[tuple[str, ...], _Before(_globs)]
-TopicNames = Annotated[tuple[str, ...], _Before(_topic_names)]
-ReserveOverrides = Annotated[tuple[TopicOverride[int], ...], _Before(_reserve_overrides)]
-LevelOverrides = Annotated[tuple[TopicOverride[StorageLevel], ...], _Before(_level_overrides)]
-Port = Annotated[int, _Before(_int(0, 65535))]
-CqFileSize = Annotated[int, _Before(_int(CQ_UNIT_SIZE, INT_MAX // CQ_UNIT_SIZE * CQ_UNIT_SIZE))]
-Level = Annotated[StorageLevel, _Before(_storage_level)]
-AdvertisedAddress = Annotated[str, _Before(_advertised)]
-Addresses = Annotated[tuple[str, ...], _Before(_addresses)]
-FrameBytes = Annotated[int, _Before(_int(1024, INT_MAX))]
-NewGroupOffset = Annotated[str, _Before(_choice(("EARLIEST", "CLIENT")))]
+Int = Annotated[int, Parse(_int(1, INT_MAX))]  # Java int > 0
+IntOrZero = Annotated[int, Parse(_int(0, INT_MAX))]
+Long = Annotated[int, Parse(_int(1, LONG_MAX))]  # Java long > 0
+LongOrZero = Annotated[int, Parse(_int(0, LONG_MAX))]
+LongOrOff = Annotated[int, Parse(_int(-1, LONG_MAX))]  # -1: off
+Bool = Annotated[bool, Parse(_bool)]
+Text = Annotated[str, Parse(_text)]
+DirPath = Annotated[Path, Parse(_path)]
+DirList = Annotated[tuple[Path, ...], Parse(_paths)]
+BrokerId = Annotated[int, Parse(_int(0, LONG_MAX))]
+Role = Annotated[BrokerRole, Parse(_member(BrokerRole))]
+MetricsLevel = Annotated[MetricsDetail, Parse(_member(MetricsDetail))]
+StartPolicy = Annotated[DispatchStartPolicy, Parse(_member(DispatchStartPolicy))]
+Globs = Annotated[tuple[str, ...], Parse(_globs)]
+TopicNames = Annotated[tuple[str, ...], Parse(_topic_names)]
+ReserveOverrides = Annotated[tuple[TopicOverride[int], ...], Parse(_reserve_overrides)]
+LevelOverrides = Annotated[tuple[TopicOverride[StorageLevel], ...], Parse(_level_overrides)]
+Port = Annotated[int, Parse(_int(0, 65535))]
+CqFileSize = Annotated[int, Parse(_int(CQ_UNIT_SIZE, INT_MAX // CQ_UNIT_SIZE * CQ_UNIT_SIZE))]
+Level = Annotated[StorageLevel, Parse(_storage_level)]
+AdvertisedAddress = Annotated[str, Parse(_advertised)]
+Addresses = Annotated[tuple[str, ...], Parse(_addresses)]
+FrameBytes = Annotated[int, Parse(_int(1024, INT_MAX))]
+NewGroupOffset = Annotated[str, Parse(_choice(("EARLIEST", "CLIENT")))]
 TLS_MODES = ("disabled", "permissive", "enforcing")
 _tls_mode = _choice(TLS_MODES)
-TlsMode = Annotated[str, _Before(lambda v: _tls_mode(str(v).strip().lower()))]
-Provider = Annotated[str, _Before(_provider)]
-MetadataStore = Annotated[str, _Before(_metadata_provider)]
-Endpoint = Annotated[str, _Before(_endpoint)]
-Bucket = Annotated[str, _Before(_bucket)]
-ServerSideEncryption = Annotated[str, _Before(_sse)]
-Token = Annotated[str, _Before(_token)]
-PendingLimit = Annotated[int, _Before(_int(4, INT_MAX))]  # upstream semaphores get 1/4
-IndexItems = Annotated[int, _Before(_int(2, INT_MAX))]  # item 0 is never used
-Rate = Annotated[float, _Before(_rate)]
-LogLevel = Annotated[str, _Before(_log_level)]
-Nice = Annotated[int, _Before(_nice)]
-LogFormat = Annotated[str, _Before(_log_format)]
+TlsMode = Annotated[str, Parse(lambda v: _tls_mode(str(v).strip().lower()))]
+Provider = Annotated[str, Parse(_provider)]
+MetadataStore = Annotated[str, Parse(_metadata_provider)]
+Endpoint = Annotated[str, Parse(_endpoint)]
+Bucket = Annotated[str, Parse(_bucket)]
+ServerSideEncryption = Annotated[str, Parse(_sse)]
+Token = Annotated[str, Parse(_token)]
+PendingLimit = Annotated[int, Parse(_int(4, INT_MAX))]  # upstream semaphores get 1/4
+IndexItems = Annotated[int, Parse(_int(2, INT_MAX))]  # item 0 is never used
+Rate = Annotated[float, Parse(_rate)]
+LogLevel = Annotated[str, Parse(_log_level)]
+Nice = Annotated[int, Parse(_nice)]
+LogFormat = Annotated[str, Parse(_log_format)]
