@@ -3,7 +3,7 @@
 Run with ``make bench``. 10 000 queues (1 250 topics x 8), one commitlog and one consumequeue
 segment each: about 7.5 MB of JSON. Compared side by side in one run:
 
-- ``dump_metadata`` (pydantic's Rust writer + the TAB layout rewrite) against the standard
+- ``dump_metadata`` (msgspec's writer + the TAB layout rewrite) against the standard
   library's ``json.dumps(indent="\\t")`` of the same dict (the same bytes; pure-Python encoder);
 - a whole ``persist`` (dump + temp file + fsync + .bak link + rename + dir fsync) against a raw
   write + fsync of the same bytes;
@@ -18,6 +18,8 @@ import statistics
 import time
 from collections.abc import Callable
 from pathlib import Path
+
+import msgspec
 
 from tiered.broker.configjson import dumps_fastjson
 from tiered.metadata.metadata_store import MetadataStore
@@ -86,7 +88,7 @@ def test_metadata_persist_and_load(tmp_path: Path) -> None:
     text = dump_metadata(doc)
     data = text.encode()
     stdlib = json.dumps(
-        doc.model_dump(mode="json", by_alias=True),
+        msgspec.to_builtins(doc, str_keys=True),
         indent="\t",
         separators=(",", ":"),
         ensure_ascii=False,
@@ -94,7 +96,7 @@ def test_metadata_persist_and_load(tmp_path: Path) -> None:
     assert stdlib == text
 
     def stdlib_dump() -> str:
-        plain = doc.model_dump(mode="json", by_alias=True)
+        plain = msgspec.to_builtins(doc, str_keys=True)
         return json.dumps(plain, indent="\t", separators=(",", ":"), ensure_ascii=False)
 
     t_dump = _median(lambda: dump_metadata(doc))
@@ -106,7 +108,7 @@ def test_metadata_persist_and_load(tmp_path: Path) -> None:
     t_persist = _median(store.persist)
     t_raw = _median(lambda: _raw_write(tmp_path / "raw.json", data))
 
-    java = dumps_fastjson(_bare_keys(doc.model_dump(by_alias=True)))
+    java = dumps_fastjson(_bare_keys(msgspec.to_builtins(doc)))
     t_parse = _median(lambda: parse_metadata(text, source="bench"))
     t_parse_java = _median(lambda: parse_metadata(java, source="bench"))
     t_load = _median(MetadataStore(tmp_path / "sidecar").load)

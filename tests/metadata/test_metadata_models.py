@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import gc
 import json
+import sys
 from typing import Any
 
+import msgspec
 import pytest
 from hypothesis import given
 from hypothesis import settings
@@ -120,7 +123,7 @@ def _v7_doc() -> MetadataDocument:
 
 def _layout_oracle(doc: MetadataDocument) -> str:
     """fastjson's pretty layout with quoted keys, by the standard library's (slow) encoder."""
-    data = doc.model_dump(mode="json", by_alias=True)
+    data = msgspec.to_builtins(doc, str_keys=True)
     return json.dumps(data, indent="\t", separators=(",", ":"), ensure_ascii=False)
 
 
@@ -293,18 +296,17 @@ def test_populate_by_name_and_by_alias() -> None:
 def test_message_queue_is_frozen_and_hashable() -> None:
     mq = MessageQueue(broker_name="broker-a", queue_id=1, topic="T")
     assert {mq: 1}[MessageQueue(broker_name="broker-a", queue_id=1, topic="T")] == 1
-    with pytest.raises(ValueError, match="frozen"):
-        mq.queue_id = 2
+    with pytest.raises(AttributeError, match="immutable"):
+        mq.queue_id = 2  # type: ignore[misc]
 
 
-def test_entity_assignment_is_validated() -> None:
+def test_records_are_mutable_in_place() -> None:
     seg = FileSegmentMetadata(
         path="b/t/0", type=FileSegmentType.COMMIT_LOG, base_offset=0, create_timestamp=5
     )
     seg.size = 100
     assert seg.size == 100
-    with pytest.raises(ValueError, match="valid integer"):
-        seg.size = "5"  # type: ignore[assignment]
+    assert b'"size":100' in msgspec.json.encode(seg)
 
 
 def test_segment_table_picks_the_table_by_type() -> None:
@@ -341,22 +343,34 @@ def _replace(old: str, new: str) -> str:
         ("42", "top level is a JSON int"),
         ('{"topicSerialNumber":0}', "missing top-level keys"),
         ('{"dataVersion":{},"offsetTable":{}}', "missing top-level keys"),
-        (_replace('"type":1', '"type":7'), "not 0 .COMMIT_LOG"),
-        (_replace('"type":1', '"type":true'), "not 0 .COMMIT_LOG"),
-        (_replace('"size":246', '"size":"246"'), "size: Input should be a valid integer"),
-        (_replace('"size":246', '"size":246.0'), "size: Input should be a valid integer"),
-        (_replace('"size":246', '"size":9223372036854775808'), "less than or equal"),
-        (_replace('"queueId":1', '"queueId":-1'), "greater than or equal to 0"),
-        (_replace('"topicId":0,', ""), "topicId: Field required"),
-        (_replace('"topic":"TopicTest",', '"topic":null,'), "topic: Input should be a valid str"),
+        (_replace('"type":1', '"type":7'), r"\[2000\]\.type: Invalid enum value 7"),
+        (_replace('"type":1', '"type":true'), r"\.type: Expected `int`, got `bool`"),
+        (
+            _replace('"size":246', '"size":"246"'),
+            r"commitLogFileSegmentTable\[.broker-a/TopicTest/0.\]\[0\]\.size: Expected `int`",
+        ),
+        (_replace('"size":246', '"size":246.0'), r"\.size: Expected `int`, got `float`"),
+        (
+            _replace('"size":246', '"size":9223372036854775808'),
+            r"\.size: Expected `int` <= 9223372036854775807",
+        ),
+        (_replace('"queueId":1', '"queueId":-1'), r"\.queue\.queueId: Expected `int` >= 0"),
+        (
+            _replace('"topicId":0,', ""),
+            r"topicMetadataTable\['TopicTest'\]: Object missing required field `topicId`",
+        ),
+        (_replace('"topic":"TopicTest",', '"topic":null,'), "topic: Expected `str`, got `null`"),
         (_replace("{2000:{", "{x:{"), "not JSON"),
-        (_replace("{2000:{", '{"x":{'), "unable to parse string as an integer"),
+        (_replace("{2000:{", '{"x":{'), r"\['x'\]: Expected an integer key, got 'x'"),
         (_replace("{2000:{", "{2001:{"), "wrong key"),
         (_replace('"type":1', '"type":0'), "wrong key"),
         (_replace('"queueId":1', '"queueId":2'), "wrong key"),
         (_replace('"topic":"TopicTest",', '"topic":"Other",'), "wrong key"),
         (_replace('"queueMetadataTable":{', '"queueMetadataTable":['), "not JSON"),
-        (_replace('"indexFileSegmentTable":{}', '"indexFileSegmentTable":[]'), "valid dictionary"),
+        (
+            _replace('"indexFileSegmentTable":{}', '"indexFileSegmentTable":[]'),
+            "indexFileSegmentTable: Expected `object`, got `array`",
+        ),
     ],
 )
 def test_parse_rejects_with_source_and_problem(text: str, problem: str) -> None:
@@ -368,7 +382,7 @@ def test_parse_rejects_with_source_and_problem(text: str, problem: str) -> None:
 
 def test_parse_reports_how_many_more_problems() -> None:
     text = V7.replace('"status":0', '"status":"0"').replace('"minOffset":-1', '"minOffset":"-1"')
-    with pytest.raises(MetadataError, match=r"valid integer \(and 2 more\); the file is damaged$"):
+    with pytest.raises(MetadataError, match=r"got `str` \(and 2 more\); the file is damaged$"):
         parse_metadata(text, source="x")
 
 
@@ -452,7 +466,7 @@ def test_random_documents_read_back_from_fastjson_bare_keys(doc: MetadataDocumen
     """What a Java broker would write (bare integer keys) parses to the same document."""
     from tiered.broker.configjson import dumps_fastjson
 
-    data = doc.model_dump(mode="python", by_alias=True)
+    data = msgspec.to_builtins(doc)
     assert parse_metadata(dumps_fastjson(_int_keys(data)), source="java") == doc
 
 
@@ -462,7 +476,7 @@ def _int_keys(node: Any) -> Any:
     return int(node) if isinstance(node, FileSegmentType) else node
 
 
-def test_records_share_one_set_of_fields_set_and_copies_stay_their_own() -> None:
+def test_records_are_small_untracked_and_copies_stay_their_own() -> None:
     doc = MetadataDocument()
     for n in range(3):
         seg = FileSegmentMetadata(path=f"b/T/{n}", type=FileSegmentType.COMMIT_LOG,
@@ -470,10 +484,11 @@ def test_records_share_one_set_of_fields_set_and_copies_stay_their_own() -> None
         doc.segment_table(FileSegmentType.COMMIT_LOG)[seg.path] = {0: seg}
     parsed = parse_metadata(dump_metadata(doc), source="test")
     segs = [by[0] for by in parsed.segment_table(FileSegmentType.COMMIT_LOG).values()]
-    shared = segs[0].__pydantic_fields_set__
-    assert all(s.__pydantic_fields_set__ is shared for s in segs)
-    assert shared == set(FileSegmentMetadata.model_fields)
+    assert all(not gc.is_tracked(s) and sys.getsizeof(s) <= 128 for s in segs)
     copied = segs[0].model_copy(update={"size": 99})
-    assert copied.__pydantic_fields_set__ is not shared and copied.size == 99
-    assert shared == set(FileSegmentMetadata.model_fields) and segs[0].size == 0
+    assert copied.size == 99 and segs[0].size == 0 and copied is not segs[0]
+    deep = parsed.model_copy(deep=True)
+    assert deep == parsed
+    deep.segment_table(FileSegmentType.COMMIT_LOG)["b/T/0"][0].size = 7
+    assert segs[0].size == 0
     assert parse_metadata(dump_metadata(parsed), source="test") == parsed

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import msgspec
 import pytest
 
 from tiered.broker.configjson import dumps_fastjson
@@ -107,7 +108,7 @@ def _java_text(doc: MetadataDocument) -> str:
             return {key: ints(value) for key, value in node.items()}
         return int(node) if isinstance(node, FileSegmentType) else node
 
-    return dumps_fastjson(ints(doc.model_dump(by_alias=True)))
+    return dumps_fastjson(ints(msgspec.to_builtins(doc)))
 
 
 def test_loads_a_file_written_by_a_java_broker(tmp_path: Path) -> None:

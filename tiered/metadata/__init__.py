@@ -1,10 +1,11 @@
 """Tiered metadata (container layer): upstream's ``tieredStoreMetadata.json`` and its store.
 
-:mod:`.models` holds the schema (pydantic, upstream camelCase on disk) with the one parse function
-and the writer; :mod:`.metadata_store` keeps the file atomic, backed up, mirrored and recoverable;
-:mod:`.state_file` is the one primitive of the sidecar's small JSON state files, :mod:`.orphans`
-the log of objects expiry still has to delete, :mod:`.atomic` the atomic file write;
-:mod:`.broker_tier` is what every keeper of one broker's segments holds (backend, metadata, names).
+:mod:`.models` holds the schema (msgspec records, upstream camelCase on disk) with the one parse
+function and the writer; :mod:`.metadata_store` keeps the file atomic, backed up, mirrored and
+recoverable; :mod:`.state_file` is the one primitive of the sidecar's small JSON state files,
+:mod:`.orphans` the log of objects expiry still has to delete, :mod:`.atomic` the atomic file
+write; :mod:`.broker_tier` is what every keeper of one broker's segments holds (backend,
+metadata, names).
 
 Imports the driver layer (``tiered.providers``, for the mirror) and ``tiered.errors``; used by
 the container layer (``tiered.file``, ``tiered.index``) and above.

@@ -37,7 +37,7 @@ from typing import BinaryIO
 from typing import Final
 from typing import NamedTuple
 
-from pydantic import ValidationError
+import msgspec
 
 from tiered.errors import MetadataError
 
@@ -177,14 +177,7 @@ def encode_delta(doc: MetadataDocument, changes: Changes) -> bytes:
 def delta_parts(doc: MetadataDocument, changes: Changes) -> list[bytes]:
     """:func:`encode_delta` in parts, for :func:`encode_frame` to join once (a persist of
     60,000 queues' records is tens of MB: each copy of it counts in the peak)."""
-    part = MetadataDocument.model_construct(
-        commit_log_file_segment_table={},
-        consume_queue_file_segment_table={},
-        index_file_segment_table={},
-        queue_metadata_table={},
-        topic_metadata_table={},
-        topic_serial_number=doc.topic_serial_number,
-    )
+    part = MetadataDocument(topic_serial_number=doc.topic_serial_number)
     gone_topics: list[str] = []
     gone_queues: list[tuple[str, int]] = []
     gone_segments: list[tuple[int, str, int]] = []
@@ -217,7 +210,7 @@ def delta_parts(doc: MetadataDocument, changes: Changes) -> list[bytes]:
         ensure_ascii=False,
         separators=(",", ":"),
     )
-    body = part.__pydantic_serializer__.to_json(part, by_alias=True)  # (bytes: no str first)
+    body = msgspec.json.encode(part)
     return [b'{"set":', body, b',"removed":', gone.encode("utf-8"), b"}"]
 
 
@@ -234,7 +227,7 @@ def apply_delta(doc: MetadataDocument, payload: bytes, *, source: str) -> None:
         gone_topics = [str(t) for t in removed["topics"]]
         gone_queues = [(str(t), int(q)) for t, q in removed["queues"]]
         gone_segments = [(FileSegmentType(k), str(p), int(b)) for k, p, b in removed["segments"]]
-    except (ValueError, KeyError, TypeError, ValidationError) as e:
+    except (ValueError, KeyError, TypeError) as e:  # MetadataError is a ValueError
         raise MetadataError(f"{source}: a journal frame is not a metadata change ({e})") from e
     doc.topic_serial_number = max(doc.topic_serial_number, part.topic_serial_number)
     doc.topic_metadata_table.update(part.topic_metadata_table)

@@ -66,7 +66,6 @@ from .models import MetadataDocument
 from .models import QueueMetadata
 from .models import TopicMetadata
 from .models import dump_metadata_parts
-from .models import share_fields_set
 from .orphans import OrphanLog
 
 __all__ = [
@@ -680,12 +679,14 @@ class MetadataStore:
                 by_base = self._doc.segment_table(given.type).setdefault(given.path, {})
                 old = by_base.get(given.base_offset)
                 if old is None:
-                    share_fields_set(given)
                     by_base[given.base_offset] = given
-                else:  # (the fields of a record are its __dict__; create_timestamp is kept)
-                    created = old.create_timestamp
-                    old.__dict__.update(given.__dict__)
-                    old.__dict__["create_timestamp"] = created
+                else:  # (path, type and base offset are the keys; create_timestamp is kept)
+                    old.status, old.size = given.status, given.size
+                    old.begin_timestamp, old.end_timestamp = (
+                        given.begin_timestamp,
+                        given.end_timestamp,
+                    )
+                    old.seal_timestamp = given.seal_timestamp
                 changes.add((given.type, given.path, given.base_offset))
             self._changed()
 

@@ -1,5 +1,5 @@
 //! fastjson's pretty layout (spec §5: the metadata JSON) of JSON written with one space of
-//! indentation per level and `": "` after keys (pydantic's writer with `indent=1`).
+//! indentation per level and `": "` after keys (msgspec's `json.format` with `indent=1`).
 
 /// `src` with each line's leading spaces turned into as many TABs and the space after each key's
 /// `:` dropped; the text of strings is copied as it is (a string is followed byte by byte, its
