@@ -21,7 +21,7 @@ from pathlib import Path
 
 import msgspec
 
-from tiered.broker.configjson import dumps_fastjson
+from tiered.broker.fastjson import dumps_fastjson
 from tiered.metadata.metadata_store import MetadataStore
 from tiered.metadata.models import FileSegmentMetadata
 from tiered.metadata.models import FileSegmentType

@@ -20,14 +20,14 @@ from tiered.broker.configjson import TopicConfig
 from tiered.broker.configjson import TopicsConfig
 from tiered.broker.configjson import config_kind
 from tiered.broker.configjson import dump_topics_json
-from tiered.broker.configjson import dumps_fastjson
 from tiered.broker.configjson import load_config
 from tiered.broker.configjson import load_config_json
 from tiered.broker.configjson import load_consumer_offsets
 from tiered.broker.configjson import load_delay_offsets
 from tiered.broker.configjson import load_subscription_groups
 from tiered.broker.configjson import load_topics
-from tiered.broker.configjson import parse_fastjson
+from tiered.broker.fastjson import dumps_fastjson
+from tiered.broker.fastjson import parse_fastjson
 from tiered.errors import CorruptStoreFileError
 from tiered.errors import StoreFileNotFoundError
 

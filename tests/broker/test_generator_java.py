@@ -29,10 +29,10 @@ from tiered.broker import verify
 from tiered.broker.checkpoint import read_checkpoint
 from tiered.broker.commitlog import list_files
 from tiered.broker.commitlog import scan_file
-from tiered.broker.configjson import dumps_fastjson
 from tiered.broker.configjson import load_config_json
 from tiered.broker.configjson import load_topics
-from tiered.broker.configjson import parse_fastjson
+from tiered.broker.fastjson import dumps_fastjson
+from tiered.broker.fastjson import parse_fastjson
 from tiered.broker.generator import GenReport
 from tiered.broker.generator import GenSpec
 from tiered.broker.generator import generate_store

@@ -13,7 +13,7 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
-from tiered.broker.configjson import parse_fastjson
+from tiered.broker.fastjson import parse_fastjson
 from tiered.errors import MetadataError
 from tiered.metadata.models import LONG_MAX
 from tiered.metadata.models import FileSegmentMetadata
@@ -464,7 +464,7 @@ def test_random_documents_in_parts_are_the_whole_dump(doc: MetadataDocument, ent
 @given(documents())
 def test_random_documents_read_back_from_fastjson_bare_keys(doc: MetadataDocument) -> None:
     """What a Java broker would write (bare integer keys) parses to the same document."""
-    from tiered.broker.configjson import dumps_fastjson
+    from tiered.broker.fastjson import dumps_fastjson
 
     data = msgspec.to_builtins(doc)
     assert parse_metadata(dumps_fastjson(_int_keys(data)), source="java") == doc

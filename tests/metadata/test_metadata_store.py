@@ -17,7 +17,7 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from tiered.broker.configjson import dumps_fastjson
+from tiered.broker.fastjson import dumps_fastjson
 from tiered.errors import MetadataError
 from tiered.metadata.metadata_store import FILE_NAME
 from tiered.metadata.metadata_store import JOURNAL_MIN_BYTES

@@ -19,7 +19,7 @@ from typing import Any
 from typing import Final
 
 from tiered.broker import java_props as jp
-from tiered.broker.configjson import dumps_fastjson
+from tiered.broker.fastjson import dumps_fastjson
 
 BROKER_NAME: Final = "broker-a"
 # (name, queues, perm) a 5.3.3 broker creates at start (TopicConfigManager), in no order

@@ -272,14 +272,26 @@ def _parse_standard(text: str | bytes, source: str) -> MetadataDocument | None:
 
 
 def _parse_general(text: str | bytes, source: str) -> MetadataDocument:
+    """The document of any other file: fastjson's bare integer keys are quoted and the result
+    taken by the one-pass path when it can; otherwise (damage, a ``\\u`` escape) Python's
+    parser and a check of each record that names every problem by its keys."""
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise MetadataError(f"not UTF-8 text ({e.reason} at byte {e.start})") from e
     try:
         data: Any = json.loads(text)  # standard JSON, the C parser
     except ValueError:
-        from tiered.broker.configjson import parse_fastjson  # (the broker files' module)
+        from tiered.broker.fastjson import quote_bare_keys  # a Java broker's file
 
+        quoted = quote_bare_keys(text)
+        doc = _parse_standard(quoted, source)
+        if doc is not None:
+            return doc
         try:
-            data = parse_fastjson(text if isinstance(text, str) else text.decode("utf-8"))
-        except ValueError as e:  # json.JSONDecodeError, UnicodeDecodeError
+            data = json.loads(quoted)
+        except ValueError as e:  # json.JSONDecodeError
             raise MetadataError(f"not JSON ({e})") from e
     if not isinstance(data, dict):
         raise MetadataError(
