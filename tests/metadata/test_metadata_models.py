@@ -13,7 +13,9 @@ from hypothesis import given
 from hypothesis import settings
 from hypothesis import strategies as st
 
+from tiered.broker.fastjson import dumps_fastjson
 from tiered.broker.fastjson import parse_fastjson
+from tiered.broker.fastjson import quote_bare_keys
 from tiered.errors import MetadataError
 from tiered.metadata.models import LONG_MAX
 from tiered.metadata.models import FileSegmentMetadata
@@ -25,6 +27,7 @@ from tiered.metadata.models import TopicMetadata
 from tiered.metadata.models import dump_metadata
 from tiered.metadata.models import dump_metadata_parts
 from tiered.metadata.models import parse_metadata
+from tiered.process.native import kernel
 
 # vectors.md V7: Java JSON.toJSONString(wrapper, DisableCircularReferenceDetect, PrettyFormat)
 V7 = (
@@ -460,12 +463,29 @@ def test_random_documents_in_parts_are_the_whole_dump(doc: MetadataDocument, ent
         assert len(parts) == 2 + 2 * len(sizes) + chunks  # no part holds more than `entries`
 
 
+_json_text = st.text(alphabet=st.sampled_from('{}[],:"\\-0123456789 \t\nak'), max_size=40)
+_fastjson_values = st.recursive(
+    st.one_of(st.integers(-1000, 1000), st.text(alphabet='{}:,"\\0-9 ab', max_size=6)),
+    lambda inner: st.one_of(
+        st.lists(inner, max_size=3),
+        st.dictionaries(st.one_of(st.integers(-50, 50), st.text(max_size=4)), inner, max_size=3),
+    ),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(_fastjson_values.map(dumps_fastjson), _json_text))
+def test_the_kernels_key_quoting_is_the_regexs(text: str) -> None:
+    """The kernel's one-pass quoting of bare integer keys (the metadata reader's) gives what
+    ``parse_fastjson``'s regex gives, on fastjson's own output and on arbitrary JSON-ish text."""
+    assert kernel().quote_bare_keys(text.encode()) == quote_bare_keys(text).encode()
+
+
 @settings(max_examples=50, deadline=None)
 @given(documents())
 def test_random_documents_read_back_from_fastjson_bare_keys(doc: MetadataDocument) -> None:
     """What a Java broker would write (bare integer keys) parses to the same document."""
-    from tiered.broker.fastjson import dumps_fastjson
-
     data = msgspec.to_builtins(doc)
     assert parse_metadata(dumps_fastjson(_int_keys(data)), source="java") == doc
 

@@ -283,9 +283,8 @@ def _parse_general(text: str | bytes, source: str) -> MetadataDocument:
     try:
         data: Any = json.loads(text)  # standard JSON, the C parser
     except ValueError:
-        from tiered.broker.fastjson import quote_bare_keys  # a Java broker's file
-
-        quoted = quote_bare_keys(text)
+        # a Java broker's file: its bare keys quoted by the kernel in one pass
+        quoted = native.kernel().quote_bare_keys(text.encode("utf-8"))
         doc = _parse_standard(quoted, source)
         if doc is not None:
             return doc

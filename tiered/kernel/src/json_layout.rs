@@ -36,9 +36,91 @@ pub fn fastjson_layout(src: &[u8]) -> Vec<u8> {
     out
 }
 
+fn is_space(b: u8) -> bool {
+    matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
+}
+
+/// `src` with fastjson's bare integer map keys quoted (`{0:1}` -> `{"0":1}`): an optional `-` and
+/// digits right after `{` or `,` (spaces around them allowed) and followed by `:`. Strings are
+/// copied as they are, so digits and colons inside them are never taken for a key.
+pub fn quote_bare_keys(src: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(src.len() + src.len() / 16);
+    let (mut in_string, mut escaped) = (false, false);
+    let mut i = 0;
+    while i < src.len() {
+        let b = src[i];
+        out.push(b);
+        i += 1;
+        if in_string {
+            if escaped {
+                escaped = false;
+            } else if b == b'\\' {
+                escaped = true;
+            } else if b == b'"' {
+                in_string = false;
+            }
+            continue;
+        }
+        if b == b'"' {
+            in_string = true;
+            continue;
+        }
+        if b != b'{' && b != b',' {
+            continue;
+        }
+        // a bare key: spaces, -?digits, spaces, then ':'
+        let mut j = i;
+        while j < src.len() && is_space(src[j]) {
+            j += 1;
+        }
+        let key_start = j;
+        if j < src.len() && src[j] == b'-' {
+            j += 1;
+        }
+        let digits = j;
+        while j < src.len() && src[j].is_ascii_digit() {
+            j += 1;
+        }
+        if j == digits {
+            continue;
+        }
+        let key_end = j;
+        while j < src.len() && is_space(src[j]) {
+            j += 1;
+        }
+        if j < src.len() && src[j] == b':' {
+            out.extend_from_slice(&src[i..key_start]);
+            out.push(b'"');
+            out.extend_from_slice(&src[key_start..key_end]);
+            out.push(b'"');
+            out.extend_from_slice(&src[key_end..=j]);
+            i = j + 1;
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::fastjson_layout;
+    use super::quote_bare_keys;
+
+    fn quoted(s: &str) -> String {
+        String::from_utf8(quote_bare_keys(s.as_bytes())).unwrap()
+    }
+
+    #[test]
+    fn bare_keys_are_quoted_and_nothing_else_is() {
+        assert_eq!(
+            quoted("{0:{1:2},\"a\":[3,4],-5 :6}"),
+            "{\"0\":{\"1\":2},\"a\":[3,4],\"-5\" :6}"
+        );
+        assert_eq!(
+            quoted("{\n\t7\t:\"{8:9,10:\\\"\"}"),
+            "{\n\t\"7\"\t:\"{8:9,10:\\\"\"}"
+        );
+        assert_eq!(quoted("{-:1,2 3:4,"), "{-:1,2 3:4,");
+    }
 
     fn layout(s: &str) -> String {
         String::from_utf8(fastjson_layout(s.as_bytes())).unwrap()
