@@ -189,6 +189,7 @@ class MetadataDocument(msgspec.Struct, kw_only=True, rename="camel"):
 _MSGPACK_DECODER: Final = msgspec.msgpack.Decoder(MetadataDocument)
 _FIELDS: Final = msgspec.structs.fields(MetadataDocument)
 _KEYS: Final = {f.encode_name: f for f in _FIELDS}
+_KEYS_BY_NAME: Final = {f.name: f.encode_name for f in _FIELDS}
 _REQUIRED_KEYS: Final = tuple(f.encode_name for f in _FIELDS if f.name != "topic_serial_number")
 _DECODERS: Final = {f.encode_name: msgspec.json.Decoder(f.type) for f in _FIELDS}
 
@@ -196,7 +197,7 @@ _DECODERS: Final = {f.encode_name: msgspec.json.Decoder(f.type) for f in _FIELDS
 def _check_keys(doc: MetadataDocument) -> None:
     problems: list[str] = []
     for kind, field in _TABLE_FIELDS.items():
-        name = _camel(field)
+        name = _KEYS_BY_NAME[field]
         for path, by_base in getattr(doc, field).items():
             for base, seg in by_base.items():
                 if seg.path != path or seg.base_offset != base or seg.type is not kind:
@@ -217,11 +218,6 @@ def _check_keys(doc: MetadataDocument) -> None:
     if problems:
         shown = "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" * (len(problems) > 3))
         raise MetadataError(f"records filed under the wrong key: {shown}")
-
-
-def _camel(name: str) -> str:
-    first, *rest = name.split("_")
-    return first + "".join(part.title() for part in rest)
 
 
 def parse_metadata(text: str | bytes, *, source: str) -> MetadataDocument:

@@ -13,10 +13,7 @@
 use std::borrow::Cow;
 
 use crate::unit::{be_i32, be_i64, topic_and_properties, unit_slice, MAGIC_V1, MAGIC_V2};
-use crate::unit::{
-    BORNHOST_V6_FLAG, PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION, STOREHOST_V6_FLAG,
-    SYSFLAG_POSITION,
-};
+use crate::unit::{BORNHOST_V6_FLAG, PHYSICAL_OFFSET_POSITION, QUEUE_OFFSET_POSITION, STOREHOST_V6_FLAG, SYSFLAG_POSITION};
 
 /// The magic of a legacy 16-byte coda a consumequeue unit may point at (spec §5.2).
 const BLANK_MAGIC: i32 = -875_286_124; // 0xCBD43194
@@ -38,23 +35,9 @@ pub const OUTSIDE: u8 = 4;
 
 /// The columns a decode builds, by name (the table's column names).
 pub const COLUMNS: [&str; 17] = [
-    "queueId",
-    "flag",
-    "queueOffset",
-    "commitLogOffset",
-    "sysFlag",
-    "bodyCrc",
-    "storeSize",
-    "bornTimestamp",
-    "storeTimestamp",
-    "reconsumeTimes",
-    "bornHost",
-    "storeHost",
-    "body",
-    "tags",
-    "uniqKey",
-    "msgId",
-    "keys",
+    "queueId", "flag", "queueOffset", "commitLogOffset", "sysFlag", "bodyCrc", "storeSize",
+    "bornTimestamp", "storeTimestamp", "reconsumeTimes", "bornHost", "storeHost", "body", "tags",
+    "uniqKey", "msgId", "keys",
 ];
 /// The `properties` column (a map); asked for by its own flag.
 pub const PROPERTIES: &str = "properties";
@@ -69,12 +52,7 @@ pub struct Bounds {
 }
 
 impl Bounds {
-    pub const ALL: Bounds = Bounds {
-        q_lo: i64::MIN,
-        q_hi: i64::MAX,
-        t_lo: i64::MIN,
-        t_hi: i64::MAX,
-    };
+    pub const ALL: Bounds = Bounds { q_lo: i64::MIN, q_hi: i64::MAX, t_lo: i64::MIN, t_hi: i64::MAX };
 }
 
 /// Strings (or binaries) of an Arrow string array: `offsets` (rows + 1), `data`, and a
@@ -92,12 +70,7 @@ impl Strings {
         let mut offsets = Vec::with_capacity(rows + 1);
         offsets.push(0);
         let valid = nullable.then(|| Vec::with_capacity(rows / 8 + 1));
-        Strings {
-            offsets,
-            data: Vec::with_capacity(bytes),
-            valid,
-            nulls: 0,
-        }
+        Strings { offsets, data: Vec::with_capacity(bytes), valid, nulls: 0 }
     }
 
     fn rows(&self) -> usize {
@@ -188,30 +161,13 @@ struct Unit<'a> {
 fn locate(unit: &[u8]) -> Option<Unit<'_>> {
     let (_, props) = topic_and_properties(unit)?;
     let sys_flag = be_i32(unit, SYSFLAG_POSITION)?;
-    let born = if sys_flag & BORNHOST_V6_FLAG != 0 {
-        20
-    } else {
-        8
-    };
-    let store_width = if sys_flag & STOREHOST_V6_FLAG != 0 {
-        20
-    } else {
-        8
-    };
+    let born = if sys_flag & BORNHOST_V6_FLAG != 0 { 20 } else { 8 };
+    let store_width = if sys_flag & STOREHOST_V6_FLAG != 0 { 20 } else { 8 };
     let store_ts_at = BORN_HOST_AT + born;
     let store_host_at = store_ts_at + 8;
     let tail_at = store_host_at + store_width;
     let body = crate::unit::body(unit)?;
-    Some(Unit {
-        unit,
-        sys_flag,
-        store_ts_at,
-        store_host_at,
-        store_width,
-        tail_at,
-        body,
-        props,
-    })
+    Some(Unit { unit, sys_flag, store_ts_at, store_host_at, store_width, tail_at, body, props })
 }
 
 /// The header check of the read path: TOTALSIZE, magic, queue offset and flat offset agree.
@@ -245,10 +201,7 @@ fn format_host(raw: &[u8], out: &mut Vec<u8>) {
 /// without leading zeros, the longest run (the first of equals) of two or more zero hextets
 /// as `::`.
 fn format_v6(addr: &[u8], out: &mut Vec<u8>) {
-    let hextets: Vec<u16> = addr
-        .chunks_exact(2)
-        .map(|p| u16::from_be_bytes([p[0], p[1]]))
-        .collect();
+    let hextets: Vec<u16> = addr.chunks_exact(2).map(|p| u16::from_be_bytes([p[0], p[1]])).collect();
     let (mut best, mut best_len, mut run, mut run_len) = (usize::MAX, 0, 0, 0);
     for (i, &h) in hextets.iter().enumerate() {
         if h == 0 {
@@ -356,64 +309,34 @@ pub fn decode(
 ) -> Result<Decoded, Overflow> {
     let n = starts.len();
     let asked = |name: &str| want.contains(&name);
-    let col = |name: &str| {
-        COLUMNS
-            .iter()
-            .position(|c| *c == name)
-            .expect("a known column")
-    };
-    let mut out = Decoded {
-        verdicts: Vec::with_capacity(n),
-        queue_offsets: Vec::with_capacity(n),
-        ..Decoded::default()
-    };
+    let col = |name: &str| COLUMNS.iter().position(|c| *c == name).expect("a known column");
+    let mut out = Decoded { verdicts: Vec::with_capacity(n), queue_offsets: Vec::with_capacity(n), ..Decoded::default() };
     let timed = bounds.t_lo > i64::MIN || bounds.t_hi < i64::MAX;
     let mut fixed: Vec<(usize, usize, Vec<u8>)> = Vec::new(); // (column, width, values)
     for (name, width) in [
-        ("queueId", 4),
-        ("flag", 4),
-        ("queueOffset", 8),
-        ("commitLogOffset", 8),
-        ("sysFlag", 4),
-        ("bodyCrc", 4),
-        ("storeSize", 4),
-        ("bornTimestamp", 8),
-        ("storeTimestamp", 8),
-        ("reconsumeTimes", 4),
+        ("queueId", 4), ("flag", 4), ("queueOffset", 8), ("commitLogOffset", 8), ("sysFlag", 4),
+        ("bodyCrc", 4), ("storeSize", 4), ("bornTimestamp", 8), ("storeTimestamp", 8), ("reconsumeTimes", 4),
     ] {
         if asked(name) {
             fixed.push((col(name), width, Vec::with_capacity(n * width)));
         }
     }
-    let host = |name: &str| {
-        asked(name).then(|| Hosts {
-            strings: Strings::new(n, n * 24, false),
-            last: Vec::new(),
-            text: Vec::new(),
-        })
-    };
+    let host = |name: &str| asked(name).then(|| Hosts { strings: Strings::new(n, n * 24, false), last: Vec::new(), text: Vec::new() });
     let (mut born_hosts, mut store_hosts) = (host("bornHost"), host("storeHost"));
     let mut bodies = asked("body").then(|| Strings::new(n, data.len(), false));
     let mut tags = asked("tags").then(|| Strings::new(n, n * 8, true));
     let mut uniqs = asked("uniqKey").then(|| Strings::new(n, n * 32, true));
     let mut ids = asked("msgId").then(|| Strings::new(n, n * 32, false));
-    let new_nested = || Nested {
-        offsets: vec![0],
-        keys: Strings::new(n, n * 16, false),
-        values: Strings::new(n, n * 16, false),
-    };
+    let new_nested = || Nested { offsets: vec![0], keys: Strings::new(n, n * 16, false), values: Strings::new(n, n * 16, false) };
     let mut keys = asked("keys").then(new_nested);
     let mut props = asked(PROPERTIES).then(new_nested);
-    let read_props =
-        tags.is_some() || uniqs.is_some() || ids.is_some() || keys.is_some() || props.is_some();
+    let read_props = tags.is_some() || uniqs.is_some() || ids.is_some() || keys.is_some() || props.is_some();
     let mut hex = Vec::with_capacity(56);
 
     for i in 0..n {
         let mut start = starts[i];
         if let Ok(s) = usize::try_from(start) {
-            if s.checked_add(8).is_some_and(|e| e <= data.len())
-                && be_i32(data, s + 4) == Some(BLANK_MAGIC)
-            {
+            if s.checked_add(8).is_some_and(|e| e <= data.len()) && be_i32(data, s + 4) == Some(BLANK_MAGIC) {
                 start += 16;
             }
         }
@@ -421,8 +344,7 @@ pub fn decode(
         let queue_offset = if first_queue_offset >= 0 {
             first_queue_offset + i as i64
         } else {
-            unit.and_then(|u| be_i64(u, QUEUE_OFFSET_POSITION))
-                .unwrap_or(-1)
+            unit.and_then(|u| be_i64(u, QUEUE_OFFSET_POSITION)).unwrap_or(-1)
         };
         out.queue_offsets.push(queue_offset);
         let Some(unit) = unit.filter(|u| header_ok(u, sizes[i], queue_offset, flat[i])) else {
@@ -448,11 +370,7 @@ pub fn decode(
         out.verdicts.push(KEPT);
         decode_fixed(&u, store_ms, &mut fixed);
         if let Some(h) = born_hosts.as_mut() {
-            let width = if u.sys_flag & BORNHOST_V6_FLAG != 0 {
-                20
-            } else {
-                8
-            };
+            let width = if u.sys_flag & BORNHOST_V6_FLAG != 0 { 20 } else { 8 };
             h.push(&unit[BORN_HOST_AT..BORN_HOST_AT + width])?;
         }
         let store_host = &unit[u.store_host_at..u.store_host_at + u.store_width];
@@ -526,17 +444,10 @@ pub fn decode(
     }
 
     out.fixed = fixed.into_iter().map(|(c, _, v)| (c, v)).collect();
-    for (name, s) in [
-        ("bornHost", born_hosts.map(|h| h.strings)),
-        ("storeHost", store_hosts.map(|h| h.strings)),
-    ]
-    .into_iter()
-    .chain([
-        ("body", bodies),
-        ("tags", tags),
-        ("uniqKey", uniqs),
-        ("msgId", ids),
-    ]) {
+    for (name, s) in [("bornHost", born_hosts.map(|h| h.strings)), ("storeHost", store_hosts.map(|h| h.strings))]
+        .into_iter()
+        .chain([("body", bodies), ("tags", tags), ("uniqKey", uniqs), ("msgId", ids)])
+    {
         if let Some(s) = s {
             out.strings.push((col(name), s));
         }
@@ -555,14 +466,9 @@ fn decompress(body: &[u8], sys_flag: i32, out: &mut Vec<u8>) -> bool {
     use std::io::Read;
     let start = out.len();
     let done = match (sys_flag & COMPRESSION_TYPE_MASK) >> 8 {
-        0 | 3 => flate2::read::ZlibDecoder::new(body)
-            .read_to_end(out)
-            .is_ok(),
-        1 => lz4_flex::frame::FrameDecoder::new(body)
-            .read_to_end(out)
-            .is_ok(),
-        2 => ruzstd::decoding::StreamingDecoder::new(body)
-            .is_ok_and(|mut d| d.read_to_end(out).is_ok()),
+        0 | 3 => flate2::read::ZlibDecoder::new(body).read_to_end(out).is_ok(),
+        1 => lz4_flex::frame::FrameDecoder::new(body).read_to_end(out).is_ok(),
+        2 => ruzstd::decoding::StreamingDecoder::new(body).is_ok_and(|mut d| d.read_to_end(out).is_ok()),
         _ => false,
     };
     if !done {
@@ -616,10 +522,7 @@ mod tests {
     fn strings(s: &Strings) -> Vec<Option<String>> {
         (0..s.rows())
             .map(|r| {
-                let valid = s
-                    .valid
-                    .as_ref()
-                    .map_or(true, |v| v[r / 8] & (1 << (r % 8)) != 0);
+                let valid = s.valid.as_ref().map_or(true, |v| v[r / 8] & (1 << (r % 8)) != 0);
                 let (a, z) = (s.offsets[r] as usize, s.offsets[r + 1] as usize);
                 valid.then(|| String::from_utf8(s.data[a..z].to_vec()).unwrap())
             })
@@ -640,26 +543,15 @@ mod tests {
             b"",
         ]
         .iter()
-        .map(|p| {
-            encode(&Spec {
-                properties: p,
-                ..Spec::default()
-            })
-        })
+        .map(|p| encode(&Spec { properties: p, ..Spec::default() }))
         .collect();
         let (data, starts, sizes, flat) = batch(&units);
         let want = ["tags", "uniqKey", "keys", "msgId", PROPERTIES];
         let d = decode(&data, &starts, &sizes, -1, &flat, Bounds::ALL, &want).unwrap();
         assert_eq!(d.verdicts, vec![KEPT; 4]);
         let some = |s: &str| Some(s.to_string());
-        assert_eq!(
-            strings(column(&d, "tags")),
-            vec![some("A"), some("B"), some("\u{fffd}\u{fffd}"), None]
-        );
-        assert_eq!(
-            strings(column(&d, "uniqKey")),
-            vec![some("U1"), None, None, None]
-        );
+        assert_eq!(strings(column(&d, "tags")), vec![some("A"), some("B"), some("\u{fffd}\u{fffd}"), None]);
+        assert_eq!(strings(column(&d, "uniqKey")), vec![some("U1"), None, None, None]);
         let ids = strings(column(&d, "msgId"));
         assert_eq!(ids[0], some("U1"));
         assert_eq!(ids[1], some("02020202020202020000000000000000")); // store host, flat offset
@@ -668,24 +560,13 @@ mod tests {
         assert_eq!(strings(&k.values), vec![some("k1"), some("k2")]);
         let p = d.properties.as_ref().unwrap();
         assert_eq!(p.offsets, vec![0, 3, 6, 7, 7]);
-        assert_eq!(
-            strings(&p.keys)[3..6],
-            [some("TAGS"), some("TAGS"), some("a")]
-        );
-        assert_eq!(
-            strings(&p.values)[3..6],
-            [some("A"), some("B"), some("b\u{1}c")]
-        );
+        assert_eq!(strings(&p.keys)[3..6], [some("TAGS"), some("TAGS"), some("a")]);
+        assert_eq!(strings(&p.values)[3..6], [some("A"), some("B"), some("b\u{1}c")]);
     }
 
     #[test]
     fn units_are_checked_in_order_and_bounded() {
-        let ok = |q: i64| {
-            encode(&Spec {
-                queue_offset: q,
-                ..Spec::default()
-            })
-        };
+        let ok = |q: i64| encode(&Spec { queue_offset: q, ..Spec::default() });
         let mut bad_crc = ok(2);
         let body_at = bad_crc.windows(5).position(|w| w == b"hello").unwrap();
         bad_crc[body_at] ^= 1;
@@ -693,60 +574,20 @@ mod tests {
         let last = bad_len.len() - 1;
         bad_len[last] = 1; // the properties length (of none) says 1
         let (data, starts, sizes, flat) = batch(&[ok(0), ok(1), bad_crc, bad_len, ok(9)]);
-        let d = decode(
-            &data,
-            &starts,
-            &sizes,
-            0,
-            &flat,
-            Bounds::ALL,
-            &["queueOffset"],
-        )
-        .unwrap();
-        assert_eq!(
-            d.verdicts,
-            vec![KEPT, KEPT, BAD_CRC, BAD_LENGTHS, BAD_HEADER]
-        );
+        let d = decode(&data, &starts, &sizes, 0, &flat, Bounds::ALL, &["queueOffset"]).unwrap();
+        assert_eq!(d.verdicts, vec![KEPT, KEPT, BAD_CRC, BAD_LENGTHS, BAD_HEADER]);
         assert_eq!(d.queue_offsets, vec![0, 1, 2, 3, 4]);
-        assert_eq!(
-            d.fixed[0].1,
-            [0i64.to_le_bytes(), 1i64.to_le_bytes()].concat()
-        );
+        assert_eq!(d.fixed[0].1, [0i64.to_le_bytes(), 1i64.to_le_bytes()].concat());
         let from_units = decode(&data, &starts, &sizes, -1, &flat, Bounds::ALL, &[]).unwrap();
-        assert_eq!(
-            from_units.verdicts,
-            vec![KEPT, KEPT, BAD_CRC, BAD_LENGTHS, KEPT]
-        );
+        assert_eq!(from_units.verdicts, vec![KEPT, KEPT, BAD_CRC, BAD_LENGTHS, KEPT]);
         assert_eq!(from_units.queue_offsets, vec![0, 1, 2, 3, 9]);
-        let b = Bounds {
-            q_lo: 1,
-            q_hi: 3,
-            ..Bounds::ALL
-        };
+        let b = Bounds { q_lo: 1, q_hi: 3, ..Bounds::ALL };
         let d = decode(&data, &starts, &sizes, 0, &flat, b, &[]).unwrap();
-        assert_eq!(
-            d.verdicts,
-            vec![OUTSIDE, KEPT, BAD_CRC, BAD_LENGTHS, BAD_HEADER]
-        );
-        let t = Bounds {
-            t_lo: 1_700_000_000_002,
-            ..Bounds::ALL
-        };
+        assert_eq!(d.verdicts, vec![OUTSIDE, KEPT, BAD_CRC, BAD_LENGTHS, BAD_HEADER]);
+        let t = Bounds { t_lo: 1_700_000_000_002, ..Bounds::ALL };
         let d = decode(&data, &starts, &sizes, -1, &flat, t, &[]).unwrap();
-        assert_eq!(
-            d.verdicts,
-            vec![OUTSIDE, OUTSIDE, OUTSIDE, BAD_LENGTHS, OUTSIDE]
-        );
-        let torn = decode(
-            &data[..data.len() - 1],
-            &starts,
-            &sizes,
-            0,
-            &flat,
-            Bounds::ALL,
-            &[],
-        )
-        .unwrap();
+        assert_eq!(d.verdicts, vec![OUTSIDE, OUTSIDE, OUTSIDE, BAD_LENGTHS, OUTSIDE]);
+        let torn = decode(&data[..data.len() - 1], &starts, &sizes, 0, &flat, Bounds::ALL, &[]).unwrap();
         assert_eq!(torn.verdicts[4], BAD_HEADER);
     }
 
@@ -769,14 +610,8 @@ mod tests {
         assert_eq!(v6([0, 0, 0, 0, 0, 0, 0, 1]), "[::1]:8080");
         assert_eq!(v6([0, 0, 1, 0, 0, 1, 0, 0]), "[::1:0:0:1:0:0]:8080");
         assert_eq!(v6([1, 0, 1, 0, 1, 0, 1, 0]), "[1:0:1:0:1:0:1:0]:8080");
-        assert_eq!(
-            v6([0xfe80, 0, 0, 0, 0xabc, 0, 0, 0xffff]),
-            "[fe80::abc:0:0:ffff]:8080"
-        );
-        assert_eq!(
-            v6([0, 0, 0, 0, 0, 0xffff, 0x102, 0x304]),
-            "[::ffff:102:304]:8080"
-        );
+        assert_eq!(v6([0xfe80, 0, 0, 0, 0xabc, 0, 0, 0xffff]), "[fe80::abc:0:0:ffff]:8080");
+        assert_eq!(v6([0, 0, 0, 0, 0, 0xffff, 0x102, 0x304]), "[::ffff:102:304]:8080");
     }
 
     #[test]
@@ -795,37 +630,16 @@ mod tests {
         lz4.extend(lz4.clone()); // a second frame: not read
         let units = [
             encode(&Spec::default()),
-            encode(&Spec {
-                sys_flag: COMPRESSED_FLAG,
-                body: b"not zlib",
-                ..Spec::default()
-            }),
-            encode(&Spec {
-                sys_flag: COMPRESSED_FLAG | 3 << 8,
-                body: &zlib,
-                ..Spec::default()
-            }),
-            encode(&Spec {
-                sys_flag: COMPRESSED_FLAG | 1 << 8,
-                body: &lz4,
-                ..Spec::default()
-            }),
-            encode(&Spec {
-                sys_flag: COMPRESSED_FLAG | 7 << 8,
-                ..Spec::default()
-            }),
+            encode(&Spec { sys_flag: COMPRESSED_FLAG, body: b"not zlib", ..Spec::default() }),
+            encode(&Spec { sys_flag: COMPRESSED_FLAG | 3 << 8, body: &zlib, ..Spec::default() }),
+            encode(&Spec { sys_flag: COMPRESSED_FLAG | 1 << 8, body: &lz4, ..Spec::default() }),
+            encode(&Spec { sys_flag: COMPRESSED_FLAG | 7 << 8, ..Spec::default() }),
         ];
         let (data, starts, sizes, flat) = batch(&units);
         let d = decode(&data, &starts, &sizes, -1, &flat, Bounds::ALL, &["body"]).unwrap();
         assert_eq!(d.compressed, vec![1, 4]);
         let bodies = strings(column(&d, "body"));
-        let want = [
-            "hello",
-            "not zlib",
-            "hello, compressed",
-            "hello, lz4",
-            "hello",
-        ];
+        let want = ["hello", "not zlib", "hello, compressed", "hello, lz4", "hello"];
         assert_eq!(bodies, want.map(|b| Some(b.to_string())));
         let mut s = Strings::new(1, 0, false);
         s.data = vec![0; i32::MAX as usize + 1]; // calloc'd: its pages are never touched

@@ -44,11 +44,7 @@ impl Owned {
 
     /// # Safety
     /// `view` is CPython's to fill (the buffer protocol).
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut pyo3::ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
+    unsafe fn __getbuffer__(slf: Bound<'_, Self>, view: *mut pyo3::ffi::Py_buffer, flags: c_int) -> PyResult<()> {
         if view.is_null() {
             return Err(PyBufferError::new_err("a null view"));
         }
@@ -72,16 +68,9 @@ impl Owned {
                 std::ptr::null_mut()
             };
             (*view).ndim = 1;
-            (*view).shape = if flags & pyo3::ffi::PyBUF_ND == pyo3::ffi::PyBUF_ND {
-                &mut (*view).len
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).strides = if flags & pyo3::ffi::PyBUF_STRIDES == pyo3::ffi::PyBUF_STRIDES {
-                &mut (*view).itemsize
-            } else {
-                std::ptr::null_mut()
-            };
+            (*view).shape = if flags & pyo3::ffi::PyBUF_ND == pyo3::ffi::PyBUF_ND { &mut (*view).len } else { std::ptr::null_mut() };
+            (*view).strides =
+                if flags & pyo3::ffi::PyBUF_STRIDES == pyo3::ffi::PyBUF_STRIDES { &mut (*view).itemsize } else { std::ptr::null_mut() };
             (*view).suboffsets = std::ptr::null_mut();
             (*view).internal = std::ptr::null_mut();
         }
@@ -95,9 +84,7 @@ fn owned(py: Python<'_>, values: Values) -> PyResult<Bound<'_, Owned>> {
 
 fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a [T]> {
     if !buf.is_c_contiguous() {
-        return Err(PyValueError::new_err(format!(
-            "{name} must be a contiguous buffer"
-        )));
+        return Err(PyValueError::new_err(format!("{name} must be a contiguous buffer")));
     }
     // SAFETY: C-contiguous, item_count() items of T (checked by PyBuffer::get), exported
     // and unmoved while `buf` lives
@@ -106,12 +93,7 @@ fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a [T]> 
 
 fn strings<'py>(py: Python<'py>, s: Strings) -> PyResult<Bound<'py, PyAny>> {
     let valid = s.valid.map(|v| owned(py, Values::U8(v))).transpose()?;
-    Ok((
-        owned(py, Values::I32(s.offsets))?,
-        owned(py, Values::U8(s.data))?,
-        valid,
-        s.nulls,
-    )
+    Ok((owned(py, Values::I32(s.offsets))?, owned(py, Values::U8(s.data))?, valid, s.nulls)
         .into_pyobject(py)?
         .into_any())
 }
@@ -119,13 +101,7 @@ fn strings<'py>(py: Python<'py>, s: Strings) -> PyResult<Bound<'py, PyAny>> {
 fn nested<'py>(py: Python<'py>, n: Nested, map: bool) -> PyResult<Bound<'py, PyAny>> {
     let offsets = owned(py, Values::I32(n.offsets))?;
     let values = strings(py, n.values)?;
-    Ok(if map {
-        (offsets, strings(py, n.keys)?, values)
-            .into_pyobject(py)?
-            .into_any()
-    } else {
-        (offsets, values).into_pyobject(py)?.into_any()
-    })
+    Ok(if map { (offsets, strings(py, n.keys)?, values).into_pyobject(py)?.into_any() } else { (offsets, values).into_pyobject(py)?.into_any() })
 }
 
 /// `decode_units(data, starts, sizes, first_queue_offset, flat_offsets, bounds, columns) ->
@@ -146,24 +122,11 @@ fn decode_units<'py>(
     flat_offsets: &Bound<'py, PyAny>,
     bounds: (i64, i64, i64, i64),
     columns: Vec<String>,
-) -> PyResult<(
-    Bound<'py, Owned>,
-    Bound<'py, Owned>,
-    Bound<'py, PyDict>,
-    Bound<'py, Owned>,
-)> {
-    let (data, starts, sizes) = (
-        PyBuffer::<u8>::get(data)?,
-        PyBuffer::<i64>::get(starts)?,
-        PyBuffer::<i64>::get(sizes)?,
-    );
+) -> PyResult<(Bound<'py, Owned>, Bound<'py, Owned>, Bound<'py, PyDict>, Bound<'py, Owned>)> {
+    let (data, starts, sizes) =
+        (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
     let flat = PyBuffer::<i64>::get(flat_offsets)?;
-    let (d, s, z, f) = (
-        items(&data, "data")?,
-        items(&starts, "starts")?,
-        items(&sizes, "sizes")?,
-        items(&flat, "flat_offsets")?,
-    );
+    let (d, s, z, f) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?, items(&flat, "flat_offsets")?);
     if z.len() != s.len() || f.len() != s.len() {
         return Err(PyValueError::new_err(format!(
             "starts ({}), sizes ({}) and flat_offsets ({}) must have one entry per unit",
@@ -174,11 +137,7 @@ fn decode_units<'py>(
     }
     let mut want: Vec<&str> = Vec::with_capacity(columns.len());
     for c in &columns {
-        match COLUMNS
-            .iter()
-            .chain([&PROPERTIES])
-            .find(|k| **k == c.as_str())
-        {
+        match COLUMNS.iter().chain([&PROPERTIES]).find(|k| **k == c.as_str()) {
             Some(k) => want.push(k),
             None => {
                 return Err(PyValueError::new_err(format!(
@@ -189,20 +148,10 @@ fn decode_units<'py>(
         }
     }
     let (q_lo, q_hi, t_lo, t_hi) = bounds;
-    let b = Bounds {
-        q_lo,
-        q_hi,
-        t_lo,
-        t_hi,
-    };
-    let out = py
-        .detach(|| super::decode(d, s, z, first_queue_offset, f, b, &want))
-        .map_err(|e| {
-            PyValueError::new_err(format!(
-                "a column of {} bytes: read less than 2 GiB at once",
-                e.0
-            ))
-        })?;
+    let b = Bounds { q_lo, q_hi, t_lo, t_hi };
+    let out = py.detach(|| super::decode(d, s, z, first_queue_offset, f, b, &want)).map_err(|e| {
+        PyValueError::new_err(format!("a column of {} bytes: read less than 2 GiB at once", e.0))
+    })?;
     let cols = PyDict::new(py);
     for (c, values) in out.fixed {
         cols.set_item(COLUMNS[c], (owned(py, Values::U8(values))?,))?;

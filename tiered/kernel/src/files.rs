@@ -39,11 +39,8 @@ fn libc_eio() -> i32 {
 }
 
 fn try_append(path: &Path, position: u64, data: &[u8]) -> io::Result<Appended> {
-    let (file, made, fresh) = if position == 0 {
-        create(path)?
-    } else {
-        (OpenOptions::new().write(true).open(path)?, 0, false)
-    };
+    let (file, made, fresh) =
+        if position == 0 { create(path)? } else { (OpenOptions::new().write(true).open(path)?, 0, false) };
     if !fresh {
         let size = file.metadata()?.len();
         if size != position {
@@ -72,11 +69,7 @@ fn create(path: &Path) -> io::Result<(File, u32, bool)> {
 /// the file's own directory; 0: none made here -- another thread may make one meanwhile). A
 /// `mkdir` first, a parent only when it says the parent is missing (no look at what exists).
 fn make_parents(path: &Path) -> io::Result<u32> {
-    let mut todo: Vec<&Path> = path
-        .parent()
-        .into_iter()
-        .filter(|d| !d.as_os_str().is_empty())
-        .collect();
+    let mut todo: Vec<&Path> = path.parent().into_iter().filter(|d| !d.as_os_str().is_empty()).collect();
     let mut depth = 0;
     while let Some(&dir) = todo.last() {
         match std::fs::create_dir(dir) {
@@ -100,30 +93,16 @@ fn make_parents(path: &Path) -> io::Result<u32> {
 /// Whether each of `paths` is a directory, on up to `threads` threads, in order (a dispatch
 /// round asks it of the thousands of queues the commitlog shows moving).
 pub fn dirs_exist(paths: &[String], threads: usize) -> Vec<bool> {
-    crate::par::in_order(
-        paths.len(),
-        threads,
-        |i| Path::new(&paths[i]).is_dir(),
-        false,
-    )
+    crate::par::in_order(paths.len(), threads, |i| Path::new(&paths[i]).is_dir(), false)
 }
 
 /// [`append_at`] of each `(paths[i], positions[i], datas[i])` on up to `threads` threads, in order.
 /// A file named twice gets its appends one after the other as listed: the call then runs on one
 /// thread (the threads take ranges of the items, which would race for it).
-pub fn append_many(
-    paths: &[String],
-    positions: &[u64],
-    datas: &[&[u8]],
-    threads: usize,
-) -> Vec<Appended> {
+pub fn append_many(paths: &[String], positions: &[u64], datas: &[&[u8]], threads: usize) -> Vec<Appended> {
     let one = |i: usize| append_at(Path::new(&paths[i]), positions[i], datas[i]);
     let mut seen = std::collections::HashSet::with_capacity(paths.len());
-    let threads = if paths.iter().all(|p| seen.insert(p.as_str())) {
-        threads
-    } else {
-        1
-    };
+    let threads = if paths.iter().all(|p| seen.insert(p.as_str())) { threads } else { 1 };
     crate::par::in_order(paths.len(), threads, one, Appended::Failed(libc_eio()))
 }
 
@@ -151,23 +130,16 @@ mod tests {
     #[test]
     fn a_file_named_twice_gets_its_appends_in_order() {
         let d = Dir::new();
-        let paths: Vec<String> = (0..800)
-            .map(|i| d.0.join(format!("f{}", i % 400)).to_string_lossy().into())
-            .collect();
+        let paths: Vec<String> = (0..800).map(|i| d.0.join(format!("f{}", i % 400)).to_string_lossy().into()).collect();
         for p in &paths[..400] {
             std::fs::write(p, b"a").unwrap();
         }
         // the first 400 append at 1, the second 400 (the same files, on another range) at 2
         let positions: Vec<u64> = (0..800).map(|i| if i < 400 { 1 } else { 2 }).collect();
-        let datas: Vec<&[u8]> = (0..800)
-            .map(|i| if i < 400 { &b"b"[..] } else { &b"c"[..] })
-            .collect();
+        let datas: Vec<&[u8]> = (0..800).map(|i| if i < 400 { &b"b"[..] } else { &b"c"[..] }).collect();
         for _ in 0..20 {
             let got = append_many(&paths, &positions, &datas, 4);
-            assert!(
-                got.iter().all(|g| matches!(g, Appended::Done(0))),
-                "{got:?}"
-            );
+            assert!(got.iter().all(|g| matches!(g, Appended::Done(0))), "{got:?}");
             for p in &paths[..400] {
                 assert_eq!(std::fs::read(p).unwrap(), b"abc");
                 std::fs::write(p, b"a").unwrap();
@@ -178,23 +150,13 @@ mod tests {
     #[test]
     fn appends_where_the_file_ends_and_nowhere_else() {
         let d = Dir::new();
-        let paths: Vec<String> = (0..600)
-            .map(|i| d.0.join(format!("f{i}")).to_string_lossy().into())
-            .collect();
+        let paths: Vec<String> = (0..600).map(|i| d.0.join(format!("f{i}")).to_string_lossy().into()).collect();
         for (i, p) in paths.iter().enumerate() {
             if i % 5 != 4 {
                 std::fs::write(p, vec![b'a'; i % 7]).unwrap();
             }
         }
-        let positions: Vec<u64> = (0..600)
-            .map(|i| {
-                if i % 3 == 0 {
-                    1 + (i % 7) as u64
-                } else {
-                    (i % 7) as u64
-                }
-            })
-            .collect();
+        let positions: Vec<u64> = (0..600).map(|i| if i % 3 == 0 { 1 + (i % 7) as u64 } else { (i % 7) as u64 }).collect();
         let bodies: Vec<Vec<u8>> = (0..600).map(|i| vec![b'b'; 1 + i % 11]).collect();
         let datas: Vec<&[u8]> = bodies.iter().map(|b| b.as_slice()).collect();
         let got = append_many(&paths, &positions, &datas, 3);
@@ -211,10 +173,7 @@ mod tests {
                 assert_eq!(now.unwrap(), vec![b'a'; i % 7]);
             } else {
                 assert_eq!(got[i], Appended::Done(0));
-                assert_eq!(
-                    now.unwrap(),
-                    [vec![b'a'; i % 7], bodies[i].clone()].concat()
-                );
+                assert_eq!(now.unwrap(), [vec![b'a'; i % 7], bodies[i].clone()].concat());
             }
         }
     }
@@ -237,41 +196,19 @@ mod tests {
         ];
         let datas: Vec<&[u8]> = vec![b"a", b"bb", b"c", b"dddd", b"e", b"f", b"g"];
         let got = append_many(&paths, &[0; 7], &datas, 1);
-        assert_eq!(
-            got[..6],
-            [
-                Appended::Done(1),
-                Appended::Done(3),
-                Appended::Done(2),
-                Appended::Done(4),
-                Appended::Mismatch(3),
-                Appended::Done(0)
-            ]
-        );
+        assert_eq!(got[..6], [Appended::Done(1), Appended::Done(3), Appended::Done(2), Appended::Done(4),
+                              Appended::Mismatch(3), Appended::Done(0)]);
         assert!(matches!(got[6], Appended::Failed(_)), "{:?}", got[6]);
-        for (p, want) in [
-            (0, &b"a"[..]),
-            (1, b"bb"),
-            (2, b"c"),
-            (3, b"dddd"),
-            (4, b"xyz"),
-            (5, b"f"),
-        ] {
+        for (p, want) in [(0, &b"a"[..]), (1, b"bb"), (2, b"c"), (3, b"dddd"), (4, b"xyz"), (5, b"f")] {
             assert_eq!(std::fs::read(&paths[p]).unwrap(), want);
         }
         // side by side on threads: every file made once, with its bytes
-        let many: Vec<String> = (0..300)
-            .map(|i| at(&format!("m/{}/{}/f", i % 7, i)))
-            .collect();
+        let many: Vec<String> = (0..300).map(|i| at(&format!("m/{}/{}/f", i % 7, i))).collect();
         let bodies: Vec<Vec<u8>> = (0..300).map(|i| vec![b'z'; 1 + i % 5]).collect();
         let slices: Vec<&[u8]> = bodies.iter().map(|b| b.as_slice()).collect();
         let done = append_many(&many, &[0; 300], &slices, 3);
         for i in 0..300 {
-            assert!(
-                matches!(done[i], Appended::Done(n) if (2..=4).contains(&n)),
-                "{i}: {:?}",
-                done[i]
-            );
+            assert!(matches!(done[i], Appended::Done(n) if (2..=4).contains(&n)), "{i}: {:?}", done[i]);
             assert_eq!(std::fs::read(&many[i]).unwrap(), bodies[i]);
         }
     }

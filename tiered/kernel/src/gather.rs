@@ -65,8 +65,7 @@ pub fn plan(
         owners.dedup();
         plan.owner_bounds.push(plan.owners.len() as i64);
         plan.owners.extend_from_slice(&owners);
-        plan.ranges
-            .push([fi, begin, end, first_entry, plan.iov.len() as i64]);
+        plan.ranges.push([fi, begin, end, first_entry, plan.iov.len() as i64]);
         i = j;
     }
     plan.owner_bounds.push(plan.owners.len() as i64);
@@ -80,14 +79,7 @@ mod tests {
     #[test]
     fn units_of_two_requests_interleaved_read_as_one_range_through_small_gaps() {
         // request 0: units at 0 (10 bytes) and 30 (5); request 1: at 12 (8) and 100 (4)
-        let p = plan(
-            &[&[0, 30], &[12, 100]],
-            &[&[10, 5], &[8, 4]],
-            &[1000, 2000],
-            9000,
-            &[0],
-            16,
-        );
+        let p = plan(&[&[0, 30], &[12, 100]], &[&[10, 5], &[8, 4]], &[1000, 2000], 9000, &[0], 16);
         assert_eq!(
             p.iov,
             vec![[1000, 10], [9000, 2], [2000, 8], [9000, 10], [1010, 5]]
@@ -102,31 +94,12 @@ mod tests {
 
     #[test]
     fn a_range_ends_at_a_file_boundary_and_at_overlapping_units() {
-        let p = plan(
-            &[&[90, 100, 100]],
-            &[&[10, 5, 5]],
-            &[0],
-            7,
-            &[0, 100],
-            1 << 20,
-        );
-        assert_eq!(
-            p.ranges
-                .iter()
-                .map(|r| (r[0], r[1], r[2]))
-                .collect::<Vec<_>>(),
-            vec![(0, 90, 100), (1, 100, 105), (1, 100, 105)]
-        );
+        let p = plan(&[&[90, 100, 100]], &[&[10, 5, 5]], &[0], 7, &[0, 100], 1 << 20);
+        assert_eq!(p.ranges.iter().map(|r| (r[0], r[1], r[2])).collect::<Vec<_>>(), vec![(0, 90, 100), (1, 100, 105), (1, 100, 105)]);
         assert_eq!(p.iov, vec![[0, 10], [10, 5], [15, 5]]);
         // before the first file
         assert_eq!(plan(&[&[5]], &[&[1]], &[0], 7, &[10], 8).ranges[0][0], -1);
-        assert_eq!(
-            plan(&[], &[], &[], 7, &[0], 8),
-            Plan {
-                owner_bounds: vec![0],
-                ..Plan::default()
-            }
-        );
+        assert_eq!(plan(&[], &[], &[], 7, &[0], 8), Plan { owner_bounds: vec![0], ..Plan::default() });
     }
 }
 
@@ -148,19 +121,8 @@ extern "C" {
 /// # Safety
 /// Every `[base, len]` must be writable memory of `len` bytes that nothing else touches during
 /// the call.
-pub unsafe fn preadv_all(
-    fd: i32,
-    mut at: i64,
-    iov: &[[u64; 2]],
-    iov_max: usize,
-) -> std::io::Result<u64> {
-    let vecs: Vec<IoVec> = iov
-        .iter()
-        .map(|e| IoVec {
-            base: e[0] as usize as *mut u8,
-            len: e[1] as usize,
-        })
-        .collect();
+pub unsafe fn preadv_all(fd: i32, mut at: i64, iov: &[[u64; 2]], iov_max: usize) -> std::io::Result<u64> {
+    let vecs: Vec<IoVec> = iov.iter().map(|e| IoVec { base: e[0] as usize as *mut u8, len: e[1] as usize }).collect();
     let mut done = 0u64;
     for part in vecs.chunks(iov_max.max(1)) {
         let want: u64 = part.iter().map(|v| v.len as u64).sum();
@@ -189,13 +151,7 @@ pub unsafe fn preadv_all(
 ///
 /// # Safety
 /// As [`preadv_all`].
-pub unsafe fn read_pieces(
-    fd: i32,
-    at: i64,
-    iov: &[[u64; 2]],
-    iov_max: usize,
-    split: bool,
-) -> std::io::Result<u64> {
+pub unsafe fn read_pieces(fd: i32, at: i64, iov: &[[u64; 2]], iov_max: usize, split: bool) -> std::io::Result<u64> {
     if !split || iov.len() < 2 {
         // SAFETY: passed on from the caller
         return unsafe { preadv_all(fd, at, iov, iov_max) };
@@ -210,9 +166,7 @@ pub unsafe fn read_pieces(
         // SAFETY: passed on from the caller; the halves are disjoint pieces
         let other = s.spawn(move || unsafe { preadv_all(fd, second_at, second, iov_max) });
         let mine = unsafe { preadv_all(fd, at, first, iov_max) };
-        let theirs = other
-            .join()
-            .unwrap_or_else(|_| Err(std::io::Error::other("read thread panicked")));
+        let theirs = other.join().unwrap_or_else(|_| Err(std::io::Error::other("read thread panicked")));
         Ok(mine? + theirs?)
     })
 }
@@ -241,23 +195,14 @@ mod read_tests {
         let mut c = vec![0u8; 50];
         let iov = vec![[c.as_mut_ptr() as u64, 50]];
         // SAFETY: as above
-        assert_eq!(
-            unsafe { read_pieces(f.as_raw_fd(), 9_980, &iov, 1024, false) }.unwrap(),
-            20
-        );
+        assert_eq!(unsafe { read_pieces(f.as_raw_fd(), 9_980, &iov, 1024, false) }.unwrap(), 20);
         assert!(unsafe { read_pieces(-1, 0, &iov, 1024, true) }.is_err());
         drop(c);
     }
 
     fn tempfile_in_tmp() -> std::fs::File {
         let path = std::env::temp_dir().join(format!("tiered-kernel-read-{}", std::process::id()));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)
-            .unwrap();
+        let f = std::fs::OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path).unwrap();
         std::fs::remove_file(&path).unwrap();
         f
     }

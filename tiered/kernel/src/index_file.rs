@@ -56,28 +56,12 @@ pub fn link_items(
     first: i64,
     begin_timestamp: i64,
 ) -> Result<Linked, String> {
-    let mut out = Linked {
-        items: Vec::with_capacity(rows.len() * ITEM_SIZE),
-        new_slots: 0,
-        end_timestamp: i64::MIN,
-    };
+    let mut out = Linked { items: Vec::with_capacity(rows.len() * ITEM_SIZE), new_slots: 0, end_timestamp: i64::MIN };
     if slots == 0 || table.len() < slots as usize * SLOT_SIZE {
-        return Err(format!(
-            "a table of {} bytes cannot hold {slots} slots",
-            table.len()
-        ));
+        return Err(format!("a table of {} bytes cannot hold {slots} slots", table.len()));
     }
     let n = cols.hashes.len();
-    if [
-        cols.topic_ids.len(),
-        cols.queue_ids.len(),
-        cols.offsets.len(),
-        cols.sizes.len(),
-        cols.timestamps.len(),
-    ]
-    .iter()
-    .any(|&l| l != n)
-    {
+    if [cols.topic_ids.len(), cols.queue_ids.len(), cols.offsets.len(), cols.sizes.len(), cols.timestamps.len()].iter().any(|&l| l != n) {
         return Err("the row columns differ in length".into());
     }
     // The slots first, checked, so the loop below can prefetch the head it will need a few rows
@@ -85,10 +69,7 @@ pub fn link_items(
     // each, and waiting for them one at a time would take most of the loop's time.
     let mut at_of = Vec::with_capacity(rows.len());
     for &r in rows {
-        let r = usize::try_from(r)
-            .ok()
-            .filter(|&r| r < n)
-            .ok_or_else(|| format!("row {r} is not in the batch of {n}"))?;
+        let r = usize::try_from(r).ok().filter(|&r| r < n).ok_or_else(|| format!("row {r} is not in the batch of {n}"))?;
         let hash = cols.hashes[r];
         let slot = i64::from(hash) % i64::from(slots); // Java's %: the sign of the dividend
         let Ok(slot) = usize::try_from(slot) else {
@@ -128,12 +109,7 @@ mod tests {
     fn item(items: &[u8], j: usize) -> (i32, i64, i32, i32) {
         let it = &items[j * ITEM_SIZE..(j + 1) * ITEM_SIZE];
         let i32_at = |a: usize| i32::from_be_bytes(it[a..a + 4].try_into().unwrap());
-        (
-            i32_at(0),
-            i64::from_be_bytes(it[12..20].try_into().unwrap()),
-            i32_at(24),
-            i32_at(28),
-        )
+        (i32_at(0), i64::from_be_bytes(it[12..20].try_into().unwrap()), i32_at(24), i32_at(28))
     }
 
     #[test]
@@ -141,14 +117,7 @@ mod tests {
         let mut table = vec![0u8; 4 * SLOT_SIZE];
         table[0..4].copy_from_slice(&9i32.to_be_bytes()); // slot 0 already heads item 9
         let hashes = [4, 1, 8, 5];
-        let cols = Rows {
-            hashes: &hashes,
-            topic_ids: &[1; 4],
-            queue_ids: &[2; 4],
-            offsets: &[10, 11, 12, 13],
-            sizes: &[5; 4],
-            timestamps: &[2500, 3999, 1000, -1500],
-        };
+        let cols = Rows { hashes: &hashes, topic_ids: &[1; 4], queue_ids: &[2; 4], offsets: &[10, 11, 12, 13], sizes: &[5; 4], timestamps: &[2500, 3999, 1000, -1500] };
         let got = link_items(&mut table, 4, &cols, &[0, 1, 2, 3], 10, 1000).unwrap();
         // slot 0: 9 <- 10 (hash 4) <- 12 (hash 8); slot 1: 11 (hash 1) <- 13 (hash 5)
         assert_eq!(item(&got.items, 0), (4, 10, 1, 9));
@@ -163,40 +132,18 @@ mod tests {
     #[test]
     fn rows_outside_the_batch_and_header_slots_are_refused() {
         let mut table = vec![0u8; 3 * SLOT_SIZE];
-        let cols = Rows {
-            hashes: &[i32::MIN],
-            topic_ids: &[0],
-            queue_ids: &[0],
-            offsets: &[0],
-            sizes: &[0],
-            timestamps: &[0],
-        };
-        assert!(link_items(&mut table, 3, &cols, &[1], 1, 0)
-            .unwrap_err()
-            .contains("not in the batch"));
-        assert!(link_items(&mut table, 3, &cols, &[0], 1, 0)
-            .unwrap_err()
-            .contains("header"));
-        assert!(link_items(&mut table, 9, &cols, &[0], 1, 0)
-            .unwrap_err()
-            .contains("cannot hold"));
+        let cols = Rows { hashes: &[i32::MIN], topic_ids: &[0], queue_ids: &[0], offsets: &[0], sizes: &[0], timestamps: &[0] };
+        assert!(link_items(&mut table, 3, &cols, &[1], 1, 0).unwrap_err().contains("not in the batch"));
+        assert!(link_items(&mut table, 3, &cols, &[0], 1, 0).unwrap_err().contains("header"));
+        assert!(link_items(&mut table, 9, &cols, &[0], 1, 0).unwrap_err().contains("cannot hold"));
     }
 
     #[test]
     fn a_bad_row_late_in_the_batch_changes_no_head() {
         let mut table = vec![0u8; 4 * SLOT_SIZE];
         let hashes = [1, 2, 3];
-        let cols = Rows {
-            hashes: &hashes,
-            topic_ids: &[0; 3],
-            queue_ids: &[0; 3],
-            offsets: &[0; 3],
-            sizes: &[0; 3],
-            timestamps: &[0; 3],
-        };
-        assert!(link_items(&mut table, 4, &cols, &[0, 1, 7], 1, 0)
-            .unwrap_err()
-            .contains("row 7"));
+        let cols = Rows { hashes: &hashes, topic_ids: &[0; 3], queue_ids: &[0; 3], offsets: &[0; 3], sizes: &[0; 3], timestamps: &[0; 3] };
+        assert!(link_items(&mut table, 4, &cols, &[0, 1, 7], 1, 0).unwrap_err().contains("row 7"));
         assert!(table.iter().all(|&b| b == 0));
     }
 
@@ -207,14 +154,7 @@ mod tests {
         let n = 40usize;
         let hashes: Vec<i32> = (0..n as i32).map(|i| i * 7 + 1).collect();
         let offsets: Vec<i64> = (0..n as i64).collect();
-        let cols = Rows {
-            hashes: &hashes,
-            topic_ids: &vec![0; n],
-            queue_ids: &vec![0; n],
-            offsets: &offsets,
-            sizes: &vec![1; n],
-            timestamps: &vec![0; n],
-        };
+        let cols = Rows { hashes: &hashes, topic_ids: &vec![0; n], queue_ids: &vec![0; n], offsets: &offsets, sizes: &vec![1; n], timestamps: &vec![0; n] };
         let rows: Vec<i64> = (0..n as i64).collect();
         let mut table = vec![0u8; slots as usize * SLOT_SIZE];
         let got = link_items(&mut table, slots, &cols, &rows, 1, 0).unwrap();
@@ -226,10 +166,7 @@ mod tests {
         }
         for slot in 0..3 {
             let at = slot * SLOT_SIZE;
-            assert_eq!(
-                i32::from_be_bytes(table[at..at + 4].try_into().unwrap()),
-                last[slot]
-            );
+            assert_eq!(i32::from_be_bytes(table[at..at + 4].try_into().unwrap()), last[slot]);
         }
         assert_eq!(got.new_slots, 3);
     }

@@ -22,17 +22,8 @@ pub fn hash_ascii(bytes: &[u8]) -> u32 {
     let mut h = 0u32;
     let mut chunks = bytes.chunks_exact(4);
     for c in &mut chunks {
-        let (b0, b1, b2, b3) = (
-            u32::from(c[0]),
-            u32::from(c[1]),
-            u32::from(c[2]),
-            u32::from(c[3]),
-        );
-        let tail = b0
-            .wrapping_mul(P3)
-            .wrapping_add(b1.wrapping_mul(P2))
-            .wrapping_add(b2.wrapping_mul(31))
-            .wrapping_add(b3);
+        let (b0, b1, b2, b3) = (u32::from(c[0]), u32::from(c[1]), u32::from(c[2]), u32::from(c[3]));
+        let tail = b0.wrapping_mul(P3).wrapping_add(b1.wrapping_mul(P2)).wrapping_add(b2.wrapping_mul(31)).wrapping_add(b3);
         h = h.wrapping_mul(P4).wrapping_add(tail);
     }
     for &b in chunks.remainder() {
@@ -134,11 +125,7 @@ mod tests {
     fn pow31_table_equals_the_loop() {
         for n in 0..200u32 {
             assert_eq!(pow31(n), pow31_loop(n), "31^{n}");
-            assert_eq!(
-                pow31(n),
-                (0..n).fold(1u32, |p, _| p.wrapping_mul(31)),
-                "31^{n}"
-            );
+            assert_eq!(pow31(n), (0..n).fold(1u32, |p, _| p.wrapping_mul(31)), "31^{n}");
         }
     }
 
@@ -147,9 +134,7 @@ mod tests {
         let text: Vec<u8> = (0..64u32).map(|i| (i * 37 % 95 + 32) as u8).collect();
         for len in 0..text.len() {
             let bytes = &text[..len];
-            let one = bytes
-                .iter()
-                .fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
+            let one = bytes.iter().fold(0u32, |h, &b| h.wrapping_mul(31).wrapping_add(u32::from(b)));
             assert_eq!(hash_ascii(bytes), one, "{len} bytes");
         }
     }
@@ -159,12 +144,7 @@ mod tests {
         // values printed by Java's "…".hashCode()
         assert_eq!(java_hash(""), 0);
         assert_eq!(java_hash("a"), 97);
-        assert_eq!(
-            java_hash("TopicTest#key"),
-            "TopicTest#key"
-                .encode_utf16()
-                .fold(0i32, |h, u| h.wrapping_mul(31).wrapping_add(u as i32))
-        );
+        assert_eq!(java_hash("TopicTest#key"), "TopicTest#key".encode_utf16().fold(0i32, |h, u| h.wrapping_mul(31).wrapping_add(u as i32)));
         assert_eq!(java_hash("hello"), 99162322);
         assert_eq!(java_hash("polygenelubricants"), i32::MIN);
         assert_eq!(hash_ascii(b"hello") as i32, 99162322);
@@ -181,12 +161,7 @@ mod tests {
     fn prefix_extension_is_the_hash_of_the_concatenation() {
         let (p, k) = ("TopicTest#", "key-1");
         let whole = hash_ascii(format!("{p}{k}").as_bytes());
-        assert_eq!(
-            hash_ascii(p.as_bytes())
-                .wrapping_mul(pow31(k.len() as u32))
-                .wrapping_add(hash_ascii(k.as_bytes())),
-            whole
-        );
+        assert_eq!(hash_ascii(p.as_bytes()).wrapping_mul(pow31(k.len() as u32)).wrapping_add(hash_ascii(k.as_bytes())), whole);
     }
 
     #[test]
@@ -198,9 +173,7 @@ mod tests {
 
     #[test]
     fn whitespace_is_javas() {
-        for c in [
-            0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1f, 0x20, 0x2028, 0x3000,
-        ] {
+        for c in [0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x1c, 0x1f, 0x20, 0x2028, 0x3000] {
             assert!(is_java_whitespace(c), "{c:#x}");
         }
         for c in [0x00, 0x08, 0x21, 0x85, 0xa0, 0x2007, 0x202f, 0xfeff] {

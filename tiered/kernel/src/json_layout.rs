@@ -6,18 +6,12 @@
 /// escapes included, so a quote, colon or space inside it is never taken for layout).
 pub fn fastjson_layout(src: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(src.len());
-    let (mut in_string, mut escaped) = (false, false);
+    let mut strings = Strings::default();
     let (mut line_start, mut after_colon) = (false, false);
     for &b in src {
-        if in_string {
+        if strings.take(b) {
             out.push(b);
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
+            (line_start, after_colon) = (false, false);
             continue;
         }
         if b == b' ' && line_start {
@@ -30,10 +24,34 @@ pub fn fastjson_layout(src: &[u8]) -> Vec<u8> {
         }
         line_start = b == b'\n';
         after_colon = b == b':';
-        in_string = b == b'"';
         out.push(b);
     }
     out
+}
+
+/// Follows the string literals of JSON text byte by byte, escapes included.
+#[derive(Default)]
+struct Strings {
+    in_string: bool,
+    escaped: bool,
+}
+
+impl Strings {
+    /// Whether `b`, the next byte, belongs to a string literal (its quotes included).
+    fn take(&mut self, b: u8) -> bool {
+        if !self.in_string {
+            self.in_string = b == b'"';
+            return self.in_string;
+        }
+        if self.escaped {
+            self.escaped = false;
+        } else if b == b'\\' {
+            self.escaped = true;
+        } else if b == b'"' {
+            self.in_string = false;
+        }
+        true
+    }
 }
 
 fn is_space(b: u8) -> bool {
@@ -45,24 +63,13 @@ fn is_space(b: u8) -> bool {
 /// copied as they are, so digits and colons inside them are never taken for a key.
 pub fn quote_bare_keys(src: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(src.len() + src.len() / 16);
-    let (mut in_string, mut escaped) = (false, false);
+    let mut strings = Strings::default();
     let mut i = 0;
     while i < src.len() {
         let b = src[i];
         out.push(b);
         i += 1;
-        if in_string {
-            if escaped {
-                escaped = false;
-            } else if b == b'\\' {
-                escaped = true;
-            } else if b == b'"' {
-                in_string = false;
-            }
-            continue;
-        }
-        if b == b'"' {
-            in_string = true;
+        if strings.take(b) {
             continue;
         }
         if b != b'{' && b != b',' {

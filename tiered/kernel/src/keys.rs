@@ -9,9 +9,7 @@
 //! values are not valid UTF-8 is returned as `slow`: Python decodes it with replacement
 //! characters (as Java does) and indexes it.
 
-use crate::java::{
-    hash_ascii, hash_units, hashset_bucket, hashset_table, is_java_whitespace, pow31, tiered_hash,
-};
+use crate::java::{hash_ascii, hash_units, hashset_bucket, hashset_table, is_java_whitespace, pow31, tiered_hash};
 use crate::unit::{properties, unit_slice};
 use std::collections::HashSet;
 
@@ -70,11 +68,7 @@ fn is_blank(value: &[u8]) -> Option<bool> {
 /// The key a token is (hashed over UTF-16 units; the token is valid UTF-8: its value was).
 fn key(bytes: &[u8]) -> Key<'_> {
     if bytes.is_ascii() {
-        return Key {
-            bytes,
-            hash: hash_ascii(bytes),
-            units: bytes.len() as u32,
-        };
+        return Key { bytes, hash: hash_ascii(bytes), units: bytes.len() as u32 };
     }
     // the value was checked as UTF-8, and a token cut at ASCII spaces stays valid
     let text = std::str::from_utf8(bytes).unwrap_or_default();
@@ -119,10 +113,7 @@ fn dedup(set: &mut Vec<Key<'_>>) {
         let mut kept = 0;
         for i in 0..set.len() {
             let k = set[i];
-            if !set[..kept]
-                .iter()
-                .any(|e| e.hash == k.hash && e.bytes == k.bytes)
-            {
+            if !set[..kept].iter().any(|e| e.hash == k.hash && e.bytes == k.bytes) {
                 set[kept] = k;
                 kept += 1;
             }
@@ -162,11 +153,7 @@ pub fn index_items(data: &[u8], starts: &[i64], sizes: &[i64], prefix_hash: u32)
         hashset_order(&mut set);
         for k in &set {
             out.msg.push(i as i64);
-            out.hash.push(tiered_hash(
-                prefix_hash
-                    .wrapping_mul(pow31(k.units))
-                    .wrapping_add(k.hash),
-            ));
+            out.hash.push(tiered_hash(prefix_hash.wrapping_mul(pow31(k.units)).wrapping_add(k.hash)));
         }
     }
     out
@@ -193,15 +180,7 @@ pub fn index_columns(
     flat_offsets: &[i64],
     timestamps: &[i64],
 ) -> Columns {
-    index_columns_many(
-        &[data],
-        &[0, starts.len()],
-        starts,
-        sizes,
-        &[prefix_hash],
-        flat_offsets,
-        timestamps,
-    )
+    index_columns_many(&[data], &[0, starts.len()], starts, sizes, &[prefix_hash], flat_offsets, timestamps)
 }
 
 /// [`index_columns`] of many batches at once: batch `b` is units `bounds[b]..bounds[b + 1]` of
@@ -217,10 +196,7 @@ pub fn index_columns_many(
     flat_offsets: &[i64],
     timestamps: &[i64],
 ) -> Columns {
-    let mut out = Columns {
-        key_counts: vec![0; starts.len()],
-        ..Columns::default()
-    };
+    let mut out = Columns { key_counts: vec![0; starts.len()], ..Columns::default() };
     out.items.msg.reserve(starts.len() * 3);
     out.items.hash.reserve(starts.len() * 3);
     for (b, data) in datas.iter().enumerate() {
@@ -235,9 +211,7 @@ pub fn index_columns_many(
             out.key_counts[m] += 1;
         }
         out.items.hash.extend(items.hash);
-        out.items
-            .slow
-            .extend(items.slow.iter().map(|&m| m + lo as i64));
+        out.items.slow.extend(items.slow.iter().map(|&m| m + lo as i64));
         out.items.inconsistent += items.inconsistent;
     }
     out
@@ -251,60 +225,24 @@ mod tests {
     fn index_columns_many_equals_each_batchs_columns_one_after_the_other() {
         use crate::unit::testing::{encode, Unit};
         let units = [
-            encode(&Unit {
-                properties: b"KEYS\x01x y\x02UNIQ_KEY\x01u\x02",
-                ..Unit::default()
-            }),
-            encode(&Unit {
-                properties: b"TAGS\x01t\x02",
-                ..Unit::default()
-            }),
-            encode(&Unit {
-                properties: b"KEYS\x01z\x02",
-                ..Unit::default()
-            }),
-            encode(&Unit {
-                properties: b"KEYS\x01\xff\x02",
-                ..Unit::default()
-            }),
-            encode(&Unit {
-                properties: b"UNIQ_KEY\x01w\x02",
-                ..Unit::default()
-            }),
+            encode(&Unit { properties: b"KEYS\x01x y\x02UNIQ_KEY\x01u\x02", ..Unit::default() }),
+            encode(&Unit { properties: b"TAGS\x01t\x02", ..Unit::default() }),
+            encode(&Unit { properties: b"KEYS\x01z\x02", ..Unit::default() }),
+            encode(&Unit { properties: b"KEYS\x01\xff\x02", ..Unit::default() }),
+            encode(&Unit { properties: b"UNIQ_KEY\x01w\x02", ..Unit::default() }),
         ];
         let sizes: Vec<i64> = units.iter().map(|u| u.len() as i64).collect();
         // batch 0: units 0..2 in their own buffer; batch 1: units 2..5 in another
         let (a, b) = (units[..2].concat(), units[2..].concat());
         let starts = [0, sizes[0], 0, sizes[2], sizes[2] + sizes[3]];
         let (offsets, times) = ([100, 200, 300, 400, 500], [10, 20, 30, 40, 50]);
-        let got = index_columns_many(
-            &[&a, &b],
-            &[0, 2, 5],
-            &starts,
-            &sizes,
-            &[7, 11],
-            &offsets,
-            &times,
-        );
+        let got = index_columns_many(&[&a, &b], &[0, 2, 5], &starts, &sizes, &[7, 11], &offsets, &times);
         let one = index_columns(&a, &starts[..2], &sizes[..2], 7, &offsets[..2], &times[..2]);
-        let two = index_columns(
-            &b,
-            &starts[2..],
-            &sizes[2..],
-            11,
-            &offsets[2..],
-            &times[2..],
-        );
+        let two = index_columns(&b, &starts[2..], &sizes[2..], 11, &offsets[2..], &times[2..]);
         let n = one.items.msg.len();
-        assert_eq!(
-            got.items.hash,
-            [one.items.hash.clone(), two.items.hash.clone()].concat()
-        );
+        assert_eq!(got.items.hash, [one.items.hash.clone(), two.items.hash.clone()].concat());
         assert_eq!(&got.items.msg[..n], &one.items.msg[..]);
-        assert_eq!(
-            got.items.msg[n..].to_vec(),
-            two.items.msg.iter().map(|m| m + 2).collect::<Vec<_>>()
-        );
+        assert_eq!(got.items.msg[n..].to_vec(), two.items.msg.iter().map(|m| m + 2).collect::<Vec<_>>());
         assert_eq!(got.offsets, [one.offsets, two.offsets].concat());
         assert_eq!(got.sizes, [one.sizes, two.sizes].concat());
         assert_eq!(got.timestamps, [one.timestamps, two.timestamps].concat());
@@ -316,18 +254,9 @@ mod tests {
     #[test]
     fn index_columns_gather_each_items_message_fields() {
         use crate::unit::testing::{encode, Unit};
-        let a = encode(&Unit {
-            properties: b"KEYS\x01x y\x02UNIQ_KEY\x01u\x02",
-            ..Unit::default()
-        });
-        let b = encode(&Unit {
-            properties: b"TAGS\x01t\x02",
-            ..Unit::default()
-        });
-        let c = encode(&Unit {
-            properties: b"KEYS\x01z\x02",
-            ..Unit::default()
-        });
+        let a = encode(&Unit { properties: b"KEYS\x01x y\x02UNIQ_KEY\x01u\x02", ..Unit::default() });
+        let b = encode(&Unit { properties: b"TAGS\x01t\x02", ..Unit::default() });
+        let c = encode(&Unit { properties: b"KEYS\x01z\x02", ..Unit::default() });
         let sizes = [a.len() as i64, b.len() as i64, c.len() as i64];
         let starts = [0, sizes[0], sizes[0] + sizes[1]];
         let data = [a, b, c].concat();
@@ -336,13 +265,7 @@ mod tests {
         assert_eq!(cols.items.hash, items.hash);
         assert_eq!(cols.items.msg, vec![0, 0, 0, 2]);
         assert_eq!(cols.offsets, vec![100, 100, 100, 300]);
-        assert_eq!(
-            cols.sizes,
-            vec![sizes[0] as i32; 3]
-                .into_iter()
-                .chain([sizes[2] as i32])
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(cols.sizes, vec![sizes[0] as i32; 3].into_iter().chain([sizes[2] as i32]).collect::<Vec<_>>());
         assert_eq!(cols.timestamps, vec![10, 10, 10, 30]);
         assert_eq!(cols.key_counts, vec![3, 0, 1]);
     }
@@ -357,10 +280,7 @@ mod tests {
         let mut data = Vec::new();
         let (mut starts, mut sizes) = (Vec::new(), Vec::new());
         for p in props {
-            let unit = encode(&Unit {
-                properties: p,
-                ..Unit::default()
-            });
+            let unit = encode(&Unit { properties: p, ..Unit::default() });
             starts.push(data.len() as i64);
             sizes.push(unit.len() as i64);
             data.extend(unit);
@@ -375,11 +295,7 @@ mod tests {
     #[test]
     fn uniq_key_and_keys_tokens_are_indexed_once() {
         let got = keys_of(b"KEYS\x01a b a\x02TAGS\x01t\x02UNIQ_KEY\x01u1\x02");
-        let mut want = vec![
-            topic_key_hash("T", "u1"),
-            topic_key_hash("T", "a"),
-            topic_key_hash("T", "b"),
-        ];
+        let mut want = vec![topic_key_hash("T", "u1"), topic_key_hash("T", "a"), topic_key_hash("T", "b")];
         want.sort();
         let mut sorted = got.clone();
         sorted.sort();
@@ -390,11 +306,7 @@ mod tests {
     #[test]
     fn java_split_keeps_leading_and_inner_empty_tokens_and_drops_trailing_ones() {
         let got = keys_of(b"KEYS\x01 a  b  \x02");
-        let mut want = vec![
-            topic_key_hash("T", ""),
-            topic_key_hash("T", "a"),
-            topic_key_hash("T", "b"),
-        ];
+        let mut want = vec![topic_key_hash("T", ""), topic_key_hash("T", "a"), topic_key_hash("T", "b")];
         want.sort();
         let mut sorted = got;
         sorted.sort();
@@ -405,44 +317,27 @@ mod tests {
     fn blank_values_are_not_indexed() {
         assert!(keys_of(b"KEYS\x01 \t \x02UNIQ_KEY\x01\x1f\x02").is_empty());
         assert!(keys_of("KEYS\x01\u{3000} \u{2028}\x02".as_bytes()).is_empty());
-        assert_eq!(
-            keys_of("KEYS\x01\u{a0}\x02".as_bytes()),
-            vec![topic_key_hash("T", "\u{a0}")]
-        );
+        assert_eq!(keys_of("KEYS\x01\u{a0}\x02".as_bytes()), vec![topic_key_hash("T", "\u{a0}")]);
     }
 
     #[test]
     fn the_last_valid_item_wins_and_empty_values_are_dropped() {
-        assert_eq!(
-            keys_of(b"KEYS\x01old\x02KEYS\x01new\x02KEYS\x01\x02"),
-            vec![topic_key_hash("T", "new")]
-        );
+        assert_eq!(keys_of(b"KEYS\x01old\x02KEYS\x01new\x02KEYS\x01\x02"), vec![topic_key_hash("T", "new")]);
         assert!(keys_of(b"KEYSx\x01a\x02XKEYS\x01b\x02").is_empty());
-        assert_eq!(
-            keys_of(b"KEYS\x01a\x01b"),
-            vec![topic_key_hash("T", "a\x01b")]
-        );
+        assert_eq!(keys_of(b"KEYS\x01a\x01b"), vec![topic_key_hash("T", "a\x01b")]);
     }
 
     #[test]
     fn non_ascii_keys_hash_over_utf16_units() {
         for k in ["鍵", "заказ-1", "\u{1f680}-1"] {
             let props = format!("KEYS\x01{k}\x02");
-            assert_eq!(
-                keys_of(props.as_bytes()),
-                vec![topic_key_hash("T", k)],
-                "{k}"
-            );
+            assert_eq!(keys_of(props.as_bytes()), vec![topic_key_hash("T", k)], "{k}");
         }
     }
 
     #[test]
     fn invalid_utf8_in_a_key_is_left_to_the_caller() {
-        let got = items_of(&[
-            b"KEYS\x01a\xffb\x02",
-            b"KEYS\x01ok\x02",
-            b"TAGS\x01\xff\x02KEYS\x01ok\x02",
-        ]);
+        let got = items_of(&[b"KEYS\x01a\xffb\x02", b"KEYS\x01ok\x02", b"TAGS\x01\xff\x02KEYS\x01ok\x02"]);
         assert_eq!(got.slow, vec![0]);
         assert_eq!(got.msg, vec![1, 2]);
     }
@@ -458,12 +353,7 @@ mod tests {
         let got = keys_of(props.as_bytes());
         let mut want: Vec<&String> = many.iter().collect();
         want.sort_by_key(|k| hashset_bucket(hash_ascii(k.as_bytes()), 32));
-        assert_eq!(
-            got,
-            want.iter()
-                .map(|k| topic_key_hash("T", k))
-                .collect::<Vec<_>>()
-        );
+        assert_eq!(got, want.iter().map(|k| topic_key_hash("T", k)).collect::<Vec<_>>());
     }
 
     #[test]
@@ -475,10 +365,7 @@ mod tests {
 
     #[test]
     fn torn_units_are_counted_not_read() {
-        let unit = encode(&Unit {
-            properties: b"KEYS\x01a\x02",
-            ..Unit::default()
-        });
+        let unit = encode(&Unit { properties: b"KEYS\x01a\x02", ..Unit::default() });
         for cut in [0, 10, unit.len() - 1] {
             let got = index_items(&unit[..cut], &[0], &[unit.len() as i64], 0);
             assert_eq!((got.inconsistent, got.msg.len()), (1, 0));

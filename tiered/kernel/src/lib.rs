@@ -8,9 +8,9 @@ pub mod bounds;
 pub mod decode;
 pub mod files;
 pub mod gather;
-pub mod index_file;
 pub mod java;
 pub mod json_layout;
+pub mod index_file;
 pub mod keys;
 pub mod par;
 pub mod tags;
@@ -28,9 +28,7 @@ mod python {
     /// A C-contiguous buffer's items, valid while `buf` is held (the exporter cannot resize it).
     fn items<'a, T: Element>(buf: &'a PyBuffer<T>, name: &str) -> PyResult<&'a [T]> {
         if !buf.is_c_contiguous() {
-            return Err(PyValueError::new_err(format!(
-                "{name} must be a contiguous buffer"
-            )));
+            return Err(PyValueError::new_err(format!("{name} must be a contiguous buffer")));
         }
         // SAFETY: the buffer is C-contiguous, holds item_count() items of T (checked by
         // PyBuffer::get) and stays exported, unmoved and unresized while `buf` lives.
@@ -39,9 +37,7 @@ mod python {
 
     fn as_bytes<T: Copy>(values: &[T]) -> &[u8] {
         // SAFETY: plain integers, read as their bytes (native order, as numpy's frombuffer reads)
-        unsafe {
-            std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values))
-        }
+        unsafe { std::slice::from_raw_parts(values.as_ptr() as *const u8, std::mem::size_of_val(values)) }
     }
 
     /// `index_items(data, starts, sizes, prefix_hash) -> (msg, hash, slow, inconsistent)`: the
@@ -56,22 +52,10 @@ mod python {
         starts: &Bound<'py, PyAny>,
         sizes: &Bound<'py, PyAny>,
         prefix_hash: u32,
-    ) -> PyResult<(
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-        usize,
-    )> {
-        let (data, starts, sizes) = (
-            PyBuffer::<u8>::get(data)?,
-            PyBuffer::<i64>::get(starts)?,
-            PyBuffer::<i64>::get(sizes)?,
-        );
-        let (d, s, z) = (
-            items(&data, "data")?,
-            items(&starts, "starts")?,
-            items(&sizes, "sizes")?,
-        );
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>, usize)> {
+        let (data, starts, sizes) =
+            (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
+        let (d, s, z) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?);
         if s.len() != z.len() {
             return Err(PyValueError::new_err(format!(
                 "starts ({}) and sizes ({}) must have one entry per unit",
@@ -106,35 +90,16 @@ mod python {
         flat_offsets: &Bound<'py, PyAny>,
         timestamps: &Bound<'py, PyAny>,
     ) -> PyResult<(Vec<Bound<'py, PyBytes>>, usize)> {
-        let (data, starts, sizes) = (
-            PyBuffer::<u8>::get(data)?,
-            PyBuffer::<i64>::get(starts)?,
-            PyBuffer::<i64>::get(sizes)?,
-        );
-        let (offsets, times) = (
-            PyBuffer::<i64>::get(flat_offsets)?,
-            PyBuffer::<i64>::get(timestamps)?,
-        );
-        let (d, s, z) = (
-            items(&data, "data")?,
-            items(&starts, "starts")?,
-            items(&sizes, "sizes")?,
-        );
-        let (o, t) = (
-            items(&offsets, "flat_offsets")?,
-            items(&times, "timestamps")?,
-        );
-        same_length(&[
-            ("starts", s.len()),
-            ("sizes", z.len()),
-            ("flat_offsets", o.len()),
-            ("timestamps", t.len()),
-        ])?;
+        let (data, starts, sizes) =
+            (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
+        let (offsets, times) = (PyBuffer::<i64>::get(flat_offsets)?, PyBuffer::<i64>::get(timestamps)?);
+        let (d, s, z) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?);
+        let (o, t) = (items(&offsets, "flat_offsets")?, items(&times, "timestamps")?);
+        same_length(&[("starts", s.len()), ("sizes", z.len()), ("flat_offsets", o.len()), ("timestamps", t.len())])?;
         let cols = py.detach(|| crate::keys::index_columns(d, s, z, prefix_hash, o, t));
         let n = cols.items.hash.len();
         let mut out = column_bytes(py, &cols);
-        let ids = [as_bytes(&vec![topic_id; n]), as_bytes(&vec![queue_id; n])]
-            .map(|b| PyBytes::new(py, b));
+        let ids = [as_bytes(&vec![topic_id; n]), as_bytes(&vec![queue_id; n])].map(|b| PyBytes::new(py, b));
         out.splice(1..1, ids);
         Ok((out, cols.items.inconsistent))
     }
@@ -171,32 +136,14 @@ mod python {
         flat_offsets: &Bound<'py, PyAny>,
         timestamps: &Bound<'py, PyAny>,
     ) -> PyResult<(Vec<Bound<'py, PyBytes>>, usize)> {
-        let (bounds, prefixes) = (
-            PyBuffer::<i64>::get(bounds)?,
-            PyBuffer::<u32>::get(prefixes)?,
-        );
+        let (bounds, prefixes) = (PyBuffer::<i64>::get(bounds)?, PyBuffer::<u32>::get(prefixes)?);
         let (starts, sizes) = (PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
-        let (offsets, times) = (
-            PyBuffer::<i64>::get(flat_offsets)?,
-            PyBuffer::<i64>::get(timestamps)?,
-        );
+        let (offsets, times) = (PyBuffer::<i64>::get(flat_offsets)?, PyBuffer::<i64>::get(timestamps)?);
         let (b, p) = (items(&bounds, "bounds")?, items(&prefixes, "prefixes")?);
         let (s, z) = (items(&starts, "starts")?, items(&sizes, "sizes")?);
-        let (o, t) = (
-            items(&offsets, "flat_offsets")?,
-            items(&times, "timestamps")?,
-        );
-        same_length(&[
-            ("starts", s.len()),
-            ("sizes", z.len()),
-            ("flat_offsets", o.len()),
-            ("timestamps", t.len()),
-        ])?;
-        same_length(&[
-            ("datas", datas.len()),
-            ("prefixes", p.len()),
-            ("bounds less one", b.len().saturating_sub(1)),
-        ])?;
+        let (o, t) = (items(&offsets, "flat_offsets")?, items(&times, "timestamps")?);
+        same_length(&[("starts", s.len()), ("sizes", z.len()), ("flat_offsets", o.len()), ("timestamps", t.len())])?;
+        same_length(&[("datas", datas.len()), ("prefixes", p.len()), ("bounds less one", b.len().saturating_sub(1))])?;
         let ascending = b.first() == Some(&0) && b.windows(2).all(|w| w[0] <= w[1]);
         if !ascending || b.last() != Some(&(s.len() as i64)) {
             return Err(PyValueError::new_err(format!(
@@ -205,14 +152,8 @@ mod python {
                 datas.len()
             )));
         }
-        let buffers = datas
-            .iter()
-            .map(PyBuffer::<u8>::get)
-            .collect::<PyResult<Vec<_>>>()?;
-        let slices = buffers
-            .iter()
-            .map(|d| items(d, "datas"))
-            .collect::<PyResult<Vec<_>>>()?;
+        let buffers = datas.iter().map(PyBuffer::<u8>::get).collect::<PyResult<Vec<_>>>()?;
+        let slices = buffers.iter().map(|d| items(d, "datas")).collect::<PyResult<Vec<_>>>()?;
         let bounds: Vec<usize> = b.iter().map(|&x| x as usize).collect();
         let cols = py.detach(|| crate::keys::index_columns_many(&slices, &bounds, s, z, p, o, t));
         Ok((column_bytes(py, &cols), cols.items.inconsistent))
@@ -221,9 +162,7 @@ mod python {
     /// A writable C-contiguous buffer's bytes (a read-only one is refused).
     fn bytes_mut<'a>(buf: &'a PyBuffer<u8>, name: &str) -> PyResult<&'a mut [u8]> {
         if buf.readonly() || !buf.is_c_contiguous() {
-            return Err(PyValueError::new_err(format!(
-                "{name} must be a writable contiguous buffer"
-            )));
+            return Err(PyValueError::new_err(format!("{name} must be a writable contiguous buffer")));
         }
         // SAFETY: writable and C-contiguous (checked), item_count() bytes, exported and unmoved
         // while `buf` lives; no other slice of it is made in this call
@@ -254,28 +193,14 @@ mod python {
         queue_offsets: &Bound<'_, PyAny>,
         physical_offsets: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
-        let (data, starts, sizes) = (
-            PyBuffer::<u8>::get(data)?,
-            PyBuffer::<i64>::get(starts)?,
-            PyBuffer::<i64>::get(sizes)?,
-        );
+        let (data, starts, sizes) =
+            (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
         let queue_offsets = PyBuffer::<i64>::get(queue_offsets)?;
         let physical = physical_offsets.map(PyBuffer::<i64>::get).transpose()?;
-        let (d, s, z) = (
-            items(&data, "data")?,
-            items(&starts, "starts")?,
-            items(&sizes, "sizes")?,
-        );
+        let (d, s, z) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?);
         let q = items(&queue_offsets, "queue_offsets")?;
-        let p = physical
-            .as_ref()
-            .map(|b| items(b, "physical_offsets"))
-            .transpose()?;
-        let mut lengths = vec![
-            ("starts", s.len()),
-            ("sizes", z.len()),
-            ("queue_offsets", q.len()),
-        ];
+        let p = physical.as_ref().map(|b| items(b, "physical_offsets")).transpose()?;
+        let mut lengths = vec![("starts", s.len()), ("sizes", z.len()), ("queue_offsets", q.len())];
         lengths.extend(p.map(|p| ("physical_offsets", p.len())));
         same_length(&lengths)?;
         Ok(py.detach(|| crate::unit::check_units(d, s, z, q, p)))
@@ -298,10 +223,7 @@ mod python {
         let (data, sizes) = (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(sizes)?);
         let physical = physical_offsets.map(PyBuffer::<i64>::get).transpose()?;
         let (d, z) = (items(&data, "data")?, items(&sizes, "sizes")?);
-        let p = physical
-            .as_ref()
-            .map(|b| items(b, "physical_offsets"))
-            .transpose()?;
+        let p = physical.as_ref().map(|b| items(b, "physical_offsets")).transpose()?;
         if let Some(p) = p {
             same_length(&[("sizes", z.len()), ("physical_offsets", p.len())])?;
         }
@@ -324,21 +246,10 @@ mod python {
         sizes: &Bound<'py, PyAny>,
         tags_codes: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let (o, z, t) = (
-            PyBuffer::<i64>::get(offsets)?,
-            PyBuffer::<i64>::get(sizes)?,
-            PyBuffer::<i64>::get(tags_codes)?,
-        );
-        let (o, z, t) = (
-            items(&o, "offsets")?,
-            items(&z, "sizes")?,
-            items(&t, "tags_codes")?,
-        );
-        same_length(&[
-            ("offsets", o.len()),
-            ("sizes", z.len()),
-            ("tags_codes", t.len()),
-        ])?;
+        let (o, z, t) =
+            (PyBuffer::<i64>::get(offsets)?, PyBuffer::<i64>::get(sizes)?, PyBuffer::<i64>::get(tags_codes)?);
+        let (o, z, t) = (items(&o, "offsets")?, items(&z, "sizes")?, items(&t, "tags_codes")?);
+        same_length(&[("offsets", o.len()), ("sizes", z.len()), ("tags_codes", t.len())])?;
         match py.detach(|| crate::unit::encode_units(o, z, t)) {
             Ok(units) => Ok(PyBytes::new(py, &units)),
             Err(i) => Err(PyValueError::new_err(format!(
@@ -378,20 +289,11 @@ mod python {
     ) -> PyResult<()> {
         let (data, starts) = (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?);
         let offsets = PyBuffer::<i64>::get(offsets)?;
-        let (d, s, o) = (
-            bytes_mut(&data, "data")?,
-            items(&starts, "starts")?,
-            items(&offsets, "offsets")?,
-        );
+        let (d, s, o) = (bytes_mut(&data, "data")?, items(&starts, "starts")?, items(&offsets, "offsets")?);
         same_length(&[("starts", s.len()), ("offsets", o.len())])?;
-        py.detach(|| crate::unit::rewrite_physical_offsets(d, s, o))
-            .map_err(|i| {
-                PyValueError::new_err(format!(
-                    "unit {i} at {} lies outside the {} bytes",
-                    s[i],
-                    d.len()
-                ))
-            })
+        py.detach(|| crate::unit::rewrite_physical_offsets(d, s, o)).map_err(|i| {
+            PyValueError::new_err(format!("unit {i} at {} lies outside the {} bytes", s[i], d.len()))
+        })
     }
 
     /// `link_items(table, slots, hashes, topic_ids, queue_ids, offsets, sizes, timestamps,
@@ -415,16 +317,8 @@ mod python {
         begin_timestamp: i64,
     ) -> PyResult<(Bound<'py, PyBytes>, u64, i64)> {
         let table = PyBuffer::<u8>::get(table)?;
-        let (h, t, q) = (
-            PyBuffer::<i32>::get(hashes)?,
-            PyBuffer::<i32>::get(topic_ids)?,
-            PyBuffer::<i32>::get(queue_ids)?,
-        );
-        let (o, z, ts) = (
-            PyBuffer::<i64>::get(offsets)?,
-            PyBuffer::<i32>::get(sizes)?,
-            PyBuffer::<i64>::get(timestamps)?,
-        );
+        let (h, t, q) = (PyBuffer::<i32>::get(hashes)?, PyBuffer::<i32>::get(topic_ids)?, PyBuffer::<i32>::get(queue_ids)?);
+        let (o, z, ts) = (PyBuffer::<i64>::get(offsets)?, PyBuffer::<i32>::get(sizes)?, PyBuffer::<i64>::get(timestamps)?);
         let rows = PyBuffer::<i64>::get(rows)?;
         let cols = crate::index_file::Rows {
             hashes: items(&h, "hashes")?,
@@ -438,11 +332,7 @@ mod python {
         let linked = py
             .detach(|| crate::index_file::link_items(tb, slots, &cols, r, first, begin_timestamp))
             .map_err(PyValueError::new_err)?;
-        Ok((
-            PyBytes::new(py, &linked.items),
-            linked.new_slots,
-            linked.end_timestamp,
-        ))
+        Ok((PyBytes::new(py, &linked.items), linked.new_slots, linked.end_timestamp))
     }
 
     /// `gather_plan(offsets, sizes, bases, scratch, gap_bytes) -> (buffers, iov, ranges, owners,
@@ -468,26 +358,12 @@ mod python {
         Bound<'py, PyBytes>,
     )> {
         if offsets.len() != sizes.len() {
-            return Err(PyValueError::new_err(
-                "offsets and sizes must have one buffer per request",
-            ));
+            return Err(PyValueError::new_err("offsets and sizes must have one buffer per request"));
         }
-        let offs = offsets
-            .iter()
-            .map(PyBuffer::<i64>::get)
-            .collect::<PyResult<Vec<_>>>()?;
-        let lens = sizes
-            .iter()
-            .map(PyBuffer::<i64>::get)
-            .collect::<PyResult<Vec<_>>>()?;
-        let o = offs
-            .iter()
-            .map(|b| items(b, "offsets"))
-            .collect::<PyResult<Vec<_>>>()?;
-        let z = lens
-            .iter()
-            .map(|b| items(b, "sizes"))
-            .collect::<PyResult<Vec<_>>>()?;
+        let offs = offsets.iter().map(PyBuffer::<i64>::get).collect::<PyResult<Vec<_>>>()?;
+        let lens = sizes.iter().map(PyBuffer::<i64>::get).collect::<PyResult<Vec<_>>>()?;
+        let o = offs.iter().map(|b| items(b, "offsets")).collect::<PyResult<Vec<_>>>()?;
+        let z = lens.iter().map(|b| items(b, "sizes")).collect::<PyResult<Vec<_>>>()?;
         for (a, b) in o.iter().zip(&z) {
             same_length(&[("offsets", a.len()), ("sizes", b.len())])?;
         }
@@ -495,17 +371,14 @@ mod python {
         let scratch = PyBuffer::<u8>::get(scratch)?;
         let scratch_bytes = bytes_mut(&scratch, "scratch")?;
         if (scratch_bytes.len() as i64) < gap_bytes {
-            return Err(PyValueError::new_err(
-                "scratch must hold at least gap_bytes",
-            ));
+            return Err(PyValueError::new_err("scratch must hold at least gap_bytes"));
         }
         let mut buffers = Vec::with_capacity(z.len());
         let mut addrs = Vec::with_capacity(z.len());
         for sz in &z {
             let total: i64 = sz.iter().sum();
-            let len = pyo3::ffi::Py_ssize_t::try_from(total).map_err(|_| {
-                PyValueError::new_err(format!("{total} bytes is not a buffer size"))
-            })?;
+            let len = pyo3::ffi::Py_ssize_t::try_from(total)
+                .map_err(|_| PyValueError::new_err(format!("{total} bytes is not a buffer size")))?;
             // SAFETY: as in `uninitialized`: a new bytearray of `len` unzeroed bytes
             let buffer: Bound<'py, pyo3::types::PyByteArray> = unsafe {
                 let ptr = pyo3::ffi::PyByteArray_FromStringAndSize(std::ptr::null(), len);
@@ -550,10 +423,7 @@ mod python {
             .chunks_exact(16)
             .map(|c| {
                 let (b, l) = c.split_at(8);
-                [
-                    u64::from_ne_bytes(b.try_into().unwrap()),
-                    u64::from_ne_bytes(l.try_into().unwrap()),
-                ]
+                [u64::from_ne_bytes(b.try_into().unwrap()), u64::from_ne_bytes(l.try_into().unwrap())]
             })
             .collect();
         // SAFETY: the pieces are the buffers gather_plan made for the caller, which keeps them
@@ -604,16 +474,9 @@ mod python {
         sizes: &Bound<'py, PyAny>,
         wanted: Vec<Vec<u8>>,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let (data, starts, sizes) = (
-            PyBuffer::<u8>::get(data)?,
-            PyBuffer::<i64>::get(starts)?,
-            PyBuffer::<i64>::get(sizes)?,
-        );
-        let (d, s, z) = (
-            items(&data, "data")?,
-            items(&starts, "starts")?,
-            items(&sizes, "sizes")?,
-        );
+        let (data, starts, sizes) =
+            (PyBuffer::<u8>::get(data)?, PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(sizes)?);
+        let (d, s, z) = (items(&data, "data")?, items(&starts, "starts")?, items(&sizes, "sizes")?);
         same_length(&[("starts", s.len()), ("sizes", z.len())])?;
         let verdicts = py.detach(|| crate::tags::tags_in(d, s, z, &wanted));
         Ok(PyBytes::new(py, &verdicts))
@@ -628,21 +491,13 @@ mod python {
     fn walk_commitlog<'py>(
         py: Python<'py>,
         data: &Bound<'py, PyAny>,
-    ) -> PyResult<(
-        usize,
-        usize,
-        &'static str,
-        Vec<(Bound<'py, PyBytes>, i32, i64, usize, i64)>,
-    )> {
+    ) -> PyResult<(usize, usize, &'static str, Vec<(Bound<'py, PyBytes>, i32, i64, usize, i64)>)> {
         let data = PyBuffer::<u8>::get(data)?;
         let d = items(&data, "data")?;
         let (consumed, messages, stop, mut found) = py.detach(|| {
             let w = crate::walk::walk(d);
-            let found: Vec<(&[u8], i32, i64, usize, i64)> = w
-                .queues
-                .into_iter()
-                .map(|((t, q), m)| (t, q, m.end, m.first, m.first_time))
-                .collect();
+            let found: Vec<(&[u8], i32, i64, usize, i64)> =
+                w.queues.into_iter().map(|((t, q), m)| (t, q, m.end, m.first, m.first_time)).collect();
             (w.consumed, w.messages, w.stop, found)
         });
         found.sort_unstable();
@@ -652,10 +507,7 @@ mod python {
             crate::walk::Stop::Blank => "blank",
             crate::walk::Stop::Torn => "torn",
         };
-        let queues = found
-            .into_iter()
-            .map(|(t, q, o, at, ts)| (PyBytes::new(py, t), q, o, at, ts))
-            .collect();
+        let queues = found.into_iter().map(|(t, q, o, at, ts)| (PyBytes::new(py, t), q, o, at, ts)).collect();
         Ok((consumed, messages, stop, queues))
     }
 
@@ -673,21 +525,13 @@ mod python {
         commitlog_min_offset: i64,
         hints: &Bound<'py, PyAny>,
         threads: usize,
-    ) -> PyResult<(
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-    )> {
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let hints = PyBuffer::<i64>::get(hints)?;
         let h = items(&hints, "hints")?;
         same_length(&[("dirs", dirs.len()), ("hints", h.len())])?;
-        let found = py.detach(|| {
-            crate::bounds::bounds_many(&dirs, file_size, commitlog_min_offset, h, threads)
-        });
-        let (mut mins, mut maxs) = (
-            Vec::with_capacity(found.len()),
-            Vec::with_capacity(found.len()),
-        );
+        let found =
+            py.detach(|| crate::bounds::bounds_many(&dirs, file_size, commitlog_min_offset, h, threads));
+        let (mut mins, mut maxs) = (Vec::with_capacity(found.len()), Vec::with_capacity(found.len()));
         let mut tails = Vec::with_capacity(found.len());
         for b in found {
             let (lo, hi, tail) = match b {
@@ -720,20 +564,12 @@ mod python {
         cap: u64,
         threads: usize,
     ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
-        let (sizes, at) = (
-            PyBuffer::<i64>::get(file_sizes)?,
-            PyBuffer::<i64>::get(positions)?,
-        );
+        let (sizes, at) = (PyBuffer::<i64>::get(file_sizes)?, PyBuffer::<i64>::get(positions)?);
         let (sizes, at) = (items(&sizes, "file_sizes")?, items(&at, "positions")?);
-        same_length(&[
-            ("paths", paths.len()),
-            ("file_sizes", sizes.len()),
-            ("positions", at.len()),
-        ])?;
+        same_length(&[("paths", paths.len()), ("file_sizes", sizes.len()), ("positions", at.len())])?;
         if let Some(i) = (0..at.len()).find(|&i| at[i] < 0 || sizes[i] < 0) {
             return Err(PyValueError::new_err(format!(
-                "queue {i}: position {} and file size {} cannot be negative",
-                at[i], sizes[i]
+                "queue {i}: position {} and file size {} cannot be negative", at[i], sizes[i]
             )));
         }
         let (counts, units) = py.detach(|| {
@@ -753,10 +589,7 @@ mod python {
             }
             (counts, units)
         });
-        Ok((
-            PyBytes::new(py, as_bytes(&counts)),
-            PyBytes::new(py, &units),
-        ))
+        Ok((PyBytes::new(py, as_bytes(&counts)), PyBytes::new(py, &units)))
     }
 
     /// `append_files(paths, positions, datas, threads) -> (status, value, made)`: each of
@@ -773,32 +606,15 @@ mod python {
         positions: &Bound<'py, PyAny>,
         datas: Vec<Bound<'py, PyAny>>,
         threads: usize,
-    ) -> PyResult<(
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-        Bound<'py, PyBytes>,
-    )> {
+    ) -> PyResult<(Bound<'py, PyBytes>, Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
         let at = PyBuffer::<i64>::get(positions)?;
         let at = items(&at, "positions")?;
-        same_length(&[
-            ("paths", paths.len()),
-            ("positions", at.len()),
-            ("datas", datas.len()),
-        ])?;
+        same_length(&[("paths", paths.len()), ("positions", at.len()), ("datas", datas.len())])?;
         if let Some(i) = (0..at.len()).find(|&i| at[i] < 0) {
-            return Err(PyValueError::new_err(format!(
-                "append {i}: position {} is negative",
-                at[i]
-            )));
+            return Err(PyValueError::new_err(format!("append {i}: position {} is negative", at[i])));
         }
-        let buffers = datas
-            .iter()
-            .map(PyBuffer::<u8>::get)
-            .collect::<PyResult<Vec<_>>>()?;
-        let slices = buffers
-            .iter()
-            .map(|b| items(b, "datas"))
-            .collect::<PyResult<Vec<_>>>()?;
+        let buffers = datas.iter().map(PyBuffer::<u8>::get).collect::<PyResult<Vec<_>>>()?;
+        let slices = buffers.iter().map(|b| items(b, "datas")).collect::<PyResult<Vec<_>>>()?;
         let (status, value, made) = py.detach(|| {
             let at: Vec<u64> = at.iter().map(|&p| p as u64).collect();
             let done = crate::files::append_many(&paths, &at, &slices, threads);

@@ -3,12 +3,7 @@
 
 /// `one(i)` for each `i` in `0..n` on up to `threads` threads (at least 256 items a thread),
 /// in order; a thread that panicked answers `failed` for each of its items.
-pub fn in_order<T: Send + Clone>(
-    n: usize,
-    threads: usize,
-    one: impl Fn(usize) -> T + Sync,
-    failed: T,
-) -> Vec<T> {
+pub fn in_order<T: Send + Clone>(n: usize, threads: usize, one: impl Fn(usize) -> T + Sync, failed: T) -> Vec<T> {
     let threads = threads.clamp(1, 8).min(n.div_ceil(256).max(1));
     if threads == 1 {
         return (0..n).map(one).collect();
@@ -19,10 +14,7 @@ pub fn in_order<T: Send + Clone>(
             .map(|t| {
                 let range = t * per..((t + 1) * per).min(n);
                 let one = &one;
-                (
-                    range.len(),
-                    s.spawn(move || range.map(one).collect::<Vec<_>>()),
-                )
+                (range.len(), s.spawn(move || range.map(one).collect::<Vec<_>>()))
             })
             .collect();
         parts
@@ -38,12 +30,7 @@ mod tests {
     fn answers_in_order_and_a_panicking_part_answers_failed() {
         let got = super::in_order(1000, 3, |i| i * 2, usize::MAX);
         assert_eq!(got, (0..1000).map(|i| i * 2).collect::<Vec<_>>());
-        let got = super::in_order(
-            1000,
-            2,
-            |i| if i == 999 { panic!("boom") } else { i },
-            usize::MAX,
-        );
+        let got = super::in_order(1000, 2, |i| if i == 999 { panic!("boom") } else { i }, usize::MAX);
         assert_eq!(got[..500], (0..500).collect::<Vec<_>>()[..]);
         assert!(got[500..].iter().all(|&v| v == usize::MAX));
     }

@@ -33,16 +33,14 @@ pub fn tags_in(data: &[u8], starts: &[i64], sizes: &[i64], wanted: &[Vec<u8>]) -
     starts
         .iter()
         .zip(sizes)
-        .map(
-            |(&s, &z)| match unit_slice(data, s, z).and_then(properties) {
-                None => ASK,
-                Some(props) => match tags_value(props) {
-                    None => NO,
-                    Some(v) if std::str::from_utf8(v).is_err() => ASK,
-                    Some(v) => u8::from(wanted.iter().any(|w| w.as_slice() == v)),
-                },
+        .map(|(&s, &z)| match unit_slice(data, s, z).and_then(properties) {
+            None => ASK,
+            Some(props) => match tags_value(props) {
+                None => NO,
+                Some(v) if std::str::from_utf8(v).is_err() => ASK,
+                Some(v) => u8::from(wanted.iter().any(|w| w.as_slice() == v)),
             },
-        )
+        })
         .collect()
 }
 
@@ -54,10 +52,7 @@ mod tests {
     fn batch(props: &[&[u8]]) -> (Vec<u8>, Vec<i64>, Vec<i64>) {
         let (mut data, mut starts, mut sizes) = (Vec::new(), Vec::new(), Vec::new());
         for p in props {
-            let unit = encode(&Unit {
-                properties: p,
-                ..Unit::default()
-            });
+            let unit = encode(&Unit { properties: p, ..Unit::default() });
             starts.push(data.len() as i64);
             sizes.push(unit.len() as i64);
             data.extend(unit);
@@ -71,28 +66,22 @@ mod tests {
             b"TAGS\x01A\x02",
             b"TAGS\x01B\x02",
             b"KEYS\x01A\x02",
-            b"TAGS\x01A\x02TAGS\x01B\x02", // the later item wins
-            b"TAGS\x01B\x02TAGS\x01\x02",  // an empty value is dropped
-            b"TAGS\x01\xff\x02",           // not UTF-8: the caller decides
+            b"TAGS\x01A\x02TAGS\x01B\x02",  // the later item wins
+            b"TAGS\x01B\x02TAGS\x01\x02",   // an empty value is dropped
+            b"TAGS\x01\xff\x02",            // not UTF-8: the caller decides
             b"TAGSX\x01A\x02",
             "TAGS\x01\u{4e2d}\x02".as_bytes(),
             b"",
         ]);
         let wanted = vec![b"A".to_vec(), "\u{4e2d}".as_bytes().to_vec()];
-        assert_eq!(
-            tags_in(&data, &starts, &sizes, &wanted),
-            vec![YES, NO, NO, NO, NO, ASK, NO, YES, NO]
-        );
+        assert_eq!(tags_in(&data, &starts, &sizes, &wanted), vec![YES, NO, NO, NO, NO, ASK, NO, YES, NO]);
     }
 
     #[test]
     fn a_torn_unit_is_asked_about() {
         let (data, starts, sizes) = batch(&[b"TAGS\x01A\x02"]);
         let wanted = vec![b"A".to_vec()];
-        assert_eq!(
-            tags_in(&data[..data.len() - 1], &starts, &sizes, &wanted),
-            vec![ASK]
-        );
+        assert_eq!(tags_in(&data[..data.len() - 1], &starts, &sizes, &wanted), vec![ASK]);
         assert_eq!(tags_in(&data, &[-1], &sizes, &wanted), vec![ASK]);
         assert_eq!(tags_in(&data, &[0], &[sizes[0] - 1], &wanted), vec![ASK]);
     }

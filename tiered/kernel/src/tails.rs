@@ -151,10 +151,7 @@ mod tests {
         assert_eq!(tail(&f.0, 400, 1, 8), Tail::Unknown); // another size
         assert_eq!(tail(&f.0.with_extension("gone"), 200, 1, 8), Tail::Unknown);
         assert_eq!(tail(&f.0, 201, 1, 8), Tail::Unknown); // not whole units
-        assert_eq!(
-            tail(&f.0, 200, 1, 8),
-            Tail::Found(2, units(3)[20..].to_vec())
-        );
+        assert_eq!(tail(&f.0, 200, 1, 8), Tail::Found(2, units(3)[20..].to_vec()));
     }
 
     #[test]

@@ -18,23 +18,17 @@ const V6_EXTRA: usize = 12;
 
 #[inline]
 pub fn be_i32(data: &[u8], at: usize) -> Option<i32> {
-    Some(i32::from_be_bytes(
-        data.get(at..at.checked_add(4)?)?.try_into().ok()?,
-    ))
+    Some(i32::from_be_bytes(data.get(at..at.checked_add(4)?)?.try_into().ok()?))
 }
 
 #[inline]
 pub fn be_i64(data: &[u8], at: usize) -> Option<i64> {
-    Some(i64::from_be_bytes(
-        data.get(at..at.checked_add(8)?)?.try_into().ok()?,
-    ))
+    Some(i64::from_be_bytes(data.get(at..at.checked_add(8)?)?.try_into().ok()?))
 }
 
 #[inline]
 fn be_i16(data: &[u8], at: usize) -> Option<i16> {
-    Some(i16::from_be_bytes(
-        data.get(at..at.checked_add(2)?)?.try_into().ok()?,
-    ))
+    Some(i16::from_be_bytes(data.get(at..at.checked_add(2)?)?.try_into().ok()?))
 }
 
 /// The unit `[start, start + size)` of `data` as a slice, when it lies inside `data` and is at
@@ -101,60 +95,19 @@ pub mod testing {
 
     impl Default for Unit<'_> {
         fn default() -> Self {
-            Unit {
-                queue_offset: 0,
-                physical_offset: 0,
-                sys_flag: 0,
-                body: b"hello",
-                topic: b"TopicTest",
-                properties: b"",
-                v2: false,
-            }
+            Unit { queue_offset: 0, physical_offset: 0, sys_flag: 0, body: b"hello", topic: b"TopicTest", properties: b"", v2: false }
         }
     }
 
     pub fn encode(u: &Unit) -> Vec<u8> {
-        let born = if u.sys_flag & super::BORNHOST_V6_FLAG != 0 {
-            20
-        } else {
-            8
-        };
-        let store = if u.sys_flag & super::STOREHOST_V6_FLAG != 0 {
-            20
-        } else {
-            8
-        };
+        let born = if u.sys_flag & super::BORNHOST_V6_FLAG != 0 { 20 } else { 8 };
+        let store = if u.sys_flag & super::STOREHOST_V6_FLAG != 0 { 20 } else { 8 };
         let topic_width = if u.v2 { 2 } else { 1 };
-        let size = 4
-            + 4
-            + 4
-            + 4
-            + 4
-            + 8
-            + 8
-            + 4
-            + 8
-            + born
-            + 8
-            + store
-            + 4
-            + 8
-            + 4
-            + u.body.len()
-            + topic_width
-            + u.topic.len()
-            + 2
-            + u.properties.len();
+        let size = 4 + 4 + 4 + 4 + 4 + 8 + 8 + 4 + 8 + born + 8 + store + 4 + 8 + 4 + u.body.len()
+            + topic_width + u.topic.len() + 2 + u.properties.len();
         let mut out = Vec::with_capacity(size);
         out.extend((size as i32).to_be_bytes());
-        out.extend(
-            (if u.v2 {
-                super::MAGIC_V2
-            } else {
-                super::MAGIC_V1
-            })
-            .to_be_bytes(),
-        );
+        out.extend((if u.v2 { super::MAGIC_V2 } else { super::MAGIC_V1 }).to_be_bytes());
         out.extend(((crc32fast::hash(u.body) & 0x7fff_ffff) as i32).to_be_bytes()); // body CRC
         out.extend(0i32.to_be_bytes()); // queue id
         out.extend(0i32.to_be_bytes()); // flag
@@ -189,19 +142,9 @@ mod tests {
 
     #[test]
     fn properties_are_found_for_every_host_and_magic_shape() {
-        for sys_flag in [
-            0,
-            BORNHOST_V6_FLAG,
-            STOREHOST_V6_FLAG,
-            BORNHOST_V6_FLAG | STOREHOST_V6_FLAG,
-        ] {
+        for sys_flag in [0, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, BORNHOST_V6_FLAG | STOREHOST_V6_FLAG] {
             for v2 in [false, true] {
-                let unit = encode(&Unit {
-                    sys_flag,
-                    v2,
-                    properties: b"KEYS\x01a b\x02",
-                    ..Unit::default()
-                });
+                let unit = encode(&Unit { sys_flag, v2, properties: b"KEYS\x01a b\x02", ..Unit::default() });
                 assert_eq!(properties(&unit), Some(&b"KEYS\x01a b\x02"[..]));
             }
         }
@@ -209,10 +152,7 @@ mod tests {
 
     #[test]
     fn a_torn_or_inconsistent_unit_has_no_properties() {
-        let unit = encode(&Unit {
-            properties: b"KEYS\x01a\x02",
-            ..Unit::default()
-        });
+        let unit = encode(&Unit { properties: b"KEYS\x01a\x02", ..Unit::default() });
         for cut in 0..unit.len() {
             assert_eq!(properties(&unit[..cut]), None, "cut at {cut}");
         }
@@ -234,12 +174,7 @@ mod tests {
 #[inline]
 pub fn store_timestamp(unit: &[u8]) -> Option<i64> {
     let sys_flag = be_i32(unit, SYSFLAG_POSITION)?;
-    let at = 56
-        + if sys_flag & BORNHOST_V6_FLAG != 0 {
-            V6_EXTRA
-        } else {
-            0
-        };
+    let at = 56 + if sys_flag & BORNHOST_V6_FLAG != 0 { V6_EXTRA } else { 0 };
     be_i64(unit, at)
 }
 
@@ -254,15 +189,11 @@ pub fn check_units(
     physical_offsets: Option<&[i64]>,
 ) -> usize {
     for i in 0..starts.len() {
-        let Some(unit) = unit_slice(data, starts[i], sizes[i]) else {
-            return i;
-        };
+        let Some(unit) = unit_slice(data, starts[i], sizes[i]) else { return i };
         let good = be_i32(unit, 0).map(i64::from) == Some(sizes[i])
             && matches!(be_i32(unit, 4), Some(MAGIC_V1 | MAGIC_V2))
             && be_i64(unit, QUEUE_OFFSET_POSITION) == Some(queue_offsets[i])
-            && physical_offsets.map_or(true, |p| {
-                be_i64(unit, PHYSICAL_OFFSET_POSITION) == Some(p[i])
-            });
+            && physical_offsets.map_or(true, |p| be_i64(unit, PHYSICAL_OFFSET_POSITION) == Some(p[i]));
         if !good {
             return i;
         }
@@ -277,10 +208,7 @@ pub fn store_timestamps(data: &[u8], starts: &[i64]) -> Result<Vec<i64>, usize> 
         .iter()
         .enumerate()
         .map(|(i, &s)| {
-            let unit = usize::try_from(s)
-                .ok()
-                .and_then(|s| data.get(s..))
-                .ok_or(i)?;
+            let unit = usize::try_from(s).ok().and_then(|s| data.get(s..)).ok_or(i)?;
             store_timestamp(unit).ok_or(i)
         })
         .collect()
@@ -289,19 +217,10 @@ pub fn store_timestamps(data: &[u8], starts: &[i64]) -> Result<Vec<i64>, usize> 
 /// Write `offsets[i]` big-endian into the physical offset field of the unit at `starts[i]`;
 /// the index of the first unit whose field is not inside `data` when one is not (nothing is
 /// written for it or after it).
-pub fn rewrite_physical_offsets(
-    data: &mut [u8],
-    starts: &[i64],
-    offsets: &[i64],
-) -> Result<(), usize> {
+pub fn rewrite_physical_offsets(data: &mut [u8], starts: &[i64], offsets: &[i64]) -> Result<(), usize> {
     for (i, (&s, &o)) in starts.iter().zip(offsets).enumerate() {
-        let at = usize::try_from(s)
-            .ok()
-            .and_then(|s| s.checked_add(PHYSICAL_OFFSET_POSITION))
-            .ok_or(i)?;
-        data.get_mut(at..at + 8)
-            .ok_or(i)?
-            .copy_from_slice(&o.to_be_bytes());
+        let at = usize::try_from(s).ok().and_then(|s| s.checked_add(PHYSICAL_OFFSET_POSITION)).ok_or(i)?;
+        data.get_mut(at..at + 8).ok_or(i)?.copy_from_slice(&o.to_be_bytes());
     }
     Ok(())
 }
@@ -338,30 +257,15 @@ pub fn check_batch(
     for i in 0..sizes.len() {
         let queue_offset = first_queue_offset.wrapping_add(i as i64);
         let physical = physical_offsets.map(|p| &p[i..i + 1]);
-        if check_units(
-            data,
-            &starts[i..i + 1],
-            &sizes[i..i + 1],
-            &[queue_offset],
-            physical,
-        ) != 1
-        {
+        if check_units(data, &starts[i..i + 1], &sizes[i..i + 1], &[queue_offset], physical) != 1 {
             break;
         }
-        let Some(time) = unit_slice(data, starts[i], sizes[i]).and_then(store_timestamp) else {
-            break;
-        };
+        let Some(time) = unit_slice(data, starts[i], sizes[i]).and_then(store_timestamp) else { break };
         timestamps.push(time);
         first_time = first_time.min(time);
         last_time = last_time.max(time);
     }
-    CheckedBatch {
-        good: timestamps.len(),
-        starts,
-        timestamps,
-        first_time,
-        last_time,
-    }
+    CheckedBatch { good: timestamps.len(), starts, timestamps, first_time, last_time }
 }
 
 /// Consumequeue units (20 bytes each, big-endian: offset, size, tags code) of three equally
@@ -383,20 +287,14 @@ mod walk_tests {
     use super::*;
 
     fn two_units() -> (Vec<u8>, Vec<i64>, Vec<i64>) {
-        let a = encode(&Unit {
-            queue_offset: 7,
-            physical_offset: 100,
-            ..Unit::default()
-        });
-        let b = encode(&Unit {
-            queue_offset: 8,
-            physical_offset: 100 + a.len() as i64,
-            sys_flag: BORNHOST_V6_FLAG,
-            v2: true,
-            ..Unit::default()
-        });
+        let a = encode(&Unit { queue_offset: 7, physical_offset: 100, ..Unit::default() });
+        let b = encode(&Unit { queue_offset: 8, physical_offset: 100 + a.len() as i64, sys_flag: BORNHOST_V6_FLAG, v2: true, ..Unit::default() });
         let sizes = vec![a.len() as i64, b.len() as i64];
-        ([a, b].concat(), vec![0, sizes[0]], sizes)
+        (
+            [a, b].concat(),
+            vec![0, sizes[0]],
+            sizes,
+        )
     }
 
     #[test]
@@ -408,45 +306,22 @@ mod walk_tests {
         assert_eq!(all.good, 2);
         assert_eq!(all.starts, starts);
         assert_eq!(all.timestamps, times);
-        assert_eq!(
-            (all.first_time, all.last_time),
-            (*times.iter().min().unwrap(), *times.iter().max().unwrap())
-        );
+        assert_eq!((all.first_time, all.last_time), (*times.iter().min().unwrap(), *times.iter().max().unwrap()));
         // a wrong queue offset, physical offset or size stops it where check_units stops
-        assert_eq!(
-            check_batch(&data, &sizes, 8, None).good,
-            check_units(&data, &starts, &sizes, &[8, 9], None)
-        );
+        assert_eq!(check_batch(&data, &sizes, 8, None).good, check_units(&data, &starts, &sizes, &[8, 9], None));
         assert_eq!(check_batch(&data, &sizes, 7, Some(&[100, 1])).good, 1);
-        assert_eq!(
-            check_batch(&data, &[sizes[0], sizes[1] + 1], 7, None).good,
-            1
-        );
+        assert_eq!(check_batch(&data, &[sizes[0], sizes[1] + 1], 7, None).good, 1);
         // a torn buffer: the second unit is cut short
-        assert_eq!(
-            check_batch(&data[..data.len() - 1], &sizes, 7, None).good,
-            1
-        );
+        assert_eq!(check_batch(&data[..data.len() - 1], &sizes, 7, None).good, 1);
         let none = check_batch(&data, &[], 7, None);
-        assert_eq!(
-            (
-                none.good,
-                none.starts.len(),
-                none.first_time,
-                none.last_time
-            ),
-            (0, 0, i64::MAX, i64::MIN)
-        );
+        assert_eq!((none.good, none.starts.len(), none.first_time, none.last_time), (0, 0, i64::MAX, i64::MIN));
     }
 
     #[test]
     fn consumequeue_units_are_encoded_big_endian_and_sizes_must_fit_an_int() {
         let out = encode_units(&[1, -2], &[20, 0x7fff_ffff], &[3, i64::MIN]).unwrap();
         assert_eq!(out.len(), 40);
-        assert_eq!(
-            &out[..20],
-            &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, 3]
-        );
+        assert_eq!(&out[..20], &[0, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 20, 0, 0, 0, 0, 0, 0, 0, 3]);
         assert_eq!(&out[20..28], &(-2i64).to_be_bytes());
         assert_eq!(&out[28..32], &[0x7f, 0xff, 0xff, 0xff]);
         assert_eq!(&out[32..], &i64::MIN.to_be_bytes());
@@ -460,19 +335,10 @@ mod walk_tests {
         let phys = [100, 100 + sizes[0]];
         assert_eq!(check_units(&data, &starts, &sizes, &[7, 8], Some(&phys)), 2);
         assert_eq!(check_units(&data, &starts, &sizes, &[7, 9], Some(&phys)), 1);
-        assert_eq!(
-            check_units(&data, &starts, &sizes, &[7, 8], Some(&[100, 5])),
-            1
-        );
+        assert_eq!(check_units(&data, &starts, &sizes, &[7, 8], Some(&[100, 5])), 1);
         assert_eq!(check_units(&data, &starts, &sizes, &[7, 8], None), 2);
-        assert_eq!(
-            check_units(&data, &starts, &[sizes[0] + 1, sizes[1]], &[7, 8], None),
-            0
-        );
-        assert_eq!(
-            check_units(&data[..data.len() - 1], &starts, &sizes, &[7, 8], None),
-            1
-        );
+        assert_eq!(check_units(&data, &starts, &[sizes[0] + 1, sizes[1]], &[7, 8], None), 0);
+        assert_eq!(check_units(&data[..data.len() - 1], &starts, &sizes, &[7, 8], None), 1);
         let mut bad_magic = data.clone();
         bad_magic[4] ^= 1;
         assert_eq!(check_units(&bad_magic, &starts, &sizes, &[7, 8], None), 0);
@@ -482,14 +348,8 @@ mod walk_tests {
     #[test]
     fn store_timestamps_follow_the_born_host() {
         let (data, starts, _) = two_units();
-        assert_eq!(
-            store_timestamps(&data, &starts),
-            Ok(vec![1_700_000_000_001; 2])
-        );
-        assert_eq!(
-            store_timestamps(&data, &[0, data.len() as i64 - 10]),
-            Err(1)
-        );
+        assert_eq!(store_timestamps(&data, &starts), Ok(vec![1_700_000_000_001; 2]));
+        assert_eq!(store_timestamps(&data, &[0, data.len() as i64 - 10]), Err(1));
         assert_eq!(store_timestamps(&data, &[-1]), Err(0));
     }
 
@@ -497,15 +357,9 @@ mod walk_tests {
     fn physical_offsets_are_rewritten_in_place() {
         let (mut data, starts, sizes) = two_units();
         rewrite_physical_offsets(&mut data, &starts, &[5, 6]).unwrap();
-        assert_eq!(
-            check_units(&data, &starts, &sizes, &[7, 8], Some(&[5, 6])),
-            2
-        );
+        assert_eq!(check_units(&data, &starts, &sizes, &[7, 8], Some(&[5, 6])), 2);
         let near_end = data.len() as i64 - 20;
-        assert_eq!(
-            rewrite_physical_offsets(&mut data, &[0, near_end], &[1, 2]),
-            Err(1)
-        );
+        assert_eq!(rewrite_physical_offsets(&mut data, &[0, near_end], &[1, 2]), Err(1));
     }
 }
 
@@ -531,9 +385,9 @@ pub fn crc_mismatches(data: &[u8], starts: &[i64]) -> Vec<i64> {
     let mut bad = Vec::new();
     for (i, &s) in starts.iter().enumerate() {
         let unit = usize::try_from(s).ok().and_then(|s| data.get(s..));
-        let ok = unit
-            .and_then(|u| Some((body(u)?, be_i32(u, 8)?)))
-            .is_some_and(|(b, stored)| (crc32fast::hash(b) & 0x7fff_ffff) as i32 == stored);
+        let ok = unit.and_then(|u| Some((body(u)?, be_i32(u, 8)?))).is_some_and(|(b, stored)| {
+            (crc32fast::hash(b) & 0x7fff_ffff) as i32 == stored
+        });
         if !ok {
             bad.push(i as i64);
         }
@@ -548,15 +402,8 @@ mod crc_tests {
 
     #[test]
     fn bodies_are_checked_against_their_crc() {
-        let a = encode(&Unit {
-            body: b"first body",
-            sys_flag: STOREHOST_V6_FLAG,
-            ..Unit::default()
-        });
-        let b = encode(&Unit {
-            body: b"",
-            ..Unit::default()
-        });
+        let a = encode(&Unit { body: b"first body", sys_flag: STOREHOST_V6_FLAG, ..Unit::default() });
+        let b = encode(&Unit { body: b"", ..Unit::default() });
         let mut data = [a.clone(), b].concat();
         let starts = [0, a.len() as i64];
         assert!(crc_mismatches(&data, &starts).is_empty());

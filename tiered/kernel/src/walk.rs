@@ -55,9 +55,7 @@ pub struct Moved {
 
 /// The topic of a whole message (its field lengths add up to its size, the topic not empty).
 fn topic(unit: &[u8]) -> Option<&[u8]> {
-    topic_and_properties(unit)
-        .map(|(topic, _)| topic)
-        .filter(|t| !t.is_empty())
+    topic_and_properties(unit).map(|(topic, _)| topic).filter(|t| !t.is_empty())
 }
 
 /// Walk the messages of `data` (which starts at a message boundary) until the bytes run out or
@@ -89,21 +87,12 @@ pub fn walk(data: &[u8]) -> Walk<'_> {
         ) else {
             break Stop::Torn;
         };
-        let moved = queues.entry((name, queue_id)).or_insert(Moved {
-            end: 0,
-            first: pos,
-            first_time: time,
-        });
+        let moved = queues.entry((name, queue_id)).or_insert(Moved { end: 0, first: pos, first_time: time });
         moved.end = moved.end.max(offset.saturating_add(1));
         pos += size as usize;
         messages += 1;
     };
-    Walk {
-        consumed: pos,
-        messages,
-        stop,
-        queues,
-    }
+    Walk { consumed: pos, messages, stop, queues }
 }
 
 #[cfg(test)]
@@ -113,14 +102,7 @@ mod tests {
     use crate::unit::{BORNHOST_V6_FLAG, STOREHOST_V6_FLAG};
 
     fn message(topic: &[u8], queue_id: i32, queue_offset: i64, sys_flag: i32, v2: bool) -> Vec<u8> {
-        let mut m = encode(&Unit {
-            topic,
-            queue_offset,
-            sys_flag,
-            v2,
-            properties: b"a\x01b\x02",
-            ..Unit::default()
-        });
+        let mut m = encode(&Unit { topic, queue_offset, sys_flag, v2, properties: b"a\x01b\x02", ..Unit::default() });
         m[QUEUE_ID_POSITION..QUEUE_ID_POSITION + 4].copy_from_slice(&queue_id.to_be_bytes());
         m
     }
@@ -129,12 +111,7 @@ mod tests {
     fn the_queues_of_every_message_shape_with_their_max_offsets() {
         let mut data = Vec::new();
         let mut n = 0;
-        for sys_flag in [
-            0,
-            BORNHOST_V6_FLAG,
-            STOREHOST_V6_FLAG,
-            BORNHOST_V6_FLAG | STOREHOST_V6_FLAG,
-        ] {
+        for sys_flag in [0, BORNHOST_V6_FLAG, STOREHOST_V6_FLAG, BORNHOST_V6_FLAG | STOREHOST_V6_FLAG] {
             for v2 in [false, true] {
                 for (q, o) in [(0, 5), (1, 9), (0, 7), (0, 6)] {
                     data.extend(message(b"T", q, o, sys_flag, v2));
@@ -146,10 +123,7 @@ mod tests {
         let end = data.len();
         data.extend([0u8; 64]);
         let w = walk(&data);
-        assert_eq!(
-            (w.consumed, w.messages, w.stop),
-            (end, n + 1, Stop::Unwritten)
-        );
+        assert_eq!((w.consumed, w.messages, w.stop), (end, n + 1, Stop::Unwritten));
         let firsts: Vec<_> = [b"Other".as_slice(), b"T", b"T"]
             .iter()
             .zip([3, 0, 1])
@@ -163,14 +137,7 @@ mod tests {
         }
         let mut got: Vec<_> = w.queues.into_iter().map(|(k, m)| (k, m.end)).collect();
         got.sort();
-        assert_eq!(
-            got,
-            vec![
-                ((&b"Other"[..], 3), 1),
-                ((&b"T"[..], 0), 8),
-                ((&b"T"[..], 1), 10)
-            ]
-        );
+        assert_eq!(got, vec![((&b"Other"[..], 3), 1), ((&b"T"[..], 0), 8), ((&b"T"[..], 1), 10)]);
     }
 
     #[test]
@@ -182,14 +149,7 @@ mod tests {
             let w = walk(&whole[..cut]);
             let want = if cut < first.len() { 0 } else { first.len() };
             assert_eq!(w.consumed, want, "cut at {cut}");
-            assert_eq!(
-                w.stop,
-                if cut == first.len() {
-                    Stop::More
-                } else {
-                    w.stop
-                }
-            );
+            assert_eq!(w.stop, if cut == first.len() { Stop::More } else { w.stop });
         }
         // the size written, the rest still zeros: a header that does not add up
         let mut torn = first.clone();
@@ -202,11 +162,7 @@ mod tests {
             let mut bad = whole.clone();
             bad[first.len() + at] ^= 0xff;
             let w = walk(&bad);
-            assert!(
-                [first.len(), whole.len()].contains(&w.consumed),
-                "{at}: {}",
-                w.consumed
-            );
+            assert!([first.len(), whole.len()].contains(&w.consumed), "{at}: {}", w.consumed);
         }
     }
 
