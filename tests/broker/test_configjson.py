@@ -18,6 +18,7 @@ from tiered.broker.configjson import DelayOffsets
 from tiered.broker.configjson import SubscriptionGroups
 from tiered.broker.configjson import TopicConfig
 from tiered.broker.configjson import TopicsConfig
+from tiered.broker.configjson import bean
 from tiered.broker.configjson import config_kind
 from tiered.broker.configjson import dump_topics_json
 from tiered.broker.configjson import load_config
@@ -26,6 +27,7 @@ from tiered.broker.configjson import load_consumer_offsets
 from tiered.broker.configjson import load_delay_offsets
 from tiered.broker.configjson import load_subscription_groups
 from tiered.broker.configjson import load_topics
+from tiered.broker.configjson import parse
 from tiered.broker.fastjson import dumps_fastjson
 from tiered.broker.fastjson import parse_fastjson
 from tiered.errors import CorruptStoreFileError
@@ -184,9 +186,7 @@ def test_v7_documents_round_trip_byte_exact() -> None:
         assert dumps_fastjson(parse_fastjson(text, int_keys=True)) == text
     offsets = parse_fastjson(blocks[1], int_keys=True)
     assert offsets["offsetTable"] == {"TopicTest@GID_test": {0: 12, 1: 5}}
-    assert ConsumerOffsets.model_validate(offsets).offset_table == {
-        "TopicTest@GID_test": {0: 12, 1: 5}
-    }
+    assert parse(ConsumerOffsets, offsets).offset_table == {"TopicTest@GID_test": {0: 12, 1: 5}}
 
 
 KEYS = st.one_of(st.integers(-(2**63), 2**63 - 1), st.text(alphabet='0123456789{}[],:"\\ \tab-é\n'))
@@ -356,20 +356,20 @@ def test_config_kind() -> None:
 
 
 def test_data_version_spellings() -> None:
-    assert DataVersion.model_validate({"counter": 2, "timestatmp": 7}).timestamp == 7
-    assert DataVersion.model_validate({"counter": 2, "timestamp": 8}).timestamp == 8
-    dv = DataVersion.model_validate({"counter": 2, "stateVersion": 3, "timestamp": 8})
-    assert dv.model_dump(by_alias=True) == {"counter": 2, "stateVersion": 3, "timestamp": 8}
+    assert parse(DataVersion, {"counter": 2, "timestatmp": 7}).timestamp == 7
+    assert parse(DataVersion, {"counter": 2, "timestamp": 8}).timestamp == 8
+    dv = parse(DataVersion, {"counter": 2, "stateVersion": 3, "timestamp": 8})
+    assert bean(dv) == {"counter": 2, "stateVersion": 3, "timestamp": 8}
 
 
 def test_unknown_properties_are_kept() -> None:
-    t = TopicConfig.model_validate({"topicName": "A", "newField": 1})
-    assert t.model_extra == {"newField": 1}
+    t = parse(TopicConfig, {"topicName": "A", "newField": 1})
+    assert t.extra == {"newField": 1}
     assert '"newField":1' in dump_topics_json([t])
 
 
 def test_by_topic_group_skips_bad_keys(caplog: pytest.LogCaptureFixture) -> None:
-    c = ConsumerOffsets.model_validate({"offsetTable": {"T@G": {"0": 1}, "nogroup": {"0": 2}}})
+    c = parse(ConsumerOffsets, {"offsetTable": {"T@G": {"0": 1}, "nogroup": {"0": 2}}})
     with caplog.at_level(logging.WARNING):
         assert c.by_topic_group() == {("T", "G"): {0: 1}}
     assert "'nogroup'" in caplog.text

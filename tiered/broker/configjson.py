@@ -13,6 +13,7 @@ Fallbacks are logged; nothing is ever written, moved or deleted in the broker's 
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 from collections.abc import Iterable
@@ -22,12 +23,7 @@ from typing import Any
 from typing import Final
 from typing import TypeVar
 
-from pydantic import AliasChoices
-from pydantic import BaseModel
-from pydantic import ConfigDict
-from pydantic import Field
-from pydantic import ValidationError
-from pydantic.alias_generators import to_camel
+import msgspec
 
 from tiered.broker.fastjson import dumps_fastjson
 from tiered.broker.fastjson import parse_fastjson
@@ -39,29 +35,25 @@ log = logging.getLogger(__name__)
 # --- typed models -------------------------------------------------------------------------------
 
 
-class _FastjsonModel(BaseModel):
-    """camelCase on disk, snake_case in code; unknown properties kept (newer brokers add some).
-    Each model's validator is built when it is first used: most commands read none of these
-    files."""
+class _Bean(msgspec.Struct, rename="camel", kw_only=True, frozen=True):
+    """camelCase on disk, snake_case in code; properties this model does not know are kept in
+    :attr:`extra` (newer brokers add some), written back by :func:`bean`. Read with
+    :func:`parse`: fastjson's lax values (``"8"`` for 8, ``"true"``) are taken as Java takes
+    them."""
 
-    model_config = ConfigDict(
-        alias_generator=to_camel,
-        populate_by_name=True,
-        extra="allow",
-        frozen=True,
-        defer_build=True,
-    )
+    extra: dict[str, Any] = msgspec.field(default_factory=dict, name="@extra")
+    """The properties of the file's object that no field names (set by :func:`parse`)."""
 
 
-class DataVersion(_FastjsonModel):
+class DataVersion(_Bean, kw_only=True, frozen=True):
     """``{"counter":N,"stateVersion":N,"timestamp":ms}``; 3.x brokers spelled it ``timestatmp``."""
 
     counter: int = 0
     state_version: int = 0
-    timestamp: int = Field(default=0, validation_alias=AliasChoices("timestamp", "timestatmp"))
+    timestamp: int = 0
 
 
-class TopicConfig(_FastjsonModel):
+class TopicConfig(_Bean, kw_only=True, frozen=True):
     """One entry of ``topicConfigTable``. ``perm``: 4 read, 2 write, 1 inherit, 8 priority."""
 
     topic_name: str
@@ -71,14 +63,14 @@ class TopicConfig(_FastjsonModel):
     topic_filter_type: str = "SINGLE_TAG"
     topic_sys_flag: int = 0
     order: bool = False
-    attributes: dict[str, str] = Field(default_factory=dict)
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-class TopicsConfig(_FastjsonModel):
+class TopicsConfig(_Bean, kw_only=True, frozen=True):
     """``topics.json``."""
 
     data_version: DataVersion | None = None
-    topic_config_table: dict[str, TopicConfig] = Field(default_factory=dict)
+    topic_config_table: dict[str, TopicConfig] = msgspec.field(default_factory=dict)
 
     @property
     def topics(self) -> dict[str, TopicConfig]:
@@ -86,11 +78,11 @@ class TopicsConfig(_FastjsonModel):
         return self.topic_config_table
 
 
-class ConsumerOffsets(_FastjsonModel):
+class ConsumerOffsets(_Bean, kw_only=True, frozen=True):
     """``consumerOffset.json``: ``offsetTable["topic@group"] = {queueId: nextConsumeOffset}``."""
 
     data_version: DataVersion | None = None
-    offset_table: dict[str, dict[int, int]] = Field(default_factory=dict)
+    offset_table: dict[str, dict[int, int]] = msgspec.field(default_factory=dict)
 
     def by_topic_group(self) -> dict[tuple[str, str], dict[int, int]]:
         """The offset table keyed by ``(topic, group)`` (topic and group never contain ``@``)."""
@@ -104,7 +96,7 @@ class ConsumerOffsets(_FastjsonModel):
         return out
 
 
-class SubscriptionGroupConfig(_FastjsonModel):
+class SubscriptionGroupConfig(_Bean, kw_only=True, frozen=True):
     """One entry of ``subscriptionGroupTable`` (defaults are the broker's)."""
 
     group_name: str
@@ -121,22 +113,24 @@ class SubscriptionGroupConfig(_FastjsonModel):
     group_sys_flag: int = 0
     consume_timeout_minute: int = 15
     subscription_data_set: list[dict[str, Any]] | None = None
-    attributes: dict[str, str] = Field(default_factory=dict)
+    attributes: dict[str, str] = msgspec.field(default_factory=dict)
 
 
-class SubscriptionGroups(_FastjsonModel):
+class SubscriptionGroups(_Bean, kw_only=True, frozen=True):
     """``subscriptionGroup.json``."""
 
     data_version: DataVersion | None = None
-    subscription_group_table: dict[str, SubscriptionGroupConfig] = Field(default_factory=dict)
-    forbidden_table: dict[str, dict[str, int]] = Field(default_factory=dict)
+    subscription_group_table: dict[str, SubscriptionGroupConfig] = msgspec.field(
+        default_factory=dict
+    )
+    forbidden_table: dict[str, dict[str, int]] = msgspec.field(default_factory=dict)
 
 
-class DelayOffsets(_FastjsonModel):
+class DelayOffsets(_Bean, kw_only=True, frozen=True):
     """``delayOffset.json``: ``offsetTable = {delayLevel: offset}``; queue id = level - 1."""
 
     data_version: DataVersion | None = None
-    offset_table: dict[int, int] = Field(default_factory=dict)
+    offset_table: dict[int, int] = msgspec.field(default_factory=dict)
 
     def queue_offsets(self) -> dict[int, int]:
         """The offsets keyed by ``SCHEDULE_TOPIC_XXXX`` queue id."""
@@ -150,12 +144,94 @@ CONFIG_KINDS: Final[dict[str, type[ConfigModel]]] = {
     "subscriptionGroup.json": SubscriptionGroups,
     "delayOffset.json": DelayOffsets,
 }
-M = TypeVar("M", bound=BaseModel)
+M = TypeVar("M", bound=_Bean)
+_MODELS: Final[dict[str, type[_Bean]]] = {
+    m.__name__: m
+    for m in (DataVersion, TopicConfig, SubscriptionGroupConfig, *CONFIG_KINDS.values())
+}
 
 
 def config_kind(path: str | os.PathLike[str]) -> type[ConfigModel] | None:
     """The model for a config file by its name (``X`` or ``X.bak``), ``None`` if not modelled."""
     return CONFIG_KINDS.get(Path(path).name.removesuffix(".bak"))
+
+
+def parse(model: type[M], data: dict[str, Any]) -> M:
+    """``data`` (a file's object, as :func:`parse_fastjson` reads it) as ``model``, unknown
+    properties in :attr:`_Bean.extra` (of the model and of each table entry).
+
+    Raises:
+        msgspec.ValidationError: a property has a value of the wrong type.
+    """
+    return _with_extra(msgspec.convert(_respelled(data), model, strict=False), data)
+
+
+def _respelled(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with a 3.x broker's ``timestatmp`` read as ``timestamp``, in it or in its
+    ``dataVersion``."""
+    if "timestatmp" in data and "timestamp" not in data:
+        data = {**data, "timestamp": data["timestatmp"]}
+    version = data.get("dataVersion")
+    if isinstance(version, dict) and "timestatmp" in version and "timestamp" not in version:
+        data = {**data, "dataVersion": _respelled(version)}
+    return data
+
+
+def _with_extra(got: M, data: dict[str, Any]) -> M:
+    """``got`` with the properties of ``data`` that no field of it names in its ``extra``, and
+    so each model in it (its ``dataVersion``, the entries of its tables)."""
+    names, known = _fields(type(got).__name__)
+    changes: dict[str, Any] = {}
+    extra = {k: v for k, v in data.items() if k not in known}
+    if extra:
+        changes["extra"] = extra
+    for name, encoded in names:
+        value, raw = getattr(got, name), data.get(encoded)
+        if not isinstance(raw, dict):
+            continue
+        if isinstance(value, _Bean):
+            model = _with_extra(value, raw)
+            if model is not value:
+                changes[name] = model
+        elif isinstance(value, dict):
+            models = {k: v for k, v in value.items() if isinstance(v, _Bean) and k in raw}
+            redone = {k: _with_extra(v, raw[k]) for k, v in models.items()}
+            if any(v is not models[k] for k, v in redone.items()):
+                changes[name] = {**value, **redone}
+    return msgspec.structs.replace(got, **changes) if changes else got
+
+
+@functools.cache
+def _fields(model: str) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
+    """A model's fields (by its class name) as ``(name, property)``, and the properties it
+    knows."""
+    fields = tuple((f.name, f.encode_name) for f in msgspec.structs.fields(_MODELS[model]))
+    spelled = {"timestatmp"} if model == "DataVersion" else set()
+    return fields, frozenset({encoded for _, encoded in fields} | spelled)
+
+
+_EXTRA: Final = "@extra"
+""":attr:`_Bean.extra`'s name in :func:`msgspec.to_builtins`' output (no Java bean property
+can be named so)."""
+
+
+def bean(model: _Bean) -> dict[str, Any]:
+    """A model as fastjson writes a bean: camelCase properties (its :attr:`~_Bean.extra` ones
+    among them) in alphabetical order, and so each model in it."""
+    plain: dict[str, Any] = _plain(msgspec.to_builtins(model))
+    return plain
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    if not isinstance(value, dict):
+        return value
+    if _EXTRA not in value:
+        return {k: _plain(v) for k, v in value.items()}
+    fields = {k: _plain(v) for k, v in value.items() if k != _EXTRA}  # a model's
+    fields.update(value[_EXTRA])
+    return {k: fields[k] for k in sorted(fields)}
 
 
 # --- loading ------------------------------------------------------------------------------------
@@ -187,8 +263,8 @@ def _load(path: str | os.PathLike[str], convert: type[M] | None, *, use_bak: boo
                 continue
             if not isinstance(data, dict):
                 raise ValueError(f"top level is a {type(data).__name__}, not an object")
-            result = convert.model_validate(data) if convert is not None else data
-        except (ValueError, ValidationError) as e:  # JSONDecodeError, UnicodeDecodeError
+            result = parse(convert, data) if convert is not None else data
+        except (ValueError, msgspec.ValidationError) as e:  # JSONDecodeError, UnicodeDecodeError
             problems.append(f"{candidate.name} unparseable ({str(e).splitlines()[0]})")
             corrupt = True
             continue
@@ -256,12 +332,6 @@ def load_config(
 # --- writing (the store generator) --------------------------------------------------------------
 
 
-def _bean(model: BaseModel) -> dict[str, Any]:
-    """A model as fastjson writes a bean: camelCase properties in alphabetical order."""
-    data = model.model_dump(by_alias=True)
-    return {key: data[key] for key in sorted(data)}
-
-
 def dump_topics_json(
     topics: Mapping[str, TopicConfig] | Iterable[TopicConfig],
     *,
@@ -272,7 +342,7 @@ def dump_topics_json(
     Topics are written in the given order (the broker's own order is its hash map's).
     """
     configs = list(topics.values()) if isinstance(topics, Mapping) else list(topics)
-    table = {t.topic_name: _bean(t) for t in configs}
+    table = {t.topic_name: bean(t) for t in configs}
     return dumps_fastjson(
-        {"dataVersion": _bean(data_version or DataVersion()), "topicConfigTable": table}
+        {"dataVersion": bean(data_version or DataVersion()), "topicConfigTable": table}
     )

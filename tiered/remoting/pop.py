@@ -39,6 +39,7 @@ from typing import Any
 from tiered import metrics
 from tiered.broker import message as msgcodec
 from tiered.broker.configjson import SubscriptionGroupConfig
+from tiered.broker.configjson import bean
 from tiered.broker.configjson import load_subscription_groups
 from tiered.config import TieredConfig
 from tiered.errors import BrokerStoreError
@@ -483,7 +484,7 @@ class Pops:
         config = self._groups.get(group)
         return request.response(
             ResponseCode.SUCCESS,
-            body=dumps(config.model_dump(by_alias=True, exclude_none=True, mode="json")),
+            body=dumps({k: v for k, v in bean(config).items() if v is not None}),
         )
 
 
