@@ -164,24 +164,27 @@ class Rows:
     def flush(self) -> None:
         """Print the rows added so far (the header and its rule before the first)."""
         block, self._block = self._block, []
+        sizes = [[cells_of(cell) for cell in cells] for cells in block]
         if block:
             self._widths = [
-                max(width, *map(cells_of, column))
-                for width, column in zip(self._widths, zip(*block, strict=True), strict=True)
+                max(width, *column)
+                for width, column in zip(self._widths, zip(*sizes, strict=True), strict=True)
             ]
-        lines = [self._line(cells) for cells in block]
+        lines = [self._line(cells, n) for cells, n in zip(block, sizes, strict=True)]
         if not self._started:
             self._started = True
             rule = "\u2500" * (sum(self._widths) + 2 * (len(self._widths) - 1))
-            lines[:0] = [self._line(self.headers), rule]
+            lines[:0] = [self._line(self.headers, [cells_of(h) for h in self.headers]), rule]
         if lines:
             click.echo("\n".join(lines))
 
-    def _line(self, cells: Sequence[str]) -> str:
-        parts = []
-        for cell, width, right in zip(cells, self._widths, self._right, strict=False):
-            pad = " " * (width - cells_of(cell))
-            parts.append(pad + cell if right else cell + pad)
+    def _line(self, cells: Sequence[str], sizes: Sequence[int]) -> str:
+        """A row, each cell padded to its column's width (``sizes``: the cells' own widths)."""
+        columns = zip(cells, sizes, self._widths, self._right, strict=False)  # (not the last)
+        parts = [
+            cell.rjust(width - size + len(cell)) if right else cell.ljust(width - size + len(cell))
+            for cell, size, width, right in columns
+        ]
         parts.append(cells[-1])
         return "  ".join(parts).rstrip()
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from pathlib import Path
 
 import click
@@ -60,6 +61,7 @@ POP_LATEST_SHOWN = 5
 """Latest dead-lettered offsets shown per group and topic (``--json`` has them all)."""
 
 
+@functools.lru_cache(maxsize=1024)  # (a round's queues share their last upload time)
 def _when(ms: int) -> str:
     if ms <= 0:
         return "-"
