@@ -162,6 +162,9 @@ class S3Provider(S3Reads, Provider):
         self._unconfirmed_seen = False  # a write's response did not confirm the encryption
         self._listed: LRUCache[str, SegmentState] = LRUCache(_KNOWN_KEYS)
         """States of keys read (not written) by this instance, as last listed."""
+        self._unsealed: LRUCache[str, bool] = LRUCache(_KNOWN_KEYS)
+        """Keys a reader said are not sealed (:meth:`expect_unsealed`): listed, not tried as a
+        sealed object first, when nothing else is known of them."""
         self.read_ahead_bytes = read_ahead_bytes
         self.read_ahead_max_bytes = read_ahead_max_bytes
         self._ahead = self._new_read_ahead()
@@ -723,6 +726,7 @@ class S3Provider(S3Reads, Provider):
         state.pop("_known", None)  # another process must not trust this one's writes
         state.pop("_known_lock", None)
         state.pop("_listed", None)
+        state.pop("_unsealed", None)
         state.pop("_ahead", None)
         return state
 
@@ -732,6 +736,7 @@ class S3Provider(S3Reads, Provider):
         self._known = LRUCache(_KNOWN_KEYS)
         self._known_lock = threading.Lock()
         self._listed = LRUCache(_KNOWN_KEYS)
+        self._unsealed = LRUCache(_KNOWN_KEYS)
         self._ahead = self._new_read_ahead()
 
 

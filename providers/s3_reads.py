@@ -63,6 +63,7 @@ class S3Reads:
         _encryption: S3Encryption
         _known: LRUCache[str, SegmentState]
         _listed: LRUCache[str, SegmentState]
+        _unsealed: LRUCache[str, bool]
         _known_lock: threading.Lock
 
         @property
@@ -135,6 +136,22 @@ class S3Reads:
                 return got
         return self._read(key, full, position, length)
 
+    def expect_unsealed(self, key: str) -> None:
+        """Remember that the records call ``key`` unsealed (see
+        :meth:`~tiered.providers.base.Provider.expect_unsealed`): when nothing else is known of
+        it, its first read lists it (one LIST, then a GET of the chunk) instead of a GET of a
+        sealed object that is not there, a LIST and the GET."""
+        with self._known_lock:
+            self._unsealed[key] = True
+
+    def _listing(self, key: str) -> SegmentState | None:
+        """The last listing of ``key``; one made now when there is none and a reader said the
+        key is unsealed (:meth:`expect_unsealed`)."""
+        with self._known_lock:
+            listed = self._listed.get(key)
+            hinted = listed is None and key in self._unsealed
+        return self._listed_state(key) if hinted else listed
+
     def _window_bounds(self, key: str, start: int, size: int) -> Extent:
         """Where a read-ahead window from ``start`` ends (at most ``size`` bytes, within the
         chunk object holding ``start``; the rest of the object or chunk too when less than an
@@ -144,8 +161,7 @@ class S3Reads:
         window the fetch settles."""
         state = self._remembered(key)
         if state is None or start >= state.size:
-            with self._known_lock:
-                listed = self._listed.get(key)
+            listed = self._listing(key)
             if listed is not None and (state is None or listed.size > state.size):
                 state = listed
         if state is None or not state.exists:
@@ -173,8 +189,7 @@ class S3Reads:
         chunk object holding ``start``."""
         known = self._remembered(key)
         if known is None or end > known.size:
-            with self._known_lock:
-                known = self._listed.get(key) or known
+            known = self._listing(key) or known
         if known is not None and known.exists and end <= known.size:
             if known.sealed:
                 yield from self._stream_get(key, key, start, end, into, exact=True)
@@ -258,8 +273,7 @@ class S3Reads:
     def _read(self, key: str, full: str, position: int, length: int) -> bytes:
         known = self._remembered(key)
         if known is None and length > 0:
-            with self._known_lock:
-                known = self._listed.get(key)
+            known = self._listing(key)
         if length > 0 and known is not None and position + length <= known.size:
             try:  # an own write: its sealed object, or straight to its chunks
                 if known.sealed:

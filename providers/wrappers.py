@@ -99,6 +99,9 @@ class WrappedProvider(Provider):
     def read(self, key: str, position: int, length: int) -> bytes:
         return self._around("read", key, functools.partial(self.inner.read, key, position, length))
 
+    def expect_unsealed(self, key: str) -> None:
+        self.inner.expect_unsealed(key)
+
     def read_view(self, key: str, position: int, length: int) -> BytesLike:
         cls = type(self)
         if cls.read is not WrappedProvider.read and cls.read_view is WrappedProvider.read_view:

@@ -173,6 +173,30 @@ class S3ProviderTests(S3Fixtures, ChunkedProviderTests):
         assert mine.append(key, b"3" * 7, 15) == 22  # after the mismatch it knows the truth
         assert other.read(key, 0, 22) == b"1" * 10 + b"2" * 5 + b"3" * 7
 
+    def test_a_key_said_unsealed_is_listed_not_tried_sealed(
+        self, endpoint: S3Endpoint, bucket: str, key_prefix: str
+    ) -> None:
+        """A reader that knows nothing of an unsealed segment (a sidecar restarted after a clean
+        stop) tries the sealed object first: a failed GET, a LIST, the GET. Told by the records
+        that the key is unsealed, it lists it first: a LIST and the GET."""
+        key = seg(96)
+        writer = make_provider(endpoint, bucket, key_prefix)
+        writer.append(key, b"c" * 10, 0)
+        writer.append(key, b"d" * 5, 10)
+        guessing = make_provider(endpoint, bucket, key_prefix)
+        assert Counter(requests_of(guessing, lambda: guessing.read(key, 2, 3))) == {
+            "GET": 2,
+            "LIST": 1,
+        }
+        told = make_provider(endpoint, bucket, key_prefix)
+        told.expect_unsealed(key)
+        assert Counter(requests_of(told, lambda: told.read(key, 2, 3))) == {"GET": 1, "LIST": 1}
+        assert told.read(key, 8, 7) == b"cc" + b"d" * 5  # (across both chunks)
+        writer.seal(key)
+        late = make_provider(endpoint, bucket, key_prefix)
+        late.expect_unsealed(key)  # a hint a seal has overtaken: the listing shows the object
+        assert late.read(key, 0, 15) == b"c" * 10 + b"d" * 5
+
     def test_a_pickled_copy_trusts_nothing(self, provider: S3Provider, oracle: BotoOracle) -> None:
         key = seg(95)
         provider.append(key, b"x" * 10, 0)

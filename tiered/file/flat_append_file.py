@@ -643,14 +643,22 @@ class FlatAppendFile:
             )
         first = segs[index]
         take = min(length, first.commit_offset - offset)
-        out = retrying(lambda: read(self.key(first.base), offset - first.base, take))
+        out = retrying(lambda: read(self._reading(first), offset - first.base, take))
         rest = length - len(out)
         if rest > 0 and index + 1 < len(segs):
             nxt = segs[index + 1]
             if nxt.base == first.commit_offset and nxt.size > 0:
                 n = min(rest, nxt.size)
-                out = b"".join((out, retrying(lambda: read(self.key(nxt.base), 0, n))))
+                out = b"".join((out, retrying(lambda: read(self._reading(nxt), 0, n))))
         return out
+
+    def _reading(self, seg: Segment) -> str:
+        """The key of ``seg``, about to be read; the provider is told when the records say it
+        is not sealed (:meth:`~tiered.providers.base.Provider.expect_unsealed`)."""
+        key = self.key(seg.base)
+        if not seg.sealed:
+            self.provider.expect_unsealed(key)
+        return key
 
     # --- recovery and deletion ----------------------------------------------------------------
 
