@@ -144,13 +144,13 @@ class S3Reads:
         with self._known_lock:
             self._unsealed[key] = True
 
-    def _listing(self, key: str) -> SegmentState | None:
-        """The last listing of ``key``; one made now when there is none and a reader said the
-        key is unsealed (:meth:`expect_unsealed`)."""
+    def _listing(self, key: str) -> tuple[SegmentState | None, bool]:
+        """The last listing of ``key``, and whether it was made now: one is made when there is
+        none and a reader said the key is unsealed (:meth:`expect_unsealed`)."""
         with self._known_lock:
             listed = self._listed.get(key)
             hinted = listed is None and key in self._unsealed
-        return self._listed_state(key) if hinted else listed
+        return (self._listed_state(key), True) if hinted else (listed, False)
 
     def _window_bounds(self, key: str, start: int, size: int) -> Extent:
         """Where a read-ahead window from ``start`` ends (at most ``size`` bytes, within the
@@ -161,7 +161,8 @@ class S3Reads:
         window the fetch settles."""
         state = self._remembered(key)
         if state is None or start >= state.size:
-            listed = self._listing(key)
+            with self._known_lock:
+                listed = self._listed.get(key)
             if listed is not None and (state is None or listed.size > state.size):
                 state = listed
         if state is None or not state.exists:
@@ -186,10 +187,13 @@ class S3Reads:
         A key nothing is known of is taken for a sealed object: its GET (cut by the server where
         the object ends) tells its size. When it is not one (or a listing showed it unsealed
         and the window starts past it), the key is listed and the window is the part of the
-        chunk object holding ``start``."""
+        chunk object holding ``start``; a key a reader said is unsealed
+        (:meth:`expect_unsealed`) is listed first."""
         known = self._remembered(key)
+        listed_now = False
         if known is None or end > known.size:
-            known = self._listing(key) or known
+            listed, listed_now = self._listing(key)
+            known = listed or known
         if known is not None and known.exists and end <= known.size:
             if known.sealed:
                 yield from self._stream_get(key, key, start, end, into, exact=True)
@@ -203,13 +207,13 @@ class S3Reads:
             into[: len(data)] = data
             yield len(data)
             return
-        if known is None or not known.exists:
+        if (known is None or not known.exists) and not listed_now:
             try:
                 yield from self._stream_get(key, key, start, end, into, exact=False)
                 return
             except SegmentNotFoundError:
                 pass  # no sealed object: its chunks, as a listing shows them
-        state = self._listed_state(key, fresh=True)
+        state = known if listed_now and known is not None else self._listed_state(key, fresh=True)
         if not state.exists or start >= state.size:
             raise ReadPastEndError(f"{key!r} holds no byte at {start}", key=key)
         if state.sealed:
@@ -273,7 +277,7 @@ class S3Reads:
     def _read(self, key: str, full: str, position: int, length: int) -> bytes:
         known = self._remembered(key)
         if known is None and length > 0:
-            known = self._listing(key)
+            known = self._listing(key)[0]
         if length > 0 and known is not None and position + length <= known.size:
             try:  # an own write: its sealed object, or straight to its chunks
                 if known.sealed:
