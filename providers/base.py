@@ -244,11 +244,12 @@ class Provider(Closeable, abc.ABC):
         for key in keys:
             self.sync(key)
 
-    def expect_unsealed(self, key: str) -> None:
-        """A reader's hint: the records say ``key`` is a segment not yet sealed, so a provider
-        that keeps such a segment in another shape than a sealed one (S3: chunk objects) need
-        not look for the sealed object first. Nothing is promised (a seal may have run since);
-        providers that store both alike ignore it."""
+    def expect_unsealed(self, key: str, size: int) -> None:
+        """A reader's hint: the records say ``key`` is a segment not yet sealed, of ``size``
+        bytes, so a provider that keeps such a segment in another shape than a sealed one (S3:
+        chunk objects) may read it that way without looking for the sealed object first or
+        listing it. Nothing is promised (a seal may have run since); providers that store both
+        alike ignore it."""
 
     @abc.abstractmethod
     def seal(self, key: str) -> None:

@@ -162,9 +162,9 @@ class S3Provider(S3Reads, Provider):
         self._unconfirmed_seen = False  # a write's response did not confirm the encryption
         self._listed: LRUCache[str, SegmentState] = LRUCache(_KNOWN_KEYS)
         """States of keys read (not written) by this instance, as last listed."""
-        self._unsealed: LRUCache[str, bool] = LRUCache(_KNOWN_KEYS)
-        """Keys a reader said are not sealed (:meth:`expect_unsealed`): listed, not tried as a
-        sealed object first, when nothing else is known of them."""
+        self._unsealed: LRUCache[str, int] = LRUCache(_KNOWN_KEYS)
+        """Keys a reader said are not sealed, with their recorded sizes (:meth:`expect_unsealed`):
+        read chunk by chunk, not tried as a sealed object first, when nothing else is known."""
         self.read_ahead_bytes = read_ahead_bytes
         self.read_ahead_max_bytes = read_ahead_max_bytes
         self._ahead = self._new_read_ahead()

@@ -28,7 +28,10 @@ from tiered.errors import ReadPastEndError
 from tiered.errors import SegmentNotFoundError
 
 from .base import check_range
+from .chunks import Chunk
 from .chunks import SegmentState
+from .chunks import chunk_name
+from .chunks import parse_name
 from .chunks import pieces_for_read
 from .layout import RESERVED_CHAR
 from .layout import SegmentAddress
@@ -63,7 +66,7 @@ class S3Reads:
         _encryption: S3Encryption
         _known: LRUCache[str, SegmentState]
         _listed: LRUCache[str, SegmentState]
-        _unsealed: LRUCache[str, bool]
+        _unsealed: LRUCache[str, int]
         _known_lock: threading.Lock
 
         @property
@@ -107,11 +110,15 @@ class S3Reads:
 
     def _learn_size(self, name: str, response: Any) -> None:
         """Record what a GET of ``name`` showed: when it is a segment's own object (not a chunk),
-        the segment is sealed, and its size is the total of the response's Content-Range."""
-        if RESERVED_CHAR in name:
-            return
+        the segment is sealed, and its size is the total of the response's Content-Range; a
+        chunk's total is its size (:meth:`_chunk_learned`)."""
         total = range_total(response.get("ContentRange"))
         if total is None:
+            return
+        if RESERVED_CHAR in name:
+            parsed = parse_name(name)
+            if parsed is not None and parsed[1] is not None:
+                self._chunk_learned(name, parsed[0], parsed[1], total)
             return
         with self._known_lock:
             if name not in self._known:
@@ -121,6 +128,7 @@ class S3Reads:
         check_range(position, length, key=key)
         full = self._full(key)
         if self._ahead is not None and length > 0:
+            self._list_for_whole_read(key, position, length)
             got = self._ahead.read(key, position, length)
             if got is not None:
                 return got
@@ -131,26 +139,62 @@ class S3Reads:
         check_range(position, length, key=key)
         full = self._full(key)
         if self._ahead is not None and length > 0:
+            self._list_for_whole_read(key, position, length)
             got = self._ahead.view(key, position, length)
             if got is not None:
                 return got
         return self._read(key, full, position, length)
 
-    def expect_unsealed(self, key: str) -> None:
-        """Remember that the records call ``key`` unsealed (see
+    def expect_unsealed(self, key: str, size: int) -> None:
+        """Remember that the records call ``key`` unsealed with ``size`` bytes (see
         :meth:`~tiered.providers.base.Provider.expect_unsealed`): when nothing else is known of
-        it, its first read lists it (one LIST, then a GET of the chunk) instead of a GET of a
-        sealed object that is not there, a LIST and the GET."""
+        its bytes, they are read from its chunks one after the other -- the first at position
+        0, each GET's ``Content-Range`` telling where the next begins -- without a listing, and
+        without a GET of a sealed object that is not there."""
         with self._known_lock:
-            self._unsealed[key] = True
+            self._unsealed[key] = size
 
-    def _listing(self, key: str) -> tuple[SegmentState | None, bool]:
-        """The last listing of ``key``, and whether it was made now: one is made when there is
-        none and a reader said the key is unsealed (:meth:`expect_unsealed`)."""
+    def _list_for_whole_read(self, key: str, position: int, length: int) -> None:
+        """A read to the end the records give a key they call unsealed, when nothing is known of
+        it: list it first, so that the read-ahead holds the read as a window (a reader that
+        asked for all the rest reads its pieces next: a consumequeue segment), not one GET now
+        and one per piece after."""
+        size = self._hinted(key)
+        if size is None or position + length < size or self._remembered(key) is not None:
+            return
         with self._known_lock:
-            listed = self._listed.get(key)
-            hinted = listed is None and key in self._unsealed
-        return (self._listed_state(key), True) if hinted else (listed, False)
+            if key in self._listed:
+                return
+        self._listed_state(key)
+
+    def _hinted(self, key: str) -> int | None:
+        """The size the records gave ``key`` as an unsealed segment, if a reader said so."""
+        with self._known_lock:
+            return self._unsealed.get(key)
+
+    def _chunk_learned(self, name: str, key: str, position: int, total: int) -> None:
+        """A GET showed the chunk ``name`` of ``key`` at ``position`` holding ``total`` bytes:
+        when it continues the run known of ``key`` (from 0, as a listing would show it), the run
+        takes it."""
+        with self._known_lock:
+            if total <= 0 or key in self._known:
+                return
+            state = self._listed.get(key)
+            if state is not None and state.sealed:
+                return
+            run = state.run if state is not None else ()
+            if position == (run[-1].end if run else 0):
+                self._listed[key] = SegmentState(key, run=(*run, Chunk(name, position, total)))
+
+    def _chunk_after(self, key: str, known: SegmentState | None) -> int | None:
+        """Where the chunk after what is known of ``key`` (``known``: as listed or learned)
+        begins, when ``key`` is a segment the records call unsealed, nothing shows it sealed
+        and this instance did not write it; else None."""
+        if (known is not None and known.sealed) or self._hinted(key) is None:
+            return None
+        if self._remembered(key) is not None:  # own writes: their record decides
+            return None
+        return known.size if known is not None and known.exists else 0
 
     def _window_bounds(self, key: str, start: int, size: int) -> Extent:
         """Where a read-ahead window from ``start`` ends (at most ``size`` bytes, within the
@@ -177,7 +221,8 @@ class S3Reads:
         end = min(start + size, limit)
         if limit - end < size // SLIVER_FRACTION:
             end = limit
-        return Extent(end, end < state.size)
+        recorded = 0 if state.sealed else self._hinted(key) or 0  # (chunks may follow the run)
+        return Extent(end, end < max(state.size, recorded))
 
     def _window(self, key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
         """Bytes ``[start, end)`` of a read-ahead window in one GET, received straight into
@@ -190,10 +235,9 @@ class S3Reads:
         chunk object holding ``start``; a key a reader said is unsealed
         (:meth:`expect_unsealed`) is listed first."""
         known = self._remembered(key)
-        listed_now = False
         if known is None or end > known.size:
-            listed, listed_now = self._listing(key)
-            known = listed or known
+            with self._known_lock:
+                known = self._listed.get(key) or known
         if known is not None and known.exists and end <= known.size:
             if known.sealed:
                 yield from self._stream_get(key, key, start, end, into, exact=True)
@@ -207,13 +251,26 @@ class S3Reads:
             into[: len(data)] = data
             yield len(data)
             return
-        if (known is None or not known.exists) and not listed_now:
+        at = self._chunk_after(key, known)
+        if at is not None and start >= at:  # the next chunk, by its name
+            arrived = False
+            try:
+                for n in self._stream_get(
+                    key, chunk_name(key, at), start - at, end - at, into, exact=False
+                ):
+                    arrived = True
+                    yield n
+                return
+            except (SegmentNotFoundError, ReadPastEndError):
+                if arrived:
+                    raise
+        elif known is None or not known.exists:
             try:
                 yield from self._stream_get(key, key, start, end, into, exact=False)
                 return
             except SegmentNotFoundError:
                 pass  # no sealed object: its chunks, as a listing shows them
-        state = known if listed_now and known is not None else self._listed_state(key, fresh=True)
+        state = self._listed_state(key, fresh=True)
         if not state.exists or start >= state.size:
             raise ReadPastEndError(f"{key!r} holds no byte at {start}", key=key)
         if state.sealed:
@@ -274,10 +331,46 @@ class S3Reads:
             )
         release(body)
 
+    def _read_chunks(self, key: str, position: int, length: int) -> bytes | None:
+        """Bytes ``[position, position + length)`` of a key the records call unsealed, from the
+        chunks known of it and then each next chunk by its name (see :meth:`expect_unsealed`);
+        None when it is not such a key or a chunk is not where it should be (a listing then
+        tells)."""
+        stop, at, parts = position + length, position, []
+        while at < stop:
+            with self._known_lock:
+                known = self._listed.get(key)
+            begin = self._chunk_after(key, known)
+            if begin is None:
+                return None
+            if at < begin:  # known chunks
+                assert known is not None
+                pieces = pieces_for_read(known.run, at, min(stop, begin) - at)
+                try:
+                    parts += [self._get(p.name, p.start, p.end) for p in pieces]
+                except SegmentNotFoundError:
+                    return None
+                at = min(stop, begin)
+                continue
+            try:
+                data = self._get(chunk_name(key, begin), at - begin, stop - begin)
+            except (SegmentNotFoundError, ReadPastEndError):
+                return None
+            if not data:
+                return None
+            parts.append(data)
+            at += len(data)
+        return b"".join(parts)
+
     def _read(self, key: str, full: str, position: int, length: int) -> bytes:
         known = self._remembered(key)
         if known is None and length > 0:
-            known = self._listing(key)[0]
+            with self._known_lock:
+                known = self._listed.get(key)
+        if length > 0 and (known is None or position + length > known.size):
+            data = self._read_chunks(key, position, length)
+            if data is not None:
+                return data
         if length > 0 and known is not None and position + length <= known.size:
             try:  # an own write: its sealed object, or straight to its chunks
                 if known.sealed:

@@ -99,8 +99,8 @@ class WrappedProvider(Provider):
     def read(self, key: str, position: int, length: int) -> bytes:
         return self._around("read", key, functools.partial(self.inner.read, key, position, length))
 
-    def expect_unsealed(self, key: str) -> None:
-        self.inner.expect_unsealed(key)
+    def expect_unsealed(self, key: str, size: int) -> None:
+        self.inner.expect_unsealed(key, size)
 
     def read_view(self, key: str, position: int, length: int) -> BytesLike:
         cls = type(self)

@@ -173,12 +173,14 @@ class S3ProviderTests(S3Fixtures, ChunkedProviderTests):
         assert mine.append(key, b"3" * 7, 15) == 22  # after the mismatch it knows the truth
         assert other.read(key, 0, 22) == b"1" * 10 + b"2" * 5 + b"3" * 7
 
-    def test_a_key_said_unsealed_is_listed_not_tried_sealed(
+    def test_a_key_said_unsealed_is_read_chunk_by_chunk(
         self, endpoint: S3Endpoint, bucket: str, key_prefix: str
     ) -> None:
         """A reader that knows nothing of an unsealed segment (a sidecar restarted after a clean
         stop) tries the sealed object first: a failed GET, a LIST, the GET. Told by the records
-        that the key is unsealed, it lists it first: a LIST and the GET."""
+        that the key is unsealed, it GETs its chunks by name, the first at 0, each one's size
+        telling where the next begins: no LIST, no failed GET -- but for a read to the end,
+        which it lists first, to hold its bytes for the reads of its pieces that follow."""
         key = seg(96)
         writer = make_provider(endpoint, bucket, key_prefix)
         writer.append(key, b"c" * 10, 0)
@@ -189,13 +191,22 @@ class S3ProviderTests(S3Fixtures, ChunkedProviderTests):
             "LIST": 1,
         }
         told = make_provider(endpoint, bucket, key_prefix)
-        told.expect_unsealed(key)
-        assert Counter(requests_of(told, lambda: told.read(key, 2, 3))) == {"GET": 1, "LIST": 1}
-        assert told.read(key, 8, 7) == b"cc" + b"d" * 5  # (across both chunks)
+        told.expect_unsealed(key, 15)
+        assert Counter(requests_of(told, lambda: told.read(key, 2, 3))) == {"GET": 1}
+        across = Counter(requests_of(told, lambda: told.read(key, 8, 6)))
+        assert across == {"GET": 2}  # the rest of the first chunk, then the second by name
+        assert told.read(key, 8, 6) == b"cc" + b"d" * 4
+        whole = make_provider(endpoint, bucket, key_prefix)
+        whole.expect_unsealed(key, 15)
+        got = Counter(requests_of(whole, lambda: whole.read(key, 0, 15)))
+        assert got["LIST"] == 1 and got["GET"] == 2, got  # to the end: held, for its pieces
+        assert Counter(requests_of(whole, lambda: whole.read(key, 3, 9))) == {}
+        assert whole.read(key, 3, 9) == b"c" * 7 + b"dd"
         writer.seal(key)
         late = make_provider(endpoint, bucket, key_prefix)
-        late.expect_unsealed(key)  # a hint a seal has overtaken: the listing shows the object
+        late.expect_unsealed(key, 15)  # a hint a seal has overtaken: the listing shows the object
         assert late.read(key, 0, 15) == b"c" * 10 + b"d" * 5
+        assert late.read(key, 4, 9) == b"c" * 6 + b"d" * 3
 
     def test_a_pickled_copy_trusts_nothing(self, provider: S3Provider, oracle: BotoOracle) -> None:
         key = seg(95)

@@ -657,7 +657,7 @@ class FlatAppendFile:
         is not sealed (:meth:`~tiered.providers.base.Provider.expect_unsealed`)."""
         key = self.key(seg.base)
         if not seg.sealed:
-            self.provider.expect_unsealed(key)
+            self.provider.expect_unsealed(key, seg.size)
         return key
 
     # --- recovery and deletion ----------------------------------------------------------------
