@@ -54,6 +54,23 @@ impl Strings {
     }
 }
 
+/// Just past the string literal whose opening quote is at `start`, if one is closed there: any
+/// bytes but a quote or a backslash, and a backslash with the byte after it unless that is a line
+/// break. Where none is closed (damaged text) the quote is an ordinary byte, as it is for the
+/// regular expression `parse_fastjson` holds this to.
+fn string_end(src: &[u8], start: usize) -> Option<usize> {
+    let mut j = start + 1;
+    while j < src.len() {
+        match src[j] {
+            b'"' => return Some(j + 1),
+            b'\\' if j + 1 < src.len() && src[j + 1] != b'\n' => j += 2,
+            b'\\' => return None,
+            _ => j += 1,
+        }
+    }
+    None
+}
+
 fn is_space(b: u8) -> bool {
     matches!(b, b' ' | b'\t' | b'\n' | b'\r' | 0x0b | 0x0c)
 }
@@ -63,15 +80,18 @@ fn is_space(b: u8) -> bool {
 /// copied as they are, so digits and colons inside them are never taken for a key.
 pub fn quote_bare_keys(src: &[u8]) -> Vec<u8> {
     let mut out = Vec::with_capacity(src.len() + src.len() / 16);
-    let mut strings = Strings::default();
     let mut i = 0;
     while i < src.len() {
         let b = src[i];
+        if b == b'"' {
+            if let Some(end) = string_end(src, i) {
+                out.extend_from_slice(&src[i..end]);
+                i = end;
+                continue;
+            }
+        }
         out.push(b);
         i += 1;
-        if strings.take(b) {
-            continue;
-        }
         if b != b'{' && b != b',' {
             continue;
         }
@@ -127,6 +147,13 @@ mod tests {
             "{\n\t\"7\"\t:\"{8:9,10:\\\"\"}"
         );
         assert_eq!(quoted("{-:1,2 3:4,"), "{-:1,2 3:4,");
+    }
+
+    #[test]
+    fn an_unclosed_quote_is_an_ordinary_byte() {
+        assert_eq!(quoted("\",0:"), "\",\"0\":");
+        assert_eq!(quoted("{\"a\\\n\",1:2}"), "{\"a\\\n\",\"1\":2}");
+        assert_eq!(quoted("{\"a,1:\"}"), "{\"a,1:\"}");
     }
 
     fn layout(s: &str) -> String {
