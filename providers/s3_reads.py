@@ -4,7 +4,9 @@ A key this instance did not write is listed once and the listing kept (a written
 changes, so it stays right for every byte it shows; a read beyond it lists again), so reads of an
 unsealed segment cost one GET per chunk piece, not a failed GET and a LIST each. A sealed
 segment's object is read without a listing at all: its GET says it is there, and its
-``Content-Range`` says how big it is, which is recorded like a listing.
+``Content-Range`` says how big it is, which is recorded like a listing. A segment the records
+call unsealed (:meth:`S3Reads.expect_unsealed`) is read without one too: its chunks by name, the
+first at 0, each one's ``Content-Range`` telling where the next begins.
 
 A reader that continues where it stopped gets read-ahead windows (:mod:`.read_ahead`): one GET
 of up to ``read_ahead_bytes`` per window, cut where the chunk object or the object ends, received
@@ -232,8 +234,9 @@ class S3Reads:
         A key nothing is known of is taken for a sealed object: its GET (cut by the server where
         the object ends) tells its size. When it is not one (or a listing showed it unsealed
         and the window starts past it), the key is listed and the window is the part of the
-        chunk object holding ``start``; a key a reader said is unsealed
-        (:meth:`expect_unsealed`) is listed first."""
+        chunk object holding ``start``. A key a reader said is unsealed (:meth:`expect_unsealed`)
+        is read from the chunk after those known of it, by its name, and listed only when that
+        chunk is not there."""
         known = self._remembered(key)
         if known is None or end > known.size:
             with self._known_lock:
