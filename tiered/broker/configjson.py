@@ -13,7 +13,6 @@ Fallbacks are logged; nothing is ever written, moved or deleted in the broker's 
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 from collections.abc import Iterable
@@ -145,10 +144,6 @@ CONFIG_KINDS: Final[dict[str, type[ConfigModel]]] = {
     "delayOffset.json": DelayOffsets,
 }
 M = TypeVar("M", bound=_Bean)
-_MODELS: Final[dict[str, type[_Bean]]] = {
-    m.__name__: m
-    for m in (DataVersion, TopicConfig, SubscriptionGroupConfig, *CONFIG_KINDS.values())
-}
 
 
 def config_kind(path: str | os.PathLike[str]) -> type[ConfigModel] | None:
@@ -180,7 +175,7 @@ def _respelled(data: dict[str, Any]) -> dict[str, Any]:
 def _with_extra(got: M, data: dict[str, Any]) -> M:
     """``got`` with the properties of ``data`` that no field of it names in its ``extra``, and
     so each model in it (its ``dataVersion``, the entries of its tables)."""
-    names, known = _fields(type(got).__name__)
+    names, known = _fields(type(got))
     changes: dict[str, Any] = {}
     extra = {k: v for k, v in data.items() if k not in known}
     if extra:
@@ -201,13 +196,18 @@ def _with_extra(got: M, data: dict[str, Any]) -> M:
     return msgspec.structs.replace(got, **changes) if changes else got
 
 
-@functools.cache
-def _fields(model: str) -> tuple[tuple[tuple[str, str], ...], frozenset[str]]:
-    """A model's fields (by its class name) as ``(name, property)``, and the properties it
-    knows."""
-    fields = tuple((f.name, f.encode_name) for f in msgspec.structs.fields(_MODELS[model]))
-    spelled = {"timestatmp"} if model == "DataVersion" else set()
-    return fields, frozenset({encoded for _, encoded in fields} | spelled)
+_Fields = tuple[tuple[tuple[str, str], ...], frozenset[str]]
+_FIELDS: dict[type[_Bean], _Fields] = {}
+
+
+def _fields(model: type[_Bean]) -> _Fields:
+    """A model's fields as ``(name, property)``, and the properties it knows (made once)."""
+    got = _FIELDS.get(model)
+    if got is None:
+        fields = tuple((f.name, f.encode_name) for f in msgspec.structs.fields(model))
+        spelled = {"timestatmp"} if model is DataVersion else set()
+        got = _FIELDS[model] = (fields, frozenset({e for _, e in fields} | spelled))
+    return got
 
 
 _EXTRA: Final = "@extra"
