@@ -81,11 +81,14 @@ def large_read_bytes(window_bytes: int) -> int:
 
 class Extent(NamedTuple):
     """Where a window ends, whether the object holds bytes after it, and whether that is known
-    (``exact``) or a guess the fetch will settle."""
+    (``exact``) or a guess the fetch will settle; ``size``: where the object is expected to end
+    when a guess is all the provider has of its windows (a segment its records call unsealed,
+    whose chunks it has yet to see)."""
 
     end: int
     more: bool
     exact: bool = True
+    size: int | None = None
 
 
 Bounds = Callable[[str, int, int], Extent]
@@ -358,13 +361,16 @@ class ReadAhead:
         return stream
 
     def _to_end(self, key: str, position: int, length: int) -> bool:
-        """Whether the read ends where the object is known to end: its window would be the same
-        bytes (one GET either way), and the reader that asked for all the rest is likely to
-        read them again piece by piece (a consumequeue chunk smaller than a large read)."""
+        """Whether the read ends where the object is known (or expected: :attr:`Extent.size`) to
+        end: its windows would be the same bytes (a GET each either way), and the reader that
+        asked for all the rest is likely to read them again piece by piece (a consumequeue
+        chunk smaller than a large read)."""
         stop, at = position + length, position
         for _ in range(_TO_END_STEPS):  # window by window: a chunk object's end is not the end
             extent = self._bounds(key, at, stop - at)
-            if not extent.exact or extent.end <= at:
+            if not extent.exact:
+                return extent.size == stop
+            if extent.end <= at:
                 return False
             if not extent.more:
                 return extent.end == stop

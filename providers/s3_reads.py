@@ -130,7 +130,6 @@ class S3Reads:
         check_range(position, length, key=key)
         full = self._full(key)
         if self._ahead is not None and length > 0:
-            self._list_for_whole_read(key, position, length)
             got = self._ahead.read(key, position, length)
             if got is not None:
                 return got
@@ -141,7 +140,6 @@ class S3Reads:
         check_range(position, length, key=key)
         full = self._full(key)
         if self._ahead is not None and length > 0:
-            self._list_for_whole_read(key, position, length)
             got = self._ahead.view(key, position, length)
             if got is not None:
                 return got
@@ -155,19 +153,6 @@ class S3Reads:
         without a GET of a sealed object that is not there."""
         with self._known_lock:
             self._unsealed[key] = size
-
-    def _list_for_whole_read(self, key: str, position: int, length: int) -> None:
-        """A read to the end the records give a key they call unsealed, when nothing is known of
-        it: list it first, so that the read-ahead holds the read as a window (a reader that
-        asked for all the rest reads its pieces next: a consumequeue segment), not one GET now
-        and one per piece after."""
-        size = self._hinted(key)
-        if size is None or position + length < size or self._remembered(key) is not None:
-            return
-        with self._known_lock:
-            if key in self._listed:
-                return
-        self._listed_state(key)
 
     def _hinted(self, key: str) -> int | None:
         """The size the records gave ``key`` as an unsealed segment, if a reader said so."""
@@ -204,7 +189,8 @@ class S3Reads:
         eighth of ``size`` would be left), and whether the segment holds more after it. From
         what is known (own writes, listings, GETs of the sealed object), without a request: an
         unknown key, or a position past a listing that may have grown, gets a tentative
-        window the fetch settles."""
+        window the fetch settles (cut at the size the records give a segment they call
+        unsealed, and saying that size: a read to it reads on through its chunks)."""
         state = self._remembered(key)
         if state is None or start >= state.size:
             with self._known_lock:
@@ -212,11 +198,11 @@ class S3Reads:
             if listed is not None and (state is None or listed.size > state.size):
                 state = listed
         if state is None or not state.exists:
-            return Extent(start + size, True, exact=False)
+            return self._tentative(key, start, size)
         if start >= state.size:
             if state.sealed:
                 return Extent(start, False)
-            return Extent(start + size, True, exact=False)  # an unsealed segment may have grown
+            return self._tentative(key, start, size)  # an unsealed segment may have grown
         limit = state.size
         if not state.sealed:
             limit = next(c.end for c in state.run if c.position <= start < c.end)
@@ -225,6 +211,14 @@ class S3Reads:
             end = limit
         recorded = 0 if state.sealed else self._hinted(key) or 0  # (chunks may follow the run)
         return Extent(end, end < max(state.size, recorded))
+
+    def _tentative(self, key: str, start: int, size: int) -> Extent:
+        """A window from ``start`` of a key whose chunks past it are not known (see
+        :meth:`_window_bounds`)."""
+        hinted = None if self._remembered(key) is not None else self._hinted(key)
+        if hinted is not None and start < hinted:
+            return Extent(min(start + size, hinted), True, exact=False, size=hinted)
+        return Extent(start + size, True, exact=False)
 
     def _window(self, key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
         """Bytes ``[start, end)`` of a read-ahead window in one GET, received straight into
