@@ -426,6 +426,41 @@ def test_a_window_of_an_unknown_object_is_settled_by_its_fetch() -> None:
     ahead.close()
 
 
+def test_a_read_to_the_expected_size_is_read_chunk_by_chunk_into_windows() -> None:
+    """``bounds`` knows only the size the object should have (a segment its records call
+    unsealed, whose chunks it has yet to see): a read of all the rest up to that size is
+    sequential, its windows are settled chunk by chunk as their fetches learn where each chunk
+    ends, and the reads of its pieces that follow are answered from them. A read that stops
+    short of that size is not taken for one."""
+    learned: list[int] = []  # chunk ends the fetches have seen
+    fetches: list[tuple[int, int]] = []
+
+    def bounds(key: str, start: int, size: int) -> Extent:
+        known = learned[-1] if learned else 0
+        if start >= known:  # past what is known: a guess, cut at the expected size
+            return Extent(min(start + size, len(DATA)), True, exact=False, size=len(DATA))
+        end = min(start + size, next(e for e in learned if start < e))
+        return Extent(end, end < len(DATA))
+
+    def fetch(key: str, start: int, end: int, into: memoryview) -> Iterator[int]:
+        fetches.append((start, end))
+        chunk_end = next(e for e in CHUNK_ENDS if start < e)  # a chunk's GET tells its size
+        if chunk_end not in learned:
+            learned.append(chunk_end)
+        yield from receive(into, start, min(end, chunk_end), piece=300)
+
+    ahead = ReadAhead(bounds, fetch, 1 << 20, 8 << 20)  # 32 KiB is a large read
+    assert ahead.read("k", 0, 9_000) is None  # short of the expected size, small: not sequential
+    assert fetches == []
+    ahead.forget("k")
+    assert ahead.read("k", 0, len(DATA)) == DATA
+    assert fetches == [(0, len(DATA)), (3_000, len(DATA)), (6_500, len(DATA))]
+    for position in range(0, len(DATA), 700):
+        assert ahead.read("k", position, 700) == DATA[position : position + 700]
+    assert len(fetches) == 3  # the pieces: from the windows
+    ahead.close()
+
+
 def test_the_next_segment_is_read_from_windows_from_its_first_byte() -> None:
     """A reader that read a segment to its end and goes on at 0 of the next one is sequential
     there too: no direct read for the first bytes of each segment."""
