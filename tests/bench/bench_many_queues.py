@@ -35,6 +35,8 @@ Measured, one row per mode:
 ``RMQ_BENCH_MQ_QUEUES=100000`` builds an LMQ's store instead (:data:`LMQ_FROM`).
 
 Printed per size: both rows and each figure's ratio every/follow.
+
+:func:`test_one_spread_pass` times the spread tail's pass alone: see there.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ from __future__ import annotations
 import json
 import os
 import re
+import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,6 +55,11 @@ import urllib.request
 from dataclasses import dataclass
 from dataclasses import field
 from pathlib import Path
+
+from tiered.providers import build_provider
+
+from tiered.config import load_config
+from tiered.core.sidecar import Sidecar
 
 RMQ = str(Path(sys.executable).parent / "rmq-tiered")
 SIZES = [int(n) for n in os.environ.get("RMQ_BENCH_MQ_QUEUES", "1000,16000").split(",")]
@@ -66,6 +75,8 @@ LMQ_FROM = 100_000
 queue, and only the follow and whole-file modes run (every queue at every pass would take
 minutes a pass)."""
 LMQ_PER_QUEUE = 4
+SPREAD_QUEUES = int(os.environ.get("RMQ_BENCH_SPREAD_QUEUES", "16000"))
+SPREAD_RUNS = int(os.environ.get("RMQ_BENCH_SPREAD_RUNS", "3"))
 MODES = {
     "follow": {},
     "every": {"tieredStoreQueueScanIntervalMs": "0"},
@@ -367,3 +378,88 @@ def test_many_queues() -> None:
     for queues in SIZES:
         with tempfile.TemporaryDirectory(prefix=f"bench-mq-{queues}-") as tmp:
             _print(queues, _size(queues, Path(tmp)))
+
+
+@dataclass
+class SpreadPass:
+    wall: float
+    user: float
+    system: float
+    messages: int
+    queues: int
+    floor: float
+    """the plain loop's wall (see :func:`test_one_spread_pass`)"""
+
+
+def test_one_spread_pass() -> None:
+    """One following pass of ``run`` (in this process, alone on the machine) after
+    :data:`SPREAD_QUEUES` more messages spread over the queues of a store of that many queues,
+    :data:`SPREAD_RUNS` times on fresh copies of one offloaded store: its wall and CPU, against
+    the plain loop of the same appends (:func:`_floor`). The broker's own writes are flushed
+    (``os.sync``) before the pass, as the broker's flush would have done them: else the pass's
+    first ``syncfs`` writes them back."""
+    queues = SPREAD_QUEUES
+    with tempfile.TemporaryDirectory(prefix=f"bench-spread-{queues}-") as tmp:
+        root = Path(tmp)
+        base = root / "base"
+        _gen(base / "store", queues, PER_QUEUE * queues, seed=1)
+        conf = _conf(base / "tiered.conf", base / "store", base, {})
+        subprocess.run([RMQ, "dispatch", "-c", str(conf), "--once", "--flush", "--quiet"],
+                       check=True, stdout=subprocess.DEVNULL)  # fmt: skip
+        runs = [_spread_pass(root, base, queues, n) for n in range(SPREAD_RUNS)]
+    print(f"\none spread pass, {queues} queues ({PER_QUEUE} messages each offloaded first), "
+          f"{queues} messages appended:")  # fmt: skip
+    for n, r in enumerate(runs):
+        print(f"  run {n}: {r.messages} messages over {r.queues} queues in {r.wall:.2f} s "
+              f"(user {r.user:.2f} + system {r.system:.2f} CPU-s); the plain loop of its "
+              f"appends {r.floor:.2f} s")  # fmt: skip
+    wall = statistics.median(r.wall for r in runs)
+    floor = statistics.median(r.floor for r in runs)
+    print(f"  median {wall:.2f} s, {wall * 1e6 / max(runs[0].messages, 1):.0f} us per message; "
+          f"the plain loop {floor:.2f} s: {wall / max(floor, 1e-3):.1f}x")  # fmt: skip
+    assert all(r.messages == queues for r in runs)
+
+
+def _spread_pass(root: Path, base: Path, queues: int, n: int) -> SpreadPass:
+    """One run of :func:`test_one_spread_pass` on a fresh copy of ``base``."""
+    work = root / f"run{n}"
+    shutil.copytree(base, work, symlinks=True)
+    conf = _conf(work / "tiered.conf", work / "store", work, {})
+    cfg = load_config([conf])
+    with Sidecar(cfg, build_provider(cfg)) as sidecar:
+        dispatcher = sidecar.dispatcher
+        dispatcher.run_pass(follow=True)  # the start's pass over every queue: the feed starts
+        _gen(work / "store", queues, queues, seed=2, append=True)
+        os.sync()
+        before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+        report = dispatcher.run_pass(follow=True)
+        wall = time.perf_counter() - started
+        after = resource.getrusage(resource.RUSAGE_SELF)
+    floor = _floor(root / f"floor{n}", len(report.queues), report.messages, report.bytes)
+    shutil.rmtree(work)
+    return SpreadPass(wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
+                      report.messages, len(report.queues), floor)  # fmt: skip
+
+
+def _floor(scratch: Path, queues: int, messages: int, nbytes: int) -> float:
+    """Seconds a plain Python loop takes to make a spread pass's appends -- per queue, its
+    share of ``nbytes`` to an existing commitlog file and a 20-byte unit per message to an
+    existing consumequeue file (open, ``pwrite`` at the end, close) -- and one ``os.sync``:
+    what the pass must do at the least, without reading, checking or recording anything."""
+    paths = [scratch / f"q{i // 100}" / f"{i}.{kind}" for i in range(queues) for kind in "lq"]
+    for path in paths:
+        path.parent.mkdir(exist_ok=True, parents=True)
+        path.write_bytes(b"\0" * 4096)
+    body, units = b"m" * (nbytes // max(queues, 1)), b"u" * (20 * messages // max(queues, 1))
+    os.sync()  # (the files' own making is not timed)
+    started = time.perf_counter()
+    for i, path in enumerate(paths):
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.pwrite(fd, units if i % 2 else body, 4096)
+        finally:
+            os.close(fd)
+    os.sync()
+    seconds = time.perf_counter() - started
+    shutil.rmtree(scratch)
+    return seconds
