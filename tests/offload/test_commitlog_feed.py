@@ -169,6 +169,41 @@ def test_follow_passes_look_only_at_moved_queues_and_miss_nothing(
     check_tier(cfg, car.provider).assert_ok(spec.messages + 900)
 
 
+def test_the_scan_goes_over_what_the_full_pass_listed_without_listing_again(
+    offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a pass over every queue, the safety net's slices (a quarter of the queues a pass,
+    here) go over the queues that pass listed, from the first: one cycle looks at each queue
+    once and lists no queue directory again (at 16,000 queues, a stat of each)."""
+    spec = dataclasses.replace(offload_case.spec, topics=4, queues=4)
+    store = offload_case.store(spec)
+    cfg = offload_case.config(
+        store, "posix", tieredStoreQueueScanIntervalMs=4_000, tieredStoreDispatchIntervalMs=1_000
+    )
+    with Sidecar(cfg) as car:
+        d = car.dispatcher
+        assert d.run_pass(flush=True, follow=True).looked_at == 16
+        listings: list[int] = []
+        listed = d.local.queues
+
+        def counted() -> list[tuple[str, int]]:
+            listings.append(1)
+            return listed()
+
+        monkeypatch.setattr(d.local, "queues", counted)
+        seen: list[tuple[str, int]] = []
+        queues = d.pass_queues
+        assert queues is not None
+        for _ in range(4):
+            chosen = queues.choose()
+            assert chosen is not None and len(chosen) == 4
+            seen += chosen
+            queues.settle({}, full=False)
+        assert listings == [] and sorted(seen) == sorted(d.listed) and len(d.listed) == 16
+        queues.choose()  # the cycle is over: the next lists again
+        assert listings == [1]
+
+
 @pytest.mark.parametrize("interval", [0, 3_600_000])
 def test_a_full_scan_and_a_following_pass_offload_the_same(
     offload_case: SidecarCase, interval: int, small_spec: GenSpec

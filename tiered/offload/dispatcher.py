@@ -191,6 +191,8 @@ class Dispatcher(Closeable):
         self._state_stale = False
         self.unreadable: dict[str, str] = {}
         """Queues skipped because their local files cannot be read: queue path -> why."""
+        self.listed: list[tuple[str, int]] = []
+        """The local queues to offload, as the last look at every one listed them."""
         scan_ms = cfg.tiered_store_queue_scan_interval_ms
         self.pass_queues = (
             PassQueues(
@@ -297,7 +299,7 @@ class Dispatcher(Closeable):
         the broker has), initialised on first sight."""
         self.local.refresh()
         if only is None:
-            wanted = [k for k in self.local.queues() if self.filter.allows(k[0])]
+            wanted = self.listed = [k for k in self.local.queues() if self.filter.allows(k[0])]
         else:
             asked = [k for k in dict.fromkeys(only) if self.filter.allows(k[0])]
             wanted = [
@@ -647,7 +649,8 @@ class Dispatcher(Closeable):
             self._notifier.drain()
             if follow and self.pass_queues is not None and not (stop and stop.is_set()):
                 with collector_paused(len(progress) >= WIDE_ROUND_QUEUES):
-                    self.pass_queues.settle(progress, full=chosen is None)
+                    listed = self.listed if chosen is None else None
+                    self.pass_queues.settle(progress, full=chosen is None, listed=listed)
                 report.looked_at = len(progress)
         for path, why in self.unreadable.items():  # skipped, not offloaded: the caller must know
             report.errors.setdefault(path, why)

@@ -104,9 +104,15 @@ class PassQueues:
         self._cursor += size
         return part
 
-    def settle(self, progress: dict[Key, QueueProgress], *, full: bool) -> None:
+    def settle(
+        self, progress: dict[Key, QueueProgress], *, full: bool, listed: list[Key] | None = None
+    ) -> None:
         """After a pass: forget the queues it finished, keep those with work left, and after a
-        pass over every queue (``full``) start the feed at the newest message they hold."""
+        pass over every queue (``full``) start the feed at the newest message they hold. The
+        scan's slices start again from ``listed`` (the local queues that pass listed), not a
+        listing of their own (at 16,000 queues, a stat of every queue directory)."""
+        if listed is not None:
+            self._scan, self._cursor = listed, 0
         now = self.clock()
         for key, p in progress.items():
             work = self.work.get(key)
