@@ -198,7 +198,7 @@ def test_the_scan_goes_over_what_the_full_pass_listed_without_listing_again(
             chosen = queues.choose()
             assert chosen is not None and len(chosen) == 4
             seen += chosen
-            queues.settle({}, full=False)
+            queues.settle({}, listed=None)
         assert listings == [] and sorted(seen) == sorted(d.listed) and len(d.listed) == 16
         queues.choose()  # the cycle is over: the next lists again
         assert listings == [1]

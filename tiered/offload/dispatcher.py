@@ -650,7 +650,7 @@ class Dispatcher(Closeable):
             if follow and self.pass_queues is not None and not (stop and stop.is_set()):
                 with collector_paused(len(progress) >= WIDE_ROUND_QUEUES):
                     listed = self.listed if chosen is None else None
-                    self.pass_queues.settle(progress, full=chosen is None, listed=listed)
+                    self.pass_queues.settle(progress, listed=listed)
                 report.looked_at = len(progress)
         for path, why in self.unreadable.items():  # skipped, not offloaded: the caller must know
             report.errors.setdefault(path, why)

@@ -104,13 +104,12 @@ class PassQueues:
         self._cursor += size
         return part
 
-    def settle(
-        self, progress: dict[Key, QueueProgress], *, full: bool, listed: list[Key] | None = None
-    ) -> None:
-        """After a pass: forget the queues it finished, keep those with work left, and after a
-        pass over every queue (``full``) start the feed at the newest message they hold. The
-        scan's slices start again from ``listed`` (the local queues that pass listed), not a
-        listing of their own (at 16,000 queues, a stat of every queue directory)."""
+    def settle(self, progress: dict[Key, QueueProgress], *, listed: list[Key] | None) -> None:
+        """After a pass: forget the queues it finished, keep those with work left. After a pass
+        over every queue (which listed the local queues as ``listed``; None for a following
+        pass), start the feed at the newest message they hold, and the scan's slices again from
+        ``listed``, not a listing of their own (at 16,000 queues, a stat of every queue
+        directory)."""
         if listed is not None:
             self._scan, self._cursor = listed, 0
         now = self.clock()
@@ -129,7 +128,7 @@ class PassQueues:
                 log.debug("%s/%d: the commitlog showed queue offset %d, the consumequeue does "
                           "not: left to the scan", key[0], key[1], self.work[key].want)  # fmt: skip
                 del self.work[key]
-        if full:
+        if listed is not None:
             self._start_feed(progress)
 
     def _start_feed(self, progress: dict[Key, QueueProgress]) -> None:
