@@ -114,9 +114,10 @@ def test_raw_from_the_tier_is_the_units_back_to_back_in_bulk(api: Api) -> None:
 
 
 def test_a_raw_catch_up_takes_a_whole_window_per_request(make_tier: TierFactory) -> None:
-    """Raw answers carry up to 65536 messages (a catch-up asks for a read-ahead window at a
-    time, not 1024); JSON ones at most 1024, a larger maxCount taken as 1024 (the answer says
-    where to go on, as when the byte cap cuts it short)."""
+    """Raw answers carry up to 65536 messages (a catch-up asks for more than a read-ahead
+    window at a time, not 1024, and its windows are as large); JSON ones at most 1024, a larger
+    maxCount taken as 1024 (the answer says where to go on, as when the byte cap cuts it
+    short)."""
     spec = rolling_spec(seed=5, topics=1, queues=1, messages=6000, max_body=64)
     tier = make_tier("posix", spec=spec, deleted_files=0, tieredStorageLevel="FORCE")
     store = tier.store()
@@ -138,7 +139,9 @@ def test_a_raw_catch_up_takes_a_whole_window_per_request(make_tier: TierFactory)
         rest = get(server.url, path, offset=len(units), maxCount=65536, format="raw")
         assert raw_units(rest.body)[0][36:] == broker[-1][36:]
         tagged = get(server.url, path, offset=0, maxCount=65536, format="raw", tags="TagA")
-        direct = store.get_message("GenTopic0", 0, 0, 65536, TagFilter.parse("TagA"))
+        direct = store.get_message(
+            "GenTopic0", 0, 0, 65536, TagFilter.parse("TagA"), max_bytes=16 << 20
+        )
         assert raw_units(tagged.body) == [u.data for u in direct.units] != []
         assert all(msgcodec.decode(u).tags == "TagA" for u in raw_units(tagged.body))
         too_many = get(server.url, path, offset=0, maxCount=65537, format="raw")

@@ -81,3 +81,33 @@ def test_a_closed_store_loads_nothing_ahead(make_tier: TierFactory) -> None:
     while offset < 2 * WINDOW:  # reads still work, closed or not
         offset = store.get_message(TOPIC, QID, offset, 64).next_begin_offset
     assert store.fetcher.prefetching == 0 and store.fetcher.prefetched == 0
+
+
+def test_a_read_larger_than_a_window_is_one_window_and_the_next_is_loaded_ahead(
+    make_tier: TierFactory,
+) -> None:
+    """A bulk read asking for more than the read-ahead count (an HTTP raw catch-up) has windows
+    of its own count, trimmed to ``readAheadMessageSizeThreshold`` bytes; one that took a whole
+    window and has too little of its byte budget left for another message does not wait for a
+    window it could take nothing from: the next one is loaded ahead of its next read instead."""
+    tier = make_tier("posix")
+    count, whole = 500, WINDOW + 16
+    window_bytes = sum(len(tier.expected[(TOPIC, QID, q)]) for q in range(whole))
+    store = tier.store(
+        "FORCE",
+        read_ahead_message_count_threshold=WINDOW,
+        read_ahead_message_size_threshold_bytes=window_bytes,
+    )
+    cache = store.cache
+    assert cache is not None
+    assert store.get_max_offset(TOPIC, QID) > count
+    try:
+        first = store.get_message(TOPIC, QID, 0, count, max_bytes=window_bytes + 1)
+        assert first.count == whole and first.next_begin_offset == whole  # more than WINDOW
+        settled(store)
+        assert cache.stats.loads == 2 and store.fetcher.prefetched == 1  # the reader's one
+        second = store.get_message(TOPIC, QID, whole, 8, max_bytes=window_bytes)
+        assert [u.queue_offset for u in second.units] == list(range(whole, whole + 8))
+        assert cache.stats.loads == 2  # found loaded ahead
+    finally:
+        store.close()

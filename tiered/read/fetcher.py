@@ -346,21 +346,28 @@ class Fetcher:
     def _through_cache(
         self, flat: FlatMessageFile, offset: int, hi: int, want: _Want
     ) -> tuple[list[Run], int]:
-        """Serve runs of cached units from ``offset``, loading a read-ahead window on a miss."""
+        """Serve runs of cached units from ``offset``, loading a read-ahead window on a miss
+        (unless what is left of ``want.bytes`` is less than the units taken so far average:
+        a window loaded for a message that would not fit waits for the backend for nothing,
+        and the prefetch below could not start before it)."""
         assert self.cache is not None
         cache = self.cache
         topic, qid = flat.topic, flat.queue_id
         runs: list[Run] = []
         count = size = 0
         q = offset
-        limit = min(hi, offset + self.read_ahead_count)
+        wide = self.span(want.count)
+        limit = min(hi, offset + wide)
         start = end = -1
-        while q < limit and count < want.count:
+        while q < limit and count < want.count and size < want.bytes:
             # a filter may skip messages: then look at the rest of the window
             need = limit - q if want.tags.tags is not None else want.count - count
-            run, start, end = cache.lookup(topic, qid, q, need)
+            run, at, until = cache.lookup(topic, qid, q, need)
+            if not len(run) and count and (want.bytes - size) * count < size:
+                break  # the next message would not fit: no load to take nothing from
+            start, end = at, until
             if not len(run):
-                span = min(32 if want.count == 1 else self.read_ahead_count, hi - q)
+                span = min(32 if want.count == 1 else wide, hi - q)
                 try:
                     cache.load_once(
                         topic, qid, q, span, functools.partial(self._fill, flat, q, span)
@@ -396,8 +403,14 @@ class Fetcher:
             # past the middle, or in a window loaded ahead: a catch-up stays a window ahead
             and (2 * (q - start) > end - start or self._asked.get((topic, qid)) == start)
         ):
-            self._prefetch(flat, end, min(self.read_ahead_count, hi - end))
+            self._prefetch(flat, end, min(wide, hi - end))
         return runs, q
+
+    def span(self, count: int) -> int:
+        """How many units a window loaded for a read of ``count`` spans: the read-ahead count,
+        or ``count`` when it asks for more (an HTTP raw catch-up: a window, and an answer, of
+        up to ``readAheadMessageSizeThreshold`` bytes, where the reader trims it)."""
+        return max(self.read_ahead_count, count)
 
     def _fill(self, flat: FlatMessageFile, start: int, span: int, *, report: bool = True) -> None:
         """Load a window into the cache: a reader's own load (``report``) passes the gate, a
