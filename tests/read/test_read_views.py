@@ -67,3 +67,27 @@ def test_a_raw_catch_up_over_s3_is_sent_from_the_read_ahead_windows(
     again = store.get_message("GenTopic0", 0, 0, 8000, max_bytes=16 << 20)
     expected = broker_units(tier, 0, again.count)
     assert [u.data[:28] + u.data[36:] for u in again.units] == expected
+
+
+def test_a_queue_read_to_its_end_does_not_keep_its_last_window_lent(
+    make_tier: TierFactory, s3_keys: dict[str, str]
+) -> None:
+    """The cache drops a queue's last window once a read took it to the queue's end when it is
+    a view of the provider's read-ahead (nothing passes it, so it would keep the provider's
+    whole window lent until it expired); reading it again reads the same units."""
+    spec = rolling_spec(seed=9, topics=1, queues=1, messages=3000, max_body=300)
+    tier = make_tier("s3", spec=spec, deleted_files=0, tieredStorageLevel="FORCE", **s3_keys)
+    store = tier.store(readAheadMessageCountThreshold=1000)
+    cache = store.cache
+    assert cache is not None
+    end = store.get_max_offset("GenTopic0", 0)
+    offset, views = 0, 0
+    while offset < end:
+        got = store.get_message("GenTopic0", 0, offset, 1000, max_bytes=16 << 20)
+        assert got.status is GetStatus.FOUND
+        views += any(isinstance(r.data, memoryview) for r in got.runs)
+        offset = got.next_begin_offset
+    assert views  # windows were views of the provider's read-ahead
+    assert not len(cache.run("GenTopic0", 0, end - 1, 1))  # the last window is not kept
+    again = store.get_message("GenTopic0", 0, end - 5, 1000, max_bytes=16 << 20)
+    assert [u.data[:28] + u.data[36:] for u in again.units] == broker_units(tier, 0, end)[-5:]

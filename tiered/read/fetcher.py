@@ -396,6 +396,8 @@ class Fetcher:
                 q = stop
                 break
             q += len(run)
+        if start >= 0 and q >= end >= hi:  # the queue's last window, read to its end
+            cache.done_with(topic, qid, start)
         if (
             self.prefetch
             and end < hi
@@ -421,10 +423,6 @@ class Fetcher:
                 run = self.reader.run(flat, start, span)
         else:
             run = self.reader.run(flat, start, span, report=False)
-        if isinstance(run.data, memoryview) and start + len(run) >= flat.commit_offset:
-            # the queue's last window may be kept long after its reader is done (nothing
-            # passes it): a copy, not a view that holds the provider's whole window
-            run = Run(bytes(run.data), run.rel, run.sizes, run.tags, run.qoffs)
         self.cache.put_window(flat.topic, flat.queue_id, start, run)
 
     def _prefetch(self, flat: FlatMessageFile, start: int, span: int) -> None:

@@ -236,6 +236,18 @@ class ReadAheadCache:
             window = self._cache.get((topic, queue_id, starts[i])) if i >= 0 else None
             return window is not None and offset < window.end
 
+    def done_with(self, topic: str, queue_id: int, start: int) -> None:
+        """A reader took the window at ``start`` to its end, the queue's end: nothing will pass
+        it, so a window that is a view of the provider's read-ahead is dropped now rather than
+        keep the provider's whole window lent to it until it expires (the provider still holds
+        the bytes for a read of them again, as long as its memory allows)."""
+        key = (topic, queue_id, start)
+        with self._lock:
+            window = self._cache.get(key)
+            if window is not None and isinstance(window.run.data, memoryview):
+                del self._cache[key]
+                self._cache.forget(key, window)
+
     def get(self, topic: str, queue_id: int, offset: int) -> Unit | None:
         """The unit at ``offset``, refreshing its window's expiry; ``None`` on a miss."""
         found = self.run(topic, queue_id, offset, 1)
