@@ -356,7 +356,7 @@ class Fetcher:
         runs: list[Run] = []
         count = size = 0
         q = offset
-        wide = self.span(want.count)
+        wide = self._span(want.count)
         limit = min(hi, offset + wide)
         start = end = -1
         while q < limit and count < want.count and size < want.bytes:
@@ -408,7 +408,7 @@ class Fetcher:
             self._prefetch(flat, end, min(wide, hi - end))
         return runs, q
 
-    def span(self, count: int) -> int:
+    def _span(self, count: int) -> int:
         """How many units a window loaded for a read of ``count`` spans: the read-ahead count,
         or ``count`` when it asks for more (an HTTP raw catch-up: a window, and an answer, of
         up to ``readAheadMessageSizeThreshold`` bytes, where the reader trims it)."""
