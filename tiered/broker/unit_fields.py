@@ -100,6 +100,16 @@ def property_spans(data: Buffer, starts: Int64s, sizes: Int64s) -> tuple[Int64s,
     return np.where(ok, props_at + 2, 0), np.where(ok, props_len, -1)
 
 
+SMALL_SUM: Final = 32
+"""Arrays up to this long are summed as Python ints (:func:`int_sum`)."""
+
+
+def int_sum(values: npt.NDArray[np.integer]) -> int:
+    """The sum of an integer array as a Python int. A wide round sums a unit or two per queue,
+    thousands of times: numpy's call costs several times a Python sum of so few."""
+    return sum(values.tolist()) if len(values) <= SMALL_SUM else int(values.sum())
+
+
 def _i64(values: npt.ArrayLike) -> Int64s:
     return np.ascontiguousarray(values, dtype=np.int64)
 

@@ -289,9 +289,16 @@ class FlatAppendFile:
         return segs[-1].end_timestamp if segs else -1
 
     @property
+    def last_size(self) -> int:
+        """The last segment's committed bytes; 0 without segments."""
+        segs = self._segments
+        return segs[-1].size if segs else 0
+
+    @property
     def committed_bytes(self) -> int:
         """Sum of the committed sizes of all segments (the ``rocketmq_storage_size`` value)."""
-        return sum(s.size for s in self._segments)
+        segs = self._segments
+        return segs[0].size if len(segs) == 1 else sum(s.size for s in segs)
 
     def room(self) -> int:
         """Bytes the last segment can still take before it must roll (0 without segments)."""

@@ -21,6 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.unit_fields import int_sum
 from tiered.errors import IntegrityError
 from tiered.errors import MetadataError
 from tiered.errors import TieredStoreError
@@ -70,7 +71,7 @@ class MessageBatch:
     @property
     def nbytes(self) -> int:
         """Message bytes in the batch (also once :meth:`release` has freed them)."""
-        return int(self.sizes.sum())
+        return int_sum(self.sizes)
 
     def release(self) -> bool:
         """Free the message bytes (``data`` becomes empty) once nothing needs them any more;
@@ -285,15 +286,16 @@ class FlatMessageFile:
         """
         if not len(sizes):
             return 0, False, False
-        cum = np.cumsum(sizes)
-        total = int(cum[-1])  # (a wide round's usual batch, a message or two, fits whole)
-        n = len(sizes) if total < size_limit else max(int(cum.searchsorted(size_limit)), 1)
+        total = int_sum(sizes)  # (a wide round's usual batch, a message or two, fits whole)
+        cum = np.cumsum(sizes) if total >= size_limit else None
+        n = len(sizes) if cum is None else max(int(cum.searchsorted(size_limit)), 1)
         cl, cq = self.commitlog, self.consume_queue
         cl_room = cl.room()
-        roll_cl = int(sizes[0]) > cl_room and cl.commit_offset > cl.segments[-1].base
+        roll_cl = int(sizes[0]) > cl_room and cl.last_size > 0
         if roll_cl:
             cl_room = cl.max_size
         if total > cl_room:
+            cum = np.cumsum(sizes) if cum is None else cum
             n = min(n, max(int(cum.searchsorted(cl_room, side="right")), 1))
         units = cq.room_units()
         roll_cq = units == 0
@@ -424,9 +426,12 @@ class FlatMessageFile:
         out: list[CommitResult | TieredStoreError | OSError] = []
         ready: list[tuple[int, FlatMessageFile, int]] = []
         for i, flat in enumerate(flats):
-            try:
-                cl = flat.write_commitlog()
-                flat.commitlog.sync()
+            commitlog, cl = flat.commitlog, 0
+            try:  # (a wide round's were all written and synced already)
+                if commitlog.pending_size:
+                    cl = flat.write_commitlog()
+                if commitlog.unsynced:
+                    commitlog.sync()
             except (TieredStoreError, OSError) as e:
                 out.append(e)
                 continue

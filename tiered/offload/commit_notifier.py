@@ -17,8 +17,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractContextManager
 
-import numpy as np
-
+from tiered.broker.unit_fields import int_sum
 from tiered.file.flat_message_file import FlatMessageFile
 from tiered.file.flat_message_file import MessageBatch
 from tiered.offload.listeners import CommitListener
@@ -256,7 +255,7 @@ def waves(
     waves: list[list[tuple[Plan, int]]] = [[]]
     size = 0
     for p in plans:
-        n = int(p.units["size"].astype(np.int64).sum()) if p.units is not None else 0
+        n = int_sum(p.units["size"]) if p.units is not None else 0
         if waves[-1] and (size + n > wave_bytes or len(waves[-1]) == max_plans):
             waves.append([])
             size = 0

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from tiered import metrics
 from tiered.broker.consumequeue import BLANK_FILL_SIZE
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.unit_fields import int_sum
 from tiered.config import TieredConfig
 from tiered.errors import OffsetNotInStoreError
 from tiered.errors import StoreFileNotFoundError
@@ -208,7 +209,7 @@ def plan(
         flush
         or not limits.group_commit
         or lmax - current >= limits.messages
-        or int(sizes.sum()) >= limits.size_bytes
+        or int_sum(sizes) >= limits.size_bytes
         or limits.timeout_ms == 0
     )
     if not ready:
@@ -509,7 +510,7 @@ def finish(
         state.next_physical = int(units["offset"][-1]) + int(units["size"][-1])
     else:
         state.next_physical = None
-    ahead = after["size"].astype(np.int64) if after is not None else np.zeros(0, np.int64)
+    ahead = after["size"].astype(np.int64) if remaining > 0 and after is not None else _NO_SIZES
     waiting = _waiting_ms(sent.next_store_time, batch, remaining, now)
     _behind(flat, state, remaining, ahead, waiting)
     return StepResult(
@@ -519,6 +520,10 @@ def finish(
         physical=units["offset"].astype(np.int64),
         timestamps=batch.timestamps,
     )
+
+
+_NO_SIZES: Int64s = np.zeros(0, np.int64)
+_NO_SIZES.flags.writeable = False
 
 
 def execute_after(
@@ -690,7 +695,7 @@ def _behind(
     flat: FlatMessageFile, state: QueueState, messages: int, known: Int64s, latency_ms: int
 ) -> None:
     if messages > 0 and len(known):
-        total = int(known.sum())
+        total = int_sum(known)
         estimate = total + (messages - len(known)) * int(total / len(known))
     else:
         estimate = 0
@@ -731,4 +736,4 @@ def measure(
 
 def _caught_up(flat: FlatMessageFile, state: QueueState) -> None:
     state.next_physical = None
-    _behind(flat, state, 0, np.zeros(0, dtype=np.int64), 0)
+    _behind(flat, state, 0, _NO_SIZES, 0)
