@@ -601,8 +601,7 @@ class Dispatcher(Closeable):
         started = time.perf_counter()
         with self._pass_lock, self._mirror_spaced():
             gave_up: set[tuple[str, int]] = set()
-            with collector_paused():  # (thousands of queues' work records made at once)
-                chosen = self.pass_queues.choose() if follow and self.pass_queues else None
+            chosen = self.pass_queues.choose() if follow and self.pass_queues else None
             only = chosen
             progress: dict[tuple[str, int], QueueProgress] = {}
             while not (stop and stop.is_set()):
