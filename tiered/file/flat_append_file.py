@@ -308,6 +308,15 @@ class FlatAppendFile:
         last = segs[-1]
         return max(self.max_size - last.size - last.pending_size, 0)
 
+    def free_room(self) -> int:
+        """:meth:`room`, or -1 while bytes are pending (or without segments): what a plan of
+        many queues at once asks of each file in one call."""
+        segs = self._segments
+        if not segs or segs[-1].pending_size:
+            return -1
+        last = segs[-1]
+        return max(self.max_size - last.size, 0)
+
     # --- metadata -----------------------------------------------------------------------------
 
     def _record(self, seg: Segment) -> FileSegmentMetadata:

@@ -61,6 +61,13 @@ class FlatCommitLogFile(FlatAppendFile):
         opened = segs[-1].create_timestamp or segs[-1].begin_timestamp
         return opened not in (0, LONG_MAX) and opened + interval_hours * HOUR_MS < now
 
+    def room_before_time_roll(self, now: int, interval_hours: int, min_size: int) -> int:
+        """:meth:`free_room`, or -1 when :meth:`try_time_roll` would roll the segment now."""
+        room = self.free_room()
+        if room < 0 or self._segments[-1].size < max(min_size, 1):
+            return room
+        return -1 if self.time_roll_due(now, interval_hours) else room
+
     def try_time_roll(self, now: int, interval_hours: int, min_size: int) -> bool:
         """Time rolling (spec §5.4, by the segment's age): roll when the last segment was
         created more than ``interval_hours`` ago (wall clock, its record's createTimestamp) and

@@ -276,6 +276,17 @@ class FlatMessageFile:
                 self.commitlog.init_offset(0, persist=persist)
             self.consume_queue.init_queue_offset(queue_offset, persist=persist)
 
+    def steady(self, now: int, rolling_hours: int, rolling_min: int) -> tuple[int, int, int] | None:
+        """``(commit offset, commitlog room in bytes, consumequeue room in units)`` when the
+        next batch may be planned with many queues' at once: nothing is pending and the
+        commitlog would not roll by time first (:meth:`FlatCommitLogFile.try_time_roll`); None
+        otherwise. Changes nothing."""
+        cl_room = self.commitlog.room_before_time_roll(now, rolling_hours, rolling_min)
+        cq_room = self.consume_queue.free_room()
+        if cl_room < 0 or cq_room < 0:
+            return None
+        return self.consume_queue.commit_queue_offset, cl_room, cq_room // CQ_UNIT_SIZE
+
     def plan_batch(self, sizes: Int64s, size_limit: int) -> tuple[int, bool, bool]:
         """How many of the next messages (``sizes``) go into one batch, and whether the
         commitlog and consumequeue must roll first (:meth:`roll_for_batch`). Changes nothing.

@@ -67,6 +67,7 @@ from tiered.offload.pass_queues import PassQueues
 from tiered.offload.pass_queues import QueueProgress
 from tiered.offload.pause import PauseFile
 from tiered.offload.pause import PauseWatch
+from tiered.offload.wide_plan import plan_many
 from tiered.process.background import in_background
 from tiered.process.collector import collector_paused
 from tiered.process.logs import error_fields
@@ -424,6 +425,16 @@ class Dispatcher(Closeable):
         sending = [f for f in flats if not f.has_pending]
         queues = [(f.topic, f.queue_id) for f in sending]
         with self.local.scanned_ahead(queues, [self._reads_from(f) for f in sending]):
+            if batches == 1:  # (many queues' plans at once: a wide round's, an object store's)
+                states = [self.state(f.topic, f.queue_id) for f in flats]
+                planned_all = plan_many(flats, states, self.local, self.limits, now, flush=flush)
+                self.local.drop_tails((f.topic, f.queue_id) for f in flats)
+                for flat, planned in zip(flats, planned_all, strict=True):
+                    if isinstance(planned, Plan):
+                        plans.append(planned)
+                    else:
+                        results.append((flat, planned))
+                return plans
             for flat in flats:
                 state = self.state(flat.topic, flat.queue_id)
                 planned = plan(flat, state, self.local, self.limits, now, flush=flush,

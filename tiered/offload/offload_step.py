@@ -158,6 +158,7 @@ def plan(
     *,
     flush: bool,
     batches: int = 1,
+    lmax: int | None = None,
 ) -> Plan | StepResult:
     """Decide the queue's step (the caller holds the queue's lock): a :class:`Plan`, or the
     result of a step that has nothing to send (idle, holding, caught up, a gap skipped). A
@@ -175,7 +176,8 @@ def plan(
     of the queue (:attr:`Plan.follow`): exactly the batches the next steps would plan once this
     one is uploaded, read with this round's consumequeue units -- none when the segments must
     roll in between (by size, or by time: the commitlog segment is older than
-    ``commitLogRollingInterval``), and a partial batch only with ``flush``."""
+    ``commitLogRollingInterval``), and a partial batch only with ``flush``. ``lmax``: the
+    queue's local max offset when the caller asked for it already."""
     topic, qid = flat.topic, flat.queue_id
     state.error = ""
     if flat.has_pending:
@@ -184,7 +186,8 @@ def plan(
     held, state.held = state.held, None
     if held is not None and held.current != current:
         held = None
-    lmax = local.max_offset(topic, qid)
+    if lmax is None:
+        lmax = local.max_offset(topic, qid)
     state.local_max = lmax
     if current > lmax:
         state.error = (
@@ -221,7 +224,7 @@ def plan(
         ready = first is None or first + limits.timeout_ms <= now
         if not ready:  # (a batch that goes now sets the lag gauges once it is uploaded)
             assert first is not None
-            _behind(flat, state, lmax - current, sizes, now - first)
+            set_behind(flat, state, lmax - current, sizes, now - first)
             state.held = Held(current, got.sizes, got.first_offset, first)
             return StepResult()
     # decided on units earlier passes read: the batch goes as the consumequeue has it now
@@ -512,7 +515,7 @@ def finish(
         state.next_physical = None
     ahead = after["size"].astype(np.int64) if remaining > 0 and after is not None else _NO_SIZES
     waiting = _waiting_ms(sent.next_store_time, batch, remaining, now)
-    _behind(flat, state, remaining, ahead, waiting)
+    set_behind(flat, state, remaining, ahead, waiting)
     return StepResult(
         messages=n,
         bytes=batch.nbytes,
@@ -691,9 +694,12 @@ def _count(
     size.set_path(flat.path, flat.consume_queue.committed_bytes, "consume_queue")
 
 
-def _behind(
+def set_behind(
     flat: FlatMessageFile, state: QueueState, messages: int, known: Int64s, latency_ms: int
 ) -> None:
+    """Set the queue's lag (``messages`` waiting, their bytes estimated from the ``known``
+    sizes of the first ones, the first one's age) in its state and, when it changed, in the
+    lag gauges."""
     if messages > 0 and len(known):
         total = int_sum(known)
         estimate = total + (messages - len(known)) * int(total / len(known))
@@ -731,9 +737,9 @@ def measure(
     if len(units):
         state.next_physical = int(units["offset"][0])
     sizes = units["size"].astype(np.int64)
-    _behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
+    set_behind(flat, state, lmax - current, sizes, now - first if first is not None else 0)
 
 
 def _caught_up(flat: FlatMessageFile, state: QueueState) -> None:
     state.next_physical = None
-    _behind(flat, state, 0, _NO_SIZES, 0)
+    set_behind(flat, state, 0, _NO_SIZES, 0)

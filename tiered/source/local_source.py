@@ -23,6 +23,7 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from collections.abc import Iterable
 from collections.abc import Iterator
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -396,6 +397,28 @@ class LocalSource:
             return None
         return units[start - first : start - first + count]
 
+    def tails(
+        self, queues: Sequence[tuple[str, int]], starts: Sequence[int], counts: Sequence[int]
+    ) -> list[Units | None]:
+        """:meth:`tail_units` of many queues at once."""
+        out: list[Units | None] = []
+        kept = self._tail
+        for key, start, count in zip(queues, starts, counts, strict=True):
+            tail = kept.get(key)
+            if tail is None or count <= 0:
+                out.append(None)
+                continue
+            first, units = tail
+            at = start - first
+            out.append(units[at : at + count] if at >= 0 and at + count <= len(units) else None)
+        return out
+
+    def drop_tails(self, queues: Iterable[tuple[str, int]]) -> None:
+        """:meth:`drop_tail` of many queues."""
+        pop = self._tail.pop
+        for key in queues:
+            pop(key, None)
+
     def drop_tail(self, topic: str, queue_id: int) -> None:
         """Forget the units :meth:`max_offset` kept for :meth:`tail_units`, once the queue's
         step is planned (a queue at rest keeps none)."""
@@ -525,6 +548,18 @@ class LocalSource:
         (the commitlog feed walked them): until the next call :meth:`store_time_at` answers
         these without a read."""
         self._known_times = (np.asarray(offsets, np.int64), np.asarray(times, np.int64))
+
+    def store_times_at(self, physicals: Int64s, sizes: Int64s) -> list[int | None]:
+        """:meth:`store_time_at` of many messages: those the commitlog feed walked answered
+        with one search, the others read one by one."""
+        offsets, times = self._known_times
+        found = offsets.searchsorted(physicals).clip(max=max(len(offsets) - 1, 0))
+        known = (offsets[found] == physicals) if len(offsets) else np.zeros(len(physicals), bool)
+        got = np.where(known, times[found] if len(offsets) else 0, -1).tolist()
+        out: list[int | None] = got
+        for i in np.flatnonzero(~known).tolist():
+            out[i] = self.store_time_at(int(physicals[i]), int(sizes[i]))
+        return out
 
     def store_time_at(self, physical: int, size: int) -> int | None:
         """Store time of the message at commitlog offset ``physical`` (``size`` bytes, from its
