@@ -110,6 +110,11 @@ def int_sum(values: npt.NDArray[np.integer]) -> int:
     return sum(values.tolist()) if len(values) <= SMALL_SUM else int(values.sum())
 
 
+def int_min(values: npt.NDArray[np.integer]) -> int:
+    """The least of a non-empty integer array as a Python int (as :func:`int_sum`)."""
+    return min(values.tolist()) if len(values) <= SMALL_SUM else int(values.min())
+
+
 def _i64(values: npt.ArrayLike) -> Int64s:
     return np.ascontiguousarray(values, dtype=np.int64)
 

@@ -100,7 +100,12 @@ def _decide(
     units: list[Units] = [t for t in tails if t is not None and len(t)]
     got = [fast[k] for k in have]
     room = np.array([rooms[k] for k in have], np.int64)
-    joined = np.concatenate(units)
+    dtype = units[0].dtype
+    # joined as bytes: np.concatenate promotes structured dtypes in Python, array by array
+    if all(u.dtype == dtype for u in units):
+        joined = np.frombuffer(b"".join(units), dtype)  # type: ignore[arg-type]  # (buffers)
+    else:  # (units read across two files come in a promoted dtype)
+        joined = np.concatenate(units)
     lengths = np.array([len(u) for u in units], np.int64)
     starts = np.cumsum(lengths) - lengths
     wants = np.minimum(np.array([f[3] for f in got], np.int64), lengths)

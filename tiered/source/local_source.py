@@ -47,6 +47,7 @@ from tiered.broker.read_only import read_sized_part
 from tiered.broker.store_layout import mapped_sizes
 from tiered.broker.store_layout import sizes_found
 from tiered.broker.unit_fields import check_batch
+from tiered.broker.unit_fields import int_min
 from tiered.config import TieredConfig
 from tiered.errors import BrokerStoreError
 from tiered.errors import CorruptStoreFileError
@@ -678,7 +679,7 @@ class LocalSource:
                 offset=int(offs[good]),
             )
         tags = r.units["tags_code"].astype(np.int64)
-        if len(tags) and tags.min() <= cqmod.EXT_MAX_ADDRESS:  # some are ext addresses
+        if len(tags) and int_min(tags) <= cqmod.EXT_MAX_ADDRESS:  # some are ext addresses
             ext = cqmod.is_ext_tags_code(tags)
             ext_queue = cqmod.ConsumeQueueExt(self.ext_root / r.topic / str(r.queue_id))
             tags[ext], _ = ext_queue.lookup(tags[ext])
