@@ -36,7 +36,9 @@ Measured, one row per mode:
 
 Printed per size: both rows and each figure's ratio every/follow.
 
-:func:`test_one_spread_pass` times the spread tail's pass alone: see there.
+:func:`test_one_spread_pass` times the spread tail's pass alone: see there. With valgrind
+installed it also counts the pass's user-space instructions under callgrind, which hold on a
+loaded machine where the wall does not.
 """
 
 from __future__ import annotations
@@ -105,12 +107,17 @@ class Row:
 
 
 def _gen(store: Path, queues: int, messages: int, seed: int, append: bool = False) -> None:
+    subprocess.run(_gen_args(store, queues, messages, seed, append), check=True)
+
+
+def _gen_args(store: Path, queues: int, messages: int, seed: int, append: bool) -> list[str]:
+    """The ``gen-store`` command of :func:`_gen`."""
     low, high = ("40", "120") if queues >= LMQ_FROM else ("100", "400")
     args = [RMQ, "gen-store", str(store), "--seed", str(seed), "--topics", str(queues // 8),
             "--queues", "8", "--messages", str(messages), "--min-body", low, "--max-body",
             high, "--commitlog-file-size", str(64 << 20), "--cq-file-entries", "1000",
             "--quiet"]  # fmt: skip
-    subprocess.run([*args, "--append"] if append else args, check=True)
+    return [*args, "--append"] if append else args
 
 
 def _conf(path: Path, store: Path, work: Path, keys: dict[str, str]) -> Path:
@@ -407,6 +414,7 @@ def test_one_spread_pass() -> None:
         subprocess.run([RMQ, "dispatch", "-c", str(conf), "--once", "--flush", "--quiet"],
                        check=True, stdout=subprocess.DEVNULL)  # fmt: skip
         runs = [_spread_pass(root, base, queues, n) for n in range(SPREAD_RUNS)]
+        counted = _spread_instructions(root, base, queues) if shutil.which("valgrind") else None
     print(f"\none spread pass, {queues} queues ({PER_QUEUE} messages each offloaded first), "
           f"{queues} messages appended:")  # fmt: skip
     for n, r in enumerate(runs):
@@ -417,6 +425,9 @@ def test_one_spread_pass() -> None:
     floor = statistics.median(r.floor for r in runs)
     print(f"  median {wall:.2f} s, {wall * 1e6 / max(runs[0].messages, 1):.0f} us per message; "
           f"the plain loop {floor:.2f} s: {wall / max(floor, 1e-3):.1f}x")  # fmt: skip
+    if counted is not None:
+        print(f"  the pass under callgrind: {counted / 1e9:.2f} G user-space instructions, "
+              f"{counted / max(runs[0].queues, 1):,.0f} per queue that moved")  # fmt: skip
     assert all(r.messages == queues for r in runs)
 
 
@@ -439,6 +450,45 @@ def _spread_pass(root: Path, base: Path, queues: int, n: int) -> SpreadPass:
     shutil.rmtree(work)
     return SpreadPass(wall, after.ru_utime - before.ru_utime, after.ru_stime - before.ru_stime,
                       report.messages, len(report.queues), floor)  # fmt: skip
+
+
+SPREAD_UNDER_CALLGRIND = """
+import os, subprocess, sys
+from tiered.providers import build_provider
+from tiered.config import load_config
+from tiered.core.sidecar import Sidecar
+conf, append = sys.argv[1], sys.argv[2:]
+cfg = load_config([conf])
+with Sidecar(cfg, build_provider(cfg)) as sidecar:
+    sidecar.dispatcher.run_pass(follow=True)
+    subprocess.run(append, check=True)
+    os.sync()
+    control = ["callgrind_control", "-i"]
+    subprocess.run([*control, "on", str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
+    report = sidecar.dispatcher.run_pass(follow=True)
+    subprocess.run([*control, "off", str(os.getpid())], check=True, stdout=subprocess.DEVNULL)
+print(report.messages)
+"""
+
+
+def _spread_instructions(root: Path, base: Path, queues: int) -> int:
+    """User-space instructions of :func:`_spread_pass`'s pass alone (every thread), counted by
+    valgrind's callgrind with its instrumentation on only around the pass: a figure that holds
+    on a loaded machine, where the wall does not."""
+    work = root / "callgrind"
+    shutil.copytree(base, work, symlinks=True)
+    conf = _conf(work / "tiered.conf", work / "store", work, {})
+    append = _gen_args(work / "store", queues, queues, seed=2, append=True)
+    out = subprocess.run(
+        ["valgrind", "--tool=callgrind", "--instr-atstart=no", "--callgrind-out-file=/dev/null",
+         sys.executable, "-c", SPREAD_UNDER_CALLGRIND, str(conf), *append],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    shutil.rmtree(work)
+    assert int(out.stdout.split()[-1]) == queues, out.stdout[-500:]
+    found = re.search(r"Collected : (\d+)", out.stderr)
+    assert found, out.stderr[-2000:]
+    return int(found.group(1))
 
 
 def _floor(scratch: Path, queues: int, messages: int, nbytes: int) -> float:
