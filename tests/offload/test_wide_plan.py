@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import numpy as np
 import pytest
 
 from tiered.config import TieredConfig
@@ -18,6 +19,7 @@ from tiered.offload.offload_step import Plan
 from tiered.offload.offload_step import StepResult
 from tiered.offload.offload_step import plan
 from tiered.offload.wide_plan import plan_many
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 
 START_MS = 1_700_000_000_000
@@ -142,3 +144,21 @@ def test_many_queues_planned_at_once_as_each_alone(
         assert any(sealed for r in rounds[0] for _, _, sealed, _ in r[2][0])
     if label == "segments nearly full":
         assert any(p[6] for p in plans) and any(p[7] for p in plans)
+
+
+def test_store_times_of_many_messages_as_of_each(offload_case: SidecarCase) -> None:
+    """:meth:`LocalSource.store_times_at` answers the messages the commitlog feed walked from
+    what it remembered (here told apart: remembered a second late) and reads the others."""
+    store = offload_case.store(topics=2, queues=2, messages=200, start_ms=START_MS)
+    local = LocalSource(offload_case.config(store))
+    units = local.read_units("GenTopic1", 0, 0, 40)
+    offsets, sizes = units["offset"].astype(np.int64), units["size"].astype(np.int64)
+    read = [local.store_time_at(int(o), int(z)) for o, z in zip(offsets, sizes, strict=True)]
+    true = [t for t in read if t is not None]
+    assert len(true) == len(read) == 40
+    assert local.store_times_at(offsets, sizes) == true  # (nothing remembered yet)
+    walked = np.arange(0, len(offsets), 3)
+    local.remember_store_times(offsets[walked].tolist(), [true[i] + 1000 for i in walked])
+    want = [t + 1000 if i in set(walked.tolist()) else t for i, t in enumerate(true)]
+    assert local.store_times_at(offsets, sizes) == want
+    assert local.store_times_at(offsets[:0], sizes[:0]) == []
