@@ -20,6 +20,9 @@ from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentType
 from tiered.offload.expiry import expire
 from tiered.offload.expiry import reserve_hours
+from tiered.read.fetcher import GetStatus
+from tiered.read.message_store import TieredMessageStore
+from tiered.source.local_source import LocalSource
 from tiered.testing.sample_tier import SidecarCase
 from tiered.testing.tier_check import check_tier
 from tiered.testing.tier_check import persisted_records
@@ -97,6 +100,39 @@ def test_nothing_expires_within_the_reserve_time(offload_case: SidecarCase) -> N
         report = sidecar.expire(oldest + 72 * HOUR_MS - 1)
     assert report.segments == 0
     assert newest > oldest
+
+
+def test_a_read_below_the_commitlogs_first_message_is_too_small_after_a_restart(
+    offload_case: SidecarCase,
+) -> None:
+    """Expiry cuts the commitlog and the consumequeue at their own segment ends, so a queue's
+    consumequeue may keep units whose messages went with an older commitlog segment (spec §5.8:
+    the min is raised to the first message kept). A restarted sidecar learns that min only by
+    reading: a read at the consumequeue's first unit still answers OFFSET_TOO_SMALL with it."""
+    cfg = offload_case.config(offload_case.store(), tieredStorageLevel="FORCE")
+    provider = MemoryProvider()
+    offload(cfg, provider)
+    segs = ends(cfg, FileSegmentType.CONSUME_QUEUE)
+    cut = min(s[len(s) // 2][2] for s in segs.values())
+    with Sidecar(cfg, provider) as sidecar:
+        assert sidecar.expire(cut + 72 * HOUR_MS).segments > 0
+        lows = {
+            (f.topic, f.queue_id): (f.consume_queue.min_queue_offset, f.min_offset())
+            for f in sidecar.flat_store.files()
+        }
+    ahead = {q: lo for q, lo in lows.items() if lo[0] < lo[1]}
+    assert ahead, lows  # (the case needs a commitlog that expired ahead of its consumequeue)
+    with Sidecar(cfg, provider) as sidecar:  # restarted: no first queue offset known
+        store = TieredMessageStore(cfg, sidecar.flat_store, LocalSource(cfg))
+        for (topic, qid), (cq_min, lo) in ahead.items():
+            r = store.get_message(topic, qid, cq_min, 32)
+            assert (r.status, r.next_begin_offset, r.tier) == (
+                GetStatus.OFFSET_TOO_SMALL,
+                lo,
+                "tiered",
+            ), (topic, qid, cq_min, lo)
+            found = store.get_message(topic, qid, lo, 32)
+            assert found.status is GetStatus.FOUND and found.units[0].queue_offset == lo
 
 
 def test_old_segments_go_oldest_first_metadata_before_data(offload_case: SidecarCase) -> None:

@@ -78,3 +78,38 @@ def test_a_restarted_sidecar_reads_unsealed_segments_by_their_chunks(
     assert _but_physical_offsets(got) == want
     # without the hint each unsealed segment's first read tries its sealed object: a GET more
     assert told["GET"] < guessing["GET"] and told["LIST"] <= guessing["LIST"], (told, guessing)
+
+
+def test_a_catch_up_from_a_queues_first_offset_gets_each_commitlog_object_once(
+    make_tier: TierFactory, s3_keys: dict[str, str]
+) -> None:
+    """A restarted sidecar knows no queue's first queue offset (it lies in the commitlog's first
+    message): for a consumer that starts at a queue's first offset it is taken from the
+    read-ahead window the first read brought in, not by a GET of the commitlog's head."""
+    tier = make_tier("s3", deleted_files=0, tieredStorageLevel="FORCE", **s3_keys)
+    tier.sidecar.close()
+    provider = build_provider(tier.cfg)
+    s3 = provider
+    while isinstance(s3, WrappedProvider):
+        s3 = s3.inner
+    gets: list[tuple[str, str]] = []
+    s3.client.meta.events.register(  # type: ignore[attr-defined]
+        "before-call.s3.GetObject",
+        lambda params, **_: gets.append((params["url_path"], params["headers"].get("Range", ""))),
+    )
+    with Sidecar(tier.cfg, provider, lock=False) as sidecar:
+        store = TieredMessageStore(tier.cfg, sidecar.flat_store, LocalSource(tier.cfg))
+        gets.clear()
+        for topic, qid in tier.queues:
+            flat = sidecar.flat_store.get(topic, qid)
+            assert flat is not None and flat.commitlog.known_first_queue_offset == -1
+            offset, end = 0, flat.commit_offset  # (as a consumer that knows where it ends)
+            while offset < end:  # as the HTTP raw catch-up asks: all it may, 16 MiB at most
+                r = store.get_message(topic, qid, offset, 65536, max_bytes=16 << 20)
+                assert r.units and r.tier == "tiered", (topic, qid, offset, r.status)
+                assert r.min_offset == 0
+                offset = r.next_begin_offset
+            assert flat.commitlog.known_first_queue_offset == 0
+    commitlogs = Counter(path for path, _ in gets if "/COMMIT_LOG/" in path)
+    assert len(commitlogs) > len(tier.queues)
+    assert max(commitlogs.values()) == 1, [(p, r) for p, r in gets if commitlogs[p] > 1]

@@ -105,6 +105,19 @@ class FlatCommitLogFile(FlatAppendFile):
         self._first_queue_offset = value
         return value
 
+    def learn_first_queue_offset(self, position: int, queue_offset: int) -> None:
+        """A reader checked that the message at ``position`` holds ``queue_offset``: when that is
+        the first segment's first message, it is :meth:`first_queue_offset` (no read of it)."""
+        segs = self.segments
+        if self._first_queue_offset is None and segs and segs[0].base == position:
+            self._first_queue_offset = queue_offset
+
+    @property
+    def known_first_queue_offset(self) -> int:
+        """:meth:`first_queue_offset` when it has been read (and not forgotten since), else -1."""
+        cached = self._first_queue_offset
+        return -1 if cached is None else cached
+
     def forget_first_queue_offset(self) -> None:
         """Drop the cached first queue offset (after expiry changed the first segment)."""
         self._first_queue_offset = None

@@ -207,6 +207,15 @@ class FlatMessageFile:
             return -1
         return max(cq_min, self.commitlog.first_queue_offset())
 
+    def min_offset_floor(self) -> int:
+        """:meth:`min_offset` as far as it is known without a request: the consumequeue's first
+        unit, raised to the commitlog's first queue offset once that has been read; never above
+        :meth:`min_offset`."""
+        cq_min = self.consume_queue.min_queue_offset
+        if cq_min < 0:
+            return -1
+        return max(cq_min, self.commitlog.known_first_queue_offset)
+
     def min_timestamp(self) -> int:
         """The oldest store time kept (spec §5.8); -1 when unknown."""
         stamps = [

@@ -212,6 +212,8 @@ class TieredReader:
             if i == 0:
                 raise err
             rel, sizes, tags = rel[:i], sizes[:i], tags[:i]  # the good ones
+        if rel[0] == 0:  # checked: when it is the commitlog's first message, its queue offset
+            flat.commitlog.learn_first_queue_offset(first, offset)  # is the tier's min
         if self.bulk_index_units:
             self._next[flat.path] = offset + len(rel)
         return Run(data, rel, sizes, tags, qoffs[: len(rel)])
@@ -310,10 +312,14 @@ class Fetcher:
         """
         if flat is None or not flat.initialized:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, -1, -1)
-        lo, hi = flat.min_offset(), flat.commit_offset
-        outside = _outside(lo, hi, offset)
-        if outside is not None:
-            return outside
+        hi = flat.commit_offset
+        # the min as far as it is known without a request bounds it from below; the min itself
+        # (the commitlog's first queue offset, read once) is taken after the read, which has
+        # then most likely brought the commitlog's head into a read-ahead window: no GET of its
+        # own when a consumer starts at the queue's first offset
+        below = _outside(flat.min_offset_floor(), hi, offset)
+        if below is not None:  # outside the true bounds too: answered with them
+            return _outside(flat.min_offset(), hi, offset) or below
         want = _Want(max_count, max_bytes, tags)
         try:
             if self.cache is not None and not self.cache.busy:
@@ -323,8 +329,16 @@ class Fetcher:
         except ReadPastEndError as e:
             if e.key is not None:  # the backend's object is shorter than its record: not a gap
                 raise
+            lo = flat.min_offset()
+            outside = _outside(lo, hi, offset)
+            if outside is not None:  # below the commitlog's first message: expired
+                return outside
             after_gap = next_readable(flat, offset)
             return GetResult(GetStatus.OFFSET_FOUND_NULL, after_gap or offset, lo, hi)
+        lo = flat.min_offset()
+        outside = _outside(lo, hi, offset)
+        if outside is not None:  # (the commitlog expired under the read)
+            return outside
         if nxt == offset:
             return GetResult(GetStatus.OFFSET_FOUND_NULL, offset, lo, hi)
         status = GetStatus.FOUND if runs else GetStatus.NO_MATCHED_MESSAGE
