@@ -135,6 +135,9 @@ def _value(name: str, **labels: str) -> float:
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory: pytest.TempPathFactory, read_spec: GenSpec) -> Iterator[Run]:
+    # (a module fixture is made before the function-scoped _queue_metrics of its first test:
+    # without this, a worker that starts with this module records it at the default detail)
+    metrics.set_detail("queue")
     before = parse(generate_latest(REGISTRY).decode())
     faults: list[FaultInjectingProvider] = []
 
