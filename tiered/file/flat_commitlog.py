@@ -108,8 +108,10 @@ class FlatCommitLogFile(FlatAppendFile):
     def learn_first_queue_offset(self, position: int, queue_offset: int) -> None:
         """A reader checked that the message at ``position`` holds ``queue_offset``: when that is
         the first segment's first message, it is :meth:`first_queue_offset` (no read of it)."""
-        segs = self.segments
-        if self._first_queue_offset is None and segs and segs[0].base == position:
+        if self._first_queue_offset is not None:
+            return
+        first = self._segments[:1]  # (expiry may drop it meanwhile: a copy of it)
+        if first and first[0].base == position:
             self._first_queue_offset = queue_offset
 
     @property
