@@ -314,9 +314,9 @@ class Fetcher:
             return GetResult(GetStatus.NO_MATCHED_LOGIC_QUEUE, offset, -1, -1)
         hi = flat.commit_offset
         # the min as far as it is known without a request bounds it from below; the min itself
-        # (the commitlog's first queue offset, read once) is taken after the read, which has
-        # then most likely brought the commitlog's head into a read-ahead window: no GET of its
-        # own when a consumer starts at the queue's first offset
+        # (raised to the commitlog's first queue offset, read once) is taken after the read: a
+        # read that checked the commitlog's first message has taught it that offset, so a
+        # consumer that starts at the queue's first offset costs no GET of the commitlog's head
         below = _outside(flat.min_offset_floor(), hi, offset)
         if below is not None:  # outside the true bounds too: answered with them
             return _outside(flat.min_offset(), hi, offset) or below
