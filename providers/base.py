@@ -67,6 +67,11 @@ class RequestCounts:
         with self._lock:
             self.counts[operation] += 1
 
+    def many(self, operation: str, n: int) -> None:
+        """``n`` requests of ``operation`` at once (see :meth:`Provider._request_many`)."""
+        with self._lock:
+            self.counts[operation] += n
+
 
 class Provider(Closeable, abc.ABC):
     """Segment object storage with positional append; see the module docstring for the rules."""
@@ -366,6 +371,18 @@ class Provider(Closeable, abc.ABC):
         """Report one backend request about to be sent (implementations call this)."""
         for listener in self._listeners:
             listener(operation)
+
+    def _request_many(self, operation: str, n: int) -> None:
+        """Report ``n`` requests of ``operation`` that a bulk call made (a wide round's
+        thousands of appends by one call of the kernel): a listener with a ``many(operation,
+        n)`` method is told once, any other ``n`` times."""
+        for listener in self._listeners:
+            many = getattr(listener, "many", None)
+            if many is not None:
+                many(operation, n)
+            else:
+                for _ in range(n):
+                    listener(operation)
 
     def _retried(self, reason: str) -> None:
         """Report that a request failed retriably and is about to be sent again: listeners get

@@ -293,6 +293,7 @@ class PosixProvider(Provider):
             BULK_THREADS,
         )
         deferred: list[tuple[str, str]] = []
+        writes = 0  # (reported at once: every write was made by then)
         for (i, key, path, _, position), s, v, m in zip(
             closed, memoryview(status).cast("q").tolist(), memoryview(value).cast("q").tolist(),
             memoryview(made).cast("q").tolist(), strict=True,
@@ -302,7 +303,7 @@ class PosixProvider(Provider):
                 directory = directory.rpartition("/")[0] or "/"  # (absolute, normalised)
                 deferred.append((key, directory))
             if s == 0:
-                self._request("WRITE")
+                writes += 1
                 out[i] = position + v
             elif s == 1:
                 out[i] = SegmentNotFoundError(
@@ -317,8 +318,9 @@ class PosixProvider(Provider):
                     given=position,
                 )
             else:
-                self._request("WRITE")
+                writes += 1
                 out[i] = translate(OSError(v, os.strerror(v), path), key, "file operation")
+        self._request_many("WRITE", writes)
         with self._open_lock:
             for key, parent in deferred:
                 self._unsynced_dirs.setdefault(key, set()).add(parent)

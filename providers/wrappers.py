@@ -361,6 +361,31 @@ class _CountingReader:
         return data
 
 
+class _RequestCounter:
+    """The request listener of :class:`MetricsProvider`: ``requests_total`` by operation, and
+    ``retries_total`` by reason for ``RETRY_<REASON>`` (a child per operation kept: ``labels``
+    costs more than the count)."""
+
+    def __init__(self, requests: Counter, retries: Counter, provider: str) -> None:
+        self.requests, self.retries, self.provider = requests, retries, provider
+        self.children: dict[str, Counter] = {}
+
+    def __call__(self, operation: str) -> None:
+        self.many(operation, 1)
+
+    def many(self, operation: str, n: int) -> None:
+        """``n`` requests of ``operation`` (see :meth:`~.base.Provider._request_many`)."""
+        child = self.children.get(operation)
+        if child is None:
+            if operation.startswith(RETRY_PREFIX):
+                reason = operation.removeprefix(RETRY_PREFIX).lower()
+                child = self.retries.labels(provider=self.provider, reason=reason)
+            else:
+                child = self.requests.labels(provider=self.provider, operation=operation)
+            self.children[operation] = child
+        child.inc(n)
+
+
 class MetricsProvider(WrappedProvider):
     """Records the provider metrics for ``inner``: ``provider_rpc_latency`` (milliseconds,
     upstream's buckets), ``provider_upload_bytes``, ``provider_download_bytes`` and
@@ -388,22 +413,8 @@ class MetricsProvider(WrappedProvider):
     def _attach(self) -> None:
         counter, retries = self.metrics.requests, self.metrics.retries
         name = type(unwrap(self.inner)).name
-
-        children: dict[str, Counter] = {}  # by operation: ``labels`` costs more than the count
-
-        def count(operation: str) -> None:
-            child = children.get(operation)
-            if child is None:
-                if operation.startswith(RETRY_PREFIX):
-                    reason = operation.removeprefix(RETRY_PREFIX).lower()
-                    child = retries.labels(provider=name, reason=reason)
-                else:
-                    child = counter.labels(provider=name, operation=operation)
-                children[operation] = child
-            child.inc()
-
-        self._count = count
-        self.inner.add_request_listener(count)
+        self._count = _RequestCounter(counter, retries, name)
+        self.inner.add_request_listener(self._count)
         self._errors: dict[str, Counter] = {
             op: self.metrics.errors.labels(provider=name, operation=op) for op in CALLS
         }

@@ -262,13 +262,19 @@ class FlatAppendFile:
     def commit_offset(self) -> int:
         """Offset just past the committed bytes; -1 without segments."""
         segs = self._segments
-        return segs[-1].commit_offset if segs else -1
+        if not segs:
+            return -1
+        last = segs[-1]
+        return last.base + last.size
 
     @property
     def append_offset(self) -> int:
         """Offset just past the appended bytes; -1 without segments."""
         segs = self._segments
-        return segs[-1].append_offset if segs else -1
+        if not segs:
+            return -1
+        last = segs[-1]
+        return last.base + last.size + last.pending_size
 
     @property
     def pending_size(self) -> int:
@@ -406,12 +412,14 @@ class FlatAppendFile:
         if not self._segments:
             raise IntegrityError(f"{self.path} {self.file_type.name}: append before init_offset")
         seg = self._segments[-1]
-        at = seg.append_offset
-        if len(data):
+        at = seg.base + seg.size + seg.pending_size
+        n = len(data)
+        if n:
             seg.pending.append(data)
-            seg.pending_size += len(data)
+            seg.pending_size += n
             seg.pending_begin = min(seg.pending_begin, begin_ts)
-            seg.pending_end = _merge_max(seg.pending_end, end_ts)
+            if end_ts != LONG_MAX:
+                seg.pending_end = _merge_max(seg.pending_end, end_ts)
         return at
 
     def roll(self, base: int | None = None) -> Segment:
@@ -485,10 +493,12 @@ class FlatAppendFile:
         if self._defers if defers is None else defers:
             seg.unsynced += n
         seg.begin_timestamp = min(seg.begin_timestamp, seg.pending_begin)
-        seg.end_timestamp = _merge_max(seg.end_timestamp, seg.pending_end)
+        if seg.pending_end != LONG_MAX:  # (a round runs this per file: no call when unset)
+            seg.end_timestamp = _merge_max(seg.end_timestamp, seg.pending_end)
         seg.pending, seg.pending_size = [], 0
         seg.pending_begin = seg.pending_end = LONG_MAX
-        self._mark(seg.base)
+        if seg.base not in self._dirty:  # (:meth:`_mark`, inlined likewise)
+            self._dirty += (seg.base,)
         if self.upload_failed:
             self.upload_failed = False  # the backend ends where the record says again
         return n
@@ -502,7 +512,8 @@ class FlatAppendFile:
     @property
     def unsynced(self) -> bool:
         """Whether bytes uploaded by ``append_deferred`` wait for :meth:`sync`."""
-        return bool(self._segments) and self._segments[-1].unsynced > 0
+        segs = self._segments
+        return bool(segs) and segs[-1].unsynced > 0
 
     def sync(self) -> bool:
         """Make the last segment's deferred bytes durable, so that its record may say so (marked

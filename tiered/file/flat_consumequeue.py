@@ -49,14 +49,20 @@ class FlatConsumeQueueFile(FlatAppendFile):
     @property
     def commit_queue_offset(self) -> int:
         """The next queue offset after the uploaded units; -1 without segments."""
-        c = self.commit_offset
-        return c // CQ_UNIT_SIZE if c >= 0 else -1
+        segs = self._segments  # (asked several times per queue a round: no property chain)
+        if not segs:
+            return -1
+        last = segs[-1]
+        return (last.base + last.size) // CQ_UNIT_SIZE
 
     @property
     def append_queue_offset(self) -> int:
         """The next queue offset after the appended units; -1 without segments."""
-        a = self.append_offset
-        return a // CQ_UNIT_SIZE if a >= 0 else -1
+        segs = self._segments
+        if not segs:
+            return -1
+        last = segs[-1]
+        return (last.base + last.size + last.pending_size) // CQ_UNIT_SIZE
 
     def room_units(self) -> int:
         """Units the last segment can still take before it rolls."""

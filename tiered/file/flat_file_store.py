@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from tiered.config import TieredConfig
 from tiered.errors import ProviderError
+from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import MessageQueue
 from tiered.metadata import MetadataStore
 from tiered.metadata.broker_tier import BrokerTier
@@ -174,9 +175,14 @@ class FlatFileStore(BrokerTier):
         changed = 0
         try:
             with self.metadata.batch():
+                records: list[FileSegmentMetadata] = []  # (recorded at once: one lock, one call)
                 for flat in self.files() if flats is None else dict.fromkeys(flats):
                     with flat.lock:
-                        changed += flat.flush_metadata()
+                        got = flat.changed_records()
+                    if got:
+                        records += got
+                        changed += 1
+                self.metadata.update_segments(records)
                 self.recorded += bool(changed)  # (before the persist, which may fail)
         except ProviderError as e:  # only the mirror put can fail this way; the file was written
             log.debug("metadata mirror failed (the local file was written): %s", e)

@@ -168,7 +168,7 @@ class FlatMessageFile:
     @property
     def initialized(self) -> bool:
         """Whether the consumequeue has a segment (the queue has a position in the tier)."""
-        return not self.consume_queue.empty
+        return bool(self.consume_queue._segments)
 
     @property
     def commit_offset(self) -> int:
@@ -183,7 +183,8 @@ class FlatMessageFile:
     @property
     def has_pending(self) -> bool:
         """Whether appended bytes wait for upload (a failed commit is retried first)."""
-        return bool(self.commitlog.pending_size or self.consume_queue.pending_size)
+        cl, cq = self.commitlog._segments, self.consume_queue._segments  # (asked per queue often)
+        return bool((cl and cl[-1].pending_size) or (cq and cq[-1].pending_size))
 
     @property
     def settled(self) -> bool:
