@@ -15,6 +15,7 @@ large index is several times slower here.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Final
 from typing import NamedTuple
 
@@ -162,6 +163,54 @@ def check_batch(
     return CheckedBatch(
         good, np.frombuffer(starts, dtype=np.int64), stamps, (first, last) if good else None
     )
+
+
+class CheckedBatches(NamedTuple):
+    """:func:`check_batches`' answer: per batch, how many of its units are ``good`` and the
+    least and greatest store time of those (``time_ranges``; None when there are none); per
+    unit, joined in batch order, its ``starts`` in its batch's bytes and its store time
+    (``timestamps``; 0 past its batch's good units)."""
+
+    good: list[int]
+    starts: Int64s
+    timestamps: Int64s
+    time_ranges: list[tuple[int, int] | None]
+
+
+def check_batches(
+    datas: Sequence[Buffer], sizes: Int64s, counts: Int64s, first_queue_offsets: Int64s,
+    physical_offsets: Int64s | None = None,
+) -> CheckedBatches:  # fmt: skip
+    """:func:`check_batch` of many batches by one call of the kernel (a wide round's wave):
+    batch ``i`` holds ``counts[i]`` units in ``datas[i]``, whose sizes (and physical offsets)
+    are the next ``counts[i]`` of ``sizes`` (``physical_offsets``).
+
+    Raises:
+        ValueError: the columns do not agree in length."""
+    physical = None if physical_offsets is None else _i64(physical_offsets)
+    good, starts, times, first, last = kernel().check_batches(
+        list(datas), _i64(sizes), _i64(counts), _i64(first_queue_offsets), physical
+    )
+    goods = memoryview(good).cast("q").tolist()
+    ranges = zip(memoryview(first).cast("q").tolist(), memoryview(last).cast("q").tolist(),
+                 strict=True)  # fmt: skip
+    return CheckedBatches(
+        goods,
+        np.frombuffer(starts, dtype=np.int64),
+        np.frombuffer(times, dtype=np.int64),
+        [r if g else None for g, r in zip(goods, ranges, strict=True)],
+    )
+
+
+def rewrite_batches(
+    datas: Sequence[bytearray], starts: Int64s, offsets: Int64s, counts: Int64s
+) -> None:
+    """:func:`rewrite_physical_offsets` of many batches by one call of the kernel: batch
+    ``i``'s units are the next ``counts[i]`` of ``starts`` and ``offsets``.
+
+    Raises:
+        ValueError: a unit lies outside its batch, or the columns do not agree in length."""
+    kernel().rewrite_batches(list(datas), _i64(starts), _i64(offsets), _i64(counts))
 
 
 def encode_cq_units(

@@ -21,10 +21,13 @@ import numpy as np
 import numpy.typing as npt
 
 from tiered.broker.consumequeue import CQ_UNIT_SIZE
+from tiered.broker.unit_fields import encode_cq_units
 from tiered.broker.unit_fields import int_sum
+from tiered.broker.unit_fields import rewrite_batches
 from tiered.errors import IntegrityError
 from tiered.errors import MetadataError
 from tiered.errors import TieredStoreError
+from tiered.metadata import LONG_MAX
 from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import MessageQueue
 from tiered.metadata import MetadataStore
@@ -111,6 +114,7 @@ class CommitResult(NamedTuple):
 
 
 _NOTHING = CommitResult(0, 0)
+_NO_OFFSETS: Int64s = np.zeros(0, np.int64)
 _NONE: Mapping[str, int | None] = types.MappingProxyType({})
 
 
@@ -378,15 +382,61 @@ class FlatMessageFile:
             IntegrityError: the batch does not start at the consumequeue's append offset.
         """
         if batch.queue_offset != self.append_offset:
-            raise IntegrityError(
-                f"{self.path}: batch starts at queue offset {batch.queue_offset} but the flat "
-                f"consumequeue continues at {self.append_offset}"
-            )
+            raise self._misplaced(batch)
         times = batch.times()
         offsets = self.commitlog.append_units(batch.data, batch.starts, times)
         self.consume_queue.append_units(offsets, batch.sizes, batch.tags_codes, times)
         self._uncommitted.append((batch, offsets))
         return offsets
+
+    def _misplaced(self, batch: MessageBatch) -> IntegrityError:
+        return IntegrityError(
+            f"{self.path}: batch starts at queue offset {batch.queue_offset} but the flat "
+            f"consumequeue continues at {self.append_offset}"
+        )
+
+    @staticmethod
+    def append_many(
+        flats: Sequence[FlatMessageFile], batches: Sequence[MessageBatch]
+    ) -> list[Int64s | IntegrityError]:
+        """:meth:`append_batch` of each queue's batch (a wide round's wave, ``batches[i]`` of
+        ``flats[i]``, each ``data`` writable): every batch's physical offsets rewritten by one
+        call of the kernel (:func:`~tiered.broker.unit_fields.rewrite_batches`), every unit
+        encoded by one more. A batch that does not start at its consumequeue's append offset
+        is the error ``append_batch`` raises, in its place (nothing of it appended)."""
+        out: list[Int64s | IntegrityError] = []
+        ok: list[int] = []
+        for i, (flat, batch) in enumerate(zip(flats, batches, strict=True)):
+            if batch.queue_offset == flat.append_offset:
+                ok.append(i)
+                out.append(_NO_OFFSETS)  # (replaced below)
+            else:
+                out.append(flat._misplaced(batch))
+        if not ok:
+            return out
+        counts = np.fromiter((len(batches[i]) for i in ok), np.int64, len(ok))
+        bases = np.fromiter((flats[i].commitlog.append_offset for i in ok), np.int64, len(ok))
+        starts = np.concatenate([batches[i].starts for i in ok]).astype(np.int64, copy=False)
+        offsets = starts + np.repeat(bases, counts)
+        rewrite_batches([batches[i].data for i in ok], starts, offsets, counts)
+        units = memoryview(encode_cq_units(
+            offsets,
+            np.concatenate([batches[i].sizes for i in ok]),
+            np.concatenate([batches[i].tags_codes for i in ok]),
+        ))  # fmt: skip
+        at = 0
+        for i, n in zip(ok, counts.tolist(), strict=True):
+            flat, batch = flats[i], batches[i]
+            begin, end = batch.times() or (LONG_MAX, LONG_MAX)
+            got = offsets[at : at + n]
+            flat.commitlog.append(batch.data, begin, end)
+            flat.consume_queue.append(
+                units[at * CQ_UNIT_SIZE : (at + n) * CQ_UNIT_SIZE], begin, end
+            )
+            flat._uncommitted.append((batch, got))
+            out[i] = got
+            at += n
+        return out
 
     def after_commit(self, call: Callable[[], None]) -> None:
         """Have the :class:`CommitResult` of the commit that completes the batches appended so

@@ -61,7 +61,7 @@ from tiered.offload.offload_step import execute_after
 from tiered.offload.offload_step import measure
 from tiered.offload.offload_step import plan
 from tiered.offload.offload_step import prepare_staged
-from tiered.offload.offload_step import stage
+from tiered.offload.offload_step import stage_many
 from tiered.offload.offload_step import write_commitlogs
 from tiered.offload.pass_queues import PassQueues
 from tiered.offload.pass_queues import QueueProgress
@@ -498,14 +498,8 @@ class Dispatcher(Closeable):
     ) -> tuple[list[Sent], Callable[[], None]]:  # fmt: skip
         """A wide round's wave read, staged and its commitlogs written, their sync begun on a
         thread: the steps sent, and what waits for that sync. Failed steps go to ``results``."""
-        staged: list[Sent] = []
-        reads = self._read_wave([p for p, _ in wave])
-        for (p, _), (batch, next_time) in zip(wave, reads, strict=True):
-            got = stage(p, batch, next_time, now, listeners, prepare=False)
-            if isinstance(got, Sent):
-                staged.append(got)
-            else:
-                results.append((p.flat, got))
+        plans = [p for p, _ in wave]
+        staged = stage_many(plans, self._read_wave(plans), self.local, now, listeners, results)
         prepare_staged(staged, listeners)  # (before the writes free the batches' bytes)
         sent = write_commitlogs(staged, results, freed)
         files = [s.plan.flat.commitlog for s in sent]

@@ -435,6 +435,60 @@ def stage(
     return Sent(p, batch, next_store_time, time.perf_counter(), early)
 
 
+def stage_many(
+    wave: Sequence[Plan],
+    reads: Sequence[tuple[UncheckedBatch | MessageBatch | TieredStoreError | None, int | None]],
+    local: LocalSource,
+    now: int,
+    listeners: Sequence[CommitListener],
+    results: list[tuple[FlatMessageFile, StepResult]],
+) -> list[Sent]:
+    """:func:`stage` of each plan of a wide round's wave (one plan per queue) with
+    ``prepare=False`` (``reads[i]``: plan ``i``'s batch and the store time after it): when the listeners may be prepared early,
+    the batches of the plans that send are checked at once
+    (:meth:`~.local_source.LocalSource.check_many`) and appended at once
+    (:meth:`~tiered.file.flat_message_file.FlatMessageFile.append_many`), the others one by
+    one. The steps staged are returned in wave order; the failed ones' results go to
+    ``results``."""
+    out: list[Sent | StepResult | None] = [None] * len(wave)
+    bulk: list[int] = []
+    unchecked: list[UncheckedBatch] = []
+    early = all_early(listeners)
+    for i, (p, (read, _)) in enumerate(zip(wave, reads, strict=True)):
+        if early and not p.retry and isinstance(read, UncheckedBatch):
+            bulk.append(i)
+            unchecked.append(read)
+    started = time.perf_counter()
+    ready: list[tuple[int, MessageBatch]] = []
+    for i, got in zip(bulk, local.check_many(unchecked), strict=True):
+        p = wave[i]
+        try:
+            if not isinstance(got, MessageBatch):
+                raise got  # checked here, as stage checks: planned again next round
+            p.flat.roll_for_batch(p.roll_commitlog, p.roll_consume_queue)
+        except (TieredStoreError, OSError) as e:
+            out[i] = failed(p.flat, p.state, e)
+            continue
+        ready.append((i, got))
+    appended = FlatMessageFile.append_many([wave[i].flat for i, _ in ready], [b for _, b in ready])
+    for (i, batch), offsets in zip(ready, appended, strict=True):
+        p = wave[i]
+        if isinstance(offsets, TieredStoreError):
+            out[i] = failed(p.flat, p.state, offsets)
+        else:
+            out[i] = Sent(p, batch, reads[i][1], started, True, offsets=offsets)
+    staged: list[Sent] = []
+    for i, p in enumerate(wave):
+        done = out[i]
+        if done is None:
+            done = stage(p, reads[i][0], reads[i][1], now, listeners, prepare=False)
+        if isinstance(done, Sent):
+            staged.append(done)
+        else:
+            results.append((p.flat, done))
+    return staged
+
+
 def write_commitlogs(
     staged: list[Sent],
     results: list[tuple[FlatMessageFile, StepResult]],

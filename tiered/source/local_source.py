@@ -47,6 +47,7 @@ from tiered.broker.read_only import read_sized_part
 from tiered.broker.store_layout import mapped_sizes
 from tiered.broker.store_layout import sizes_found
 from tiered.broker.unit_fields import check_batch
+from tiered.broker.unit_fields import check_batches
 from tiered.broker.unit_fields import int_min
 from tiered.config import TieredConfig
 from tiered.errors import BrokerStoreError
@@ -105,6 +106,16 @@ class UncheckedBatch:
         """The batch, its units checked and timestamped (``CorruptStoreFileError``: a message
         does not match its consumequeue unit)."""
         return self.source._batch(self.request, self.data, self.offsets, self.sizes)
+
+
+def _mismatch(r: BatchRequest, good: int, offs: Int64s, sizes: Int64s) -> CorruptStoreFileError:
+    """The error of a batch whose unit ``good`` does not match its consumequeue unit."""
+    return CorruptStoreFileError(
+        f"{r.topic}/{r.queue_id} queue offset {r.queue_offset + good}: the message at "
+        f"physical offset {int(offs[good])} does not match its consumequeue unit (size "
+        f"{int(sizes[good])}); the broker may be rewriting it, retried next round",
+        offset=int(offs[good]),
+    )
 
 
 class LocalSource:
@@ -672,26 +683,63 @@ class LocalSource:
         checked = check_batch(data, sizes, r.queue_offset, offs)
         good = checked.good
         if good < len(sizes):
-            raise CorruptStoreFileError(
-                f"{r.topic}/{r.queue_id} queue offset {r.queue_offset + good}: the message at "
-                f"physical offset {int(offs[good])} does not match its consumequeue unit (size "
-                f"{int(sizes[good])}); the broker may be rewriting it, retried next round",
-                offset=int(offs[good]),
-            )
-        tags = r.units["tags_code"].astype(np.int64)
-        if len(tags) and int_min(tags) <= cqmod.EXT_MAX_ADDRESS:  # some are ext addresses
-            ext = cqmod.is_ext_tags_code(tags)
-            ext_queue = cqmod.ConsumeQueueExt(self.ext_root / r.topic / str(r.queue_id))
-            tags[ext], _ = ext_queue.lookup(tags[ext])
+            raise _mismatch(r, good, offs, sizes)
         return MessageBatch(
             queue_offset=r.queue_offset,
             data=data,
             starts=checked.starts,
             sizes=sizes,
-            tags_codes=tags,
+            tags_codes=self._tags(r, r.units["tags_code"].astype(np.int64)),
             timestamps=checked.timestamps,
             time_range=checked.time_range,
         )
+
+    def _tags(self, r: BatchRequest, tags: Int64s) -> Int64s:
+        """``tags`` (a copy of the request's tags codes, changed in place), the ones that are
+        addresses in the consumequeue's ext file replaced by the tags codes kept there."""
+        if len(tags) and int_min(tags) <= cqmod.EXT_MAX_ADDRESS:  # some are ext addresses
+            ext = cqmod.is_ext_tags_code(tags)
+            ext_queue = cqmod.ConsumeQueueExt(self.ext_root / r.topic / str(r.queue_id))
+            tags[ext], _ = ext_queue.lookup(tags[ext])
+        return tags
+
+    def check_many(
+        self, batches: Sequence[UncheckedBatch]
+    ) -> list[MessageBatch | BrokerStoreError]:
+        """:meth:`UncheckedBatch.check` of each of many queues' batches (a wide round's wave):
+        their units checked and timestamped by one call of the kernel
+        (:func:`~tiered.broker.unit_fields.check_batches`); a batch that does not match its
+        units is the error ``check`` raises, in its place."""
+        if not batches:
+            return []
+        counts = np.fromiter((len(b.sizes) for b in batches), np.int64, len(batches))
+        sizes = np.concatenate([b.sizes for b in batches])
+        offs = np.concatenate([b.offsets for b in batches])
+        firsts = np.fromiter((b.request.queue_offset for b in batches), np.int64, len(batches))
+        checked = check_batches([b.data for b in batches], sizes, counts, firsts, offs)
+        tags = np.concatenate([b.request.units["tags_code"] for b in batches]).astype(np.int64)
+        some_ext = len(tags) and int(tags.min()) <= cqmod.EXT_MAX_ADDRESS
+        ends = np.cumsum(counts).tolist()
+        out: list[MessageBatch | BrokerStoreError] = []
+        for b, good, time_range, end, n in zip(
+            batches, checked.good, checked.time_ranges, ends, counts.tolist(), strict=True
+        ):
+            at = end - n
+            r = b.request
+            if good < n:
+                out.append(_mismatch(r, good, b.offsets, b.sizes))
+                continue
+            unit_tags = tags[at:end]
+            out.append(MessageBatch(
+                queue_offset=r.queue_offset,
+                data=b.data,
+                starts=checked.starts[at:end],
+                sizes=b.sizes,
+                tags_codes=self._tags(r, unit_tags.copy()) if some_ext else unit_tags,
+                timestamps=checked.timestamps[at:end],
+                time_range=time_range,
+            ))  # fmt: skip
+        return out
 
     # --- the read path ----------------------------------------------------------------------------
 

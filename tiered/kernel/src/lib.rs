@@ -237,6 +237,94 @@ mod python {
         ))
     }
 
+    /// `check_batches(datas, sizes, counts, first_queue_offsets, physical_offsets=None) ->
+    /// (good, starts, timestamps, first_times, last_times)`: `check_batch` of each of many
+    /// batches (`unit::check_batches`: batch `i` holds `counts[i]` units in `datas[i]`, their
+    /// sizes and physical offsets the next `counts[i]` of the joined columns). Every result
+    /// comes back as int64 bytes in native order: `good`, `first_times` and `last_times` one per
+    /// batch; `starts` and `timestamps` one per unit, joined (a timestamp past its batch's
+    /// `good` units is 0).
+    #[pyfunction]
+    #[pyo3(signature = (datas, sizes, counts, first_queue_offsets, physical_offsets=None))]
+    #[allow(clippy::type_complexity)]
+    fn check_batches<'py>(
+        py: Python<'py>,
+        datas: Vec<Bound<'py, PyAny>>,
+        sizes: &Bound<'py, PyAny>,
+        counts: &Bound<'py, PyAny>,
+        first_queue_offsets: &Bound<'py, PyAny>,
+        physical_offsets: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<(
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+        Bound<'py, PyBytes>,
+    )> {
+        let (sizes, counts) = (PyBuffer::<i64>::get(sizes)?, PyBuffer::<i64>::get(counts)?);
+        let firsts = PyBuffer::<i64>::get(first_queue_offsets)?;
+        let physical = physical_offsets.map(PyBuffer::<i64>::get).transpose()?;
+        let (z, c, q) = (items(&sizes, "sizes")?, items(&counts, "counts")?, items(&firsts, "first_queue_offsets")?);
+        let p = physical.as_ref().map(|b| items(b, "physical_offsets")).transpose()?;
+        same_length(&[("datas", datas.len()), ("counts", c.len()), ("first_queue_offsets", q.len())])?;
+        if let Some(p) = p {
+            same_length(&[("sizes", z.len()), ("physical_offsets", p.len())])?;
+        }
+        let counts: Vec<usize> = c.iter().map(|&n| usize::try_from(n)).collect::<Result<_, _>>().map_err(|_| {
+            PyValueError::new_err("counts must not be negative")
+        })?;
+        if counts.iter().sum::<usize>() != z.len() {
+            return Err(PyValueError::new_err(format!("counts add up to {}, not the {} sizes", counts.iter().sum::<usize>(), z.len())));
+        }
+        let buffers = datas.iter().map(PyBuffer::<u8>::get).collect::<PyResult<Vec<_>>>()?;
+        let slices = buffers.iter().map(|b| items(b, "datas")).collect::<PyResult<Vec<_>>>()?;
+        let checked = py.detach(|| crate::unit::check_batches(&slices, z, &counts, q, p));
+        let mut good = Vec::with_capacity(checked.len());
+        let (mut first, mut last) = (Vec::with_capacity(checked.len()), Vec::with_capacity(checked.len()));
+        let (mut starts, mut times) = (Vec::with_capacity(z.len()), Vec::with_capacity(z.len()));
+        for (b, &n) in checked.iter().zip(&counts) {
+            good.push(b.good as i64);
+            first.push(b.first_time);
+            last.push(b.last_time);
+            starts.extend_from_slice(&b.starts);
+            times.extend_from_slice(&b.timestamps);
+            times.resize(times.len() + n - b.timestamps.len(), 0);
+        }
+        let out = |v: &Vec<i64>| PyBytes::new(py, as_bytes(v));
+        Ok((out(&good), out(&starts), out(&times), out(&first), out(&last)))
+    }
+
+    /// `rewrite_batches(datas, starts, offsets, counts)`: `rewrite_physical_offsets` of each
+    /// of many batches (batch `i`'s units are the next `counts[i]` of `starts` and `offsets`),
+    /// in place (every `datas[i]` writable; a buffer is written while no other is borrowed).
+    #[pyfunction]
+    fn rewrite_batches(
+        datas: Vec<Bound<'_, PyAny>>,
+        starts: &Bound<'_, PyAny>,
+        offsets: &Bound<'_, PyAny>,
+        counts: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        let (starts, offsets) = (PyBuffer::<i64>::get(starts)?, PyBuffer::<i64>::get(offsets)?);
+        let counts = PyBuffer::<i64>::get(counts)?;
+        let (s, o, c) = (items(&starts, "starts")?, items(&offsets, "offsets")?, items(&counts, "counts")?);
+        same_length(&[("starts", s.len()), ("offsets", o.len())])?;
+        same_length(&[("datas", datas.len()), ("counts", c.len())])?;
+        if c.iter().any(|&n| n < 0) || c.iter().sum::<i64>() != s.len() as i64 {
+            return Err(PyValueError::new_err(format!("counts must be non-negative and add up to the {} starts", s.len())));
+        }
+        let mut at = 0usize;
+        for (data, &n) in datas.iter().zip(c) {
+            let n = n as usize;
+            let buffer = PyBuffer::<u8>::get(data)?;
+            let d = bytes_mut(&buffer, "datas")?;
+            crate::unit::rewrite_physical_offsets(d, &s[at..at + n], &o[at..at + n]).map_err(|i| {
+                PyValueError::new_err(format!("unit {i} at {} lies outside the {} bytes", s[at + i], d.len()))
+            })?;
+            at += n;
+        }
+        Ok(())
+    }
+
     /// `encode_units(offsets, sizes, tags_codes) -> bytes`: consumequeue units (20 bytes each,
     /// big-endian) of three equally long int64 columns.
     #[pyfunction]
@@ -670,6 +758,8 @@ mod python {
         m.add_function(wrap_pyfunction!(index_columns_many, m)?)?;
         m.add_function(wrap_pyfunction!(check_units, m)?)?;
         m.add_function(wrap_pyfunction!(check_batch, m)?)?;
+        m.add_function(wrap_pyfunction!(check_batches, m)?)?;
+        m.add_function(wrap_pyfunction!(rewrite_batches, m)?)?;
         m.add_function(wrap_pyfunction!(encode_units, m)?)?;
         m.add_function(wrap_pyfunction!(store_timestamps, m)?)?;
         m.add_function(wrap_pyfunction!(rewrite_physical_offsets, m)?)?;

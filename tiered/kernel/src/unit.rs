@@ -136,6 +136,38 @@ pub mod testing {
 }
 
 #[cfg(test)]
+mod check_batches_tests {
+    use super::*;
+
+    fn unit(size: usize, queue_offset: i64, physical: i64, born_ms: i64) -> Vec<u8> {
+        let mut u = vec![0u8; size];
+        u[0..4].copy_from_slice(&(size as i32).to_be_bytes());
+        u[4..8].copy_from_slice(&MAGIC_V1.to_be_bytes());
+        u[QUEUE_OFFSET_POSITION..QUEUE_OFFSET_POSITION + 8].copy_from_slice(&queue_offset.to_be_bytes());
+        u[PHYSICAL_OFFSET_POSITION..PHYSICAL_OFFSET_POSITION + 8].copy_from_slice(&physical.to_be_bytes());
+        let at = 56; // store timestamp of an IPv4 born host (sysflag 0)
+        u[at..at + 8].copy_from_slice(&born_ms.to_be_bytes());
+        u
+    }
+
+    #[test]
+    fn each_batch_is_checked_as_check_batch_checks_it_alone() {
+        let a = [unit(100, 7, 1000, 5), unit(120, 8, 1100, 9)].concat();
+        let b = [unit(96, 3, 2000, 4)].concat();
+        let mut c = [unit(100, 40, 3000, 1), unit(100, 41, 3100, 2)].concat();
+        c[100 + 4] ^= 1; // the second unit of the third batch: a bad magic
+        let sizes = [100, 120, 96, 100, 100];
+        let physical = [1000, 1100, 2000, 3000, 3100];
+        let got = check_batches(&[&a, &b, &c], &sizes, &[2, 1, 2], &[7, 3, 40], Some(&physical));
+        assert_eq!(got[0], check_batch(&a, &sizes[0..2], 7, Some(&physical[0..2])));
+        assert_eq!(got[1], check_batch(&b, &sizes[2..3], 3, Some(&physical[2..3])));
+        assert_eq!(got[2], check_batch(&c, &sizes[3..5], 40, Some(&physical[3..5])));
+        assert_eq!((got[0].good, got[0].first_time, got[0].last_time), (2, 5, 9));
+        assert_eq!(got[2].good, 1);
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::testing::{encode, Unit};
     use super::*;
@@ -266,6 +298,27 @@ pub fn check_batch(
         last_time = last_time.max(time);
     }
     CheckedBatch { good: timestamps.len(), starts, timestamps, first_time, last_time }
+}
+
+/// [`check_batch`] of many batches: batch `i` holds `counts[i]` units back to back in
+/// `datas[i]`, whose sizes (and physical offsets) are the next `counts[i]` of `sizes`
+/// (`physical_offsets`), the first at queue offset `first_queue_offsets[i]`. The callers check
+/// that the columns agree in length and that `counts` adds up to `sizes`.
+pub fn check_batches(
+    datas: &[&[u8]],
+    sizes: &[i64],
+    counts: &[usize],
+    first_queue_offsets: &[i64],
+    physical_offsets: Option<&[i64]>,
+) -> Vec<CheckedBatch> {
+    let mut at = 0usize;
+    let mut out = Vec::with_capacity(datas.len());
+    for ((&data, &n), &first) in datas.iter().zip(counts).zip(first_queue_offsets) {
+        let physical = physical_offsets.map(|p| &p[at..at + n]);
+        out.push(check_batch(data, &sizes[at..at + n], first, physical));
+        at += n;
+    }
+    out
 }
 
 /// Consumequeue units (20 bytes each, big-endian: offset, size, tags code) of three equally
