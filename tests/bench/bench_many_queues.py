@@ -60,6 +60,7 @@ from pathlib import Path
 
 from tiered.providers import build_provider
 
+from tiered import metrics
 from tiered.config import load_config
 from tiered.core.sidecar import Sidecar
 
@@ -437,6 +438,7 @@ def _spread_pass(root: Path, base: Path, queues: int, n: int) -> SpreadPass:
     shutil.copytree(base, work, symlinks=True)
     conf = _conf(work / "tiered.conf", work / "store", work, {})
     cfg = load_config([conf])
+    metrics.set_detail(cfg.tiered_metrics_detail.value)  # as `run` does (the suite sets queue)
     with Sidecar(cfg, build_provider(cfg)) as sidecar:
         dispatcher = sidecar.dispatcher
         dispatcher.run_pass(follow=True)  # the start's pass over every queue: the feed starts
@@ -454,11 +456,13 @@ def _spread_pass(root: Path, base: Path, queues: int, n: int) -> SpreadPass:
 
 SPREAD_UNDER_CALLGRIND = """
 import os, subprocess, sys
+from tiered import metrics
 from tiered.providers import build_provider
 from tiered.config import load_config
 from tiered.core.sidecar import Sidecar
 conf, append = sys.argv[1], sys.argv[2:]
 cfg = load_config([conf])
+metrics.set_detail(cfg.tiered_metrics_detail.value)
 with Sidecar(cfg, build_provider(cfg)) as sidecar:
     sidecar.dispatcher.run_pass(follow=True)
     subprocess.run(append, check=True)
