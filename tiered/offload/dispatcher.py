@@ -460,17 +460,19 @@ class Dispatcher(Closeable):
         now: int, flush: bool,
     ) -> list[tuple[FlatMessageFile, StepResult]]:  # fmt: skip
         """A wide round's steps (:data:`WIDE_ROUND_QUEUES`), in waves of queues: each wave's
-        queues planned, every batch appended (:func:`~.offload_step.stage`), every commitlog's
-        bytes written at once (:func:`~.offload_step.write_commitlogs`), those made durable at
-        once (:meth:`_sync_files`), then every queue's units written at once and every step
-        finished (:func:`~.offload_step.commit_wave`): a batch's units only once its commitlog
-        bytes are durable, as in :func:`~.offload_step.execute`. A wave's sync runs on a thread
-        while the next wave is planned, read and written and the one before is committed, so
-        two waves' steps are held: a wave is half of :data:`WIDE_WAVE_QUEUES` queues (and at
-        most :attr:`wave_bytes`, freed once written). The steps and the listeners (the key
-        index) run on this thread (:meth:`~.commit_notifier.Notifier.inline`): small steps are
-        interpreter work, and threads would only trade the interpreter lock. Results of queues
-        that send nothing go to ``results``; the steps' are returned."""
+        queues planned, every batch appended (:func:`~.offload_step.stage_many`), every
+        commitlog's bytes written at once (:func:`~.offload_step.write_commitlogs`), those made
+        durable at once (:meth:`_sync_files`), then every queue's units written at once and
+        every step finished (:func:`~.offload_step.commit_wave`): a batch's units only once its
+        commitlog bytes are durable, as in :func:`~.offload_step.execute`. A wave's sync runs
+        on a thread while the next wave is planned, read and written; it begins once the wave
+        before is committed, and makes that wave's units durable too (the round's own sync of
+        units then has only the last wave's left). Two waves' steps are held: a wave is half
+        of :data:`WIDE_WAVE_QUEUES` queues (and at most :attr:`wave_bytes`, freed once
+        written). The steps and the listeners (the key index) run on this thread
+        (:meth:`~.commit_notifier.Notifier.inline`): small steps are interpreter work, and
+        threads would only trade the interpreter lock. Results of queues that send nothing go
+        to ``results``; the steps' are returned."""
         done: list[tuple[FlatMessageFile, StepResult]] = []
         step = max(1, WIDE_WAVE_QUEUES // 2)
         pending: tuple[list[Sent], Callable[[], None]] | None = None  # (its sync running)
@@ -480,9 +482,11 @@ class Dispatcher(Closeable):
                     plans = self._plan(flats[i : i + step], results, now, flush, 1)
                     for wave in waves(plans, self.wave_bytes, step) if plans else []:
                         sent = self._write_wave(wave, now, listeners, done)
-                        if pending is not None:
+                        files: list[FlatAppendFile] = [s.plan.flat.commitlog for s in sent]
+                        if pending is not None:  # (its units then go with this wave's sync)
                             done += commit_wave(*pending, now, listeners)
-                        pending = sent
+                            files += [s.plan.flat.consume_queue for s in pending[0]]
+                        pending = sent, self._sync_in_background(files)
                 if pending is not None:
                     done += commit_wave(*pending, now, listeners)
                     pending = None
@@ -495,15 +499,18 @@ class Dispatcher(Closeable):
     def _write_wave(
         self, wave: list[tuple[Plan, int]], now: int, listeners: tuple[Notifier, ...],
         results: list[tuple[FlatMessageFile, StepResult]],
-    ) -> tuple[list[Sent], Callable[[], None]]:  # fmt: skip
-        """A wide round's wave read, staged and its commitlogs written, their sync begun on a
-        thread: the steps sent, and what waits for that sync. Failed steps go to ``results``."""
+    ) -> list[Sent]:  # fmt: skip
+        """A wide round's wave read, staged and its commitlogs written: the steps sent (their
+        sync is the caller's). Failed steps go to ``results``."""
         plans = [p for p, _ in wave]
         staged = stage_many(plans, self._read_wave(plans), self.local, now, listeners, results)
         prepare_staged(staged, listeners)  # (before the writes free the batches' bytes)
-        sent = write_commitlogs(staged, results, freed)
-        files = [s.plan.flat.commitlog for s in sent]
-        return sent, in_background(lambda: self._sync_files(files, "commitlog"), "wave-sync")
+        return write_commitlogs(staged, results, freed)
+
+    def _sync_in_background(self, files: list[FlatAppendFile]) -> Callable[[], None]:
+        """:meth:`_sync_files` of a wave's commitlogs (and the wave before's consumequeues)
+        begun on a thread; what waits for it."""
+        return in_background(lambda: self._sync_files(files, "wave"), "wave-sync")
 
     def _sync_files(self, files: Sequence[FlatAppendFile], what: str) -> None:
         """Make the deferred appends of the round's ``files`` durable before the round records

@@ -444,8 +444,8 @@ def stage_many(
     results: list[tuple[FlatMessageFile, StepResult]],
 ) -> list[Sent]:
     """:func:`stage` of each plan of a wide round's wave (one plan per queue) with
-    ``prepare=False`` (``reads[i]``: plan ``i``'s batch and the store time after it): when the listeners may be prepared early,
-    the batches of the plans that send are checked at once
+    ``prepare=False`` (``reads[i]``: plan ``i``'s batch and the store time after it): when the
+    listeners may be prepared early, the batches of the plans that send are checked at once
     (:meth:`~.local_source.LocalSource.check_many`) and appended at once
     (:meth:`~tiered.file.flat_message_file.FlatMessageFile.append_many`), the others one by
     one. The steps staged are returned in wave order; the failed ones' results go to
