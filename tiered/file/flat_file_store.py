@@ -18,7 +18,6 @@ from dataclasses import dataclass
 
 from tiered.config import TieredConfig
 from tiered.errors import ProviderError
-from tiered.metadata import FileSegmentMetadata
 from tiered.metadata import MessageQueue
 from tiered.metadata import MetadataStore
 from tiered.metadata.broker_tier import BrokerTier
@@ -175,14 +174,9 @@ class FlatFileStore(BrokerTier):
         changed = 0
         try:
             with self.metadata.batch():
-                records: list[FileSegmentMetadata] = []  # (recorded at once: one lock, one call)
                 for flat in self.files() if flats is None else dict.fromkeys(flats):
-                    with flat.lock:
-                        got = flat.changed_records()
-                    if got:
-                        records += got
-                        changed += 1
-                self.metadata.update_segments(records)
+                    with flat.lock:  # (taken and recorded under it: expiry may drop a
+                        changed += flat.flush_metadata()  # segment, whose record must stay gone)
                 self.recorded += bool(changed)  # (before the persist, which may fail)
         except ProviderError as e:  # only the mirror put can fail this way; the file was written
             log.debug("metadata mirror failed (the local file was written): %s", e)
