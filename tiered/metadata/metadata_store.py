@@ -675,9 +675,8 @@ class MetadataStore:
         with self._lock:
             self._check_loaded()
             changes = self._changes.segments
-            tables = {t: self._doc.segment_table(t) for t in {r.type for r in records}}
             for given in records:
-                by_base = tables[given.type].setdefault(given.path, {})
+                by_base = self._doc.segment_table(given.type).setdefault(given.path, {})
                 old = by_base.get(given.base_offset)
                 if old is None:
                     by_base[given.base_offset] = given
