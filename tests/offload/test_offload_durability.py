@@ -160,17 +160,18 @@ def _tier_files(root: str) -> dict[str, bytes]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("wave_queues", [4096, 160])
+@pytest.mark.parametrize(("wave_queues", "tail"), [(4096, 256), (160, 40)])
 def test_a_wide_round_syncs_every_commitlog_at_once_before_any_units(
-    offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch, wave_queues: int
+    offload_case: SidecarCase, monkeypatch: pytest.MonkeyPatch, wave_queues: int, tail: int
 ) -> None:
     """A round of many queues (40 topics x 8) writes every queue's commitlog, syncs them with one
     ``sync_many`` (posix: syncfs), then writes the units and syncs those at once: the records
     never say more than is durable, no units precede their commitlog's sync, and the tier is
     byte for byte what the round of one queue at a time writes. With waves of 80 queues (half
-    of ``WIDE_WAVE_QUEUES``), each wave's commitlogs are synced at once, while the next wave is
-    written."""
+    of ``WIDE_WAVE_QUEUES``) then two of 40, each wave's commitlogs are synced at
+    once, while the wave before is committed and the next one written."""
     monkeypatch.setattr(dispatcher_mod, "WIDE_WAVE_QUEUES", wave_queues)
+    monkeypatch.setattr(dispatcher_mod, "WIDE_TAIL_QUEUES", tail)
     store = offload_case.store(topics=40, queues=8, messages=1600)
     cfg = offload_case.config(store, "posix")
     provider = Durability(PosixProvider(cfg.tiered_store_file_path), cfg)
@@ -179,7 +180,7 @@ def test_a_wide_round_syncs_every_commitlog_at_once_before_any_units(
         assert not report.errors and report.messages == 1600
     assert check_tier(cfg, provider).problems == []
     calls = provider.calls
-    assert calls["sync_many cl"] >= (1 if wave_queues > 640 else 4) and calls["sync_many cq"] >= 1
+    assert calls["sync_many cl"] >= (1 if wave_queues > 640 else 5) and calls["sync_many cq"] >= 1
     assert calls["sync cl"] == 0 and calls["sync cq"] == 0  # none one by one
     assert not provider.waiting
 

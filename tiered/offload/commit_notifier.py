@@ -264,6 +264,28 @@ def waves(
     return [w for w in waves if w]
 
 
+def wide_slices(n: int, step: int, tail: int) -> list[tuple[int, int]]:
+    """``[i, j)`` ranges over ``n`` items: of ``step`` items while more than ``step`` are left,
+    then halves of what is left while that is more than twice ``tail`` (the last two of at most
+    ``tail`` each): 5,000 items by 2,048 with a tail of 256 go 2,048, 2,048, 452, 226, 226."""
+    out: list[tuple[int, int]] = []
+    i = 0
+    while n - i > step:
+        out.append((i, i + step))
+        i += step
+    while n - i > 2 * tail:
+        half = (n - i) // 2
+        out.append((i, i + half))
+        i += half
+    if n - i > tail:
+        half = (n - i + 1) // 2
+        out.append((i, i + half))
+        i += half
+    if n > i:
+        out.append((i, n))
+    return out
+
+
 @contextlib.contextmanager
 def held_all(locks: Sequence[AbstractContextManager[object]]) -> Iterator[None]:
     """Every one of ``locks`` held, taken in order and given back in reverse: a round's

@@ -44,6 +44,7 @@ from tiered.offload.commit_notifier import Notifier
 from tiered.offload.commit_notifier import freed
 from tiered.offload.commit_notifier import held_all
 from tiered.offload.commit_notifier import waves
+from tiered.offload.commit_notifier import wide_slices
 from tiered.offload.dispatch_state import PassReport
 from tiered.offload.dispatch_state import QueueState
 from tiered.offload.dispatch_state import StateFile
@@ -123,6 +124,10 @@ round, whose syncs overlap the next batches' reads."""
 WIDE_WAVE_QUEUES = 4096
 """A wide round holds at most this many queues' batches at once, in two waves (each wave's
 commitlogs are made durable with one ``sync_many`` while the next is written)."""
+WIDE_TAIL_QUEUES = 256
+"""A wide round's waves shrink by halves towards its end, to about this many queues: the syncs
+of the last wave's commitlogs and units wait with nothing left to overlap them, so they should
+have little to write."""
 SYNC_MANY_FILES = 64
 """From this many files a round syncs them with one ``sync_many`` of the provider."""
 PAUSED_MEASURE_S = 30.0
@@ -465,31 +470,37 @@ class Dispatcher(Closeable):
         durable at once (:meth:`_sync_files`), then every queue's units written at once and
         every step finished (:func:`~.offload_step.commit_wave`): a batch's units only once its
         commitlog bytes are durable, as in :func:`~.offload_step.execute`. A wave's sync runs
-        on a thread while the next wave is planned, read and written; it begins once the wave
-        before is committed, and makes that wave's units durable too (the round's own sync of
-        units then has only the last wave's left). Two waves' steps are held: a wave is half
-        of :data:`WIDE_WAVE_QUEUES` queues (and at most :attr:`wave_bytes`, freed once
-        written). The steps and the listeners (the key index) run on this thread
-        (:meth:`~.commit_notifier.Notifier.inline`): small steps are interpreter work, and
-        threads would only trade the interpreter lock. Results of queues that send nothing go
-        to ``results``; the steps' are returned."""
+        on a thread from when its commitlogs are written, while the wave before is committed
+        and the next one planned, read and written; it makes durable too the units of the wave
+        committed before it began (the round's own sync of units then has the last two waves'
+        left; the waves shrink towards the end, :func:`~.commit_notifier.wide_slices`, so that
+        sync and the last wave's have little to write). That sync runs before the listeners'
+        gathered work (the key index's puts) is done as the block ends. Two waves' steps are
+        held: a wave is half of :data:`WIDE_WAVE_QUEUES` queues (and at most
+        :attr:`wave_bytes`, freed once written). The steps and the listeners (the key index)
+        run on this thread (:meth:`~.commit_notifier.Notifier.inline`): small steps are
+        interpreter work, and threads would only trade the interpreter lock. Results of queues
+        that send nothing go to ``results``; the steps' are returned."""
         done: list[tuple[FlatMessageFile, StepResult]] = []
         step = max(1, WIDE_WAVE_QUEUES // 2)
         pending: tuple[list[Sent], Callable[[], None]] | None = None  # (its sync running)
+        units: list[FlatAppendFile] = []
         with self._notifier.inline() as listeners:
             try:
-                for i in range(0, len(flats), step):
-                    plans = self._plan(flats[i : i + step], results, now, flush, 1)
+                for i, j in wide_slices(len(flats), step, WIDE_TAIL_QUEUES):
+                    plans = self._plan(flats[i:j], results, now, flush, 1)
                     for wave in waves(plans, self.wave_bytes, step) if plans else []:
                         sent = self._write_wave(wave, now, listeners, done)
                         files: list[FlatAppendFile] = [s.plan.flat.commitlog for s in sent]
-                        if pending is not None:  # (its units then go with this wave's sync)
-                            done += commit_wave(*pending, now, listeners)
-                            files += [s.plan.flat.consume_queue for s in pending[0]]
-                        pending = sent, self._sync_in_background(files)
+                        files += units  # (the units of the wave committed last)
+                        before, pending = pending, (sent, self._sync_in_background(files))
+                        if before is not None:  # its sync ran while this wave was written
+                            done += commit_wave(*before, now, listeners)
+                            units = [s.plan.flat.consume_queue for s in before[0]]
                 if pending is not None:
                     done += commit_wave(*pending, now, listeners)
                     pending = None
+                self._sync_files([flat.consume_queue for flat, _ in done], "consumequeue")
             finally:
                 if pending is not None:  # (raising: the sync's own outcome is not wanted)
                     with contextlib.suppress(BaseException):
