@@ -22,6 +22,7 @@ from .base import RequestListener
 from .layout import INDEX_TOPIC
 from .layout import FileType
 from .layout import SegmentAddress
+from .layout import all_keys_safe
 from .layout import check_component
 from .layout import check_key
 from .layout import cluster_dir_name
@@ -92,6 +93,7 @@ __all__ = [
     "SegmentAddress",
     "TokenBucket",
     "WrappedProvider",
+    "all_keys_safe",
     "build_provider",
     "check_component",
     "check_key",

@@ -18,6 +18,7 @@ import enum
 import functools
 import hashlib
 import re
+from collections.abc import Sequence
 from typing import NamedTuple
 
 from tiered.errors import InvalidKeyError
@@ -36,6 +37,8 @@ _SAFE_PART = r"[^./\\~\x00-\x1f\x7f][^/\\~\x00-\x1f\x7f]{0,254}"
 _SAFE_ASCII_KEY = re.compile(f"{_SAFE_PART}(?:/{_SAFE_PART})*")
 """An ASCII key every part of which :func:`check_component` takes (ASCII: a character is a
 byte, so at most 255 of them)."""
+_SAFE_ASCII_KEYS = re.compile(f"{_SAFE_PART}(?:[/\n]{_SAFE_PART})*")
+"""Such keys joined by newlines (which no key holds)."""
 
 
 class FileType(enum.Enum):
@@ -132,6 +135,19 @@ def check_key(key: str) -> str:
         e.key = key
         raise
     return key
+
+
+def all_keys_safe(keys: Sequence[str]) -> bool:
+    """Whether every one of ``keys`` passes :func:`check_key`, known from one match over them
+    all (a wide round's calls name thousands); False when any may not: the caller then checks
+    each with :func:`check_key`, which says which and why."""
+    if not keys:
+        return True
+    try:
+        joined = "\n".join(keys)
+    except TypeError:  # (one is not a string)
+        return False
+    return joined.isascii() and _SAFE_ASCII_KEYS.fullmatch(joined) is not None
 
 
 def is_key(key: str) -> bool:

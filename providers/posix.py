@@ -46,6 +46,7 @@ from .base import Provider
 from .base import as_bytes_view
 from .base import check_range
 from .base import iter_payload
+from .layout import all_keys_safe
 from .layout import check_key
 from .layout import check_prefix
 from .layout import is_key
@@ -251,13 +252,16 @@ class PosixProvider(Provider):
         call of fewer than :data:`BULK_APPENDS`, goes the usual way."""
         out: list[int | TieredStoreError | OSError] = []
         closed: list[tuple[int, str, str, memoryview, int]] = []  # (index, key, path, ...)
+        checked = all_keys_safe([key for key, _, _ in appends])
+        prefix = self._prefix
         for key, data, position in appends:
             try:
                 check_range(position, key=key)
                 if key in self._open:
                     out.append(self._append(key, data, position, durable=False))
                 else:
-                    closed.append((len(out), key, self._file(key), as_bytes_view(data), position))
+                    path = prefix + key if checked else self._file(key)
+                    closed.append((len(out), key, path, as_bytes_view(data), position))
                     out.append(position)  # (replaced below)
             except (TieredStoreError, OSError) as e:
                 out.append(e)
@@ -386,8 +390,9 @@ class PosixProvider(Provider):
         if len(keys) < SYNCFS_MIN_KEYS or _syncfs is None:
             super().sync_many(keys)
             return
-        for key in keys:
-            self._file(key)  # checked as every call checks its key
+        if not all_keys_safe(keys):  # checked as every call checks its key
+            for key in keys:
+                self._file(key)
         with translated(str(self.root), "file operation"):
             fd = os.open(self.root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:

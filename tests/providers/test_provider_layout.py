@@ -7,6 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from tiered.providers import FileType
 from tiered.providers import SegmentAddress
+from tiered.providers import all_keys_safe
 from tiered.providers import check_component
 from tiered.providers import check_key
 from tiered.providers import cluster_dir_name
@@ -109,6 +110,29 @@ def test_check_key_takes_a_key_when_every_part_is_safe(key: str) -> None:
     else:
         with pytest.raises(InvalidKeyError):
             check_key(key)
+
+
+_KEYS = st.lists(
+    st.one_of(
+        st.text(alphabet=st.sampled_from("a.~\\/\x00\x1f\x7f\n é"), max_size=4),
+        st.text(alphabet="ab", min_size=250, max_size=260),
+        st.text(max_size=6),
+    ),
+    min_size=1,
+    max_size=4,
+).map("/".join)
+
+
+@given(st.lists(_KEYS, max_size=5))
+def test_keys_are_all_safe_only_when_each_passes_check_key(keys: list[str]) -> None:
+    """all_keys_safe's one match over many keys agrees with check_key of each (a newline, the
+    joint, in a key included); keys beyond ASCII it leaves to check_key (False)."""
+    safe = all(_parts_safe(k) for k in keys)
+    assert all_keys_safe(keys) == (safe and all(k.isascii() for k in keys))
+
+
+def test_keys_are_not_all_safe_when_one_is_not_a_string() -> None:
+    assert all_keys_safe(["a/b", "c"]) and not all_keys_safe(["a/b", 3])  # type: ignore[list-item]
 
 
 @pytest.mark.parametrize(
